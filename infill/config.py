@@ -1,0 +1,53 @@
+"""Validated engine configuration. Defaults reproduce transformers' DiffusionGemma generation defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Literal
+
+from .types import InfillError
+
+SamplerKind = Literal["fast", "reference"]
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    max_denoising_steps: int = 48
+    t_min: float = 0.4
+    t_max: float = 0.8
+    entropy_bound: float = 0.1
+    stability_threshold: int = 1
+    confidence_threshold: float = 0.005
+    # "fast": one entropy pass, inverse-CDF sampling, softmax shared with self-conditioning.
+    # "reference": transformers' exact ops and RNG order (multinomial + Categorical entropy), for equivalence tests.
+    sampler: SamplerKind = "fast"
+    canvas_length: int | None = None  # widest canvas; None: the model's config.canvas_length
+    candidate_lengths: tuple[int, ...] = (4, 8, 16, 32, 64)  # middle lengths tried as one batch, capped per request
+    suffix_anchor_tokens: int = 16  # suffix tokens clamped at the end of the canvas
+    max_prompt_tokens: int = 8192  # far end of the prefix dropped beyond this (whole lines at a time)
+    kv_store_bytes: int = 512 * 2**20  # bound on cached prefix KV across documents (LRU eviction)
+    seed: int | None = 0  # default seed per request (None: nondeterministic)
+
+    def __post_init__(self) -> None:
+        def need(ok: bool, message: str) -> None:
+            if not ok:
+                raise InfillError(f"invalid engine config: {message}")
+
+        need(isinstance(self.max_denoising_steps, int) and self.max_denoising_steps > 0,
+             f"max_denoising_steps must be a positive integer, got {self.max_denoising_steps!r}")
+        need(0 <= self.t_min < self.t_max, f"need 0 <= t_min < t_max, got {self.t_min}, {self.t_max}")
+        need(self.entropy_bound > 0, f"entropy_bound must be > 0, got {self.entropy_bound}")
+        need(isinstance(self.stability_threshold, int) and self.stability_threshold >= 0,
+             f"stability_threshold must be an integer >= 0, got {self.stability_threshold!r}")
+        need(self.confidence_threshold > 0, f"confidence_threshold must be > 0, got {self.confidence_threshold}")
+        need(self.sampler in ("fast", "reference"), f"sampler must be 'fast' or 'reference', got {self.sampler!r}")
+        need(self.canvas_length is None or self.canvas_length >= 2, "canvas_length must be >= 2")
+        need(len(self.candidate_lengths) > 0 and all(isinstance(n, int) and n > 0 for n in self.candidate_lengths),
+             "candidate_lengths must be positive integers")
+        need(self.suffix_anchor_tokens >= 0, "suffix_anchor_tokens must be >= 0")
+        need(self.max_prompt_tokens >= 16, "max_prompt_tokens must be >= 16")
+        need(self.kv_store_bytes >= 0, "kv_store_bytes must be >= 0")
+
+    def describe(self) -> dict:
+        """Sampler and stopping parameters, for the versions block of every result."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -1,0 +1,116 @@
+"""Load a DiffusionGemma checkpoint (local directory or hub id) or build one with dummy weights.
+
+Safetensors only, never `trust_remote_code`. One clear `InfillError` names what is wrong with a missing, corrupt
+or non-DiffusionGemma checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from .types import InfillError
+
+log = logging.getLogger(__name__)
+
+LoadFormat = Literal["auto", "dummy"]
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    model: Any  # DiffusionGemmaForBlockDiffusion, eval mode
+    tokenizer: Any  # PreTrainedTokenizerBase
+    model_id: str
+    revision: str
+    device: str
+    dtype: str
+
+
+def choose_device(device: str | None) -> str:
+    import torch
+
+    if device and device != "auto":
+        return device
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def choose_dtype(dtype: str | None, device: str):
+    """bf16 on CUDA, fp32 on CPU unless asked otherwise."""
+    import torch
+
+    if dtype in (None, "auto"):
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+             "float16": torch.float16, "fp16": torch.float16}
+    if dtype not in table:
+        raise InfillError(f"unknown dtype {dtype!r}; use one of auto, {', '.join(sorted(table))}")
+    return table[dtype]
+
+
+def _read_config(model: str, revision: str | None):
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(model, revision=revision, trust_remote_code=False)
+    except (OSError, ValueError, json.JSONDecodeError) as exc:
+        raise InfillError(f"cannot read a model config from {model!r}: {exc}") from exc
+    if getattr(config, "model_type", None) != "diffusion_gemma":
+        raise InfillError(f"{model!r} is a {getattr(config, 'model_type', 'unknown')!r} checkpoint, not DiffusionGemma "
+                          "(model_type 'diffusion_gemma')")
+    return config
+
+
+def _check_local_weights(path: Path) -> None:
+    if not any(path.glob("*.safetensors")):
+        if any(path.glob("*.bin")) or any(path.glob("*.pt")):
+            raise InfillError(f"{path} has only pickle weights (*.bin/*.pt); infill-ls loads safetensors only")
+        raise InfillError(f"{path} has no *.safetensors weights")
+
+
+def load_diffusion_model(model: str, *, revision: str | None = None, device: str | None = None,
+                         dtype: str | None = None, load_format: LoadFormat = "auto") -> LoadedModel:
+    """Load model, tokenizer and generation config. `load_format="dummy"` builds the architecture from the config
+    with random weights (like vLLM's `--load-format dummy`): real shapes and costs, meaningless text."""
+    import torch
+    from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
+
+    device = choose_device(device)
+    torch_dtype = choose_dtype(dtype, device)
+    config = _read_config(model, revision)
+    local = Path(model)
+    if load_format == "dummy":
+        with torch.device(device):
+            net = DiffusionGemmaForBlockDiffusion._from_config(config, dtype=torch_dtype)
+    else:
+        if local.is_dir():
+            _check_local_weights(local)
+        try:
+            net = DiffusionGemmaForBlockDiffusion.from_pretrained(
+                model, revision=revision, dtype=torch_dtype, use_safetensors=True, trust_remote_code=False,
+                device_map=device if device.startswith("cuda") else None)
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise InfillError(f"cannot load DiffusionGemma weights from {model!r}: {exc}") from exc
+        if not device.startswith("cuda"):
+            net = net.to(device)
+    net.eval()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model, revision=revision, trust_remote_code=False)
+    except (OSError, ValueError, json.JSONDecodeError) as exc:
+        raise InfillError(f"cannot load the tokenizer of {model!r}: {exc}") from exc
+    _fill_special_ids(net, tokenizer)
+    rev = revision or getattr(config, "_commit_hash", None) or "local"
+    dtype_name = str(torch_dtype).removeprefix("torch.") + ("(dummy weights)" if load_format == "dummy" else "")
+    log.info("loaded %s on %s as %s", model, device, dtype_name)
+    return LoadedModel(net, tokenizer, model, str(rev), device, dtype_name)
+
+
+def _fill_special_ids(net, tokenizer) -> None:
+    """A fresh model's generation config has no eos/pad: without them there is no EOS handling."""
+    gen = net.generation_config
+    for name in ("eos_token_id", "pad_token_id", "bos_token_id"):
+        if getattr(gen, name, None) is None:
+            setattr(gen, name, getattr(tokenizer, name, None) if getattr(tokenizer, name, None) is not None
+                    else getattr(net.config.text_config, name, None))

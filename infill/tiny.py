@@ -1,0 +1,93 @@
+"""Tiny random-weight DiffusionGemma checkpoints for tests, benchmarks and `--load-format dummy`.
+
+The real checkpoint (~50 GB) and its Gemma-4 tokenizer cannot be downloaded here, so tests build the real
+`DiffusionGemmaForBlockDiffusion` class from small configs and a small byte-level BPE tokenizer made in code,
+saved as an ordinary checkpoint directory: the same loading path then serves the real checkpoint.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# Special ids follow Gemma 4's layout (pad 0, eos 1, bos 2) so code paths are the same as for the real tokenizer.
+PAD, EOS, BOS = "<pad>", "<eos>", "<bos>"
+
+_CORPUS = '''
+def add(a, b):
+    """Return the sum of a and b."""
+    return a + b
+
+class Point:
+    def __init__(self, x, y):
+        self.x = x
+        self.y = y
+
+    def norm(self):
+        return (self.x ** 2 + self.y ** 2) ** 0.5
+
+for i in range(10):
+    if i % 2 == 0:
+        print(i)
+
+function greet(name) { return `Hello, ${name}!`; }
+const items = [1, 2, 3].map((x) => x * 2);
+{"name": "infill", "version": "0.1.0", "tags": ["lsp", "diffusion"]}
+The Tenant shall pay the Rent on the first day of each month.
+This Agreement is made between the Landlord and the Tenant.
+'''
+
+
+def text_config_kwargs(vocab_size: int = 512, hidden_size: int = 64, layers: int = 4, sliding_window: int = 64,
+                       max_positions: int = 16384) -> dict:
+    """Keyword arguments for a small `DiffusionGemmaTextConfig` with the real layer mix (sliding + full, MoE)."""
+    layer_types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)]
+    return dict(
+        vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+        num_hidden_layers=layers, num_attention_heads=2, num_key_value_heads=1, head_dim=32,
+        global_head_dim=32, sliding_window=sliding_window, max_position_embeddings=max_positions,
+        num_experts=4, top_k_experts=2, moe_intermediate_size=hidden_size // 2, layer_types=layer_types,
+        pad_token_id=0, eos_token_id=1, bos_token_id=2,
+    )
+
+
+def tiny_config(canvas_length: int = 64, **text_kwargs):
+    """A tiny `DiffusionGemmaConfig`. A minimal vision config is passed explicitly: `vision_config=None` silently
+    builds a 167M-parameter vision tower."""
+    from transformers import DiffusionGemmaConfig, DiffusionGemmaTextConfig, Gemma4VisionConfig
+
+    text = DiffusionGemmaTextConfig(**text_config_kwargs(**text_kwargs))
+    vision = Gemma4VisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=1,
+                                num_key_value_heads=1, head_dim=16)
+    return DiffusionGemmaConfig(text_config=text, vision_config=vision, canvas_length=canvas_length)
+
+
+def tiny_tokenizer(vocab_size: int = 512):
+    """A byte-level BPE tokenizer with Gemma's special-token ids, trained in code on a small fixed corpus
+    (deterministic), wrapped as a `PreTrainedTokenizerFast`."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[PAD, EOS, BOS],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator([_CORPUS] * 4, trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS, bos_token=BOS)
+
+
+def write_tiny_checkpoint(directory: str | Path, seed: int = 0, canvas_length: int = 64, **text_kwargs) -> Path:
+    """Write a complete random-weight checkpoint (config, safetensors, tokenizer, generation config) to `directory`."""
+    import torch
+    from transformers import DiffusionGemmaForBlockDiffusion
+
+    directory = Path(directory)
+    config = tiny_config(canvas_length=canvas_length, **text_kwargs)
+    torch.manual_seed(seed)
+    model = DiffusionGemmaForBlockDiffusion(config)
+    model.generation_config.eos_token_id = 1
+    model.generation_config.pad_token_id = 0
+    model.generation_config.bos_token_id = 2
+    model.save_pretrained(directory, safe_serialization=True)
+    tiny_tokenizer(config.text_config.vocab_size).save_pretrained(directory)
+    return directory

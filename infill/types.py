@@ -1,0 +1,188 @@
+"""Backend-neutral requests, results, cancel tokens and the backend protocol.
+
+Every backend (the in-process DiffusionGemma engine, the in-process autoregressive fallback, a remote
+OpenAI-compatible endpoint) takes an `InfillRequest` and returns an `InfillResult`, so the server, the gateway
+and the pilot never know which one serves.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Literal, Protocol, runtime_checkable
+
+BackendKind = Literal["diffusion", "autoregressive", "remote"]
+Outcome = Literal["ok", "cut_short", "cancelled", "error", "empty"]
+
+
+class InfillError(ValueError):
+    """A request the backend cannot serve, with a message that says why (shown to users and logged)."""
+
+
+class Cancelled(Exception):
+    """Raised inside a backend loop when its cancel token fires; backends turn it into a cancelled result."""
+
+
+class CancelToken:
+    """Thread-safe cancellation flag, checked by backends between steps (never inside a forward)."""
+
+    __slots__ = ("_event", "reason")
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.reason = ""
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        if not self._event.is_set():
+            self.reason = reason
+            self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+    def raise_if_cancelled(self) -> None:
+        if self._event.is_set():
+            raise Cancelled(self.reason)
+
+
+def deadline_in(seconds: float | None) -> float | None:
+    """An absolute `time.monotonic()` deadline `seconds` from now (None: no deadline)."""
+    return None if seconds is None else time.monotonic() + seconds
+
+
+@dataclass(frozen=True)
+class InfillRequest:
+    """Fill the gap(s) between fixed texts.
+
+    One gap: `prefix` + GAP + `suffix`. Several gaps (placeholders in a contract, values in a JSON skeleton):
+    `prefix` + GAP + between[0] + GAP + between[1] + ... + GAP + `suffix`, filled jointly; fixed text is never
+    changed. `document_id` keys prefix-KV reuse and supersession (a newer request for the same document cancels the
+    older one); `version` is echoed back in the result so callers only apply it to the version it was computed for.
+    """
+
+    prefix: str
+    suffix: str = ""
+    between: tuple[str, ...] = ()
+    max_middle_tokens: int = 64
+    single_line: bool = False
+    language: str | None = None
+    document_id: str | None = None
+    version: int | None = None
+    seed: int | None = None
+
+    @property
+    def gap_count(self) -> int:
+        return len(self.between) + 1
+
+    def __post_init__(self) -> None:
+        for name in ("prefix", "suffix"):
+            if not isinstance(getattr(self, name), str):
+                raise InfillError(f"{name} must be text, got {type(getattr(self, name)).__name__}")
+        if not all(isinstance(b, str) for b in self.between):
+            raise InfillError("between must be a tuple of texts")
+        if not isinstance(self.max_middle_tokens, int) or self.max_middle_tokens < 1:
+            raise InfillError(f"max_middle_tokens must be a positive integer, got {self.max_middle_tokens!r}")
+
+
+@dataclass(frozen=True)
+class Draft:
+    """One intermediate state, emitted per step to a draft callback: the current middle(s) and per-position
+    confidence (max probability of each middle position, 0..1)."""
+
+    step: int
+    middles: tuple[str, ...]
+    confidence: tuple[float, ...]
+
+
+DraftCallback = Callable[[Draft], None]
+
+
+@dataclass(frozen=True)
+class Timings:
+    encode_ms: float = 0.0  # prompt tokenisation + prefill of the new tail (KV reuse makes this small)
+    denoise_ms: float = 0.0  # the denoising / decoding loop
+    total_ms: float = 0.0  # wall time inside the backend, queueing for the model included
+
+
+@dataclass(frozen=True)
+class InfillResult:
+    middles: tuple[str, ...]
+    outcome: Outcome
+    backend: str  # BackendInfo.name of the backend that produced it
+    steps: int = 0  # decoder forwards (diffusion) or decode steps (autoregressive)
+    tokens_per_forward: float = 0.0
+    timings: Timings = field(default_factory=Timings)
+    prompt_tokens: int = 0
+    reused_tokens: int = 0  # prompt tokens whose KV came from the store, not re-encoded
+    version: int | None = None  # echoed from the request
+    versions: dict = field(default_factory=dict)  # model id/revision, dtype, sampler and stopping parameters
+    error: str | None = None
+
+    @property
+    def middle(self) -> str:
+        return self.middles[0] if self.middles else ""
+
+    @property
+    def cut_short(self) -> bool:
+        return self.outcome == "cut_short"
+
+    @property
+    def cancelled(self) -> bool:
+        return self.outcome == "cancelled"
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    name: str  # e.g. "diffusiongemma:google/diffusiongemma-26B-A4B-it"
+    kind: BackendKind
+    model: str
+    device: str = "cpu"
+    dtype: str = "float32"
+    is_fallback: bool = False  # True for the small offline default: clients label it as such
+    label: str = ""  # one human line for status bars and logs
+
+
+@runtime_checkable
+class InfillBackend(Protocol):
+    """What every backend provides. `infill` is blocking (run it in a worker thread from async code), honours
+    `cancel` between steps, and returns its best draft flagged `cut_short` at `deadline` (time.monotonic())."""
+
+    @property
+    def info(self) -> BackendInfo: ...
+
+    def infill(
+        self,
+        request: InfillRequest,
+        *,
+        cancel: CancelToken | None = None,
+        deadline: float | None = None,
+        on_draft: DraftCallback | None = None,
+    ) -> InfillResult: ...
+
+    def close(self) -> None: ...
+
+
+class Supersession:
+    """Per-document "newest request wins": registering a request cancels the one still running for that document."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: dict[str, CancelToken] = {}
+
+    def register(self, document_id: str | None, token: CancelToken) -> None:
+        if document_id is None:
+            return
+        with self._lock:
+            older = self._running.get(document_id)
+            self._running[document_id] = token
+        if older is not None and older is not token:
+            older.cancel("superseded by a newer request for the same document")
+
+    def release(self, document_id: str | None, token: CancelToken) -> None:
+        if document_id is None:
+            return
+        with self._lock:
+            if self._running.get(document_id) is token:
+                del self._running[document_id]
