@@ -1,0 +1,150 @@
+"""Owns the backend: loads it in a background thread, reports progress and state, and runs every model call on one
+worker thread so the event loop never blocks and the engine never runs two requests at once.
+
+State is "loading" | "ready" | "error". A load error keeps the server serving (requests return empty) with the
+message in `infill.status`. Reloads (model or endpoint changed) swap the pipeline only when the new backend is up;
+a load that finishes after a newer one was asked for is discarded.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from infill.backends import BackendSpec, open_backend
+from infill.pipeline import CompletionRequest, Pipeline, PipelineResult, PipelineSettings
+from infill.types import BackendInfo, CancelToken, InfillBackend
+
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+# (state, message, fraction or None) -> called on the loader thread; the server hops to the event loop.
+LoadListener = Callable[[str, str, "float | None"], None]
+
+
+@dataclass(frozen=True)
+class Loaded:
+    pipeline: Pipeline
+    backends: tuple[InfillBackend, ...]  # to close on swap
+
+
+def spec_for(settings: Settings) -> BackendSpec:
+    return BackendSpec.from_env(model=settings.model, device=settings.device, dtype=settings.dtype,
+                                load_format=settings.load_format, endpoint=settings.remote_endpoint,
+                                endpoint_model=settings.remote_model)
+
+
+class BackendHost:
+    def __init__(self, listener: LoadListener, opener: Callable = open_backend) -> None:
+        self._listener = listener
+        self._opener = opener
+        self._lock = threading.Lock()
+        self._loaded: Loaded | None = None
+        self._generation = 0
+        self.state = "loading"
+        self.error: str | None = None
+        self.loaded_key: tuple | None = None
+        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="infill-model")
+
+    # -- state -----------------------------------------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        return self.state == "ready" and self._loaded is not None
+
+    @property
+    def info(self) -> BackendInfo | None:
+        loaded = self._loaded
+        return loaded.pipeline.backend.info if loaded else None
+
+    @property
+    def pipeline(self) -> Pipeline | None:
+        return self._loaded.pipeline if self.ready and self._loaded else None
+
+    # -- loading ---------------------------------------------------------------------------------------------------
+    def load(self, settings: Settings) -> None:
+        """Start loading the backend `settings` select, in a background thread."""
+        with self._lock:
+            self._generation += 1
+            generation = self._generation
+            self.state, self.error = "loading", None
+        self.loaded_key = settings.backend_key()
+        thread = threading.Thread(target=self._load, args=(settings, generation), name="infill-load", daemon=True)
+        thread.start()
+
+    def _load(self, settings: Settings, generation: int) -> None:
+        spec = spec_for(settings)
+        what = spec.endpoint or spec.model or "the offline default model"
+        self._listener("loading", f"loading {what}", 0.0)
+
+        def progress(message: str, fraction: float | None) -> None:
+            self._listener("loading", message, fraction)
+
+        started = time.perf_counter()
+        try:
+            primary = self._opener(spec, progress=progress)
+            backends: tuple[InfillBackend, ...] = (primary,)
+            fallback = None
+            if settings.fallback_endpoint:
+                fallback = self._opener(BackendSpec(endpoint=settings.fallback_endpoint,
+                                                    endpoint_model=settings.fallback_model), progress=progress)
+                backends += (fallback,)
+        except BaseException as exc:  # noqa: BLE001 - any load failure (incl. MemoryError) is a state, not a crash
+            message = f"cannot load the backend ({what}): {type(exc).__name__}: {exc}"
+            log.exception(message)
+            with self._lock:
+                if generation != self._generation:
+                    return
+                self.state, self.error = "error", message
+            self._listener("error", message, None)
+            return
+        pipeline = Pipeline(primary, fallback=fallback,
+                            settings=PipelineSettings(max_middle_tokens=settings.max_middle_tokens))
+        with self._lock:
+            if generation != self._generation:  # a newer load was asked for meanwhile
+                stale = backends
+            else:
+                stale = self._loaded.backends if self._loaded else ()
+                self._loaded = Loaded(pipeline, backends)
+                self.state, self.error = "ready", None
+        # Close on the worker so a request still running on the old backend finishes first.
+        for backend in stale:
+            self.worker.submit(_close_quietly, backend)
+        if generation == self._generation:
+            seconds = time.perf_counter() - started
+            self._listener("ready", f"{primary.info.label or primary.info.name} ready in {seconds:.1f} s", 1.0)
+
+    def set_max_middle_tokens(self, tokens: int) -> None:
+        loaded = self._loaded
+        if loaded is not None:
+            loaded.pipeline.settings = replace(loaded.pipeline.settings, max_middle_tokens=tokens)
+
+    # -- running ---------------------------------------------------------------------------------------------------
+    def submit(self, pipeline: Pipeline, request: CompletionRequest, cancel: CancelToken,
+               deadline: float) -> Future[PipelineResult]:
+        """Run one completion on the model worker thread. A request cancelled while still queued never starts."""
+
+        def run() -> PipelineResult:
+            cancel.raise_if_cancelled()
+            return pipeline.complete(request, cancel=cancel, deadline=deadline)
+
+        return self.worker.submit(run)
+
+    def close(self) -> None:
+        with self._lock:
+            self._generation += 1
+            loaded, self._loaded = self._loaded, None
+        for backend in loaded.backends if loaded else ():
+            _close_quietly(backend)
+        self.worker.shutdown(wait=False, cancel_futures=True)
+
+
+def _close_quietly(backend: InfillBackend) -> None:
+    try:
+        backend.close()
+    except Exception:  # noqa: BLE001 - closing must not take the server down
+        log.exception("closing backend %s failed", getattr(backend, "info", backend))

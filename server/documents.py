@@ -1,0 +1,184 @@
+"""Open documents kept as lists of lines, with LSP position (UTF-16 code units) <-> Python str offset conversion.
+
+pygls' own workspace re-joins the whole document on every incremental change; on a 5,000-line file that alone costs
+more than our per-keystroke budget, so the server keeps its own store: an edit touches only the lines it spans.
+Line endings are what LSP says they are: "\\n", "\\r\\n" and "\\r" (not the extra separators of str.splitlines).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+
+from lsprotocol import types
+
+_EOL = re.compile(r"\r\n|\r|\n")
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines with their endings kept; the last element has no ending (possibly empty), so the position just past
+    a final newline is a valid line."""
+    lines, start = [], 0
+    for match in _EOL.finditer(text):
+        lines.append(text[start:match.end()])
+        start = match.end()
+    lines.append(text[start:])
+    return lines
+
+
+def _content(line: str) -> str:
+    """The line without its ending."""
+    if line.endswith("\r\n"):
+        return line[:-2]
+    if line.endswith(("\n", "\r")):
+        return line[:-1]
+    return line
+
+
+def utf16_to_index(line: str, units: int) -> int:
+    """Index into `line` of the UTF-16 column `units` (clamped to the line; a column inside a surrogate pair rounds
+    down to the start of that character)."""
+    if units <= 0:
+        return 0
+    if line.isascii() or len(line.encode("utf-16-le")) == 2 * len(line):
+        return min(units, len(line))
+    count = 0
+    for index, char in enumerate(line):
+        width = 2 if ord(char) > 0xFFFF else 1
+        if count + width > units:
+            return index
+        count += width
+    return len(line)
+
+
+def index_to_utf16(line: str, index: int) -> int:
+    head = line[:index]
+    return len(head) if head.isascii() else len(head.encode("utf-16-le")) // 2
+
+
+@dataclass
+class Clamp:
+    """Set when a client position lay outside the document and was moved onto it (the handler logs it)."""
+    note: str = ""
+
+
+class Document:
+    def __init__(self, uri: str, text: str, version: int | None, language_id: str | None) -> None:
+        self.uri = uri
+        self.language_id = language_id
+        self.version = version
+        self.lines = split_lines(text)
+        self.length = len(text)
+        self._text: str | None = text
+        self._starts: list[int] | None = None
+
+    # -- reading ---------------------------------------------------------------------------------------------------
+    @property
+    def text(self) -> str:
+        if self._text is None:
+            self._text = "".join(self.lines)
+        return self._text
+
+    def line_start(self, line: int) -> int:
+        if self._starts is None:
+            self._starts = [0, *itertools.accumulate(map(len, self.lines))]
+        return self._starts[line]
+
+    def offset_at(self, position: types.Position, clamp: Clamp | None = None) -> int:
+        """Python str offset of an LSP position; positions past a line end or the document end are clamped."""
+        line, character = position.line, position.character
+        if line < 0 or character < 0:
+            if clamp is not None:
+                clamp.note = f"negative position {line}:{character}"
+            line, character = max(line, 0), max(character, 0)
+        if line >= len(self.lines):
+            if clamp is not None:
+                clamp.note = f"line {line} is past the end of the document ({len(self.lines)} lines)"
+            return self.length
+        content = _content(self.lines[line])
+        index = utf16_to_index(content, character)
+        if clamp is not None and index_to_utf16(content, index) != character:
+            clamp.note = f"character {character} is not a position on line {line}"
+        return self.line_start(line) + index
+
+    def position_at(self, offset: int) -> types.Position:
+        offset = max(0, min(offset, self.length))
+        self.line_start(0)
+        starts = self._starts
+        assert starts is not None
+        line = _bisect_right(starts, offset, hi=len(self.lines)) - 1
+        return types.Position(line=line, character=index_to_utf16(self.lines[line], offset - starts[line]))
+
+    def range_of(self, start: int, end: int) -> types.Range:
+        return types.Range(start=self.position_at(start), end=self.position_at(end))
+
+    # -- editing ---------------------------------------------------------------------------------------------------
+    def apply(self, change: types.TextDocumentContentChangeEvent) -> None:
+        if not isinstance(change, types.TextDocumentContentChangePartial):
+            self.lines = split_lines(change.text)
+            self.length = len(change.text)
+            self._text, self._starts = change.text, None
+            return
+        lines = self.lines
+        start_line = min(max(change.range.start.line, 0), len(lines) - 1)
+        end_line = min(max(change.range.end.line, 0), len(lines) - 1)
+        start = self._column(change.range.start, start_line)
+        end = self._column(change.range.end, end_line)
+        if (end_line, end) < (start_line, start):
+            start_line, start, end_line, end = end_line, end, start_line, start
+        chunk = lines[start_line][:start] + change.text + lines[end_line][end:]
+        first, last = start_line, end_line + 1
+        # An edit may split or join a "\r\n" pair with the neighbouring line: re-split the neighbours too.
+        if first > 0 and lines[first - 1].endswith("\r") and chunk.startswith("\n"):
+            first -= 1
+            chunk = lines[first] + chunk
+        if chunk.endswith("\r") and last < len(lines) and lines[last].startswith("\n"):
+            chunk += lines[last]
+            last += 1
+        removed = sum(map(len, lines[first:last]))
+        new_lines = split_lines(chunk)
+        if last < len(lines) and new_lines[-1] == "":
+            new_lines.pop()  # the chunk ended with a line ending: the next line follows, not an empty last line
+        lines[first:last] = new_lines
+        self.length += len(chunk) - removed
+        self._text, self._starts = None, None
+
+    def _column(self, position: types.Position, line: int) -> int:
+        if position.line >= len(self.lines):
+            return len(self.lines[line])  # past the end: the end of the document
+        return utf16_to_index(_content(self.lines[line]), position.character)
+
+
+def _bisect_right(values: list[int], x: int, hi: int) -> int:
+    import bisect
+
+    return bisect.bisect_right(values, x, 0, hi)
+
+
+class DocumentStore:
+    def __init__(self) -> None:
+        self._documents: dict[str, Document] = {}
+
+    def open(self, item: types.TextDocumentItem) -> Document:
+        document = Document(item.uri, item.text, item.version, item.language_id)
+        self._documents[item.uri] = document
+        return document
+
+    def change(self, params: types.DidChangeTextDocumentParams) -> Document | None:
+        document = self._documents.get(params.text_document.uri)
+        if document is None:
+            return None
+        for change in params.content_changes:
+            document.apply(change)
+        document.version = params.text_document.version
+        return document
+
+    def close(self, uri: str) -> None:
+        self._documents.pop(uri, None)
+
+    def get(self, uri: str) -> Document | None:
+        return self._documents.get(uri)
+
+    def __len__(self) -> int:
+        return len(self._documents)

@@ -1,0 +1,91 @@
+"""Gap fills for code actions and commands: the selection (or the Markdown placeholders in it) filled in one
+pipeline request, returned as a WorkspaceEdit tied to the document version it was computed for."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from lsprotocol import types
+
+from infill.pipeline import CompletionRequest, PipelineResult
+from infill.types import deadline_in
+
+from .gate import offset_logged, refusal
+from .placeholders import find_placeholders
+
+
+@dataclass
+class FillOutcome:
+    edit: types.WorkspaceEdit | None
+    reason: str  # why there is no edit ("" when there is one)
+    result: PipelineResult | None = None
+
+
+def is_markdown(uri: str, language_id: str | None) -> bool:
+    return language_id == "markdown" or uri.lower().endswith((".md", ".markdown"))
+
+
+def gap_spans(text: str, start: int, end: int, mode: str) -> tuple[list[tuple[int, int]], str]:
+    """The spans to fill and, when there are none, why."""
+    if mode == "gap":
+        if start >= end:
+            return [], "the selection is empty: select the gap to fill"
+        if not text[:start].strip() and not text[end:].strip():
+            return [], "the selection covers the whole document: there is no context to fill between"
+        return [(start, end)], ""
+    spans = find_placeholders(text, start, end) if start < end else find_placeholders(text, 0, len(text))
+    if not spans:
+        return [], "no placeholders ([[...]], {{...}} or ___) in the selection or document"
+    return spans, ""
+
+
+async def compute_fill(ls, uri: str, rng: types.Range, mode: str, expected_version: int | None) -> FillOutcome:
+    started = time.perf_counter()
+    document = ls.documents.get(uri)
+    if document is not None and expected_version is not None and document.version != expected_version:
+        return FillOutcome(None, f"{uri} changed since the action was offered "
+                                 f"(version {expected_version} -> {document.version})")
+    if (why := refusal(ls, document, uri)) is not None:
+        return FillOutcome(None, why)
+    version, text = document.version, document.text
+    start, end = offset_logged(ls, document, rng.start), offset_logged(ls, document, rng.end)
+    start, end = min(start, end), max(start, end)
+    spans, why = gap_spans(text, start, end, mode)
+    if not spans:
+        return FillOutcome(None, why)
+    request = CompletionRequest(text=text, start=spans[0][0], end=spans[0][1], mode="gap" if mode == "gap" else "gaps",
+                                language=document.language_id, document_id=uri, version=version,
+                                spans=tuple(spans) if mode == "gaps" else ())
+    ticket = ls.scheduler.open(uri, "action")
+    try:
+        future = ls.host.submit(ls.host.pipeline, request, ticket.token,
+                                deadline_in(ls.settings.code_action_budget_ms / 1000))
+        result: PipelineResult = await asyncio.wrap_future(future)
+    except asyncio.CancelledError:
+        ticket.token.cancel("request cancelled by the client")
+        raise
+    except Exception as exc:  # noqa: BLE001 - a failing backend (OOM, bug) costs this request only
+        ls.log(f"fill for {uri} failed: {type(exc).__name__}: {exc}", types.MessageType.Error)
+        return FillOutcome(None, f"the backend failed: {type(exc).__name__}: {exc}")
+    finally:
+        ls.scheduler.close(ticket)
+    server_ms = (time.perf_counter() - started) * 1000
+    stale = ticket.stopped or ls.documents.get(uri) is not document or document.version != version
+    outcome = "discarded" if stale else ("ok" if result.fills else "empty")
+    ls.telemetry.record_completion(kind=mode, uri=uri, version=version, position=[start, end], outcome=outcome,
+                                   result=result, server_ms=server_ms, fills=[f.text for f in result.fills])
+    if stale:
+        return FillOutcome(None, f"{uri} changed while the fill was computed (was version {version}); "
+                                 "no edit for the old version", result)
+    if not result.fills:
+        why = "; ".join(reason for _, reason in result.rejections) or (
+            result.result.error if result.result and result.result.error else
+            f"backend outcome {result.result.outcome if result.result else 'none'}")
+        return FillOutcome(None, f"no fill: {why}", result)
+    ls.telemetry.record_latency(server_ms)
+    edits = [types.TextEdit(range=document.range_of(f.start, f.end), new_text=f.text) for f in result.fills]
+    edit = types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(
+        text_document=types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=version), edits=edits)])
+    return FillOutcome(edit, "", result)

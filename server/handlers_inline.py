@@ -1,0 +1,69 @@
+"""textDocument/inlineCompletion: debounced (automatic triggers), superseded per document, cancelled by edits and
+$/cancelRequest, computed on the model thread under a latency budget, and never returned for an older version."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from lsprotocol import types
+
+from infill.pipeline import CompletionRequest, PipelineResult
+from infill.types import deadline_in
+
+from .gate import log_refusal, offset_logged, refusal
+
+
+def register(server) -> None:
+    @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+    async def inline_completion(ls, params: types.InlineCompletionParams) -> types.InlineCompletionList | None:
+        return await complete_inline(ls, params)
+
+
+async def complete_inline(ls, params: types.InlineCompletionParams) -> types.InlineCompletionList | None:
+    uri = params.text_document.uri
+    document = ls.documents.get(uri)
+    if (why := refusal(ls, document, uri)) is not None:
+        log_refusal(ls, uri, document.version if document else None, why)
+        return None  # at once: no debounce, no model
+    invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
+    ticket = ls.scheduler.open(uri, "inline")  # supersedes the older inline request for this document
+    try:
+        if not invoked and ls.settings.debounce_ms > 0:
+            await asyncio.sleep(ls.settings.debounce_ms / 1000)
+        if ticket.stopped:
+            return None  # a newer request or an edit came during the debounce: it wins
+        started = time.perf_counter()
+        version = document.version
+        offset = offset_logged(ls, document, params.position)
+        request = CompletionRequest(text=document.text, start=offset, mode="inline", language=document.language_id,
+                                    document_id=uri, version=version)
+        budget_ms = ls.settings.invoked_budget_ms if invoked else ls.settings.inline_budget_ms
+        future = ls.host.submit(ls.host.pipeline, request, ticket.token, deadline_in(budget_ms / 1000))
+        result: PipelineResult = await asyncio.wrap_future(future)
+    except asyncio.CancelledError:
+        ticket.token.cancel("request cancelled by the client")  # the engine stops within one step
+        raise
+    except Exception as exc:  # noqa: BLE001 - a failing backend (OOM, bug) costs this request only
+        ls.log(f"inline completion for {uri} failed: {type(exc).__name__}: {exc}", types.MessageType.Error)
+        return None
+    finally:
+        ls.scheduler.close(ticket)
+    return _reply(ls, params, document, version, ticket.stopped, result, started)
+
+
+def _reply(ls, params, document, version, stopped: bool, result: PipelineResult, started: float):
+    server_ms = (time.perf_counter() - started) * 1000
+    uri = params.text_document.uri
+    current = ls.documents.get(uri) is document and document.version == version
+    fills = [f for f in result.fills if f.text.strip()]
+    outcome = "discarded" if stopped or not current else ("ok" if fills else "empty")
+    ls.telemetry.record_completion(kind="inline", uri=uri, version=version,
+                                   position=[params.position.line, params.position.character], outcome=outcome,
+                                   result=result, server_ms=server_ms, fills=[f.text for f in fills])
+    if outcome != "ok":
+        return None  # nothing rather than a suggestion for another version or a bad one
+    ls.telemetry.record_latency(server_ms)
+    items = [types.InlineCompletionItem(insert_text=f.text,
+                                        range=document.range_of(f.start, f.end)) for f in fills]
+    return types.InlineCompletionList(items=items)

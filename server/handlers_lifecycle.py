@@ -1,0 +1,73 @@
+"""initialize / initialized / configuration / shutdown, and the client's infill/telemetry notifications."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lsprotocol import types
+
+from .server import TELEMETRY
+
+
+def register(server) -> None:
+    @server.feature(types.INITIALIZE)
+    def initialize(ls, params: types.InitializeParams) -> None:
+        if params.initialization_options is not None:
+            ls.apply_settings(_plain(params.initialization_options), "initializationOptions", layer="init")
+
+    @server.feature(types.INITIALIZED)
+    async def initialized(ls, params: types.InitializedParams) -> None:
+        await fetch_configuration(ls)
+        ls.start_loading()
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    async def did_change_configuration(ls, params: types.DidChangeConfigurationParams) -> None:
+        settings = _plain(params.settings)
+        if isinstance(settings, dict) and isinstance(settings.get("infill"), dict):
+            ls.apply_settings(settings["infill"], "didChangeConfiguration")
+        elif _client_has_configuration(ls):
+            await fetch_configuration(ls)  # the push carried nothing for us: pull (the usual pattern)
+        elif settings not in (None, {}):
+            ls.apply_settings(settings, "didChangeConfiguration")
+
+    @server.feature(TELEMETRY)
+    def telemetry(ls, params: Any) -> None:
+        event = _plain(params)
+        problem = ls.telemetry.record_event(event) if isinstance(event, dict) else \
+            f"infill/telemetry: params must be an object, got {event!r}; ignored"
+        if problem:
+            ls.log(problem, types.MessageType.Warning)
+
+    @server.feature(types.SHUTDOWN)
+    def shutdown(ls, params: Any) -> None:
+        ls.scheduler.cancel_all("server shutting down")
+        ls.host.close()
+
+
+def _client_has_configuration(ls) -> bool:
+    workspace = ls.client_capabilities.workspace
+    return bool(workspace and workspace.configuration)
+
+
+async def fetch_configuration(ls) -> None:
+    if not _client_has_configuration(ls):
+        return
+    try:
+        items = await ls.workspace_configuration_async(
+            types.ConfigurationParams(items=[types.ConfigurationItem(section="infill")]))
+    except Exception as exc:  # noqa: BLE001 - a client failing this request keeps the settings we have
+        ls.log(f"workspace/configuration failed: {exc}; keeping current settings", types.MessageType.Warning)
+        return
+    if items and items[0] is not None:
+        ls.apply_settings(_plain(items[0]), "workspace/configuration")
+
+
+def _plain(value: Any) -> Any:
+    """JSON-like Python values from whatever pygls produced for an untyped payload (dicts, namedtuples, attrs)."""
+    if hasattr(value, "_asdict"):
+        return {k: _plain(v) for k, v in value._asdict().items()}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value

@@ -1,0 +1,53 @@
+"""`infill-ls [--stdio]`: build the server and run it on stdio."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from infill.types import InfillError
+
+from .settings import Settings
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="infill-ls", description="infill-ls language server (stdio)")
+    parser.add_argument("--stdio", action="store_true", help="talk LSP over stdin/stdout (the default)")
+    parser.add_argument("--model", help="DiffusionGemma checkpoint directory or hub id (default: offline model)")
+    parser.add_argument("--load-format", default="auto", choices=("auto", "dummy"))
+    parser.add_argument("--device", help="auto, cpu, cuda, cuda:N")
+    parser.add_argument("--dtype", help="auto, float32, bfloat16, float16")
+    parser.add_argument("--log-file", help="write the server's own log here (stderr otherwise)")
+    parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    return parser
+
+
+def create_server(base: Settings):
+    from . import handlers_actions, handlers_inline, handlers_lifecycle
+    from .server import InfillServer
+
+    server = InfillServer(base)
+    handlers_lifecycle.register(server)
+    handlers_inline.register(server)
+    handlers_actions.register(server)
+    return server
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler = logging.FileHandler(args.log_file) if args.log_file else logging.StreamHandler(sys.stderr)
+    logging.basicConfig(level=args.log_level, handlers=[handler],
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("pygls").setLevel(logging.WARNING)  # pygls logs every message at INFO
+    try:
+        base = Settings(model=args.model, device=args.device, dtype=args.dtype, load_format=args.load_format)
+    except InfillError as exc:
+        print(f"infill-ls: {exc}", file=sys.stderr)
+        return 2
+    create_server(base).start_io()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

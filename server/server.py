@@ -1,0 +1,186 @@
+"""The language server object: pygls' LanguageServer plus infill's state (settings, documents, backend, scheduler,
+telemetry), logging to the client, status notifications and start-up progress."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import Any
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
+
+from infill import __version__
+
+from .backend_host import BackendHost
+from .documents import DocumentStore
+from .scheduler import Scheduler
+from .settings import Settings, parse_settings
+from .telemetry import Telemetry
+
+log = logging.getLogger(__name__)
+
+COMMANDS = ("infill.status", "infill.fillGap", "infill.fillAllGaps", "infill.toggle")
+STATUS_CHANGED = "infill/statusChanged"
+TELEMETRY = "infill/telemetry"
+
+
+class InfillProtocol(LanguageServerProtocol):
+    """Routes text sync to the server's own line-based DocumentStore instead of pygls' workspace, whose
+    incremental change re-joins the whole document on every keystroke."""
+
+    _server: "InfillServer"
+
+    def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams):
+        self._server.documents.open(params.text_document)
+        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_OPEN)) is not None:
+            yield handler, (params,), None
+
+    def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams):
+        server = self._server
+        uri = params.text_document.uri
+        if server.scheduler.document_changed(uri):
+            log.debug("edit to %s cancelled running requests", uri)
+        if server.documents.change(params) is None:
+            server.log(f"didChange for a document that is not open: {uri}; ignored", types.MessageType.Warning)
+        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CHANGE)) is not None:
+            yield handler, (params,), None
+
+    def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams):
+        self._server.scheduler.document_changed(params.text_document.uri)
+        self._server.documents.close(params.text_document.uri)
+        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CLOSE)) is not None:
+            yield handler, (params,), None
+
+    # Keep pygls' decorator marks (method_name) on the overrides so they replace the builtins.
+    lsp_text_document__did_open.method_name = types.TEXT_DOCUMENT_DID_OPEN  # type: ignore[attr-defined]
+    lsp_text_document__did_change.method_name = types.TEXT_DOCUMENT_DID_CHANGE  # type: ignore[attr-defined]
+    lsp_text_document__did_close.method_name = types.TEXT_DOCUMENT_DID_CLOSE  # type: ignore[attr-defined]
+
+
+class InfillServer(LanguageServer):
+    def __init__(self, base: Settings) -> None:
+        super().__init__("infill-ls", __version__, protocol_cls=InfillProtocol,
+                         text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        self.base_settings = base  # command-line options; client settings overlay them
+        self.settings = base
+        self.documents = DocumentStore()
+        self.scheduler = Scheduler()
+        self.telemetry = Telemetry(base.completion_log)
+        self.host = BackendHost(self._on_load_event)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._progress_token: str | None = None
+        self._progress_ready: asyncio.Future | None = None
+        self._raw_layers: dict[str, dict] = {}  # "init" (initializationOptions) and "config" (workspace config)
+
+    # -- client-facing messages ------------------------------------------------------------------------------------
+    def log(self, message: str, kind: types.MessageType = types.MessageType.Info) -> None:
+        getattr(log, {1: "error", 2: "warning"}.get(kind.value, "info"))(message)
+        try:
+            self.window_log_message(types.LogMessageParams(type=kind, message=f"infill: {message}"))
+        except Exception:  # noqa: BLE001 - no transport yet (tests, shutdown): the local log has it
+            pass
+
+    def status(self) -> dict[str, Any]:
+        info = self.host.info
+        return {
+            "ready": self.host.ready, "state": self.host.state,
+            "model": info.model if info else self.settings.model, "backend": info.name if info else None,
+            "kind": info.kind if info else None, "device": info.device if info else self.settings.device,
+            "dtype": info.dtype if info else self.settings.dtype, "isFallback": info.is_fallback if info else None,
+            "label": info.label if info else None, "enabled": self.settings.enabled, "error": self.host.error,
+            "latencies": self.telemetry.latency_summary(), "telemetry": self.telemetry.summary(),
+            "documents": len(self.documents), "running": self.scheduler.running, "version": __version__,
+        }
+
+    def notify_status(self) -> None:
+        self.protocol.notify(STATUS_CHANGED, self.status())
+
+    # -- settings --------------------------------------------------------------------------------------------------
+    def apply_settings(self, raw: Any, source: str, layer: str = "config") -> None:
+        """Overlay client settings (from `source`, for the log) and react: reload the backend if what selects it
+        changed, retarget the completion log, refresh status. Workspace configuration overlays initializationOptions;
+        a newer configuration replaces the older one."""
+        before = self.settings
+        _, problems = parse_settings(raw, self.base_settings)
+        for problem in problems:
+            self.log(f"{problem} (from {source})", types.MessageType.Warning)
+        if isinstance(raw, dict):
+            self._raw_layers[layer] = raw.get("infill") if isinstance(raw.get("infill"), dict) else raw
+        merged = {**self._raw_layers.get("init", {}), **self._raw_layers.get("config", {})}
+        settings, problems = parse_settings(merged, self.base_settings)
+        for name in ("model", "device", "dtype", "remote_endpoint", "remote_model"):
+            if getattr(settings, name) is None and getattr(self.base_settings, name) is not None:
+                settings = _with(settings, name, getattr(self.base_settings, name))
+        self.settings = settings
+        self.telemetry.log_path = settings.completion_log
+        if settings.max_middle_tokens != before.max_middle_tokens:
+            self.host.set_max_middle_tokens(settings.max_middle_tokens)
+        if self.host.loaded_key is not None and settings.backend_key() != self.host.loaded_key:
+            self.log(f"backend settings changed (from {source}); reloading in the background")
+            self.start_loading()
+        elif settings.enabled != before.enabled:
+            self.notify_status()
+
+    # -- loading and progress --------------------------------------------------------------------------------------
+    def start_loading(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._begin_progress()
+        self.host.load(self.settings)
+        self.notify_status()
+
+    def _begin_progress(self) -> None:
+        window = self.client_capabilities.window
+        if not (window and window.work_done_progress):
+            self._progress_token = None
+            return
+        if self._progress_token is not None:  # a reload while the previous load still reports
+            self.work_done_progress.end(self._progress_token, types.WorkDoneProgressEnd(message="superseded"))
+        token = f"infill-load-{uuid.uuid4().hex[:8]}"
+        self._progress_token = token
+        ready: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._progress_ready = ready
+
+        async def create_then_begin() -> None:
+            try:
+                await self.work_done_progress.create_async(token)
+                self.work_done_progress.begin(token, types.WorkDoneProgressBegin(
+                    title="infill: loading model", message="starting", percentage=0, cancellable=False))
+            except Exception as exc:  # noqa: BLE001 - a client refusing progress is not an error for us
+                log.info("work-done progress not available: %s", exc)
+                self._progress_token = None
+            finally:
+                ready.set_result(None)
+
+        asyncio.ensure_future(create_then_begin())
+
+    def _on_load_event(self, state: str, message: str, fraction: float | None) -> None:
+        """Called on the loader thread: hop to the event loop."""
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._load_event(state, message, fraction)))
+
+    async def _load_event(self, state: str, message: str, fraction: float | None) -> None:
+        token, ready = self._progress_token, self._progress_ready
+        if token is not None and ready is not None:
+            await ready  # begin must precede report/end
+            token = self._progress_token
+        percentage = None if fraction is None else max(0, min(100, int(fraction * 100)))
+        if state == "loading":
+            self.log(message)
+            if token is not None:
+                self.work_done_progress.report(token, types.WorkDoneProgressReport(message=message,
+                                                                                   percentage=percentage))
+            return
+        if token is not None:
+            self.work_done_progress.end(token, types.WorkDoneProgressEnd(message=message))
+            self._progress_token = None
+        self.log(message, types.MessageType.Error if state == "error" else types.MessageType.Info)
+        self.notify_status()
+
+
+def _with(settings: Settings, name: str, value: Any) -> Settings:
+    from dataclasses import replace
+
+    return replace(settings, **{name: value})

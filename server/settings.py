@@ -1,0 +1,126 @@
+"""Server settings as one validated, typed dataclass, read from initializationOptions, workspace/configuration
+(section "infill") and workspace/didChangeConfiguration.
+
+Clients send camelCase keys (see docs/TEAM.md, "LSP protocol"). Unknown or ill-typed keys never fail a request:
+`parse_settings` keeps the previous value and returns a problem line that the server logs via window/logMessage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from infill.types import InfillError
+
+
+@dataclass(frozen=True)
+class Settings:
+    model: str | None = None  # DiffusionGemma checkpoint (dir or hub id); None: offline default or remote
+    device: str | None = None
+    dtype: str | None = None
+    load_format: str = "auto"
+    enabled: bool = True
+    inline_budget_ms: int = 600  # automatic inline trigger: deadline after the debounce
+    invoked_budget_ms: int = 2000  # explicitly invoked inline completion: larger budget, no debounce
+    code_action_budget_ms: int = 10000
+    debounce_ms: int = 120
+    max_middle_tokens: int = 64
+    enabled_languages: tuple[str, ...] = ()  # empty: every language
+    fallback_endpoint: str | None = None
+    fallback_model: str | None = None
+    remote_endpoint: str | None = None
+    remote_model: str | None = None
+    completion_log: str | None = None  # opt-in JSONL log of completions and telemetry; None: nothing written
+    max_document_chars: int = 2_000_000  # larger documents are refused politely (bounded work per request)
+
+    def __post_init__(self) -> None:
+        def need(ok: bool, message: str) -> None:
+            if not ok:
+                raise InfillError(f"invalid setting: {message}")
+
+        for name in ("inline_budget_ms", "invoked_budget_ms", "code_action_budget_ms"):
+            need(0 < getattr(self, name) <= 600_000, f"{_CAMEL[name]} must be in 1..600000 ms")
+        need(0 <= self.debounce_ms <= 10_000, "debounceMs must be in 0..10000")
+        need(1 <= self.max_middle_tokens <= 4096, "maxMiddleTokens must be in 1..4096")
+        need(self.load_format in ("auto", "dummy"), "loadFormat must be 'auto' or 'dummy'")
+        need(1 <= self.max_document_chars <= 200_000_000, "maxDocumentChars must be in 1..200000000")
+
+    def language_enabled(self, language: str | None) -> bool:
+        return not self.enabled_languages or (language or "") in self.enabled_languages
+
+    def backend_key(self) -> tuple:
+        """What selects and loads the backend: a change in any of these reloads it."""
+        return (self.model, self.device, self.dtype, self.load_format, self.remote_endpoint, self.remote_model,
+                self.fallback_endpoint, self.fallback_model)
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+_CAMEL = {f.name: _camel(f.name) for f in fields(Settings)}
+_FIELD_OF = {camel: name for name, camel in _CAMEL.items()}
+_OPTIONAL_TEXT = {"model", "device", "dtype", "fallback_endpoint", "fallback_model", "remote_endpoint",
+                  "remote_model", "completion_log"}
+_INTEGERS = {"inline_budget_ms", "invoked_budget_ms", "code_action_budget_ms", "debounce_ms", "max_middle_tokens",
+             "max_document_chars"}
+
+
+def _coerce(name: str, value: Any) -> Any:
+    """The typed value for field `name`, or raise TypeError naming the expected type."""
+    if name in _OPTIONAL_TEXT:
+        if value is None or isinstance(value, str):
+            return value.strip() or None if isinstance(value, str) else None
+        raise TypeError("a string")
+    if name == "load_format":
+        if isinstance(value, str):
+            return value
+        raise TypeError("a string")
+    if name == "enabled":
+        if isinstance(value, bool):
+            return value
+        raise TypeError("true or false")
+    if name in _INTEGERS:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+            raise TypeError("an integer")
+        return int(value)
+    if name == "enabled_languages":
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+        raise TypeError("a list of language ids")
+    raise TypeError("a known type")  # unreachable: every field is listed above
+
+
+def parse_settings(raw: Any, base: Settings) -> tuple[Settings, list[str]]:
+    """Overlay the client's settings object on `base`. Returns the new settings and the problems found (unknown
+    keys, wrong types, out-of-range values), each one line for window/logMessage. Never raises."""
+    if raw is None:
+        return base, []
+    if not isinstance(raw, dict):
+        return base, [f"infill settings must be an object, got {type(raw).__name__}; ignored"]
+    if isinstance(raw.get("infill"), dict):  # some clients nest the section once more
+        raw = {**{k: v for k, v in raw.items() if k != "infill"}, **raw["infill"]}
+    problems: list[str] = []
+    changes: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = _FIELD_OF.get(key)
+        if name is None:
+            problems.append(f"unknown setting infill.{key}; ignored")
+            continue
+        try:
+            changes[name] = _coerce(name, value)
+        except TypeError as exc:
+            problems.append(f"setting infill.{key} must be {exc}, got {value!r}; kept {getattr(base, name)!r}")
+    try:
+        return replace(base, **changes), problems
+    except InfillError:
+        pass
+    # One or more values out of range: apply the valid ones one by one so a single bad key costs only itself.
+    settings = base
+    for name, value in changes.items():
+        try:
+            settings = replace(settings, **{name: value})
+        except InfillError as exc:
+            problems.append(f"{exc}; kept {getattr(settings, name)!r}")
+    return settings, problems

@@ -1,0 +1,105 @@
+"""Local telemetry: counts of client events (shown / accepted full or partial / rejected), completion latencies,
+and an opt-in JSONL log (setting completionLog) of every completion and event. Nothing is sent anywhere."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections import Counter, deque
+from typing import Any
+
+from infill.pipeline import PipelineResult
+
+log = logging.getLogger(__name__)
+
+EVENTS = ("shown", "accepted", "rejected")
+
+
+def percentile(values: list[float], fraction: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
+
+
+class Telemetry:
+    def __init__(self, log_path: str | None = None, window: int = 1000) -> None:
+        self.counts: Counter[str] = Counter()
+        self.latencies_ms: deque[float] = deque(maxlen=window)
+        self.log_path = log_path
+        self._lock = threading.Lock()
+
+    # -- counters --------------------------------------------------------------------------------------------------
+    def record_latency(self, ms: float) -> None:
+        self.latencies_ms.append(ms)
+
+    def latency_summary(self) -> dict:
+        values = list(self.latencies_ms)
+        p50, p95 = percentile(values, 0.5), percentile(values, 0.95)
+        return {"p50_ms": None if p50 is None else round(p50, 1), "p95_ms": None if p95 is None else round(p95, 1),
+                "count": len(values)}
+
+    def record_event(self, event: dict[str, Any]) -> str | None:
+        """Count one `infill/telemetry` event; returns a problem line if it is malformed (then nothing counts)."""
+        kind = event.get("event")
+        if kind not in EVENTS:
+            return f"infill/telemetry: unknown event {kind!r} (expected one of {', '.join(EVENTS)}); ignored"
+        self.counts[kind] += 1
+        if kind == "accepted":
+            self.counts["accepted_partial" if event.get("partial") else "accepted_full"] += 1
+            accepted = event.get("acceptedChars")
+            if isinstance(accepted, int) and not isinstance(accepted, bool) and accepted >= 0:
+                self.counts["accepted_chars"] += accepted
+        self.append({"type": "telemetry", **{k: event.get(k) for k in (
+            "event", "uri", "version", "itemId", "acceptedChars", "totalChars", "partial")}})
+        return None
+
+    def summary(self) -> dict:
+        return {key: self.counts.get(key, 0) for key in (
+            "shown", "accepted", "accepted_full", "accepted_partial", "accepted_chars", "rejected", "completions",
+            "empty", "discarded")}
+
+    # -- JSONL log -------------------------------------------------------------------------------------------------
+    def record_completion(self, *, kind: str, uri: str, version: int | None, position: Any, outcome: str,
+                          result: PipelineResult | None, server_ms: float, fills: list[str]) -> None:
+        self.counts["completions"] += 1
+        if outcome in ("empty", "none"):
+            self.counts["empty"] += 1
+        elif outcome == "discarded":
+            self.counts["discarded"] += 1
+        if not self.log_path:
+            return
+        infill = result.result if result is not None else None
+        timings = infill.timings if infill is not None else None
+        self.append({
+            "type": "completion", "kind": kind, "uri": uri, "version": version, "position": position,
+            "outcome": outcome, "route": result.route if result else None,
+            "backend": infill.backend if infill else None, "backend_outcome": infill.outcome if infill else None,
+            "latency_ms": {"server": round(server_ms, 2),
+                           "context": round(result.context_ms, 2) if result else None,
+                           "pipeline": round(result.total_ms, 2) if result else None,
+                           "encode": timings.encode_ms if timings else None,
+                           "denoise": timings.denoise_ms if timings else None,
+                           "backend": timings.total_ms if timings else None},
+            "steps": infill.steps if infill else None,
+            "rejections": result.rejections if result else [],
+            "versions": infill.versions if infill else {},
+            "fills": fills,
+        })
+
+    def append(self, record: dict) -> None:
+        path = self.log_path
+        if not path:
+            return
+        line = json.dumps({"time": time.time(), **record}, default=str, ensure_ascii=False)
+        try:
+            with self._lock:
+                directory = os.path.dirname(os.path.abspath(path))
+                os.makedirs(directory, exist_ok=True)
+                with open(path, "a", encoding="utf-8") as handle:
+                    handle.write(line + "\n")
+        except OSError as exc:
+            log.warning("cannot append to completion log %s: %s", path, exc)
