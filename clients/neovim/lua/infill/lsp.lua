@@ -1,0 +1,182 @@
+-- Starting, finding and restarting the infill-ls client; server status; telemetry.
+local config = require('infill.config')
+local util = require('infill.util')
+
+local M = {}
+
+M.name = 'infill'
+
+---@class infill.ServerState
+M.state = {
+  enabled = false, -- setup() ran and the server can be started
+  start_error = nil, ---@type string|nil  why the server cannot start at all
+  status = nil, ---@type table|nil         last infill/statusChanged payload
+  crashes = 0, -- consecutive crashes, reset once a client initializes
+  gave_up = false,
+  exiting = false,
+  last_exit = nil, ---@type string|nil
+}
+
+local restart_timer = nil ---@type uv.uv_timer_t|nil
+local stopping = {} ---@type table<integer, boolean> clients we stopped on purpose
+
+local function notify_once(msg, level)
+  vim.schedule(function()
+    vim.notify(msg, level or vim.log.levels.ERROR, { title = 'infill' })
+  end)
+end
+
+--- Attach only to real, named, reasonably sized, valid UTF-8 files; one server for all of them.
+local function root_dir(bufnr, on_dir)
+  local ok, why = util.buffer_eligible(bufnr, config.current.max_buffer_bytes)
+  if not ok then
+    vim.b[bufnr].infill_skipped = why
+    return
+  end
+  vim.b[bufnr].infill_skipped = nil
+  on_dir(vim.fs.root(bufnr, { '.git' }) or vim.fn.getcwd())
+end
+
+local function on_status(_, result, ctx)
+  if type(result) ~= 'table' then
+    return
+  end
+  local previous = M.state.status
+  M.state.status = result
+  if result.state == 'error' and not (previous and previous.state == 'error') then
+    notify_once('infill: the server reports an error: ' .. tostring(result.error or 'unknown'))
+  end
+  vim.api.nvim_exec_autocmds('User', { pattern = 'InfillStatus', data = { client_id = ctx.client_id, status = result } })
+end
+
+local function schedule_restart()
+  local cfg = config.current
+  if M.state.crashes > cfg.restart_max then
+    M.state.gave_up = true
+    notify_once(
+      ('infill: infill-ls exited %d times in a row (%s); not restarting. Fix the cause, then :InfillRestart.'):format(
+        M.state.crashes,
+        M.state.last_exit or '?'
+      )
+    )
+    return
+  end
+  local delay = cfg.restart_base_ms * 2 ^ (M.state.crashes - 1)
+  if restart_timer then
+    restart_timer:stop()
+    restart_timer:close()
+  end
+  restart_timer = vim.defer_fn(function()
+    restart_timer = nil
+    if M.state.enabled and not M.state.exiting then
+      vim.lsp.enable(M.name) -- re-runs the attach logic for every open buffer
+    end
+  end, delay)
+end
+
+local function on_exit(code, signal, client_id)
+  if stopping[client_id] or M.state.exiting then
+    stopping[client_id] = nil
+    return
+  end
+  if code == 0 and signal == 0 then
+    return
+  end
+  M.state.crashes = M.state.crashes + 1
+  M.state.last_exit = ('exit code %d, signal %d'):format(code, signal)
+  vim.schedule(schedule_restart)
+end
+
+local function on_init(_client, _result)
+  M.state.crashes = 0
+  M.state.gave_up = false
+end
+
+--- Registers the vim.lsp config and enables it (or records why it cannot start).
+function M.start()
+  local cfg = config.current
+  local cmd = config.command()
+  M.state.start_error = nil
+  if vim.fn.executable(cmd[1]) ~= 1 then
+    M.state.start_error = ('cannot start %q: not found or not executable. Set cmd in require("infill").setup{...}'):format(
+      cmd[1]
+    )
+    M.state.enabled = false
+    notify_once('infill: ' .. M.state.start_error .. '. Inline suggestions are off.')
+    return false
+  end
+  vim.lsp.config(M.name, {
+    cmd = cmd,
+    filetypes = cfg.filetypes,
+    root_dir = root_dir,
+    reuse_client = function(client, conf)
+      return client.name == conf.name and not client:is_stopped()
+    end,
+    init_options = cfg.settings,
+    settings = { infill = cfg.settings },
+    capabilities = {
+      textDocument = { inlineCompletion = { dynamicRegistration = false } },
+    },
+    handlers = { ['infill/statusChanged'] = on_status },
+    on_init = on_init,
+    on_exit = on_exit,
+  })
+  M.state.enabled = true
+  vim.lsp.enable(M.name)
+  return true
+end
+
+--- Stops every infill client on purpose (no restart).
+function M.stop()
+  for _, client in ipairs(vim.lsp.get_clients({ name = M.name })) do
+    stopping[client.id] = true
+    client:stop()
+  end
+end
+
+function M.restart()
+  M.stop()
+  M.state.crashes = 0
+  M.state.gave_up = false
+  vim.defer_fn(function()
+    M.start()
+  end, 100)
+end
+
+--- The initialized infill client attached to `bufnr`, if any.
+---@return vim.lsp.Client|nil
+function M.get_client(bufnr)
+  for _, client in ipairs(vim.lsp.get_clients({ name = M.name, bufnr = bufnr })) do
+    if client.initialized and not client:is_stopped() then
+      return client
+    end
+  end
+  return nil
+end
+
+--- Sends workspace/didChangeConfiguration with the current settings.
+function M.push_settings()
+  for _, client in ipairs(vim.lsp.get_clients({ name = M.name })) do
+    client.settings = { infill = config.current.settings }
+    client:notify('workspace/didChangeConfiguration', { settings = client.settings })
+  end
+end
+
+--- Sends an infill/telemetry notification (fire and forget).
+---@param client vim.lsp.Client
+---@param payload table
+function M.telemetry(client, payload)
+  if not config.current.telemetry or client:is_stopped() then
+    return
+  end
+  client:notify('infill/telemetry', payload)
+end
+
+vim.api.nvim_create_autocmd('VimLeavePre', {
+  group = vim.api.nvim_create_augroup('infill.lsp', { clear = true }),
+  callback = function()
+    M.state.exiting = true
+  end,
+})
+
+return M
