@@ -1,0 +1,108 @@
+"""Infill canvases: free slots for the gap(s), fixed text clamped between and after them.
+
+One row per candidate middle length; every gap in a row gets that length. Row layout:
+
+    [gap 0: L free] [between[0] clamped] [gap 1: L free] ... [gap G-1: L free] [suffix anchor clamped] [pad ...]
+
+Rows are padded to one width; pad slots are masked out as keys, so a padded row computes what it would alone.
+Positions continue after the prompt in the KV cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+from .types import InfillError
+
+
+@dataclass(frozen=True)
+class Canvas:
+    lengths: tuple[int, ...]  # candidate middle length per row
+    fixed_tokens: torch.Tensor  # (B, W) clamped token at fixed/pad slots (anything at free slots)
+    free: torch.Tensor  # (B, W) bool: slots the model fills
+    anchor: torch.Tensor  # (B, W) bool: clamped fixed-text slots (scored for how well the middle joins them)
+    valid: torch.Tensor  # (B, W) bool: not padding
+    gap_of: torch.Tensor  # (B, W) int: gap index of a free slot, -1 elsewhere
+    position_ids: torch.Tensor  # (B, W) int: positions after the prompt
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.free.shape)  # type: ignore[return-value]
+
+    @property
+    def padded(self) -> bool:
+        return not bool(self.valid.all())
+
+
+def fit_lengths(candidates: list[int], gaps: int, fixed_total: int, width: int) -> list[int]:
+    return [n for n in candidates if gaps * n + fixed_total <= width]
+
+
+def build_canvas(lengths: list[int], fixed: list[list[int]], prompt_length: int, pad_id: int,
+                 device: torch.device) -> Canvas:
+    """`fixed[g]` is the clamped text after gap g (between texts, then the suffix anchor last)."""
+    if not lengths:
+        raise InfillError("no candidate middle length fits the canvas")
+    widths = [len(fixed) * n + sum(len(f) for f in fixed) for n in lengths]
+    width = max(widths)
+    rows = len(lengths)
+    tokens = torch.full((rows, width), pad_id, dtype=torch.long)
+    free = torch.zeros((rows, width), dtype=torch.bool)
+    anchor = torch.zeros((rows, width), dtype=torch.bool)
+    gap_of = torch.full((rows, width), -1, dtype=torch.long)
+    for r, n in enumerate(lengths):
+        at = 0
+        for g, clamp in enumerate(fixed):
+            free[r, at:at + n] = True
+            gap_of[r, at:at + n] = g
+            at += n
+            if clamp:
+                tokens[r, at:at + len(clamp)] = torch.tensor(clamp, dtype=torch.long)
+                anchor[r, at:at + len(clamp)] = True
+                at += len(clamp)
+    valid = free | anchor
+    positions = prompt_length + torch.arange(width, dtype=torch.long).expand(rows, width)
+    return Canvas(tuple(lengths), tokens.to(device), free.to(device), anchor.to(device), valid.to(device),
+                  gap_of.to(device), positions.contiguous().to(device))
+
+
+def decoder_cache_view(cache: DynamicCache, layer_types: list[str], sliding_window: int, rows: int) -> DynamicCache:
+    """A read-only view of a full-history cache as the decoder expects it: sliding layers see only the last
+    `sliding_window - 1` prompt tokens (what `DynamicCache(config)` would hold), batch expanded to `rows`."""
+    view = DynamicCache()
+    keep = sliding_window - 1
+    for layer, kind in zip(cache.layers, layer_types):
+        keys, values = layer.keys, layer.values
+        if kind == "sliding_attention" and keys.shape[-2] > keep:
+            keys, values = keys[..., -keep:, :], values[..., -keep:, :]
+        if rows != keys.shape[0]:
+            keys, values = keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1)
+        clone = DynamicLayer()
+        clone.lazy_initialization(keys, values)
+        clone.keys, clone.values = keys, values
+        view.layers.append(clone)
+    return view
+
+
+def decoder_masks(canvas: Canvas, view: DynamicCache, layer_types: list[str], dtype: torch.dtype,
+                  additive: bool) -> dict[str, torch.Tensor | None]:
+    """4D key masks per layer type when rows are padded; `None` (the model's own full bidirectional attention)
+    otherwise. Every query sees the whole visible prompt and the valid canvas slots of its row."""
+    if not canvas.padded:
+        return {kind: None for kind in set(layer_types)}
+    rows, width = canvas.shape
+    masks: dict[str, torch.Tensor | None] = {}
+    for kind in set(layer_types):
+        prompt_keys = view.layers[layer_types.index(kind)].keys.shape[-2]
+        keep = torch.cat([torch.ones((rows, prompt_keys), dtype=torch.bool, device=canvas.valid.device),
+                          canvas.valid], dim=1)
+        mask = keep[:, None, None, :].expand(rows, 1, width, prompt_keys + width)
+        if additive:
+            mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
+                ~mask, torch.finfo(dtype).min)
+        masks[kind] = mask
+    return masks

@@ -1,0 +1,219 @@
+"""The persistent in-process DiffusionGemma infill engine (an `InfillBackend`).
+
+One loaded model per process, kept warm; requests serialise on it. A request: tokenise the prompt by chunks →
+reuse the document's prefix KV (crop to the common prefix, encode only the new tail) → build a canvas with one row
+per candidate middle length and the suffix anchor clamped → denoise → pick the row that best joins the fixed text
+→ decode. Cancellation, supersession and the deadline act between denoising steps.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import torch
+import transformers
+
+from .canvas import build_canvas, decoder_cache_view, decoder_masks, fit_lengths
+from .config import EngineConfig
+from .denoise import DenoiseOutput, denoise
+from .kv_store import PrefixKVStore
+from .loading import LoadedModel
+from .tokens import ChunkedTokenizer
+from .types import (BackendInfo, CancelToken, Draft, DraftCallback, InfillError, InfillRequest, InfillResult,
+                    Supersession, Timings)
+
+log = logging.getLogger(__name__)
+
+SINGLE_LINE_MAX_TOKENS = 32
+_ANONYMOUS = "\0anonymous"
+
+
+class DiffusionEngine:
+    def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None) -> None:
+        self.loaded = loaded
+        self.model = loaded.model
+        self.tokenizer = loaded.tokenizer
+        self.config = config or EngineConfig()
+        text = self.model.config.text_config
+        self.layer_types = list(text.layer_types)
+        self.sliding_window = text.sliding_window
+        self.width = self.config.canvas_length or self.model.config.canvas_length
+        self.max_prompt = min(self.config.max_prompt_tokens, text.max_position_embeddings - self.width - 1)
+        gen = self.model.generation_config
+        self.bos_id, self.eos_id, self.pad_id = gen.bos_token_id, gen.eos_token_id, gen.pad_token_id
+        self.stop_ids = {i for i in (self.eos_id if isinstance(self.eos_id, list) else [self.eos_id]) if i is not None}
+        self.stop_ids.add(self.pad_id)
+        self.additive_masks = text._attn_implementation == "eager"
+        self.device = next(self.model.parameters()).device
+        self.tokens = ChunkedTokenizer(self.tokenizer)
+        self.store = PrefixKVStore(self.config.kv_store_bytes)
+        self._lock = threading.Lock()
+        self._supersession = Supersession()
+        self._info = BackendInfo(name=f"diffusiongemma:{loaded.model_id}", kind="diffusion", model=loaded.model_id,
+                                 device=loaded.device, dtype=loaded.dtype,
+                                 label=f"DiffusionGemma {loaded.model_id} ({loaded.device}, {loaded.dtype})")
+
+    @property
+    def info(self) -> BackendInfo:
+        return self._info
+
+    def close(self) -> None:
+        self.store.clear()
+
+    def versions(self) -> dict:
+        return {"backend": "diffusion", "model": self.loaded.model_id, "revision": self.loaded.revision,
+                "dtype": self.loaded.dtype, "device": self.loaded.device, "canvas_width": self.width,
+                "transformers": transformers.__version__, **self.config.describe()}
+
+    # ---- public entry point -------------------------------------------------------------------------------------
+
+    def infill(self, request: InfillRequest, *, cancel: CancelToken | None = None, deadline: float | None = None,
+               on_draft: DraftCallback | None = None) -> InfillResult:
+        started = time.perf_counter()
+        cancel = cancel or CancelToken()
+        self._supersession.register(request.document_id, cancel)
+        try:
+            if not self._acquire(cancel, deadline):
+                outcome = "cancelled" if cancel.cancelled else "cut_short"
+                return self._empty(request, outcome, started, "cancelled while waiting for the model"
+                                   if cancel.cancelled else "deadline passed while waiting for the model")
+            try:
+                return self._infill_locked(request, cancel, deadline, on_draft, started)
+            finally:
+                self._lock.release()
+        except InfillError as exc:
+            log.info("infill request refused: %s", exc)
+            return self._empty(request, "error", started, str(exc))
+        except Exception as exc:  # a failing model must never take the engine down
+            log.exception("diffusion engine failed")
+            return self._empty(request, "error", started, f"{type(exc).__name__}: {exc}")
+        finally:
+            self._supersession.release(request.document_id, cancel)
+
+    def _acquire(self, cancel: CancelToken, deadline: float | None) -> bool:
+        while not self._lock.acquire(timeout=0.01):
+            if cancel.cancelled or (deadline is not None and time.monotonic() >= deadline):
+                return False
+        if cancel.cancelled:
+            self._lock.release()
+            return False
+        return True
+
+    def _empty(self, request: InfillRequest, outcome: str, started: float, error: str | None) -> InfillResult:
+        return InfillResult(middles=tuple("" for _ in range(request.gap_count)), outcome=outcome,  # type: ignore
+                            backend=self._info.name, version=request.version, versions=self.versions(), error=error,
+                            timings=Timings(total_ms=(time.perf_counter() - started) * 1000))
+
+    # ---- one request, model lock held ---------------------------------------------------------------------------
+
+    def prompt_ids(self, prefix: str) -> list[int]:
+        """BOS + the near end of the prefix (whole lines dropped from the far end beyond max_prompt_tokens)."""
+        head = [self.bos_id] if self.bos_id is not None else []
+        return head + self.tokens.encode_tail(prefix, self.max_prompt - len(head))
+
+    def _fixed_segments(self, request: InfillRequest) -> list[list[int]]:
+        between = [self.tokens.encode(text) for text in request.between]
+        anchor = self.tokens.encode_head(request.suffix, self.config.suffix_anchor_tokens) if request.suffix else []
+        return between + [anchor]
+
+    def _candidate_lengths(self, request: InfillRequest, fixed: list[list[int]]) -> tuple[list[int], list[list[int]]]:
+        cap = min(request.max_middle_tokens, SINGLE_LINE_MAX_TOKENS if request.single_line else self.width)
+        lengths = sorted({min(n, cap) for n in self.config.candidate_lengths})
+        gaps, between_total = len(fixed), sum(len(f) for f in fixed[:-1])
+        if between_total + gaps > self.width:
+            raise InfillError(f"the fixed text between {gaps} gaps needs {between_total} tokens plus one per gap; "
+                              f"the canvas holds {self.width}")
+        anchor = fixed[-1][: max(0, self.width - between_total - gaps * lengths[0])]
+        fixed = fixed[:-1] + [anchor]
+        if not anchor and gaps == 1:
+            lengths = lengths[-1:]  # nothing to join: one row, its length bounded by EOS
+        fitting = fit_lengths(lengths, gaps, between_total + len(anchor), self.width)
+        return fitting or [(self.width - between_total - len(anchor)) // gaps], fixed
+
+    def _encode_prompt(self, key: str, ids: torch.Tensor):
+        cache, reused = self.store.take(key, ids)
+        if reused < ids.numel():
+            tail = ids[reused:].to(self.device)[None]
+            positions = torch.arange(reused, ids.numel(), device=self.device)[None]
+            self.model.model.encoder(input_ids=tail, cache=cache, position_ids=positions)
+        return cache, reused
+
+    def _infill_locked(self, request: InfillRequest, cancel: CancelToken, deadline: float | None,
+                       on_draft: DraftCallback | None, started: float) -> InfillResult:
+        if cancel.cancelled:
+            return self._empty(request, "cancelled", started, cancel.reason)
+        ids = torch.tensor(self.prompt_ids(request.prefix), dtype=torch.long)
+        lengths, fixed = self._candidate_lengths(request, self._fixed_segments(request))
+        key = request.document_id or _ANONYMOUS
+        with torch.inference_mode():
+            cache, reused = self._encode_prompt(key, ids)
+            encoded = time.perf_counter()
+            canvas = build_canvas(lengths, fixed, ids.numel(), self.pad_id, self.device)
+            view = decoder_cache_view(cache, self.layer_types, self.sliding_window, len(lengths))
+            masks = decoder_masks(canvas, view, self.layer_types, self.model.dtype, self.additive_masks)
+            seed = request.seed if request.seed is not None else self.config.seed
+            generator = torch.Generator(self.device)
+            generator.manual_seed(seed) if seed is not None else generator.seed()
+            on_step = self._draft_emitter(canvas, on_draft, request) if on_draft else None
+            try:
+                out = denoise(self.model, self.config, canvas, view, masks, generator, cancel=cancel,
+                              deadline=deadline, on_step=on_step)
+            finally:
+                self.store.put(key, ids, cache)  # the decoder never writes the cache: it still matches `ids`
+        done = time.perf_counter()
+        if out.outcome == "cancelled":
+            return self._empty(request, "cancelled", started, cancel.reason or "cancelled")
+        return self._result(request, canvas, out, ids.numel(), reused, started, encoded, done)
+
+    # ---- turning the canvas into text ---------------------------------------------------------------------------
+
+    def _best_row(self, canvas, score: torch.Tensor) -> int:
+        if not bool(canvas.anchor.any()):
+            return len(canvas.lengths) - 1
+        return int(torch.argmax(score))
+
+    def _middle_ids(self, canvas, tokens: torch.Tensor, row: int, gap: int) -> list[int]:
+        picked = tokens[row][canvas.gap_of[row] == gap].tolist()
+        for i, token in enumerate(picked):
+            if token in self.stop_ids:
+                return picked[:i]
+        return picked
+
+    def _decode(self, ids: list[int], single_line: bool) -> str:
+        text = self.tokenizer.decode([i for i in ids if i < len(self.tokenizer)], skip_special_tokens=True)
+        return text.split("\n", 1)[0] if single_line else text
+
+    def _middles(self, canvas, tokens: torch.Tensor, row: int, request: InfillRequest) -> tuple[list[str], int]:
+        middles, count = [], 0
+        for gap in range(request.gap_count):
+            ids = self._middle_ids(canvas, tokens, row, gap)
+            count += len(ids)
+            middles.append(self._decode(ids, request.single_line))
+        return middles, count
+
+    def _draft_emitter(self, canvas, on_draft: DraftCallback, request: InfillRequest):
+        def emit(step: int, tokens: torch.Tensor, max_prob: torch.Tensor, score: torch.Tensor) -> None:
+            row = self._best_row(canvas, score)
+            middles, _ = self._middles(canvas, tokens, row, request)
+            confidence = tuple(round(float(p), 4) for p in max_prob[row][canvas.free[row]].tolist())
+            try:
+                on_draft(Draft(step=step, middles=tuple(middles), confidence=confidence))
+            except Exception:  # a broken callback must not break the request
+                log.exception("draft callback failed")
+        return emit
+
+    def _result(self, request: InfillRequest, canvas, out: DenoiseOutput, prompt_tokens: int, reused: int,
+                started: float, encoded: float, done: float) -> InfillResult:
+        row = self._best_row(canvas, out.join_score)
+        middles, produced = self._middles(canvas, out.tokens, row, request)
+        versions = self.versions() | {"middle_length": canvas.lengths[row], "candidate_lengths": list(canvas.lengths),
+                                      "join_score": round(float(out.join_score[row]), 4)}
+        outcome = out.outcome if any(middles) or out.outcome != "ok" else "empty"
+        return InfillResult(
+            middles=tuple(middles), outcome=outcome, backend=self._info.name, steps=out.steps,  # type: ignore
+            tokens_per_forward=produced / max(out.steps, 1),
+            timings=Timings(encode_ms=(encoded - started) * 1000, denoise_ms=(done - encoded) * 1000,
+                            total_ms=(time.perf_counter() - started) * 1000),
+            prompt_tokens=prompt_tokens, reused_tokens=reused, version=request.version, versions=versions)

@@ -1,0 +1,273 @@
+"""The DiffusionGemma infill engine on a real (tiny, random-weight) DiffusionGemmaForBlockDiffusion."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+from infill.canvas import build_canvas, decoder_cache_view, decoder_masks
+from infill.config import EngineConfig
+from infill.denoise import denoise
+from infill.engine import DiffusionEngine
+from infill.types import CancelToken, InfillRequest
+
+PREFIX = "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = "
+SUFFIX = "\n\n    def norm(self):\n        return (self.x ** 2 + self.y ** 2) ** 0.5\n"
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_engine):
+    return tiny_engine.loaded
+
+
+def engine_with(loaded, **config) -> DiffusionEngine:
+    return DiffusionEngine(loaded, EngineConfig(**{"max_denoising_steps": 8, **config}))
+
+
+def until_stop(ids: list[int], stop: set[int]) -> list[int]:
+    for i, token in enumerate(ids):
+        if token in stop:
+            return ids[:i]
+    return ids
+
+
+def test_reference_loop_reproduces_generate(loaded):
+    """With an empty suffix, one canvas-wide row and a fixed seed, our loop (reference sampler) yields exactly the
+    tokens of transformers' own model.generate() for a plain continuation."""
+    engine = engine_with(loaded, sampler="reference", candidate_lengths=(64,), seed=1234)
+    request = InfillRequest(prefix=PREFIX, max_middle_tokens=64)
+    result = engine.infill(request)
+    assert result.outcome in ("ok", "empty") and result.steps >= 1
+
+    prompt = torch.tensor([engine.prompt_ids(PREFIX)])
+    torch.manual_seed(1234)
+    out = loaded.model.generate(prompt, max_new_tokens=64, max_denoising_steps=8)
+    theirs = until_stop(out.sequences[0, prompt.shape[1]:].tolist(), engine.stop_ids)
+    assert result.middle == engine._decode(theirs, single_line=False)
+    assert len(theirs) > 0  # a random model still writes something: the comparison is not vacuous
+
+
+def test_fast_loop_matches_reference_semantics(loaded):
+    """The fast path changes how tokens are drawn, not the loop: same prompt, same steps budget, clamping and
+    stopping; both finish within max steps and produce text."""
+    fast = engine_with(loaded, sampler="fast").infill(InfillRequest(prefix=PREFIX, suffix=SUFFIX))
+    ref = engine_with(loaded, sampler="reference").infill(InfillRequest(prefix=PREFIX, suffix=SUFFIX))
+    for result in (fast, ref):
+        assert result.outcome == "ok", result.error
+        assert 1 <= result.steps <= 8
+        assert result.versions["candidate_lengths"] == [4, 8, 16, 32]  # 64 does not fit beside the 16-token anchor
+
+
+def run_denoise(engine, prefix, fixed, lengths, on_step=None, cancel=None, deadline=None, seed=0):
+    ids = torch.tensor(engine.prompt_ids(prefix))
+    cache, _ = engine._encode_prompt("test-direct", ids)
+    canvas = build_canvas(lengths, fixed, ids.numel(), engine.pad_id, engine.device)
+    view = decoder_cache_view(cache, engine.layer_types, engine.sliding_window, len(lengths))
+    masks = decoder_masks(canvas, view, engine.layer_types, torch.float32, engine.additive_masks)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.inference_mode():
+        return canvas, denoise(engine.model, engine.config, canvas, view, masks, gen, cancel=cancel,
+                               deadline=deadline, on_step=on_step)
+
+
+@pytest.mark.parametrize("sampler", ["fast", "reference"])
+def test_suffix_and_fixed_text_stay_clamped_every_step(loaded, sampler):
+    engine = engine_with(loaded, sampler=sampler)
+    between = engine.tokens.encode(", 'b': ")
+    anchor = engine.tokens.encode("}\nprint(x)\n")
+    seen = []
+    canvas, out = run_denoise(engine, "x = {'a': ", [between, anchor], [3, 6],
+                              on_step=lambda step, argmax, conf, score: seen.append(argmax.clone()))
+    assert seen, "no step ran"
+    clamped = canvas.anchor
+    for argmax in seen + [out.tokens]:
+        assert torch.equal(argmax[clamped], canvas.fixed_tokens[clamped])
+    # row 0 (length 3) is padded to row 1's width; its pad slots hold pad, its free slots sit before the anchors
+    assert canvas.padded and not bool(canvas.valid[0, -3:].any())
+    assert canvas.gap_of[0].tolist()[:3] == [0, 0, 0] and canvas.gap_of[1].tolist()[:6] == [0] * 6
+
+
+def test_padded_row_computes_what_it_would_alone(loaded):
+    """Per-row key masks make a short row in a batch equal to the same row run unbatched (float tolerance)."""
+    engine = engine_with(loaded, max_denoising_steps=1)
+    anchor = engine.tokens.encode(" + 1\n")
+    captured = {}
+
+    def grab(name):
+        return lambda step, argmax, conf, score: captured.setdefault(name, (argmax.clone(), score.clone()))
+
+    run_denoise(engine, PREFIX, [anchor], [4, 12], on_step=grab("batched"))
+    run_denoise(engine, PREFIX, [anchor], [4], on_step=grab("alone"))
+    batched_score, alone_score = captured["batched"][1][0], captured["alone"][1][0]
+    assert torch.allclose(batched_score, alone_score, atol=1e-4)
+    width = 4 + len(anchor)
+    assert torch.equal(captured["batched"][0][0, :width][4:], captured["alone"][0][0, 4:width])
+
+
+def test_cancellation_stops_within_one_step(loaded):
+    engine = engine_with(loaded, max_denoising_steps=8, confidence_threshold=1e-9)
+    token = CancelToken()
+    steps = []
+
+    def on_draft(draft):
+        steps.append(draft.step)
+        if draft.step == 2:
+            token.cancel("user typed")
+
+    result = engine.infill(InfillRequest(prefix=PREFIX, suffix=SUFFIX), cancel=token, on_draft=on_draft)
+    assert result.outcome == "cancelled"
+    assert steps == [1, 2]
+
+
+def test_cancelled_before_start_runs_no_step(loaded):
+    engine = engine_with(loaded)
+    token = CancelToken()
+    token.cancel()
+    calls = []
+    result = engine.infill(InfillRequest(prefix=PREFIX), cancel=token, on_draft=calls.append)
+    assert result.outcome == "cancelled" and calls == [] and result.steps == 0
+
+
+def test_deadline_returns_draft_flagged_cut_short(loaded):
+    engine = engine_with(loaded, max_denoising_steps=8, confidence_threshold=1e-9)
+    deadline = time.monotonic() + 0.05
+    drafts = []
+
+    def slow_reader(draft):  # the step overruns the deadline
+        drafts.append(draft)
+        time.sleep(max(0.0, deadline - time.monotonic()) + 0.01)
+
+    result = engine.infill(InfillRequest(prefix=PREFIX, suffix=SUFFIX), deadline=deadline, on_draft=slow_reader)
+    assert result.outcome == "cut_short" and result.cut_short
+    assert result.steps == 1 and len(drafts) == 1
+    assert result.middle == drafts[0].middles[0]
+    assert len(drafts[0].confidence) > 0 and all(0.0 <= c <= 1.0 for c in drafts[0].confidence)
+
+
+def test_kv_reuse_matches_fresh_prefill_and_encodes_only_the_tail(loaded):
+    engine = engine_with(loaded)
+    fresh = engine_with(loaded)
+    text = PREFIX * 20
+    engine.infill(InfillRequest(prefix=text, suffix=SUFFIX, document_id="doc"))
+    before = engine.tokens.chunks_tokenised
+    edited = text + "x"
+    reused_result = engine.infill(InfillRequest(prefix=edited, suffix=SUFFIX, document_id="doc", seed=7))
+    assert engine.tokens.chunks_tokenised - before == 1  # only the edited line was tokenised again
+    assert reused_result.prompt_tokens - reused_result.reused_tokens <= 6
+    assert reused_result.reused_tokens > 200
+
+    ids = torch.tensor(engine.prompt_ids(edited))
+    reused_cache, reused = engine.store.take("doc", ids)
+    assert reused == ids.numel()
+    fresh_cache, fresh_reused = fresh._encode_prompt("other", ids)
+    assert fresh_reused == 0
+    for a, b in zip(reused_cache.layers, fresh_cache.layers):
+        assert a.keys.shape == b.keys.shape
+        assert torch.allclose(a.keys, b.keys, atol=1e-5) and torch.allclose(a.values, b.values, atol=1e-5)
+    fresh_result = fresh.infill(InfillRequest(prefix=edited, suffix=SUFFIX, seed=7))
+    assert fresh_result.middle == reused_result.middle
+
+
+def test_kv_store_is_bounded(loaded):
+    probe = engine_with(loaded)
+    probe.infill(InfillRequest(prefix=PREFIX * 10 + "0", document_id="probe"))
+    one_entry = probe.store.nbytes
+    engine = engine_with(loaded, kv_store_bytes=int(one_entry * 2.5))
+    for doc in range(6):
+        engine.infill(InfillRequest(prefix=PREFIX * 10 + str(doc), document_id=f"doc{doc}"))
+    assert engine.store.nbytes <= one_entry * 2.5
+    assert len(engine.store) == 2  # the two most recent documents; older ones were evicted
+
+
+def test_multi_gap_fills_every_gap(loaded):
+    engine = engine_with(loaded)
+    request = InfillRequest(prefix="This Agreement is made between ", between=(" and ",),
+                            suffix=" on the first day of each month.\n", max_middle_tokens=8)
+    result = engine.infill(request)
+    assert result.outcome == "ok", result.error
+    assert len(result.middles) == 2 and all(result.middles)
+    assert result.versions["middle_length"] in result.versions["candidate_lengths"]
+
+
+def test_supersession_cancels_the_older_request(loaded):
+    engine = engine_with(loaded, confidence_threshold=1e-9)
+    first_running, release = threading.Event(), threading.Event()
+    results = {}
+
+    def first_draft(draft):
+        first_running.set()
+        release.wait(5)
+
+    first = threading.Thread(target=lambda: results.setdefault(
+        "first", engine.infill(InfillRequest(prefix=PREFIX, document_id="same"), on_draft=first_draft)))
+    first.start()
+    assert first_running.wait(10)
+    second = threading.Thread(target=lambda: results.setdefault(
+        "second", engine.infill(InfillRequest(prefix=PREFIX + "z", document_id="same"))))
+    second.start()
+    time.sleep(0.05)
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert results["first"].outcome == "cancelled"
+    assert results["second"].outcome == "ok"
+
+
+@pytest.mark.parametrize("prefix,suffix", [("", "print(1)\n"), ("x = ", ""), ("", "")])
+def test_empty_prefix_or_suffix(loaded, prefix, suffix):
+    result = engine_with(loaded).infill(InfillRequest(prefix=prefix, suffix=suffix))
+    assert result.outcome in ("ok", "empty") and result.error is None
+
+
+def test_prompt_longer_than_context_keeps_the_near_end(loaded):
+    engine = engine_with(loaded, max_prompt_tokens=64)
+    lines = "".join(f"value_{i} = {i}\n" for i in range(200))
+    ids = engine.prompt_ids(lines)
+    assert len(ids) <= 64
+    near = engine.tokens.encode("value_199 = 199\n")
+    assert ids[-len(near):] == near
+    assert engine.infill(InfillRequest(prefix=lines)).outcome in ("ok", "empty")
+
+
+def test_lone_surrogates_do_not_break_the_engine(loaded):
+    result = engine_with(loaded).infill(InfillRequest(prefix="s = '\udcff", suffix="'\n"))
+    assert result.outcome in ("ok", "empty"), result.error
+
+
+def test_fixed_text_that_cannot_fit_is_a_clear_error(loaded):
+    engine = engine_with(loaded)
+    result = engine.infill(InfillRequest(prefix="a", between=("word " * 200,), suffix="b"))
+    assert result.outcome == "error" and "canvas holds" in result.error
+    long_suffix = engine.infill(InfillRequest(prefix="a = ", suffix="b" * 5000))
+    assert long_suffix.outcome in ("ok", "empty")  # the anchor is cut to fit, the rest of the suffix is ignored
+
+
+def test_model_raising_mid_loop_leaves_engine_usable(loaded):
+    engine = engine_with(loaded, confidence_threshold=1e-9)
+    calls = {"n": 0}
+
+    def explode(module, args, output):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("simulated device failure")
+
+    hook = engine.model.model.decoder.layers[0].register_forward_hook(explode)
+    try:
+        failed = engine.infill(InfillRequest(prefix=PREFIX, document_id="boom"))
+    finally:
+        hook.remove()
+    assert failed.outcome == "error" and "simulated device failure" in failed.error
+    again = engine.infill(InfillRequest(prefix=PREFIX + "q", document_id="boom"))
+    assert again.outcome == "ok" and again.reused_tokens > 0
+
+
+def test_result_carries_versions_and_timings(loaded):
+    result = engine_with(loaded).infill(InfillRequest(prefix=PREFIX, suffix=SUFFIX, version=42))
+    assert result.version == 42
+    for key in ("model", "revision", "dtype", "sampler", "entropy_bound", "t_min", "t_max", "max_denoising_steps"):
+        assert key in result.versions
+    assert result.timings.total_ms >= result.timings.encode_ms + result.timings.denoise_ms - 1
+    assert result.tokens_per_forward > 0
