@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 ROUTES = {"/v1/models": "GET", "/v1/completions": "POST", "/health": "GET"}
 MAX_STOP_SEQUENCES = 4
+DRAIN_LIMIT_BYTES = 16 << 20  # unread bodies up to this are read and dropped so the client sees the error reply
 
 
 class HttpError(Exception):
@@ -354,10 +355,30 @@ class _Handler(BaseHTTPRequestHandler):
             raise HttpError(400, f"invalid JSON: {exc}") from None
 
     def _send_error(self, exc: HttpError) -> None:
-        # An unread body would be parsed as the next request on this connection: close it instead.
-        if not getattr(self, "_body_read", False):
-            self.close_connection = True
+        if not self._body_read:
+            self._drain_body()
         self._send_json(exc.status, exc.body(), exc.headers)
+
+    def _drain_body(self) -> None:
+        """Read and drop a body we refused: closing on unread bytes resets the connection, and the client may
+        lose our error reply. Bodies too large or of unknown length are not drained; the connection closes."""
+        try:
+            length = int(self.headers.get("Content-Length", "0"))
+        except ValueError:
+            length = -1
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower() or not 0 <= length <= DRAIN_LIMIT_BYTES:
+            self.close_connection = True
+            return
+        try:
+            while length > 0:
+                chunk = self.rfile.read(min(length, 1 << 16))
+                if not chunk:
+                    break
+                length -= len(chunk)
+        except OSError:
+            pass
+        if length > 0:
+            self.close_connection = True
 
     def _send_json(self, status: int, body: dict, headers: dict[str, str] | None = None) -> None:
         self._send_bytes(status, json.dumps(body, default=str).encode(), "application/json", headers)

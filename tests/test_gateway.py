@@ -1,0 +1,267 @@
+"""The OpenAI-compatible gateway (`infill-ls serve`): a real HTTP server on 127.0.0.1, port 0, over the real
+pipeline and the real tiny DiffusionGemma engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+from infill.gateway import make_server
+from infill.pipeline import CompletionRequest, Pipeline
+
+PROMPT = "def add(a, b):\n    return"
+SUFFIX = "\n\n\nprint(add(1, 2))\n"
+TOKEN = "s3cret-team-token"
+
+
+def serve(server):
+    thread = threading.Thread(target=server.serve_forever, name="test-gateway", daemon=True)
+    thread.start()
+    return thread
+
+
+def stop(server, thread) -> None:
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def pipeline(tiny_engine):
+    return Pipeline(tiny_engine)
+
+
+@pytest.fixture(scope="module")
+def gateway(pipeline):
+    server = make_server(pipeline, "127.0.0.1", 0, max_body_bytes=64 * 1024)
+    thread = serve(server)
+    yield server
+    stop(server, thread)
+
+
+@pytest.fixture(scope="module")
+def client(gateway):
+    with httpx.Client(base_url=gateway.url, timeout=30) as http:
+        yield http
+
+
+def direct_text(pipeline, prompt: str = PROMPT, suffix: str = SUFFIX) -> str:
+    """What an editor would be shown for the same gap, straight from the pipeline."""
+    result = pipeline.complete(CompletionRequest(text=prompt + suffix, start=len(prompt), end=len(prompt)))
+    return result.fills[0].text if result.fills else ""
+
+
+def complete(client, **fields) -> httpx.Response:
+    return client.post("/v1/completions", json={"prompt": PROMPT, "suffix": SUFFIX, "max_tokens": 64, **fields})
+
+
+def assert_error(response: httpx.Response, status: int, fragment: str) -> None:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert fragment.lower() in error["message"].lower(), error
+    assert error["code"] == status
+
+
+def test_binds_loopback_and_reports_url(gateway):
+    assert gateway.server_address[0] == "127.0.0.1"
+    assert gateway.url == f"http://127.0.0.1:{gateway.server_port}"
+
+
+def test_models_lists_the_served_model(client, tiny_engine):
+    response = client.get("/v1/models")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["object"] == "list"
+    assert [m["id"] for m in body["data"]] == [tiny_engine.info.model]
+    assert body["data"][0]["object"] == "model"
+
+
+def test_completion_is_well_formed_and_matches_the_pipeline(client, pipeline, tiny_engine):
+    response = complete(client)
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == "application/json"
+    body = response.json()
+    assert body["id"].startswith("cmpl-") and body["object"] == "text_completion"
+    assert isinstance(body["created"], int) and abs(body["created"] - time.time()) < 60
+    assert body["model"] == tiny_engine.info.model
+    [choice] = body["choices"]
+    assert choice["index"] == 0 and choice["logprobs"] is None and choice["finish_reason"] in ("stop", "length")
+    assert choice["text"] == direct_text(pipeline)
+    assert "\n" not in choice["text"]  # the cursor follows text on its line: the pipeline completes that line only
+    usage = body["usage"]
+    assert usage["prompt_tokens"] > 0 and usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    extension = body["infill"]
+    assert extension["outcome"] in ("ok", "cut_short", "empty") and extension["route"] in ("primary", "none")
+    assert extension["backend"] == tiny_engine.info.name and extension["steps"] > 0
+    assert extension["latency_ms"] > 0 and extension["replace"][0] == len(PROMPT)
+
+
+def test_stop_sequence_cuts_the_text(client):
+    full = complete(client).json()["choices"][0]["text"]
+    if len(full) < 2:
+        pytest.skip(f"the tiny model's completion {full!r} is too short to cut")
+    stop = full[1]
+    cut = complete(client, stop=[stop]).json()["choices"][0]
+    assert cut["text"] == full[: full.index(stop)] and cut["finish_reason"] == "stop"
+
+
+def test_stream_sends_sse_chunks_ending_with_done(client):
+    expected = complete(client).json()["choices"][0]["text"]
+    response = complete(client, stream=True)
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+    events = [line[len("data: "):] for line in response.text.split("\n\n") if line.startswith("data: ")]
+    assert events[-1] == "[DONE]" and len(events) >= 2
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert "".join(c["choices"][0]["text"] for c in chunks) == expected
+    assert chunks[-1]["choices"][0]["finish_reason"] in ("stop", "length")
+    assert all(c["object"] == "text_completion" for c in chunks)
+
+
+@pytest.mark.parametrize("body, fragment", [
+    (b"{not json", "invalid JSON"),
+    (b"\xff\xfe garbage", "invalid JSON"),
+    (b"[1, 2]", "JSON object"),
+    (json.dumps({"suffix": "x"}).encode(), "prompt must be a string"),
+    (json.dumps({"prompt": 5}).encode(), "prompt must be a string"),
+    (json.dumps({"prompt": "x", "suffix": 3}).encode(), "suffix must be"),
+    (json.dumps({"prompt": "x", "max_tokens": 0}).encode(), "max_tokens must be between"),
+    (json.dumps({"prompt": "x", "max_tokens": 10**9}).encode(), "max_tokens must be between"),
+    (json.dumps({"prompt": "x", "max_tokens": "5"}).encode(), "max_tokens must be an integer"),
+    (json.dumps({"prompt": "x", "max_tokens": True}).encode(), "max_tokens must be an integer"),
+    (json.dumps({"prompt": "x", "n": 3}).encode(), "n must be 1"),
+    (json.dumps({"prompt": "x", "temperature": -1}).encode(), "temperature must be between"),
+    (json.dumps({"prompt": "x", "stop": [1]}).encode(), "stop must be"),
+    (json.dumps({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}).encode(), "stop must be"),
+    (json.dumps({"prompt": "x", "stream": "yes"}).encode(), "stream must be"),
+    (json.dumps({"prompt": "x", "echo": True}).encode(), "echo is not supported"),
+    (json.dumps({"prompt": "x", "logprobs": 5}).encode(), "logprobs are not supported"),
+    (json.dumps({"prompt": "x", "mode": "gaps"}).encode(), "mode must be"),
+])
+def test_bad_completion_requests_get_400_and_the_server_keeps_working(client, pipeline, body, fragment):
+    response = client.post("/v1/completions", content=body, headers={"content-type": "application/json"})
+    assert_error(response, 400, fragment)
+    good = client.post("/v1/completions", json={"prompt": PROMPT, "suffix": SUFFIX})
+    assert good.status_code == 200 and good.json()["choices"][0]["text"] == direct_text(pipeline)
+
+
+def test_oversized_body_gets_413_and_the_server_keeps_working(client):
+    response = client.post("/v1/completions", json={"prompt": "x" * 100_000})
+    assert_error(response, 413, "limit is 65536")
+    assert complete(client).status_code == 200
+
+
+def test_body_without_length_gets_411(gateway, client):
+    with socket.create_connection(("127.0.0.1", gateway.server_port), timeout=5) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n\r\n")
+        reply = sock.recv(65536).decode()
+    assert reply.startswith("HTTP/1.1 411") and "Content-Length is required" in reply
+    assert complete(client).status_code == 200
+
+
+@pytest.mark.parametrize("method, path, status, fragment", [
+    ("GET", "/v2/models", 404, "no route /v2/models"),
+    ("POST", "/v1/chat/completions", 404, "no route"),
+    ("GET", "/v1/completions", 405, "use POST"),
+    ("DELETE", "/v1/models", 405, "use GET"),
+    ("PUT", "/v1/completions", 405, "use POST"),
+])
+def test_unknown_paths_and_wrong_methods(client, method, path, status, fragment):
+    response = client.request(method, path, json={"prompt": "x"} if method != "GET" else None)
+    assert_error(response, status, fragment)
+    if status == 405:
+        assert response.headers["allow"] in ("GET", "POST")
+    assert client.get("/v1/models").status_code == 200
+
+
+def test_token_is_required_when_configured(pipeline):
+    server = make_server(pipeline, "127.0.0.1", 0, token=TOKEN)
+    thread = serve(server)
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            missing = http.get("/v1/models")
+            assert_error(missing, 401, "missing bearer token")
+            assert missing.headers["www-authenticate"] == "Bearer"
+            assert_error(http.post("/v1/completions", json={"prompt": PROMPT},
+                                   headers={"Authorization": "Bearer wrong"}), 401, "invalid bearer token")
+            assert_error(http.get("/v1/models", headers={"Authorization": TOKEN}), 401, "missing bearer token")
+            authorised = {"Authorization": f"Bearer {TOKEN}"}
+            assert http.get("/v1/models", headers=authorised).status_code == 200
+            good = http.post("/v1/completions", json={"prompt": PROMPT, "suffix": SUFFIX}, headers=authorised)
+            assert good.status_code == 200 and good.json()["choices"][0]["text"] == direct_text(pipeline)
+            assert http.get("/health").json()["status"] == "ready"  # health needs no token: it reveals no text
+    finally:
+        stop(server, thread)
+
+
+def test_requests_before_the_model_is_ready_get_503(pipeline, tiny_engine):
+    server = make_server(None, "127.0.0.1", 0)
+    thread = serve(server)
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            assert_error(http.get("/v1/models"), 503, "still loading")
+            loading = http.post("/v1/completions", json={"prompt": PROMPT})
+            assert_error(loading, 503, "still loading")
+            assert loading.headers["retry-after"] == "5"
+            assert http.get("/health").json() == {"status": "loading", "error": None}
+            server.set_error("OSError: no such checkpoint")
+            assert_error(http.get("/v1/models"), 503, "failed to load: OSError: no such checkpoint")
+            assert http.get("/health").json()["status"] == "error"
+            server.set_pipeline(pipeline)
+            assert http.get("/v1/models").json()["data"][0]["id"] == tiny_engine.info.model
+            assert http.post("/v1/completions", json={"prompt": PROMPT}).status_code == 200
+    finally:
+        stop(server, thread)
+
+
+def test_concurrent_requests_are_all_answered(client, pipeline):
+    expected = direct_text(pipeline)
+    texts: list = []
+
+    def ask() -> None:
+        texts.append(complete(client).json()["choices"][0]["text"])
+
+    workers = [threading.Thread(target=ask) for _ in range(3)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=60)
+    assert texts == [expected] * 3
+
+
+def test_cli_serve_loads_the_model_in_the_background(tiny_checkpoint):
+    """`infill-ls serve --port 0 --model DIR` as a user runs it: logs its URL, answers once loaded."""
+    env = dict(os.environ, INFILL_GATEWAY_TOKEN=TOKEN)
+    process = subprocess.Popen([sys.executable, "-m", "infill.cli", "serve", "--port", "0", "--model",
+                                str(tiny_checkpoint), "--device", "cpu"], env=env, stderr=subprocess.PIPE,
+                               text=True)
+    try:
+        url = None
+        for line in process.stderr:
+            match = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
+            if match:
+                url = match.group(1)
+                break
+        assert url, "the gateway never logged its URL"
+        threading.Thread(target=process.stderr.read, daemon=True).start()  # keep the pipe drained
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        with httpx.Client(base_url=url, timeout=30) as http:
+            deadline = time.monotonic() + 60
+            while http.get("/health").status_code != 200:
+                assert time.monotonic() < deadline, "model never became ready"
+                time.sleep(0.1)
+            assert http.get("/v1/models").status_code == 401
+            assert http.get("/v1/models", headers=headers).json()["data"][0]["id"] == str(tiny_checkpoint)
+            response = http.post("/v1/completions", json={"prompt": PROMPT, "suffix": SUFFIX}, headers=headers)
+            assert response.status_code == 200 and response.json()["infill"]["steps"] > 0
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
