@@ -3,24 +3,67 @@
 The LSP server, the gateway and the pilot all call `Pipeline.complete`, so what the gateway returns is what an
 editor would show. Offsets are Python string indices into the document text (the server converts LSP UTF-16
 positions before calling).
+
+Routing: the primary backend answers first. If its candidate is rejected by the watchdog, or it ran out of budget
+(cut_short) or failed (error), the fallback backend (if any) gets the remaining budget; if that fails too, nothing
+is shown. With a fallback and a deadline, the primary gets `primary_share` of the budget so a fallback still has
+time left.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .types import CancelToken, DraftCallback, InfillBackend, InfillRequest, InfillResult
+from .context import ContextBuilder, ContextSettings, GapContext, find_placeholders
+from .postprocess import postprocess
+from .syntax import ParsedDocument
+from .types import (CancelToken, Draft, DraftCallback, InfillBackend, InfillError, InfillRequest, InfillResult)
+from .watchdog import Verdict, Watchdog, WatchdogSettings, check_length, check_repetition
+
+log = logging.getLogger(__name__)
 
 Mode = Literal["inline", "gap", "gaps"]
+__all__ = ["CompletionRequest", "Fill", "Pipeline", "PipelineResult", "PipelineSettings", "find_placeholders"]
 
 
 @dataclass(frozen=True)
 class PipelineSettings:
-    max_middle_tokens: int = 64
-    prefix_chars: int = 8000  # window before the gap when no syntax-aware context is available
+    max_middle_tokens: int = 64  # middle budget of a multi-line fill
+    prefix_chars: int = 8000  # hard cap on the window before the gap (the token budget usually binds first)
     suffix_chars: int = 2000
+    prefix_tokens: int = 2048  # approximate token budgets of the windows (chars / chars_per_token)
+    suffix_tokens: int = 512
+    chars_per_token: float = 3.5
+    single_line_tokens: int = 32  # middle budget of a single-line fill
+    max_gap_tokens: int = 256  # middle budget ceiling for a "Fill gap" over a large selection
+    primary_share: float = 0.6  # share of a deadline the primary gets when a fallback is configured
+    min_fallback_ms: float = 30.0  # a fallback is not started with less time than this left
+    accept_cut_short: bool = False  # show a primary's best draft at its deadline (else: try the fallback)
+    watchdog: WatchdogSettings = field(default_factory=WatchdogSettings)
+
+    def __post_init__(self) -> None:
+        for name in ("max_middle_tokens", "prefix_chars", "suffix_chars", "prefix_tokens", "suffix_tokens",
+                     "single_line_tokens", "max_gap_tokens"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise InfillError(f"pipeline setting {name} must be a positive integer, got {value!r}")
+        if not 0 < self.primary_share <= 1:
+            raise InfillError(f"primary_share must be in (0, 1], got {self.primary_share}")
+        if self.min_fallback_ms < 0 or not self.chars_per_token > 0:
+            raise InfillError("min_fallback_ms must be >= 0 and chars_per_token > 0")
+
+    def context_settings(self) -> ContextSettings:
+        cap = lambda chars: max(1, math.floor(chars / self.chars_per_token))  # noqa: E731
+        return ContextSettings(prefix_tokens=min(self.prefix_tokens, cap(self.prefix_chars)),
+                               suffix_tokens=min(self.suffix_tokens, cap(self.suffix_chars)),
+                               chars_per_token=self.chars_per_token, single_line_tokens=self.single_line_tokens,
+                               multi_line_tokens=self.max_middle_tokens,
+                               max_gap_tokens=max(self.max_gap_tokens, self.max_middle_tokens))
 
 
 @dataclass(frozen=True)
@@ -54,6 +97,44 @@ class PipelineResult:
     context_ms: float = 0.0
     total_ms: float = 0.0
     version: int | None = None
+    costs: dict[str, float] = field(default_factory=dict)  # backend name -> ms spent in it
+    single_line: bool = False
+    max_middle_tokens: int = 0
+    language: str | None = None
+    context_unit: str = ""  # the syntactic unit the window was snapped to
+
+    def to_log(self) -> dict:
+        """One JSON-ready record for the completion log."""
+        r = self.result
+        return {
+            "route": self.route, "version": self.version, "language": self.language,
+            "single_line": self.single_line, "max_middle_tokens": self.max_middle_tokens,
+            "context_unit": self.context_unit, "fills": len(self.fills),
+            "fill_chars": sum(len(f.text) for f in self.fills),
+            "backend": r.backend if r else None, "outcome": r.outcome if r else None,
+            "steps": r.steps if r else 0, "prompt_tokens": r.prompt_tokens if r else 0,
+            "rejections": [{"backend": b, "reason": reason} for b, reason in self.rejections],
+            "context_ms": round(self.context_ms, 3), "total_ms": round(self.total_ms, 3),
+            "costs_ms": {name: round(ms, 3) for name, ms in self.costs.items()},
+        }
+
+
+def _spans(req: CompletionRequest) -> list[tuple[int, int]]:
+    if req.mode not in ("inline", "gap", "gaps"):
+        raise InfillError(f"unknown completion mode {req.mode!r} (inline, gap or gaps)")
+    if req.mode == "gaps":
+        spans = [tuple(s) for s in req.spans]
+        if not spans:
+            raise InfillError("mode 'gaps' needs at least one span")
+    else:
+        spans = [(req.start, req.start if req.end is None else req.end)]
+    previous = 0
+    for a, b in spans:
+        if not (isinstance(a, int) and isinstance(b, int) and previous <= a <= b <= len(req.text)):
+            raise InfillError(f"gap {a}..{b} is not a sorted, non-overlapping span inside the document "
+                              f"(length {len(req.text)})")
+        previous = b
+    return spans  # type: ignore[return-value]
 
 
 class Pipeline:
@@ -62,29 +143,139 @@ class Pipeline:
         self.backend = backend
         self.fallback = fallback
         self.settings = settings or PipelineSettings()
+        self.contexts = ContextBuilder(self.settings.context_settings())
+        self.watchdog = Watchdog(self.settings.watchdog)
+        self.routes: Counter[str] = Counter()
+
+    def stats(self) -> dict:
+        """Routes taken and watchdog rejections so far (for infill.status and benchmarks)."""
+        return {"routes": dict(self.routes), **self.watchdog.stats()}
+
+    def forget(self, document_id: str) -> None:
+        """Drop the cached syntax tree of a closed document."""
+        self.contexts.forget(document_id)
+
+    def prepare(self, req: CompletionRequest) -> tuple[InfillRequest, list[tuple[int, int]], ParsedDocument,
+                                                       GapContext]:
+        """Context for a request: the backend request, the gap spans, the parsed document, the gap context."""
+        spans = _spans(req)
+        doc = self.contexts.document(req.text, req.language, req.document_id)
+        ctx = self.contexts.build(doc, spans, req.mode)
+        first, last = spans[0][0], spans[-1][1]
+        between = tuple(req.text[a_end:b_start] for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
+        request = InfillRequest(prefix=req.text[ctx.prefix_start:first], suffix=req.text[last:ctx.suffix_end],
+                                between=between, max_middle_tokens=ctx.max_middle_tokens,
+                                single_line=ctx.single_line, language=ctx.language or req.language,
+                                document_id=req.document_id, version=req.version)
+        return request, spans, doc, ctx
 
     def build_request(self, req: CompletionRequest) -> tuple[InfillRequest, list[tuple[int, int]]]:
-        spans = list(req.spans) if req.mode == "gaps" else [(req.start, req.start if req.end is None else req.end)]
-        first, last = spans[0][0], spans[-1][1]
-        prefix = req.text[max(0, first - self.settings.prefix_chars):first]
-        suffix = req.text[last:last + self.settings.suffix_chars]
-        between = tuple(req.text[a_end:b_start] for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
-        # Without syntax: a cursor after text on its line completes that line only.
-        line_start = req.text.rfind("\n", 0, first) + 1
-        single_line = req.mode == "inline" and req.text[line_start:first].strip() != ""
-        request = InfillRequest(prefix=prefix, suffix=suffix, between=between,
-                                max_middle_tokens=self.settings.max_middle_tokens, single_line=single_line,
-                                language=req.language, document_id=req.document_id, version=req.version)
+        request, spans, _, _ = self.prepare(req)
         return request, spans
 
     def complete(self, req: CompletionRequest, *, cancel: CancelToken | None = None, deadline: float | None = None,
                  on_draft: DraftCallback | None = None) -> PipelineResult:
         t0 = time.perf_counter()
-        request, spans = self.build_request(req)
-        context_ms = (time.perf_counter() - t0) * 1000
-        result = self.backend.infill(request, cancel=cancel, deadline=deadline, on_draft=on_draft)
-        fills = []
-        if result.outcome in ("ok", "cut_short") and any(m for m in result.middles):
-            fills = [Fill(a, b, m) for (a, b), m in zip(spans, result.middles)]
-        return PipelineResult(fills=fills, result=result, route="primary" if fills else "none",
-                              context_ms=context_ms, total_ms=(time.perf_counter() - t0) * 1000, version=req.version)
+        request, spans, doc, ctx = self.prepare(req)
+        out = PipelineResult(fills=[], result=None, route="none", context_ms=(time.perf_counter() - t0) * 1000,
+                             version=req.version, single_line=ctx.single_line,
+                             max_middle_tokens=ctx.max_middle_tokens, language=ctx.language,
+                             context_unit=ctx.unit)
+        if self._nothing_to_go_on(req, spans):
+            self.watchdog.record(Verdict("empty_prefix", "no text before the gap"), "pipeline")
+            out.rejections.append(("pipeline", "empty_prefix"))
+        else:
+            self._route(out, request, spans, doc, ctx, req, cancel, deadline, on_draft)
+        self.routes[out.route] += 1
+        out.total_ms = (time.perf_counter() - t0) * 1000
+        return out
+
+    @staticmethod
+    def _nothing_to_go_on(req: CompletionRequest, spans: list[tuple[int, int]]) -> bool:
+        """Inline completion needs text before the cursor; a gap fill needs text on at least one side."""
+        before = req.text[:spans[0][0]].strip()
+        return not before and (req.mode == "inline" or not req.text[spans[-1][1]:].strip())
+
+    def _route(self, out: PipelineResult, request: InfillRequest, spans, doc: ParsedDocument, ctx: GapContext,
+               req: CompletionRequest, cancel, deadline, on_draft) -> None:
+        s = self.settings
+        primary_deadline = deadline
+        if self.fallback is not None and deadline is not None:
+            primary_deadline = time.monotonic() + max(0.0, deadline - time.monotonic()) * s.primary_share
+        attempts = [("primary", self.backend, primary_deadline)]
+        if self.fallback is not None:
+            attempts.append(("fallback", self.fallback, deadline))
+        for route, backend, budget_end in attempts:
+            if cancel is not None and cancel.cancelled:
+                return
+            if route == "fallback" and deadline is not None and \
+                    (deadline - time.monotonic()) * 1000 < s.min_fallback_ms:
+                out.rejections.append((_name(backend), "no_budget"))
+                return
+            guarded = self._guard_drafts(on_draft, ctx, request, req, spans) if on_draft else None
+            result = self._call(backend, request, cancel, budget_end, guarded, out)
+            out.result = result
+            if result.outcome == "cancelled":
+                return
+            verdict, middles = self._judge(result, spans, doc, ctx, request, req, deadline)
+            if verdict.ok:
+                out.fills = [Fill(a, b, m) for (a, b), m in zip(spans, middles)]
+                out.route = route
+                return
+            out.rejections.append((result.backend, verdict.reason or "rejected"))
+
+    def _call(self, backend: InfillBackend, request: InfillRequest, cancel, deadline, on_draft,
+              out: PipelineResult) -> InfillResult:
+        name = _name(backend)
+        t0 = time.perf_counter()
+        try:
+            result = backend.infill(request, cancel=cancel, deadline=deadline, on_draft=on_draft)
+        except Exception as exc:  # a failing backend must leave the fallback (and the editor) usable
+            log.warning("backend %s failed: %s", name, exc)
+            result = InfillResult(middles=(), outcome="error", backend=name, error=str(exc), version=request.version)
+        out.costs[name] = out.costs.get(name, 0.0) + (time.perf_counter() - t0) * 1000
+        return result
+
+    def _judge(self, result: InfillResult, spans, doc, ctx, request, req, deadline) -> tuple[Verdict, list[str]]:
+        """The cleaned middles and the verdict on them. Backend outcomes that are not candidates count as
+        rejections too, under their own reasons."""
+        record = lambda reason, detail: (self.watchdog.record(Verdict(reason, detail), result.backend), [])  # noqa
+        if result.outcome == "error":
+            return record("backend_error", result.error or "")
+        if result.outcome == "empty" or not result.middles:
+            return record("empty", "the backend returned nothing")
+        if result.outcome == "cut_short" and not self.settings.accept_cut_short:
+            return record("cut_short", "the backend ran out of budget")
+        if len(result.middles) != len(spans):
+            return record("structure", f"{len(result.middles)} middles for {len(spans)} gaps")
+        middles = self._clean(result.middles, spans, ctx, request, req)
+        return self.watchdog.check(middles, spans, doc, ctx, deadline=deadline, backend=result.backend), middles
+
+    def _clean(self, middles, spans, ctx: GapContext, request: InfillRequest, req: CompletionRequest) -> list[str]:
+        suffixes = list(request.between) + [request.suffix]
+        prefixes = [request.prefix] + [request.between[i] for i in range(len(request.between))]
+        cleaned = []
+        for (a, b), middle, prefix, suffix in zip(spans, middles, prefixes, suffixes):
+            middle = postprocess(middle, ctx, prefix, suffix)
+            if req.mode != "inline" and req.text[a:b].endswith("\n") and middle and not middle.endswith("\n"):
+                middle += "\n"  # a selection of whole lines is replaced by whole lines
+            cleaned.append(middle)
+        return cleaned
+
+    def _guard_drafts(self, on_draft: DraftCallback, ctx: GapContext, request, req, spans) -> DraftCallback:
+        """Drafts are cleaned like finals and dropped when a cheap check fails (no parse per step)."""
+        def forward(draft: Draft) -> None:
+            middles = self._clean(draft.middles, spans, ctx, request, req) if len(draft.middles) == len(spans) \
+                else list(draft.middles)
+            s = self.settings.watchdog
+            if any(check_length(m, ctx, s) or check_repetition(m, s) for m in middles):
+                return
+            on_draft(Draft(step=draft.step, middles=tuple(middles), confidence=draft.confidence))
+        return forward
+
+
+def _name(backend: InfillBackend) -> str:
+    try:
+        return backend.info.name
+    except Exception:
+        return type(backend).__name__

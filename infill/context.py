@@ -1,0 +1,304 @@
+"""What the model sees around a gap: syntax-aware prefix/suffix windows, single- vs multi-line, middle budget.
+
+Windows are sized by an approximate token budget (chars / chars_per_token) and snapped to whole syntactic units
+(statements, the enclosing function or class, a Markdown section or paragraph) found with tree-sitter. Each
+document keeps its tree between keystrokes and is re-parsed incrementally. Languages without a grammar (or whose
+grammar fails to load) get line-based windows.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter, OrderedDict
+from dataclasses import dataclass
+
+from .syntax import INDENT_LANGUAGES, PROSE_LANGUAGES, ParsedDocument, resolve_language
+from .types import InfillError
+
+# Nodes whose children sit one per line (call arguments, literals): an empty line there gets one more element.
+_ONE_PER_LINE = frozenset({
+    "argument_list", "arguments", "list", "dictionary", "set", "tuple", "array", "object", "parameters",
+    "formal_parameters", "parameter_list", "field_declaration_list", "object_type", "enum_body",
+    "enum_variant_list", "literal_value", "import_spec_list", "use_list", "named_imports",
+})
+_IN_LINE_NODES = ("comment", "string", "template_string", "line_comment", "block_comment", "raw_string_literal",
+                  "interpreted_string_literal", "string_content", "string_literal")
+_OPENERS = ("{", "(", "[", "=>")
+_PLACEHOLDER = re.compile(r"\[\[[^\[\]\n]*\]\]|\{\{[^{}\n]*\}\}|_{3,}")
+
+
+@dataclass(frozen=True)
+class ContextSettings:
+    prefix_tokens: int = 2048  # approximate token budget of the window before the gap
+    suffix_tokens: int = 512
+    chars_per_token: float = 3.5  # rough chars per token for code and English prose
+    single_line_tokens: int = 32
+    multi_line_tokens: int = 64
+    max_gap_tokens: int = 256  # ceiling for a "Fill gap" over a large selection
+
+    def __post_init__(self) -> None:
+        for name in ("prefix_tokens", "suffix_tokens", "single_line_tokens", "multi_line_tokens", "max_gap_tokens"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise InfillError(f"context setting {name} must be a positive integer, got {value!r}")
+        if not self.chars_per_token > 0:
+            raise InfillError(f"chars_per_token must be > 0, got {self.chars_per_token!r}")
+
+
+@dataclass(frozen=True)
+class GapContext:
+    """Where the window starts and ends (str indices into the document) and how the gap should be filled."""
+
+    language: str | None
+    prefix_start: int
+    suffix_end: int
+    single_line: bool
+    max_middle_tokens: int
+    indent: str  # indentation of lines after the first inside the fill (the enclosing block's)
+    indent_unit: str  # one level of indentation as the document writes it
+    line_before: str  # text between the start of the cursor's line and the gap
+    line_after: str  # text between the gap and the end of its line
+    in_comment: bool  # the gap sits in a comment or string: prose rules, not code rules
+    is_prose: bool
+    unit: str  # the enclosing syntactic unit (for logs), "lines" without a grammar
+
+    @property
+    def is_code(self) -> bool:
+        return not self.is_prose and self.language not in (None, "json")
+
+
+def find_placeholders(text: str, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
+    """Spans of `[[...]]`, `{{...}}` and runs of 3+ underscores in text[start:end]; each whole span is a gap."""
+    end = len(text) if end is None else end
+    return [(m.start(), m.end()) for m in _PLACEHOLDER.finditer(text, start, end)]
+
+
+class ContextBuilder:
+    """Keeps one parsed document per document id (LRU) and builds a GapContext for each request."""
+
+    def __init__(self, settings: ContextSettings | None = None, max_documents: int = 32) -> None:
+        self.settings = settings or ContextSettings()
+        self.max_documents = max_documents
+        self._documents: OrderedDict[tuple[str, str | None], ParsedDocument] = OrderedDict()
+
+    def document(self, text: str, language: str | None, document_id: str | None) -> ParsedDocument:
+        """The parsed document for this text: the cached tree re-parsed incrementally, or a fresh parse."""
+        key = resolve_language(language, document_id)
+        if document_id is None:
+            doc = ParsedDocument(key)
+        else:
+            doc = self._documents.pop((document_id, key), None) or ParsedDocument(key)
+            self._documents[(document_id, key)] = doc
+            while len(self._documents) > self.max_documents:
+                self._documents.popitem(last=False)
+        doc.update(text)
+        return doc
+
+    def forget(self, document_id: str) -> None:
+        for key in [k for k in self._documents if k[0] == document_id]:
+            del self._documents[key]
+
+    def build(self, doc: ParsedDocument, spans: list[tuple[int, int]], mode: str) -> GapContext:
+        text, s = doc.text, self.settings
+        first, last = spans[0][0], spans[-1][1]
+        line_start = text.rfind("\n", 0, first) + 1
+        line_end = _line_end(text, last)
+        line_before, line_after = text[line_start:first], text[last:line_end]
+        language = doc.language
+        is_prose = language in PROSE_LANGUAGES or (language is None and _looks_like_prose(text[line_start:line_end]))
+        prefix_budget = int(s.prefix_tokens * s.chars_per_token)
+        suffix_budget = int(s.suffix_tokens * s.chars_per_token)
+        node = _node_at(doc, first) if doc.has_grammar else None
+        if node is not None:
+            prefix_start, suffix_end, unit = _syntactic_window(doc, node, first, last, prefix_budget, suffix_budget)
+        else:
+            (prefix_start, suffix_end), unit = _line_window(text, first, last, prefix_budget, suffix_budget), "lines"
+        in_comment = node is not None and _inside_inline_node(node)
+        single = _single_line(mode, text, spans, line_before, line_after, node, is_prose, in_comment, language)
+        unit_indent = _indent_unit(text, prefix_start, suffix_end, language)
+        indent = _block_indent(text, line_start, line_before, unit_indent, language)
+        return GapContext(language=language, prefix_start=prefix_start, suffix_end=suffix_end, single_line=single,
+                          max_middle_tokens=self._middle_budget(mode, single, text, spans), indent=indent,
+                          indent_unit=unit_indent, line_before=line_before, line_after=line_after,
+                          in_comment=in_comment, is_prose=is_prose, unit=unit)
+
+    def _middle_budget(self, mode: str, single: bool, text: str, spans: list[tuple[int, int]]) -> int:
+        s = self.settings
+        if single:
+            return s.single_line_tokens
+        if mode == "inline":
+            return s.multi_line_tokens
+        # A "Fill gap" over a selection may need about as much text as it replaces.
+        selected = max(b - a for a, b in spans)
+        return max(s.multi_line_tokens, min(s.max_gap_tokens, math.ceil(selected / s.chars_per_token * 1.5)))
+
+
+def _line_end(text: str, index: int) -> int:
+    end = text.find("\n", index)
+    return len(text) if end < 0 else end
+
+
+def _looks_like_prose(line: str) -> bool:
+    words = line.split()
+    return len(words) >= 4 and sum(w.isalpha() for w in words) >= 0.75 * len(words)
+
+
+def _byte_offset(doc: ParsedDocument, index: int) -> int:
+    return index if len(doc.data) == len(doc.text) else len(doc.text[:index].encode("utf-8"))
+
+
+def _char_index(doc: ParsedDocument, offset: int) -> int:
+    return offset if len(doc.data) == len(doc.text) else len(doc.data[:offset].decode("utf-8", "ignore"))
+
+
+def _node_at(doc: ParsedDocument, index: int):
+    if doc.tree is None:
+        return None
+    offset = _byte_offset(doc, index)
+    return doc.tree.root_node.descendant_for_byte_range(offset, offset)
+
+
+def _inside_inline_node(node) -> bool:
+    while node is not None:
+        if node.type in _IN_LINE_NODES:
+            return True
+        node = node.parent
+    return False
+
+
+def _syntactic_window(doc: ParsedDocument, node, first: int, last: int, prefix_budget: int,
+                      suffix_budget: int) -> tuple[int, int, str]:
+    """Prefer the farthest start / end of a whole unit (an enclosing node or one of its children) in budget."""
+    begin, finish = _byte_offset(doc, first), _byte_offset(doc, last)
+    starts, ends, unit = [], [], "document"
+    ancestor = node
+    while ancestor is not None:
+        if ancestor.start_byte <= begin:
+            starts.append(ancestor.start_byte)
+        ends.append(ancestor.end_byte)
+        if ancestor.parent is not None and unit == "document" and ancestor.end_byte - ancestor.start_byte > 1 \
+                and ancestor.is_named and ancestor.start_byte < begin:
+            unit = ancestor.type
+        for child in ancestor.children:
+            if child.start_byte <= begin:
+                starts.append(child.start_byte)
+            if child.end_byte >= finish:
+                ends.append(child.end_byte)
+        ancestor = ancestor.parent
+    start_ok = [b for b in starts if begin - b <= prefix_budget]
+    end_ok = [b for b in ends if b - finish <= suffix_budget]
+    text = doc.text
+    if start_ok:
+        prefix_start = _snap_to_line_start(text, _char_index(doc, min(start_ok)))
+    else:
+        prefix_start = _line_window(text, first, last, prefix_budget, suffix_budget)[0]
+    if end_ok:
+        suffix_end = _snap_to_line_end(text, _char_index(doc, max(end_ok)))
+    else:
+        suffix_end = _line_window(text, first, last, prefix_budget, suffix_budget)[1]
+    return min(prefix_start, first), max(suffix_end, last), unit
+
+
+def _snap_to_line_start(text: str, index: int) -> int:
+    line_start = text.rfind("\n", 0, index) + 1
+    return line_start if text[line_start:index].strip() == "" else index
+
+
+def _snap_to_line_end(text: str, index: int) -> int:
+    end = _line_end(text, index)
+    if text[index:end].strip() == "":
+        return min(len(text), end + 1)
+    return index
+
+
+def _line_window(text: str, first: int, last: int, prefix_budget: int, suffix_budget: int) -> tuple[int, int]:
+    """Whole lines within budget on each side (the partial lines at the gap are always kept)."""
+    lo = max(0, first - prefix_budget)
+    if lo > 0:
+        newline = text.find("\n", lo, first)
+        lo = first if newline < 0 else newline + 1
+    hi = min(len(text), last + suffix_budget)
+    if hi < len(text):
+        newline = text.rfind("\n", last, hi)
+        hi = _line_end(text, last) if newline < 0 else newline + 1
+    return lo, hi
+
+
+def _single_line(mode: str, text: str, spans, line_before: str, line_after: str, node, is_prose: bool,
+                 in_comment: bool, language: str | None) -> bool:
+    if mode != "inline":
+        # A gap inside a line (a placeholder in a sentence, a selected expression) is filled in that line.
+        return all("\n" not in text[a:b] for a, b in spans) and bool(line_before.strip() or line_after.strip())
+    if line_after.strip() or in_comment:
+        return True
+    before = line_before.rstrip()
+    if before:
+        if is_prose:
+            return True
+        return not (before.endswith(_OPENERS) or (language in INDENT_LANGUAGES and before.endswith(":")))
+    if is_prose:
+        return _in_markdown_table(text, spans[0][0])
+    return _enclosing_container(node) in _ONE_PER_LINE
+
+
+def _enclosing_container(node) -> str | None:
+    while node is not None:
+        if node.is_named and node.child_count > 0:
+            return node.type
+        node = node.parent
+    return None
+
+
+def _in_markdown_table(text: str, index: int) -> bool:
+    line_start = text.rfind("\n", 0, index) + 1
+    previous_start = text.rfind("\n", 0, max(0, line_start - 1)) + 1
+    return text[previous_start:line_start].lstrip().startswith("|") and line_start > 0
+
+
+def _indent_unit(text: str, start: int, end: int, language: str | None) -> str:
+    """One indentation level as this part of the document writes it: a tab, or the commonest step in spaces."""
+    steps: Counter[str] = Counter()
+    previous = 0
+    for line in text[start:end].splitlines():
+        if not line.strip():
+            continue
+        ws = line[: len(line) - len(line.lstrip())]
+        if "\t" in ws:
+            steps["\t"] += 1
+        elif len(ws) > previous:
+            steps[" " * (len(ws) - previous)] += 1
+        previous = len(ws.expandtabs(4))
+    if steps:
+        return steps.most_common(1)[0][0]
+    return "  " if language in ("javascript", "typescript", "typescriptreact", "json") else "    " \
+        if language != "go" else "\t"
+
+
+def _block_indent(text: str, line_start: int, line_before: str, unit: str, language: str | None) -> str:
+    """The indentation the fill's later lines should have: the block the cursor is in, one level deeper after an
+    opener (`:` in Python, `{`/`(`/`[`)."""
+    if line_before.strip():
+        base_line = line_before
+    elif line_before:
+        return line_before
+    else:
+        base_line = _previous_nonblank_line(text, line_start)
+        if base_line is None:
+            return ""
+    ws = base_line[: len(base_line) - len(base_line.lstrip())]
+    stripped = base_line.rstrip()
+    if stripped.endswith(_OPENERS) or (language in INDENT_LANGUAGES and stripped.endswith(":")):
+        return ws + unit
+    return ws
+
+
+def _previous_nonblank_line(text: str, line_start: int) -> str | None:
+    end = line_start - 1
+    while end > 0:
+        start = text.rfind("\n", 0, end) + 1
+        line = text[start:end]
+        if line.strip():
+            return line
+        end = start - 1
+    return None

@@ -1,0 +1,252 @@
+"""Clean a raw middle before the watchdog sees it: cut what repeats the suffix, stop at the end of the enclosing
+block, fit indentation to the surrounding code, strip whitespace artefacts, keep Markdown structure intact.
+
+Every function takes the middle and returns a (possibly shorter) middle; none invents content beyond
+indentation, list markers and nothing else.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .context import GapContext
+from .syntax import INDENT_LANGUAGES
+
+_CLOSERS = {")": "(", "]": "[", "}": "{"}
+_OPENERS = {v: k for k, v in _CLOSERS.items()}
+_LIST_ITEM = re.compile(r"^(\s*)([-*+]|\d+[.)])(\s+)")
+_SENTENCE_END = re.compile(r"[.!?][\"')\]]*(?=\s|$)")
+
+
+def postprocess(middle: str, ctx: GapContext, prefix: str, suffix: str) -> str:
+    """All cleaning steps in order. `prefix`/`suffix` are the document text before/after the gap (any length)."""
+    middle = middle.replace("\r\n", "\n")
+    if ctx.single_line:
+        middle = middle.lstrip("\n")
+        middle = middle.split("\n", 1)[0]
+    elif not ctx.line_before.strip():
+        middle = middle.lstrip("\n")  # the cursor already sits on its own empty line
+    middle = trim_suffix_overlap(middle, suffix)
+    if not ctx.is_prose and not ctx.in_comment:
+        if not ctx.single_line:
+            middle = fit_indentation(middle, ctx)
+            if ctx.language in INDENT_LANGUAGES:
+                middle = trim_dedent(middle, ctx)
+        middle = trim_unbalanced_closer(middle, suffix)
+    if ctx.is_prose:
+        middle = fit_markdown(middle, ctx, prefix)
+    return strip_whitespace(middle, ctx, suffix)
+
+
+def trim_suffix_overlap(middle: str, suffix: str) -> str:
+    """Drop the end of the middle that repeats the start of the suffix: an exact character overlap, or a line of
+    the middle equal to the suffix's first non-blank line (and everything after it)."""
+    for k in range(min(len(middle), len(suffix)), 0, -1):
+        piece = suffix[:k]
+        if middle.endswith(piece):
+            if len(piece.strip()) >= 3 or _unbalanced_closers(middle, piece):
+                middle = middle[:-k]
+            break
+    first_line = next((line.strip() for line in suffix.split("\n") if line.strip()), "")
+    if len(first_line) >= 4 and re.search(r"\w", first_line):
+        lines = middle.split("\n")
+        for i, line in enumerate(lines[1:], start=1):
+            if line.strip() == first_line:
+                return "\n".join(lines[:i]) + "\n"
+    return middle
+
+
+def _unbalanced_closers(middle: str, piece: str) -> bool:
+    """A short overlap (a closing bracket) is dropped only if the middle closes more than it opens."""
+    if not piece.strip() or any(c not in _CLOSERS and not c.isspace() for c in piece):
+        return False
+    return sum(middle.count(c) for c in _CLOSERS) > sum(middle.count(c) for c in _OPENERS)
+
+
+def trim_unbalanced_closer(middle: str, suffix: str) -> str:
+    """Cut the middle where it closes a bracket it did not open, when the suffix already closes it."""
+    depth: list[str] = []
+    quote = None
+    for i, ch in enumerate(middle):
+        if quote:
+            if ch == quote and middle[i - 1] != "\\":
+                quote = None
+            continue
+        if ch in "\"'`":
+            quote = ch
+        elif ch in _OPENERS:
+            depth.append(ch)
+        elif ch in _CLOSERS:
+            if depth and depth[-1] == _CLOSERS[ch]:
+                depth.pop()
+            elif not depth:
+                if suffix.lstrip().startswith(ch):
+                    return _cut_line_tail(middle, i)
+                return middle
+    return middle
+
+
+def _cut_line_tail(middle: str, index: int) -> str:
+    """Cut at `index`; if only indentation precedes it on its line, drop that line start too."""
+    line_start = middle.rfind("\n", 0, index) + 1
+    if middle[line_start:index].strip() == "":
+        return middle[:line_start]
+    return middle[:index]
+
+
+def _width(ws: str) -> int:
+    return len(ws.expandtabs(4))
+
+
+def _leading(line: str) -> str:
+    return line[: len(line) - len(line.lstrip(" \t"))]
+
+
+def fit_indentation(middle: str, ctx: GapContext) -> str:
+    """Match the document's indentation: its unit (tabs/spaces), the cursor line's level for the first line, and
+    the block's level for the rest when the model wrote them from column 0."""
+    lines = middle.split("\n")
+    lines = [_convert_unit(line, ctx.indent_unit) for line in lines]
+    if not ctx.line_before.strip() and lines[0].strip():
+        # The first line starts at the cursor: it needs only the indentation the cursor column lacks.
+        missing = _width(ctx.indent) - _width(ctx.line_before)
+        lines[0] = _indent_text(ctx, max(0, missing)) + lines[0].lstrip(" \t")
+    rest = [i for i, line in enumerate(lines) if i > 0 and line.strip()]
+    if rest:
+        first_rest = _width(_leading(lines[rest[0]]))
+        base = _width(ctx.indent)
+        if first_rest < base:
+            head = (ctx.line_before + lines[0]).rstrip()
+            opens = head.endswith(tuple(_OPENERS)) or (ctx.language in INDENT_LANGUAGES and head.endswith(":"))
+            expected = base + (_width(ctx.indent_unit) if opens and ctx.line_before.strip() == "" else 0)
+            shift = _indent_text(ctx, expected - first_rest)
+            lines = [shift + line if i in rest else line for i, line in enumerate(lines)]
+    return "\n".join(lines)
+
+
+def _indent_text(ctx: GapContext, width: int) -> str:
+    if width <= 0:
+        return ""
+    if ctx.indent_unit == "\t":
+        return "\t" * (width // 4) + " " * (width % 4)
+    return " " * width
+
+
+def _convert_unit(line: str, unit: str) -> str:
+    ws = _leading(line)
+    if not ws:
+        return line
+    if unit == "\t" and "\t" not in ws and len(ws) >= 4:
+        return "\t" * (len(ws) // 4) + " " * (len(ws) % 4) + line[len(ws):]
+    if unit != "\t" and "\t" in ws:
+        return ws.replace("\t", unit) + line[len(ws):]
+    return line
+
+
+def trim_dedent(middle: str, ctx: GapContext) -> str:
+    """Indentation-delimited languages: stop where a later line leaves the block the cursor is in."""
+    base = _width(ctx.indent)
+    if base == 0:
+        return middle
+    lines = middle.split("\n")
+    for i, line in enumerate(lines[1:], start=1):
+        if line.strip() and _width(_leading(line)) < base:
+            return "\n".join(lines[:i])
+    return middle
+
+
+def fit_markdown(middle: str, ctx: GapContext, prefix: str) -> str:
+    if ctx.line_before.lstrip().startswith("|"):
+        return fit_table_row(middle, ctx, prefix)
+    middle = fit_list_markers(middle, ctx, prefix)
+    return end_sentence(middle, ctx)
+
+
+def fit_table_row(middle: str, ctx: GapContext, prefix: str) -> str:
+    """A table cell fill may add exactly the pipes the row still lacks, never more."""
+    previous = _previous_line(prefix, len(prefix) - len(ctx.line_before))
+    if previous is None or not previous.lstrip().startswith("|"):
+        return middle
+    allowed = previous.count("|") - ctx.line_before.count("|") - ctx.line_after.count("|")
+    if allowed < 0 or middle.count("|") <= allowed:
+        return middle
+    if allowed == 0:
+        return middle[: middle.index("|")]
+    seen = 0
+    for i, ch in enumerate(middle):
+        if ch == "|":
+            seen += 1
+            if seen == allowed:
+                return middle[: i + 1]
+    return middle
+
+
+def _previous_line(text: str, line_start: int) -> str | None:
+    if line_start <= 0:
+        return None
+    start = text.rfind("\n", 0, line_start - 1) + 1
+    return text[start:line_start - 1]
+
+
+def fit_list_markers(middle: str, ctx: GapContext, prefix: str) -> str:
+    """New list items use the marker of the list they continue (same bullet, or the next number)."""
+    previous = _last_list_item(prefix, len(prefix) - len(ctx.line_before))
+    if previous is None:
+        return middle
+    indent, marker = previous.group(1), previous.group(2)
+    number = int(marker[:-1]) if marker[0].isdigit() else None
+    lines = middle.split("\n")
+    for i, line in enumerate(lines):
+        if i == 0 and ctx.line_before.strip():
+            continue  # the first line continues the current line's text
+        item = _LIST_ITEM.match(line)
+        if item is None or item.group(1) != indent:
+            continue
+        if number is None:
+            new_marker = marker
+        else:
+            number += 1
+            new_marker = f"{number}{marker[-1]}"
+        lines[i] = item.group(1) + new_marker + item.group(3) + line[item.end():]
+    return "\n".join(lines)
+
+
+def _last_list_item(prefix: str, line_start: int):
+    """The list item the cursor's list continues: the closest item line above, within the same block."""
+    lines = prefix[:line_start].split("\n")[-30:]
+    for line in reversed(lines):
+        item = _LIST_ITEM.match(line)
+        if item:
+            return item
+        if line.strip() and not line.startswith((" ", "\t")):
+            return None  # a paragraph or heading ended the list
+    return None
+
+
+def end_sentence(middle: str, ctx: GapContext) -> str:
+    """A fill that ends a line of prose ends at a sentence boundary when it has one (no dangling half sentence)."""
+    if ctx.line_after.strip():
+        return middle
+    last_line = middle.rstrip().rsplit("\n", 1)[-1]
+    if not last_line.strip() or _LIST_ITEM.match(last_line) or last_line.lstrip().startswith(("#", "|")):
+        return middle
+    stripped = middle.rstrip()
+    if re.search(r"[.!?:][\"')\]]*$", stripped):
+        return middle
+    ends = list(_SENTENCE_END.finditer(stripped))
+    if not ends:
+        return middle
+    return stripped[: ends[-1].end()]
+
+
+def strip_whitespace(middle: str, ctx: GapContext, suffix: str) -> str:
+    """Trailing spaces on lines, trailing blank lines; a multi-line fill never ends in a newline (the line
+    after the cursor keeps its own)."""
+    lines = middle.split("\n")
+    lines = [line.rstrip() for line in lines[:-1]] + lines[-1:]
+    if not suffix[:1].strip() or ctx.single_line and not ctx.line_after.strip():
+        lines[-1] = lines[-1].rstrip()
+    middle = "\n".join(lines)
+    if not ctx.single_line:
+        middle = middle.rstrip()
+    return middle

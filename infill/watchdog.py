@@ -1,0 +1,203 @@
+"""Checks every candidate fill before it can be shown: deadline, emptiness, length, stutter, comment-only code,
+broken syntax, broken Markdown tables. A rejected candidate is never shown; its reason is logged and counted."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+from .context import GapContext
+from .syntax import ParsedDocument, error_nodes
+from .types import InfillError
+
+log = logging.getLogger(__name__)
+
+REASONS = ("empty_prefix", "timeout", "empty", "too_long", "too_many_lines", "repetition", "comment_only",
+           "syntax", "structure")
+_WORD = re.compile(r"^\w+$")
+_LETTERS = re.compile(r"[A-Za-z]{2}")
+_COMMENT_MARKERS = {
+    "python": ("#",), "javascript": ("//", "/*", "*"), "typescript": ("//", "/*", "*"),
+    "typescriptreact": ("//", "/*", "*"), "go": ("//", "/*", "*"), "rust": ("//", "/*", "*"),
+}
+
+
+@dataclass(frozen=True)
+class WatchdogSettings:
+    max_chars: int = 2000
+    max_lines: int = 60
+    max_single_line_chars: int = 240
+    max_ngram: int = 4  # stutter: an n-gram of up to this many words ...
+    ngram_repeats: int = 3  # ... repeated this many times back to back
+    line_repeats: int = 3  # the same (non-trivial) line this many times anywhere in one fill
+    consecutive_line_chars: int = 6  # a line this long (or longer) twice in a row is a stutter
+    deadline_grace_ms: float = 250.0  # a candidate later than deadline + grace is stale
+    check_syntax: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("max_chars", "max_lines", "max_single_line_chars", "max_ngram", "ngram_repeats",
+                     "line_repeats", "consecutive_line_chars"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise InfillError(f"watchdog setting {name} must be a positive integer, got {value!r}")
+        if self.ngram_repeats < 2 or self.line_repeats < 2:
+            raise InfillError("ngram_repeats and line_repeats must be at least 2")
+        if self.deadline_grace_ms < 0:
+            raise InfillError(f"deadline_grace_ms must be >= 0, got {self.deadline_grace_ms}")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    reason: str | None = None  # None: the candidate may be shown
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.reason is None
+
+
+OK = Verdict()
+
+
+class Watchdog:
+    """Stateless checks plus a Counter of rejection reasons (and of candidates checked) for status/benchmarks."""
+
+    def __init__(self, settings: WatchdogSettings | None = None) -> None:
+        self.settings = settings or WatchdogSettings()
+        self.counts: Counter[str] = Counter()
+        self.checked = 0
+
+    def record(self, verdict: Verdict, backend: str = "") -> Verdict:
+        if not verdict.ok:
+            self.counts[verdict.reason] += 1  # type: ignore[index]
+            log.info("watchdog rejected a fill from %s: %s (%s)", backend or "?", verdict.reason, verdict.detail)
+        return verdict
+
+    def stats(self) -> dict:
+        return {"checked": self.checked, "rejected": dict(self.counts)}
+
+    def check(self, middles: list[str], spans: list[tuple[int, int]], doc: ParsedDocument, ctx: GapContext, *,
+              deadline: float | None = None, backend: str = "") -> Verdict:
+        self.checked += 1
+        return self.record(self.judge(middles, spans, doc, ctx, deadline=deadline), backend)
+
+    def judge(self, middles: list[str], spans: list[tuple[int, int]], doc: ParsedDocument, ctx: GapContext, *,
+              deadline: float | None = None) -> Verdict:
+        """The first failed check, cheapest first (the parse comes last)."""
+        s = self.settings
+        if deadline is not None and time.monotonic() > deadline + s.deadline_grace_ms / 1000:
+            return Verdict("timeout", "the candidate arrived after the deadline")
+        if not any(m.strip() for m in middles):
+            return Verdict("empty", "nothing left after post-processing")
+        line_above = _line_above(doc.text, spans[0][0])
+        for middle in middles:
+            verdict = (check_length(middle, ctx, s) or check_repetition(middle, s, line_above)
+                       or check_comment_only(middle, ctx))
+            if verdict:
+                return verdict
+        if ctx.is_prose:
+            return check_table_rows(middles, spans, doc.text) or OK
+        if s.check_syntax and doc.has_grammar:
+            return check_syntax(middles, spans, doc) or OK
+        return OK
+
+
+def check_length(middle: str, ctx: GapContext, s: WatchdogSettings) -> Verdict | None:
+    if ctx.single_line and "\n" in middle:
+        return Verdict("too_many_lines", "a single-line fill spans lines")
+    limit = s.max_single_line_chars if ctx.single_line else s.max_chars
+    if len(middle) > limit:
+        return Verdict("too_long", f"{len(middle)} chars > {limit}")
+    if middle.count("\n") + 1 > s.max_lines:
+        return Verdict("too_many_lines", f"{middle.count(chr(10)) + 1} lines > {s.max_lines}")
+    return None
+
+
+def check_repetition(middle: str, s: WatchdogSettings, line_above: str = "") -> Verdict | None:
+    """Stutter: a word n-gram repeated back to back, a line repeated, or the fill copying the line above."""
+    words = middle.split()
+    for n in range(1, s.max_ngram + 1):
+        span = n * s.ngram_repeats
+        for i in range(len(words) - span + 1):
+            gram = words[i:i + n]
+            if not _meaningful(gram):
+                continue
+            if all(words[i + k * n:i + (k + 1) * n] == gram for k in range(1, s.ngram_repeats)):
+                return Verdict("repetition", f"{' '.join(gram)!r} repeated {s.ngram_repeats} times")
+    lines = [line.strip() for line in middle.split("\n")]
+    seen: Counter[str] = Counter(line for line in lines if len(line) >= 4 and _LETTERS.search(line))
+    for line, count in seen.items():
+        if count >= s.line_repeats:
+            return Verdict("repetition", f"line {line!r} {count} times")
+    for a, b in zip(lines, lines[1:]):
+        if a == b and len(a) >= s.consecutive_line_chars and _LETTERS.search(a):
+            return Verdict("repetition", f"line {a!r} twice in a row")
+    first = next((line for line in lines if line), "")
+    if len(first) >= s.consecutive_line_chars and first == line_above.strip() and _LETTERS.search(first):
+        return Verdict("repetition", "the fill repeats the line above")
+    return None
+
+
+def _meaningful(gram: list[str]) -> bool:
+    if len(gram) == 1:
+        return bool(_WORD.match(gram[0])) and not gram[0].isdigit()
+    return any(_LETTERS.search(w) for w in gram)
+
+
+def _line_above(text: str, index: int) -> str:
+    line_start = text.rfind("\n", 0, index) + 1
+    if text[line_start:index].strip():
+        return ""  # the fill continues a line: compare nothing
+    start = text.rfind("\n", 0, max(0, line_start - 1)) + 1
+    return text[start:max(start, line_start - 1)]
+
+
+def check_comment_only(middle: str, ctx: GapContext) -> Verdict | None:
+    """Code fills that are nothing but comments say nothing the user asked for."""
+    if not ctx.is_code or ctx.in_comment:
+        return None
+    markers = _COMMENT_MARKERS.get(ctx.language or "", ("#", "//", "/*", "*"))
+    lines = [line.strip() for line in middle.split("\n") if line.strip()]
+    if lines and all(line.startswith(markers) for line in lines):
+        return Verdict("comment_only", "the fill is only comments")
+    return None
+
+
+def apply_fills(text: str, spans: list[tuple[int, int]], middles: list[str]) -> str:
+    pieces, cursor = [], 0
+    for (a, b), middle in zip(spans, middles):
+        pieces += [text[cursor:a], middle]
+        cursor = b
+    pieces.append(text[cursor:])
+    return "".join(pieces)
+
+
+def check_syntax(middles: list[str], spans: list[tuple[int, int]], doc: ParsedDocument) -> Verdict | None:
+    """The filled document may not have more ERROR/MISSING nodes than the document before the edit."""
+    before = error_nodes(doc.tree)
+    after_tree = doc.parse_variant(apply_fills(doc.text, spans, middles))
+    after = error_nodes(after_tree)
+    if after > before:
+        return Verdict("syntax", f"{after} error nodes after the fill, {before} before")
+    return None
+
+
+def check_table_rows(middles: list[str], spans: list[tuple[int, int]], text: str) -> Verdict | None:
+    """Markdown: a fill inside a table row may not add cells beyond the row above."""
+    for (a, b), middle in zip(spans, middles):
+        line_start = text.rfind("\n", 0, a) + 1
+        line_end = text.find("\n", b)
+        line_end = len(text) if line_end < 0 else line_end
+        if not text[line_start:a].lstrip().startswith("|") or line_start == 0:
+            continue
+        above_start = text.rfind("\n", 0, line_start - 1) + 1
+        above = text[above_start:line_start - 1]
+        if not above.lstrip().startswith("|"):
+            continue
+        row = text[line_start:a] + middle + text[b:line_end]
+        if "\n" in middle or row.count("|") > above.count("|"):
+            return Verdict("structure", "the fill breaks the table row's cells")
+    return None
