@@ -1,0 +1,119 @@
+"""`infill-ls fill PATH --at LINE:COL | --range L1:C1-L2:C2 [--json]`: one fill through the editor pipeline.
+
+Lines and columns are 1-based; a range's end is exclusive. Prints the middle, or one JSON object with --json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+from .backends import BackendSpec, open_backend
+from .config import EngineConfig
+from .pipeline import CompletionRequest, Pipeline, PipelineSettings
+from .types import InfillError, deadline_in
+
+MAX_FILE_BYTES = 10 * 2**20
+
+
+def parse_point(text: str) -> tuple[int, int]:
+    try:
+        line, col = (int(part) for part in text.split(":"))
+    except ValueError:
+        raise InfillError(f"expected LINE:COL (1-based), got {text!r}") from None
+    if line < 1 or col < 1:
+        raise InfillError(f"lines and columns are 1-based, got {text!r}")
+    return line, col
+
+
+def offset_of(text: str, line: int, col: int) -> int:
+    lines = text.splitlines(keepends=True) or [""]
+    if line > len(lines) + (1 if text.endswith("\n") else 0):
+        raise InfillError(f"line {line} is past the end of the file ({len(lines)} lines)")
+    start = sum(len(x) for x in lines[: line - 1])
+    body = lines[line - 1].rstrip("\r\n") if line <= len(lines) else ""
+    if col > len(body) + 1:
+        raise InfillError(f"column {col} is past the end of line {line} ({len(body)} characters)")
+    return start + col - 1
+
+
+def read_document(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InfillError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if len(data) > MAX_FILE_BYTES:
+        raise InfillError(f"{path} is {len(data) // 2**20} MB; infill-ls fills files up to {MAX_FILE_BYTES // 2**20} MB")
+    if b"\0" in data[:8192]:
+        raise InfillError(f"{path} looks binary (NUL bytes); nothing to fill")
+    return data.decode("utf-8", errors="replace")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="infill-ls fill", description=__doc__)
+    p.add_argument("path", type=Path)
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--at", help="cursor LINE:COL (1-based)")
+    where.add_argument("--range", help="selection L1:C1-L2:C2 to replace (1-based, end exclusive)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--model", help="DiffusionGemma checkpoint dir or hub id (default: env INFILL_MODEL, else the "
+                                   "offline Gemma 3 270M fallback)")
+    p.add_argument("--load-format", default="auto", choices=["auto", "dummy"])
+    p.add_argument("--device")
+    p.add_argument("--dtype")
+    p.add_argument("--endpoint", help="remote OpenAI-compatible engine URL")
+    p.add_argument("--budget-ms", type=float, default=None, help="latency budget (default: none)")
+    p.add_argument("--max-middle-tokens", type=int, default=64)
+    p.add_argument("--steps", type=int, default=None, help="max denoising steps (diffusion)")
+    p.add_argument("--language")
+    p.add_argument("-v", "--verbose", action="store_true")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr)
+    try:
+        text = read_document(args.path)
+        if args.at:
+            start = end = offset_of(text, *parse_point(args.at))
+        else:
+            first, _, second = args.range.partition("-")
+            start, end = offset_of(text, *parse_point(first)), offset_of(text, *parse_point(second))
+            if end < start:
+                raise InfillError(f"range end {second} is before its start {first}")
+        engine = EngineConfig(**({"max_denoising_steps": args.steps} if args.steps else {}))
+        spec = BackendSpec.from_env(model=args.model, load_format=args.load_format, device=args.device,
+                                    dtype=args.dtype, endpoint=args.endpoint, engine=engine)
+        backend = open_backend(spec, progress=lambda msg, frac: print(msg, file=sys.stderr))
+    except InfillError as exc:
+        print(f"infill-ls fill: {exc}", file=sys.stderr)
+        return 2
+    pipeline = Pipeline(backend, settings=PipelineSettings(max_middle_tokens=args.max_middle_tokens))
+    language = args.language or args.path.suffix.lstrip(".") or None
+    t0 = time.perf_counter()
+    outcome = pipeline.complete(CompletionRequest(text=text, start=start, end=end, mode="gap" if end > start else
+                                                  "inline", language=language, document_id=str(args.path)),
+                                deadline=deadline_in(args.budget_ms / 1000 if args.budget_ms else None))
+    latency_ms = (time.perf_counter() - t0) * 1000
+    result = outcome.result
+    middle = outcome.fills[0].text if outcome.fills else ""
+    if args.json:
+        print(json.dumps({
+            "middle": middle, "latency_ms": round(latency_ms, 1), "steps": result.steps if result else 0,
+            "tokens_per_forward": round(result.tokens_per_forward, 3) if result else 0.0,
+            "cut_short": bool(result and result.cut_short), "model": backend.info.model,
+            "backend": backend.info.name, "kind": backend.info.kind, "is_fallback": backend.info.is_fallback,
+            "outcome": result.outcome if result else "none", "route": outcome.route,
+            "error": result.error if result else None,
+        }))
+    else:
+        if backend.info.is_fallback:
+            print(f"[{backend.info.label}]", file=sys.stderr)
+        print(middle)
+    backend.close()
+    return 0 if result is None or result.outcome != "error" else 1

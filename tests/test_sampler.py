@@ -1,0 +1,78 @@
+"""The fast sampling math against transformers' own ops, and the fast decoder forward against the stock one."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from infill.canvas import decoder_cache_view
+from infill.denoise import decoder_logits, self_conditioning_embeddings
+from infill.sampler import entropy_bound_accept, fast_step, reference_step, sample_inverse_cdf
+from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSampler, EntropyBoundSamplerConfig
+
+
+@pytest.mark.parametrize("vocab", [1024, 1000])  # two-level path (1024 = 32 blocks of 32) and single cumsum path
+def test_inverse_cdf_sampling_follows_the_distribution(vocab):
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(vocab, generator=gen) * 3
+    probs = torch.softmax(logits, -1)
+    draws = 200_000
+    rows = probs.expand(draws, vocab).contiguous()
+    samples = sample_inverse_cdf(rows, torch.rand(draws, generator=gen))
+    freq = torch.bincount(samples, minlength=vocab).double() / draws
+    top = probs.topk(20).indices
+    # each of the 20 most likely tokens within 5 standard errors of its probability
+    se = (probs[top].double() * (1 - probs[top].double()) / draws).sqrt()
+    assert torch.all((freq[top] - probs[top].double()).abs() < 5 * se + 1e-4)
+    zero = probs.clone()
+    zero[:vocab // 2] = 0
+    zero /= zero.sum()
+    picked = sample_inverse_cdf(zero.expand(5000, vocab).contiguous(), torch.rand(5000, generator=gen))
+    assert bool((picked >= vocab // 2).all())  # never a zero-probability token
+
+
+def test_fast_step_agrees_with_transformers_ops():
+    gen = torch.Generator().manual_seed(1)
+    raw = torch.randn(2, 16, 512, generator=gen) * 20
+    cap, temp = 30.0, 0.6
+    softcapped = torch.tanh(raw / cap) * cap
+    ref = reference_step(softcapped.clone(), 1 / temp, torch.Generator().manual_seed(2))
+    fast = fast_step(raw.clone(), cap, 1 / temp, torch.Generator().manual_seed(2))
+    assert torch.equal(fast.argmax, ref.argmax)
+    assert torch.allclose(fast.entropy, ref.entropy, atol=1e-4)
+    assert torch.allclose(fast.probs, torch.softmax(softcapped / temp, -1), atol=1e-6)
+    assert torch.allclose(fast.max_prob, ref.max_prob, atol=1e-6)
+
+
+def test_acceptance_equals_transformers_sampler():
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(3, 64, 256, generator=gen) * 4
+    stock = EntropyBoundSampler(EntropyBoundSamplerConfig(entropy_bound=0.1), 64, 256, 8)
+    current, denoised = torch.zeros(3, 64, dtype=torch.long), torch.ones(3, 64, dtype=torch.long)
+    accepted_stock = stock.accept_canvas(current, denoised, logits, 1) == 1
+    entropy = torch.distributions.Categorical(logits=logits).entropy()
+    ours = entropy_bound_accept(entropy, 0.1)
+    assert torch.equal(ours, accepted_stock)
+    assert bool(ours.any(-1).all())  # at least one slot per row
+
+
+def test_fast_decoder_forward_equals_stock_forward(tiny_engine):
+    """Our decoder forward (self-conditioning passed as embeddings) equals the model's forward given logits."""
+    engine = tiny_engine
+    model = engine.model
+    ids = torch.tensor(engine.prompt_ids("def add(a, b):\n    return a + b\n" * 4))
+    cache, _ = engine._encode_prompt("sampler-test", ids)
+    view = decoder_cache_view(cache, engine.layer_types, engine.sliding_window, 1)
+    gen = torch.Generator().manual_seed(4)
+    canvas = torch.randint(0, 512, (1, 24), generator=gen)
+    positions = ids.numel() + torch.arange(24)[None]
+    prev_logits = torch.randn(1, 24, 512, generator=gen) * 5
+    free = torch.ones(1, 24, dtype=torch.bool)
+    with torch.inference_mode():
+        stock = model(decoder_input_ids=canvas, cache=view, self_conditioning_logits=prev_logits,
+                      decoder_position_ids=positions).logits
+        soft = self_conditioning_embeddings(model, torch.softmax(prev_logits, -1), torch.zeros(1, 24, 64), free)
+        ours = decoder_logits(model, canvas, soft, view, positions, {k: None for k in engine.layer_types})
+        cap = model.config.text_config.final_logit_softcapping
+        ours = torch.tanh(ours / cap) * cap
+    assert torch.allclose(ours, stock, atol=1e-4)
