@@ -1,0 +1,1 @@
+"""Pilot harness: holes cut from real trees, a latency/quality/cost matrix across backends."""

@@ -1,0 +1,104 @@
+"""Quality, latency and cost figures, written out so each one can be checked by hand."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..types import InfillError
+
+
+def normalise(text: str) -> str:
+    """Differences an editor user would not call an edit: line-ending style, trailing spaces on a line, and blank
+    lines or spaces at either end of the middle."""
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return "\n".join(line.rstrip() for line in lines).strip("\n").rstrip()
+
+
+def levenshtein(a: str, b: str) -> int:
+    """Character edit distance (insert, delete, substitute: cost 1 each), two rows of the classic table."""
+    if a == b:
+        return 0
+    # The common prefix and suffix cost nothing; dropping them keeps the table small.
+    lead = 0
+    while lead < min(len(a), len(b)) and a[lead] == b[lead]:
+        lead += 1
+    a, b = a[lead:], b[lead:]
+    trail = 0
+    while trail < min(len(a), len(b)) and a[-1 - trail] == b[-1 - trail]:
+        trail += 1
+    if trail:
+        a, b = a[:-trail], b[:-trail]
+    if len(a) < len(b):
+        a, b = b, a
+    previous = list(range(len(b) + 1))
+    for i, char_a in enumerate(a, 1):
+        current = [i]
+        for j, char_b in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (char_a != char_b)))
+        previous = current
+    return previous[-1]
+
+
+def edit_similarity(predicted: str, expected: str) -> float:
+    """1 - Levenshtein / max length, on normalised texts; two empty texts are identical (1.0)."""
+    a, b = normalise(predicted), normalise(expected)
+    longest = max(len(a), len(b))
+    return 1.0 if longest == 0 else 1.0 - levenshtein(a, b) / longest
+
+
+def exact_match(predicted: str, expected: str) -> bool:
+    return normalise(predicted) == normalise(expected)
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0..100) with linear interpolation between closest ranks (numpy's default); None when
+    there are no values."""
+    if not 0 <= q <= 100:
+        raise InfillError(f"percentile must be within 0..100, got {q}")
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+@dataclass(frozen=True)
+class AcceptRule:
+    """"Accepted without material edit": something was shown, it is close enough to what the author wrote, and the
+    file still parses (a file whose syntax cannot be judged does not count against it)."""
+
+    threshold: float = 0.7
+    require_syntax: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.threshold <= 1:
+            raise InfillError(f"accept threshold must be within 0..1, got {self.threshold}")
+
+    def accepts(self, shown: bool, similarity: float, syntax_ok: bool | None) -> bool:
+        if not shown or similarity < self.threshold:
+            return False
+        return not (self.require_syntax and syntax_ok is False)
+
+
+def throughput_per_hour(completed: int, wall_seconds: float) -> float | None:
+    return None if wall_seconds <= 0 else completed * 3600.0 / wall_seconds
+
+
+def cost_per_accepted(gpu_hour_price: float | None, wall_seconds: float, accepted: int) -> float | None:
+    """What the accepted results of a run cost: the GPU time of the whole run (every attempt, accepted or not)
+    divided by the number accepted. None without a price or without any accepted result."""
+    if gpu_hour_price is None or accepted <= 0:
+        return None
+    return gpu_hour_price * (wall_seconds / 3600.0) / accepted
+
+
+def mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def share(flags: Sequence[bool]) -> float | None:
+    return sum(1 for f in flags if f) / len(flags) if flags else None

@@ -1,0 +1,205 @@
+"""report.md and PNG plots (matplotlib, Agg) from a pilot's summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .summary import latencies, read_jsonl
+
+PLOTS = {"quality_vs_latency.png": "Quality vs p95 latency", "latency_cdf.png": "Latency CDF",
+         "throughput.png": "Throughput vs concurrency"}
+
+
+def _fmt(value, kind: str = "") -> str:
+    if value is None:
+        return "–"
+    if kind == "%":
+        return f"{100 * value:.1f}%"
+    if kind == "ms":
+        return f"{value:,.0f}"
+    if kind == "$":
+        return f"{value:.4f}"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def _quality_cells(q: dict) -> list[str]:
+    return [str(q["attempts"]), _fmt(q["shown_rate"], "%"), _fmt(q["exact_match"], "%"), _fmt(q["edit_similarity"]),
+            _fmt(q["syntax_valid_share"], "%"), _fmt(q["accept_rate"], "%"), _fmt(q["p50_ms"], "ms"),
+            _fmt(q["p95_ms"], "ms")]
+
+
+QUALITY_HEADER = ["attempts", "shown", "exact match", "edit sim.", "syntax valid", "accepted", "p50 ms", "p95 ms"]
+
+
+def _backend_section(label: str, target: dict, figures: dict, meta: dict) -> list[str]:
+    lines = [f"## Backend: `{label}`", ""]
+    if target.get("caveat"):
+        lines += [f"> **{target['caveat'].upper().split(':')[0]}**: {target['caveat'].split(':', 1)[-1].strip()}", ""]
+    if target.get("open_error"):
+        lines += [f"**Failed to open:** {target['open_error']}", ""]
+    else:
+        lines += [f"- engine: {target.get('name')} (kind {target.get('kind')}, model `{target.get('model')}`, "
+                  f"{target.get('device')}, {target.get('dtype')}), loaded in {target.get('load_seconds')} s"]
+        if target.get("fallback"):
+            lines += [f"- fallback: {target['fallback']}"]
+    lines += [f"- fallback rate {_fmt(figures['fallback_rate'], '%')}, error rate {_fmt(figures['error_rate'], '%')}, "
+              f"tokens per forward {_fmt(figures['tokens_per_forward'])}, attempts stopped by the time cap or "
+              f"Ctrl-C (left out): {figures['stopped_attempts']}", ""]
+    price = meta.get("gpu_hour_price")
+    lines += ["### Latency, throughput and cost per concurrency", ""]
+    rows = [[c, str(v["attempts"]), _fmt(v["p50_ms"], "ms"), _fmt(v["p95_ms"], "ms"),
+             _fmt(v["throughput_per_hour"], "ms"), str(v["accepted"]), _fmt(v["cost_per_accepted"], "$"),
+             f"{v['wall_seconds']:.1f}", v["stopped_by"]] for c, v in figures["by_concurrency"].items()]
+    lines += _table(["concurrency", "attempts", "p50 ms", "p95 ms", "requests/hour", "accepted",
+                     f"cost/accepted ({'at ' + str(price) + '/GPU-h' if price is not None else 'no price given'})",
+                     "wall s", "ended"], rows) + [""]
+    lines += ["### Quality (all concurrency levels together)", ""]
+    lines += _table(QUALITY_HEADER, [_quality_cells(figures)]) + [""]
+    lines += ["### Per kind", ""]
+    lines += _table(["kind"] + QUALITY_HEADER, [[k] + _quality_cells(q) for k, q in figures["by_kind"].items()])
+    lines += [""]
+    if figures["rejections"]:
+        lines += ["### Watchdog rejections", ""]
+        lines += _table(["reason", "count"], [[r, str(n)] for r, n in figures["rejections"].items()]) + [""]
+    if figures["errors"]:
+        lines += ["### Errors", ""]
+        lines += _table(["error", "count"], [[e.replace("|", "\\|"), str(n)] for e, n in figures["errors"].items()])
+        lines += [""]
+    return lines
+
+
+def _setup_section(meta: dict) -> list[str]:
+    skipped = ", ".join(f"{n} {r}" for r, n in meta.get("skipped", {}).items()) or "none"
+    kinds = ", ".join(f"{k} {n}" for k, n in meta.get("hole_kinds", {}).items())
+    hw = meta.get("hardware", {})
+    return ["## Setup", "",
+            f"- source: `{meta.get('src')}` ({'tracked files of a git repository' if meta.get('from_git') else 'folder walk'}), "
+            f"{meta.get('files')} usable files; skipped: {skipped}",
+            f"- holes: {meta.get('holes')} (seed {meta.get('seed')}): {kinds}",
+            f"- concurrency levels: {meta.get('concurrency')}; time cap {meta.get('max_seconds')} s; per-attempt "
+            f"deadline: {meta.get('deadline_ms') or 'none'}; max middle tokens {meta.get('max_middle_tokens')}",
+            f"- accept rule: edit similarity ≥ {meta.get('accept_threshold')} and the filled file parses",
+            f"- hardware: {hw.get('cpu')} ({hw.get('cpus')} CPUs), accelerator: {hw.get('accelerator')}; "
+            f"Python {hw.get('python')}, torch {hw.get('torch')}, {hw.get('platform')}",
+            f"- run: {meta.get('started')} → {meta.get('finished')}, ended by: {meta.get('stopped_by')}",
+            f"- command: `{meta.get('command')}`", ""]
+
+
+def _summary_section(summary: dict, targets: list[dict]) -> list[str]:
+    caveats = {t["label"]: t.get("caveat") for t in targets}
+    rows = []
+    for label, f in summary.items():
+        best = max(f["by_concurrency"].values(), key=lambda v: v["throughput_per_hour"] or 0, default={})
+        name = f"`{label}`" + (" ⚠ tiny/dummy" if caveats.get(label) else "")
+        rows.append([name] + _quality_cells(f) + [_fmt(best.get("throughput_per_hour"), "ms")])
+    return ["## Summary", ""] + _table(["backend"] + QUALITY_HEADER + ["best requests/hour"], rows) + [
+        "", "⚠ tiny/dummy: a random-weight DiffusionGemma; its text quality is meaningless, only its latency and "
+        "mechanics are measured." if any(caveats.values()) else "", ""]
+
+
+NOTES = """## What was measured
+
+- Every attempt goes through `infill.pipeline.Pipeline.complete` with the same request for every backend: the file
+  with the middle removed and an empty span where it was (`inline` mode for single-line holes, `gap` for the rest).
+- **Latency** is wall time around `Pipeline.complete` (context building, backend, post-processing, fallback), in
+  ms; p50/p95 use linear interpolation and leave out attempts that failed (they return early). A warm-up attempt
+  per backend is not recorded.
+- **Exact match** and **edit similarity** (1 − Levenshtein / longer length) compare the shown middle with the
+  original after normalising line endings, trailing spaces and blank lines at either end; nothing shown scores 0.
+- **Syntax valid**: the filled file parses (Python: `ast`; other languages: tree-sitter finds no more ERROR/MISSING
+  nodes than in the original). Share among shown fills whose file could be judged.
+- **Accepted without material edit**: shown, edit similarity ≥ the threshold, and not syntax-invalid.
+- **Throughput**: completed attempts per hour of a cell's wall time at that concurrency (worker threads).
+- **Cost per accepted**: GPU-hour price × the cell's wall hours / accepted results in it.
+- **Watchdog rejections** and **fallback rate** come from the pipeline's `rejections` and `route`.
+- Raw data: `holes.jsonl` (every hole with prefix/middle/suffix), `attempts.jsonl` (every attempt),
+  `cells.jsonl` (every backend × concurrency pass), `summary.json`.
+"""
+
+
+def write_report(out_dir: Path, summary: dict, targets: list[dict], meta: dict) -> Path:
+    lines = [f"# infill-ls pilot: {Path(str(meta.get('src', ''))).name or meta.get('src')}", ""]
+    if meta.get("stopped_by") not in (None, "done"):
+        lines += [f"**Partial run** — ended by {meta['stopped_by']}; the figures cover the attempts that finished.",
+                  ""]
+    lines += _setup_section(meta) + _summary_section(summary, targets)
+    by_label = {t["label"]: t for t in targets}
+    for label, figures in summary.items():
+        lines += _backend_section(label, by_label.get(label, {"label": label}), figures, meta)
+    lines += ["## Plots", ""] + [f"![{title}]({name})" for name, title in PLOTS.items()] + [""]
+    lines += [NOTES]
+    path = out_dir / "report.md"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+def write_plots(out_dir: Path, summary: dict) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    attempts = [a for a in read_jsonl(out_dir / "attempts.jsonl") if not a.get("stopped")]
+    paths = []
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for label, f in summary.items():
+        for c, v in f["by_concurrency"].items():
+            mine = [a for a in attempts if a["backend"] == label and str(a["concurrency"]) == c]
+            if v["p95_ms"] is None or not mine:
+                continue
+            accept = sum(bool(a.get("accepted")) for a in mine) / len(mine)
+            sim = sum(float(a.get("edit_similarity") or 0) for a in mine) / len(mine)
+            left.scatter(v["p95_ms"], 100 * accept, label=f"{label} c={c}")
+            right.scatter(v["p95_ms"], sim, label=f"{label} c={c}")
+    for axis, ylabel in ((left, "accepted (%)"), (right, "mean edit similarity")):
+        axis.set_xlabel("p95 latency (ms)")
+        axis.set_ylabel(ylabel)
+        axis.grid(alpha=0.3)
+    left.legend(fontsize=7)
+    fig.suptitle("Quality vs p95 latency")
+    fig.tight_layout()
+    paths.append(_save(fig, out_dir / "quality_vs_latency.png", plt))
+
+    fig, axis = plt.subplots(figsize=(7, 4.2))
+    for label in summary:
+        for c in sorted({a["concurrency"] for a in attempts if a["backend"] == label}):
+            lat = sorted(latencies([a for a in attempts if a["backend"] == label and a["concurrency"] == c]))
+            if lat:
+                axis.step(lat, [(i + 1) / len(lat) for i in range(len(lat))], where="post", label=f"{label} c={c}")
+    axis.set_xscale("log")
+    axis.set_xlabel("latency (ms, log scale)")
+    axis.set_ylabel("share of attempts")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7)
+    axis.set_title("Latency CDF")
+    fig.tight_layout()
+    paths.append(_save(fig, out_dir / "latency_cdf.png", plt))
+
+    fig, axis = plt.subplots(figsize=(7, 4.2))
+    for label, f in summary.items():
+        points = [(int(c), v["throughput_per_hour"]) for c, v in f["by_concurrency"].items()
+                  if v["throughput_per_hour"] is not None]
+        if points:
+            axis.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+    axis.set_xscale("log", base=2)
+    axis.set_xlabel("concurrency (worker threads)")
+    axis.set_ylabel("completed requests / hour")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7)
+    axis.set_title("Throughput vs concurrency")
+    fig.tight_layout()
+    paths.append(_save(fig, out_dir / "throughput.png", plt))
+    return paths
+
+
+def _save(fig, path: Path, plt) -> Path:
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,257 @@
+"""Runs every hole through every backend at every concurrency level (worker threads), under one time cap.
+
+Each attempt is appended to attempts.jsonl (flushed) the moment it completes, and each (backend, concurrency) cell
+to cells.jsonl when it ends, so a run stopped by its time cap or by Ctrl-C keeps everything it measured.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, TextIO
+
+from ..pipeline import PipelineSettings
+from ..types import CancelToken, InfillError
+from .attempt import run_attempt
+from .holes import Hole
+from .metrics import AcceptRule
+from .targets import OpenedTarget, TargetPool, TargetSpec
+
+JOIN_POLL_S = 0.1
+CANCEL_GRACE_S = 30.0  # after a stop, how long in-flight attempts get to return before their threads are abandoned
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    concurrency: tuple[int, ...] = (1, 4, 16)
+    max_seconds: float = 600.0  # the whole run: loading, warm-up and every cell
+    deadline_ms: float | None = None  # per attempt, passed to the backend (None: no deadline)
+    accept: AcceptRule = field(default_factory=AcceptRule)
+    pipeline: PipelineSettings = field(default_factory=PipelineSettings)
+    warmup: bool = True  # one unrecorded attempt per backend first, so lazy initialisation is not in p95
+
+    def __post_init__(self) -> None:
+        if not self.concurrency or any(not isinstance(c, int) or c < 1 for c in self.concurrency):
+            raise InfillError(f"concurrency levels must be positive integers, got {self.concurrency!r}")
+        if not self.max_seconds > 0:
+            raise InfillError(f"--max-seconds must be > 0, got {self.max_seconds}")
+        if self.deadline_ms is not None and not self.deadline_ms > 0:
+            raise InfillError(f"per-attempt deadline must be > 0 ms, got {self.deadline_ms}")
+
+
+class JsonlWriter:
+    """Thread-safe, line-at-a-time, flushed."""
+
+    def __init__(self, path: Path) -> None:
+        self._file = open(path, "a", encoding="utf-8")
+        self._lock = threading.Lock()
+
+    def write(self, record: dict) -> None:
+        line = json.dumps(record, ensure_ascii=False)
+        with self._lock:
+            self._file.write(line + "\n")
+            self._file.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
+
+class Progress:
+    """One status line on stderr: redrawn in place on a terminal, a line per 10% otherwise."""
+
+    def __init__(self, stream: TextIO | None = None, enabled: bool = True) -> None:
+        self.stream = stream or sys.stderr
+        self.enabled = enabled
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self._last_decile = -1
+
+    def update(self, label: str, done: int, total: int, errors: int, elapsed: float, final: bool = False) -> None:
+        if not self.enabled:
+            return
+        width = 24
+        filled = int(width * done / total) if total else width
+        line = (f"{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} errors {errors} "
+                f"{elapsed:5.0f}s")
+        decile = int(10 * done / total) if total else 10
+        if self.tty:
+            self.stream.write("\r" + line + ("\n" if final else ""))
+        elif decile > self._last_decile or (final and self._last_decile < 10):
+            self.stream.write(line + "\n")
+        self._last_decile = -1 if final else max(decile, self._last_decile)
+        self.stream.flush()
+
+
+@dataclass
+class PilotRun:
+    stopped_by: str = "done"  # "done", "time cap" or "interrupted"
+    targets: list[dict] = field(default_factory=list)
+    cells: list[dict] = field(default_factory=list)
+
+
+class _Cell:
+    """One (backend, concurrency) pass over the holes."""
+
+    def __init__(self, target: OpenedTarget, concurrency: int, index: int, holes: list[Hole],
+                 settings: RunSettings, attempts: JsonlWriter) -> None:
+        self.target, self.concurrency, self.index = target, concurrency, index
+        self.holes, self.settings, self.attempts = holes, settings, attempts
+        self._queue: Iterator[Hole] = iter(holes)
+        self._queue_lock = threading.Lock()
+        self._in_flight: set[CancelToken] = set()
+        self.stop_reason: str | None = None
+        self.done = self.errors = 0
+
+    def _next(self) -> Hole | None:
+        with self._queue_lock:
+            if self.stop_reason is not None:
+                return None
+            return next(self._queue, None)
+
+    def stop(self, reason: str) -> None:
+        with self._queue_lock:
+            self.stop_reason = self.stop_reason or reason
+            tokens = list(self._in_flight)
+        for token in tokens:
+            token.cancel(f"pilot stopped: {reason}")
+
+    def _worker(self) -> None:
+        assert self.target.pipeline is not None
+        while (hole := self._next()) is not None:
+            token = CancelToken()
+            with self._queue_lock:
+                self._in_flight.add(token)
+            deadline_s = None if self.settings.deadline_ms is None else self.settings.deadline_ms / 1000
+            document_id = f"pilot/{self.index}/{hole.id}"  # unique: no KV reuse or supersession across attempts
+            started = time.time()
+            record = run_attempt(self.target.pipeline, hole, document_id, self.settings.accept, token, deadline_s)
+            with self._queue_lock:
+                self._in_flight.discard(token)
+                self.done += 1
+                self.errors += record.get("error") is not None
+            self.attempts.write({**self._identity(hole), "started_at": round(started, 3), **record,
+                                 "stopped": token.cancelled})
+
+    def _identity(self, hole: Hole) -> dict:
+        return {"hole_id": hole.id, "kind": hole.kind, "language": hole.language, "path": hole.path,
+                "line": hole.line, "backend": self.target.spec.label, "concurrency": self.concurrency,
+                "cell": self.index, "expected": hole.middle}
+
+    def run_failed_open(self) -> dict:
+        for hole in self.holes:
+            self.attempts.write({**self._identity(hole), "latency_ms": None, "shown": False, "predicted": "",
+                                 "exact_match": False, "edit_similarity": 0.0, "syntax_valid": None,
+                                 "accepted": False, "route": "none", "rejections": [], "outcome": "exception",
+                                 "error": f"backend failed to open: {self.target.open_error}", "stopped": False})
+        self.done = self.errors = len(self.holes)
+        return self._record(0.0, "open failed")
+
+    def run(self, cell_seconds: float, progress: Progress) -> dict:
+        label = f"{self.target.spec.label} c={self.concurrency}"
+        workers = [threading.Thread(target=self._worker, daemon=True, name=f"pilot-{self.index}-{i}")
+                   for i in range(self.concurrency)]
+        started = time.monotonic()
+        for worker in workers:
+            worker.start()
+        interrupted = False
+        stopped_at: float | None = None
+        try:
+            while any(w.is_alive() for w in workers):
+                for worker in workers:
+                    worker.join(JOIN_POLL_S / len(workers))
+                now = time.monotonic()
+                if now - started > cell_seconds and stopped_at is None:
+                    self.stop("time cap")
+                    stopped_at = now
+                if stopped_at is not None and now - stopped_at > CANCEL_GRACE_S:
+                    break  # a backend that ignores cancellation: its threads are daemons, left behind
+                progress.update(label, self.done, len(self.holes), self.errors, now - started)
+        except KeyboardInterrupt:
+            interrupted = True
+            self.stop("interrupted")
+            grace_end = time.monotonic() + CANCEL_GRACE_S
+            for worker in workers:
+                worker.join(max(0.0, grace_end - time.monotonic()))
+        wall = time.monotonic() - started
+        progress.update(label, self.done, len(self.holes), self.errors, wall, final=True)
+        record = self._record(wall, "interrupted" if interrupted else (self.stop_reason or "done"))
+        if interrupted:
+            raise _Interrupted(record)
+        return record
+
+    def _record(self, wall: float, stopped_by: str) -> dict:
+        return {"cell": self.index, "backend": self.target.spec.label, "concurrency": self.concurrency,
+                "wall_seconds": round(wall, 3), "attempts": self.done, "holes": len(self.holes),
+                "stopped_by": stopped_by}
+
+
+class _Interrupted(Exception):
+    def __init__(self, record: dict) -> None:
+        super().__init__("interrupted")
+        self.record = record
+
+
+def _warm_up(target: OpenedTarget, hole: Hole, settings: RunSettings) -> None:
+    if target.pipeline is None:
+        return
+    run_attempt(target.pipeline, hole, "pilot/warmup", settings.accept, CancelToken(),
+                None if settings.deadline_ms is None else settings.deadline_ms / 1000)
+
+
+def run_pilot(holes: list[Hole], specs: list[TargetSpec], settings: RunSettings, out_dir: Path,
+              progress: Progress | None = None, pool: TargetPool | None = None) -> PilotRun:
+    """Every spec × every concurrency level over `holes`. Writes attempts.jsonl and cells.jsonl into `out_dir`."""
+    if not holes:
+        raise InfillError("no holes to run")
+    progress = progress or Progress()
+    own_pool = pool is None
+    pool = pool or TargetPool(settings.pipeline)
+    run = PilotRun()
+    run_started = time.monotonic()
+    attempts, cells = JsonlWriter(out_dir / "attempts.jsonl"), JsonlWriter(out_dir / "cells.jsonl")
+    total_cells = len(specs) * len(settings.concurrency)
+    index = 0
+    try:
+        for spec in specs:
+            target = pool.open(spec)
+            run.targets.append(target.describe())
+            if target.pipeline is None:
+                print(f"pilot: {spec.label} failed to open: {target.open_error}", file=sys.stderr)
+                record = _Cell(target, settings.concurrency[0], index, holes, settings, attempts).run_failed_open()
+                cells.write(record)
+                run.cells.append(record)
+                index += len(settings.concurrency)
+                continue
+            if settings.warmup:
+                _warm_up(target, holes[0], settings)
+            for concurrency in settings.concurrency:
+                remaining = settings.max_seconds - (time.monotonic() - run_started)
+                if remaining <= 0:
+                    run.stopped_by = "time cap"
+                    break
+                # Each cell gets an equal share of what is left, so a slow backend cannot starve the others.
+                cell_seconds = remaining / (total_cells - index)
+                try:
+                    record = _Cell(target, concurrency, index, holes, settings, attempts).run(cell_seconds, progress)
+                except _Interrupted as stop:
+                    cells.write(stop.record)
+                    run.cells.append(stop.record)
+                    run.stopped_by = "interrupted"
+                    return run
+                cells.write(record)
+                run.cells.append(record)
+                if record["stopped_by"] == "time cap":
+                    run.stopped_by = "time cap"
+                index += 1
+    except KeyboardInterrupt:  # while loading or warming up
+        run.stopped_by = "interrupted"
+    finally:
+        attempts.close()
+        cells.close()
+        if own_pool:
+            pool.close()
+    return run

@@ -1,0 +1,144 @@
+"""The backends a pilot compares, from `--backend` specs, each wrapped in the same `Pipeline`.
+
+Specs: `ar` (the offline Gemma 3 270M default), `diffusion:DIR_OR_HUB_ID` (a DiffusionGemma checkpoint),
+`diffusion-dummy:DIR_OR_HUB_ID` (its architecture with random weights), `http(s)://HOST[:PORT][/v1]` (an
+OpenAI-compatible endpoint; `#model=NAME&token=T` in the fragment, which is never sent). A `+fallback` suffix puts
+the offline default behind the pipeline as its fallback. Engines are opened once and shared between specs.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit, urlunsplit
+
+from ..backends import BackendSpec, open_backend
+from ..pipeline import Pipeline, PipelineSettings
+from ..types import InfillBackend, InfillError
+
+ENGINES = ("ar", "diffusion", "diffusion-dummy", "remote")
+TINY_HIDDEN_SIZE = 512  # a DiffusionGemma below this width is a test checkpoint, not a model
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    label: str  # the spec as given: the name of this backend in every table and plot
+    engine: str  # one of ENGINES
+    location: str | None = None  # checkpoint dir / hub id, or endpoint URL (fragment removed)
+    endpoint_model: str | None = None
+    endpoint_token: str | None = None
+    fallback: bool = False
+
+    @property
+    def engine_key(self) -> tuple:
+        return (self.engine, self.location, self.endpoint_model)
+
+
+def parse_target(text: str) -> TargetSpec:
+    spec = text.strip()
+    if not spec:
+        raise InfillError("empty --backend spec")
+    fallback = spec.endswith("+fallback")
+    core = spec.removesuffix("+fallback")
+    if core.startswith(("http://", "https://")):
+        parts = urlsplit(core)
+        options = {k: v[-1] for k, v in parse_qs(parts.fragment).items()}
+        unknown = set(options) - {"model", "token"}
+        if unknown:
+            raise InfillError(f"unknown endpoint option(s) {sorted(unknown)} in {text!r}; use #model=NAME&token=T")
+        url = urlunsplit((parts.scheme, parts.netloc, parts.path, parts.query, ""))
+        # The label never carries the token: it ends up in reports.
+        label = url + (f"#model={options['model']}" if "model" in options else "") + ("+fallback" if fallback else "")
+        return TargetSpec(label, "remote", url, options.get("model"), options.get("token"), fallback)
+    if core == "ar":
+        return TargetSpec(spec, "ar", None, fallback=fallback)
+    engine, sep, location = core.partition(":")
+    if engine in ("diffusion", "diffusion-dummy") and sep and location:
+        return TargetSpec(spec, engine, location, fallback=fallback)
+    raise InfillError(f"unknown --backend {text!r}; use ar, diffusion:DIR, diffusion-dummy:DIR_OR_CONFIG or "
+                      "http://HOST:PORT/v1, optionally with a +fallback suffix")
+
+
+def quality_caveat(spec: TargetSpec) -> str | None:
+    """Why this backend's text quality means nothing, if it doesn't (dummy weights, tiny random checkpoint)."""
+    if spec.engine == "diffusion-dummy":
+        return "dummy (random) weights: text quality is meaningless, only latency and mechanics are measured"
+    if spec.engine == "diffusion" and spec.location and Path(spec.location, "config.json").is_file():
+        try:
+            config = json.loads(Path(spec.location, "config.json").read_text())
+        except (OSError, ValueError):
+            return None
+        hidden = (config.get("text_config") or config).get("hidden_size", TINY_HIDDEN_SIZE)
+        if hidden < TINY_HIDDEN_SIZE:
+            return (f"tiny random DiffusionGemma (hidden size {hidden}): text quality is meaningless, only latency "
+                    "and mechanics are measured")
+    return None
+
+
+def _backend_spec(spec: TargetSpec) -> BackendSpec:
+    if spec.engine == "remote":
+        return BackendSpec(endpoint=spec.location, endpoint_model=spec.endpoint_model,
+                           endpoint_token=spec.endpoint_token)
+    if spec.engine == "ar":
+        return BackendSpec(model=None)
+    return BackendSpec(model=spec.location, load_format="dummy" if spec.engine == "diffusion-dummy" else "auto")
+
+
+@dataclass
+class OpenedTarget:
+    spec: TargetSpec
+    pipeline: Pipeline | None  # None when opening failed
+    open_error: str | None
+    load_seconds: float
+    caveat: str | None
+
+    def describe(self) -> dict:
+        """Backend identity for the report: name, kind, model, device, dtype of the primary (and fallback)."""
+        if self.pipeline is None:
+            return {"label": self.spec.label, "engine": self.spec.engine, "open_error": self.open_error}
+        info = self.pipeline.backend.info
+        out = {"label": self.spec.label, "engine": self.spec.engine, "name": info.name, "kind": info.kind,
+               "model": info.model, "device": info.device, "dtype": info.dtype, "is_fallback": info.is_fallback,
+               "load_seconds": round(self.load_seconds, 2), "caveat": self.caveat}
+        if self.pipeline.fallback is not None:
+            out["fallback"] = self.pipeline.fallback.info.name
+        return out
+
+
+class TargetPool:
+    """Opens engines on demand, once each (the offline default is shared by `ar` and every `+fallback`)."""
+
+    def __init__(self, settings: PipelineSettings, open_fn=open_backend) -> None:
+        self.settings = settings
+        self._open_fn = open_fn
+        self._engines: dict[tuple, InfillBackend] = {}
+        self._lock = threading.Lock()
+
+    def _engine(self, spec: TargetSpec) -> InfillBackend:
+        with self._lock:
+            if spec.engine_key not in self._engines:
+                self._engines[spec.engine_key] = self._open_fn(_backend_spec(spec))
+            return self._engines[spec.engine_key]
+
+    def open(self, spec: TargetSpec) -> OpenedTarget:
+        started = time.perf_counter()
+        try:
+            primary = self._engine(spec)
+            fallback = self._engine(TargetSpec("ar", "ar")) if spec.fallback else None
+        except Exception as exc:  # a backend that cannot open is reported, and the pilot moves on
+            return OpenedTarget(spec, None, f"{type(exc).__name__}: {exc}", time.perf_counter() - started,
+                                quality_caveat(spec))
+        pipeline = Pipeline(primary, fallback=fallback, settings=self.settings)
+        return OpenedTarget(spec, pipeline, None, time.perf_counter() - started, quality_caveat(spec))
+
+    def close(self) -> None:
+        with self._lock:
+            engines, self._engines = list(self._engines.values()), {}
+        for engine in engines:
+            try:
+                engine.close()
+            except Exception:  # closing is best effort at the end of a run
+                pass
