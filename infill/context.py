@@ -186,17 +186,15 @@ def _syntactic_window(doc: ParsedDocument, node, first: int, last: int, prefix_b
             if child.end_byte >= finish:
                 ends.append(child.end_byte)
         ancestor = ancestor.parent
-    start_ok = [b for b in starts if begin - b <= prefix_budget]
-    end_ok = [b for b in ends if b - finish <= suffix_budget]
     text = doc.text
-    if start_ok:
-        prefix_start = _snap_to_line_start(text, _char_index(doc, min(start_ok)))
-    else:
-        prefix_start = _line_window(text, first, last, prefix_budget, suffix_budget)[0]
-    if end_ok:
-        suffix_end = _snap_to_line_end(text, _char_index(doc, max(end_ok)))
-    else:
-        suffix_end = _line_window(text, first, last, prefix_budget, suffix_budget)[1]
+    # Only boundaries at line starts / line ends count: a window never begins or ends mid-line.
+    start_ok = [i for i in (_char_index(doc, b) for b in set(starts) if begin - b <= prefix_budget)
+                if text[text.rfind("\n", 0, i) + 1:i].strip() == ""]
+    end_ok = [i for i in (_char_index(doc, b) for b in set(ends) if b - finish <= suffix_budget)
+              if text[i:_line_end(text, i)].strip() == ""]
+    fallback = _line_window(text, first, last, prefix_budget, suffix_budget)
+    prefix_start = _snap_to_line_start(text, min(start_ok)) if start_ok else fallback[0]
+    suffix_end = _snap_to_line_end(text, max(end_ok)) if end_ok else fallback[1]
     return min(prefix_start, first), max(suffix_end, last), unit
 
 

@@ -1,0 +1,187 @@
+"""Context windows and single/multi-line decisions over the real tree-sitter grammars."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from infill import syntax
+from infill.context import ContextBuilder, ContextSettings, find_placeholders
+from infill.syntax import ParsedDocument, error_nodes, resolve_language
+from infill.types import InfillError
+
+PY = '''import os
+
+
+def first(a, b):
+    total = a + b
+    return total
+
+
+class Shape:
+    def area(self):
+        width = 3
+        height = 4
+        |
+        return width * height
+
+    def name(self):
+        return "shape"
+
+
+def last():
+    return 1
+'''
+
+
+def cut(source: str) -> tuple[str, int]:
+    index = source.index("|")
+    return source[:index] + source[index + 1:], index
+
+
+def build(source: str, language: str | None, mode: str = "inline", settings: ContextSettings | None = None,
+          document_id: str | None = None):
+    text, cursor = cut(source)
+    builder = ContextBuilder(settings)
+    doc = builder.document(text, language, document_id)
+    return text, cursor, builder.build(doc, [(cursor, cursor)], mode)
+
+
+def test_window_prefers_the_enclosing_class_when_it_fits():
+    # Budget 25 tokens * 3.5 = 87 chars: the class (78 chars before the cursor) fits, the file does not.
+    text, cursor, ctx = build(PY, "python", settings=ContextSettings(prefix_tokens=25, suffix_tokens=23))
+    prefix = text[ctx.prefix_start:cursor]
+    assert prefix.startswith("class Shape:\n")
+    suffix = text[cursor:ctx.suffix_end]
+    assert suffix.rstrip().endswith('return "shape"')  # the class ends; `def last` is not cut in half
+    assert "def last" not in suffix
+
+
+def test_window_takes_whole_statements_when_the_function_is_too_big():
+    text, cursor, ctx = build(PY, "python", settings=ContextSettings(prefix_tokens=8, suffix_tokens=4))
+    prefix = text[ctx.prefix_start:cursor]
+    assert prefix.startswith("        height = 4\n") or prefix.startswith("        width = 3\n")
+    assert cursor - ctx.prefix_start <= 8 * 3.5
+
+
+def test_large_budget_takes_the_whole_file():
+    text, cursor, ctx = build(PY, "python")
+    assert ctx.prefix_start == 0 and ctx.suffix_end == len(text)
+
+
+@pytest.mark.parametrize("language,source,single", [
+    ("python", "def f(x):\n    y = x +|\n", True),  # after text on the line
+    ("python", "def f(x):|\n", False),  # after a colon
+    ("python", "def f(x):\n    y = 1\n    |\n", False),  # empty line in a block
+    ("python", "print(foo(|), 2)\n", True),  # text after the cursor
+    ("python", "x = [\n    1,\n    |\n]\n", True),  # one element per line
+    ("python", "# a comment about |\n", True),
+    ("javascript", "function f(x) {|\n", False),
+    ("javascript", "function f(x) {\n  const y = x;\n  |\n}\n", False),
+    ("javascript", "const y = compute(|\n", False),
+    ("javascript", "const y = x +|\n", True),
+    ("typescript", "interface A {\n  x: number;\n}\nfunction g(a: A): number {\n  |\n}\n", False),
+    ("typescriptreact", "const C = () => <div>{|}</div>;\n", True),
+    ("go", "package main\n\nfunc f() int {\n\t|\n}\n", False),
+    ("go", "package main\n\nfunc f() int {\n\tx := 1 +|\n}\n", True),
+    ("rust", "fn f() -> i32 {\n    |\n}\n", False),
+    ("rust", "fn f() -> i32 {\n    let x = 1 +|\n}\n", True),
+    ("json", '{\n  "a": 1,\n  |\n}\n', True),
+    ("markdown", "# Title\n\nThe quick brown|\n", True),
+    ("markdown", "# Title\n\nSome text.\n\n|\n", False),
+    ("markdown", "| a | b |\n|---|---|\n|\n", True),
+])
+def test_single_or_multi_line_from_the_syntax(language, source, single):
+    _, _, ctx = build(source, language)
+    assert ctx.single_line is single
+    assert ctx.max_middle_tokens == (ctx_settings().single_line_tokens if single else ctx_settings().multi_line_tokens)
+
+
+def ctx_settings() -> ContextSettings:
+    return ContextSettings()
+
+
+def test_block_indentation_after_opener_and_inside_blocks():
+    _, _, ctx = build("def f(x):|\n", "python")
+    assert ctx.indent == "    "
+    _, _, ctx = build("package main\n\nfunc f() {\n\tx := 1\n|\n}\n", "go")
+    assert ctx.indent == "\t" and ctx.indent_unit == "\t"
+    _, _, ctx = build("function f() {\n  let a = 1;\n  if (a) {\n    a++;\n  }\n  |\n}\n", "javascript")
+    assert ctx.indent == "  " and ctx.indent_unit == "  "
+
+
+def test_markdown_window_snaps_to_the_section():
+    doc = "# One\n\n" + "Filler sentence here. " * 20 + "\n\n## Two\n\nAlpha beta gamma.\n\n|\n\n## Three\n\nEnd.\n"
+    text, cursor, ctx = build(doc, "markdown", settings=ContextSettings(prefix_tokens=20, suffix_tokens=20))
+    assert text[ctx.prefix_start:cursor].startswith("## Two\n")
+    assert ctx.unit == "section" and ctx.is_prose and not ctx.single_line
+
+
+def test_unknown_language_falls_back_to_lines():
+    source = "".join(f"line {i} of some config\n" for i in range(200)) + "key = |\n" + "tail\n" * 50
+    text, cursor, ctx = build(source, "cobol", settings=ContextSettings(prefix_tokens=30, suffix_tokens=10))
+    assert ctx.unit == "lines" and ctx.single_line
+    prefix = text[ctx.prefix_start:cursor]
+    assert prefix.startswith("line ") and len(prefix) <= 30 * 3.5 + len("key = ")
+    assert text[ctx.prefix_start - 1] == "\n"  # whole lines only
+    assert text[ctx.suffix_end - 1] == "\n" and ctx.suffix_end - cursor <= 10 * 3.5
+
+
+def test_language_from_extension_and_aliases():
+    assert resolve_language(None, "file:///a/b/c.tsx") == "typescriptreact"
+    assert resolve_language("javascriptreact") == "javascript"
+    assert resolve_language("plaintext", "notes.md") == "markdown"
+    assert resolve_language("cobol", "x.cob") == "cobol"
+    assert resolve_language(None, "x.unknown") is None
+
+
+def test_grammar_that_fails_to_load_falls_back_with_one_log_line(monkeypatch, caplog):
+    monkeypatch.setitem(syntax._GRAMMARS, "brokenlang", ("tree_sitter_does_not_exist", "language"))
+    syntax.load_language.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger="infill.syntax"):
+            _, _, ctx = build("a = 1\nb = |\n", "brokenlang")
+            _, _, ctx2 = build("a = 1\nb = |\n", "brokenlang")
+        assert ctx.unit == "lines" and ctx2.unit == "lines"
+        assert len([r for r in caplog.records if "brokenlang" in r.getMessage()]) == 1
+    finally:
+        syntax.load_language.cache_clear()
+
+
+def test_incremental_reparse_matches_a_fresh_parse():
+    builder = ContextBuilder()
+    text, _ = cut(PY)
+    doc = builder.document(text, "python", "file:///shape.py")
+    tree_before = doc.tree
+    edited = text.replace("height = 4", "height = (4 +")
+    doc2 = builder.document(edited, "python", "file:///shape.py")
+    assert doc2 is doc and doc.tree is not tree_before  # same cached document, new tree
+    fresh = ParsedDocument("python")
+    fresh.update(edited)
+    assert str(doc.tree.root_node) == str(fresh.tree.root_node)
+    assert error_nodes(doc.tree) == error_nodes(fresh.tree) > 0
+    doc3 = builder.document(edited.replace("(4 +", "4 + 1"), "python", "file:///shape.py")
+    assert error_nodes(doc3.tree) == 0
+
+
+def test_non_ascii_text_keeps_str_offsets():
+    source = 'def grüße(name):\n    """Grüße — ünïcödé."""\n    |\n'
+    text, cursor, ctx = build(source, "python", document_id="u.py")
+    assert text[ctx.prefix_start:cursor].startswith("def grüße")
+    assert not ctx.single_line
+
+
+def test_find_placeholders():
+    text = "Name: [[name]], date {{date}}, sign ____ and _ or __ here. [[a\nb]]"
+    spans = find_placeholders(text)
+    assert [text[a:b] for a, b in spans] == ["[[name]]", "{{date}}", "____"]
+    assert find_placeholders(text, start=10) == spans[1:]
+    assert find_placeholders(text, end=20) == spans[:1]
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(InfillError):
+        ContextSettings(prefix_tokens=0)
+    with pytest.raises(InfillError):
+        ContextSettings(chars_per_token=0)
