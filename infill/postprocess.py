@@ -57,10 +57,16 @@ def trim_suffix_overlap(middle: str, suffix: str) -> str:
 
 
 def _unbalanced_closers(middle: str, piece: str) -> bool:
-    """A short overlap (a closing bracket) is dropped only if the middle closes more than it opens."""
-    if not piece.strip() or any(c not in _CLOSERS and not c.isspace() for c in piece):
+    """A short overlap is dropped when it is punctuation the suffix already has: a closing bracket the middle
+    closes without opening, a quote left unpaired, or a separator (`;`, `,`, `:`) doubled."""
+    piece = piece.strip()
+    if not piece or re.search(r"\w", piece):
         return False
-    return sum(middle.count(c) for c in _CLOSERS) > sum(middle.count(c) for c in _OPENERS)
+    if all(c in _CLOSERS for c in piece):
+        return sum(middle.count(c) for c in _CLOSERS) > sum(middle.count(c) for c in _OPENERS)
+    if all(c in "\"'`" for c in piece):
+        return middle.count(piece[0]) % 2 == 1
+    return all(c in ";,:" for c in piece)
 
 
 def trim_unbalanced_closer(middle: str, suffix: str) -> str:
@@ -112,16 +118,23 @@ def fit_indentation(middle: str, ctx: GapContext) -> str:
         missing = _width(ctx.indent) - _width(ctx.line_before)
         lines[0] = _indent_text(ctx, max(0, missing)) + lines[0].lstrip(" \t")
     rest = [i for i, line in enumerate(lines) if i > 0 and line.strip()]
-    if rest:
+    if rest and _written_from_column_zero(lines, rest[0], ctx):
         first_rest = _width(_leading(lines[rest[0]]))
-        base = _width(ctx.indent)
-        if first_rest < base:
-            head = (ctx.line_before + lines[0]).rstrip()
-            opens = head.endswith(tuple(_OPENERS)) or (ctx.language in INDENT_LANGUAGES and head.endswith(":"))
-            expected = base + (_width(ctx.indent_unit) if opens and ctx.line_before.strip() == "" else 0)
-            shift = _indent_text(ctx, expected - first_rest)
-            lines = [shift + line if i in rest else line for i, line in enumerate(lines)]
+        head = (ctx.line_before + lines[0]).rstrip()
+        opens = head.endswith(tuple(_OPENERS)) or (ctx.language in INDENT_LANGUAGES and head.endswith(":"))
+        expected = _width(ctx.indent) + (_width(ctx.indent_unit) if opens and not ctx.line_before.strip() else 0)
+        shift = _indent_text(ctx, expected - first_rest)
+        lines = [shift + line if i in rest else line for i, line in enumerate(lines)]
     return "\n".join(lines)
+
+
+def _written_from_column_zero(lines: list[str], first_rest: int, ctx: GapContext) -> bool:
+    """The second line sits left of the block without closing it (no closer, no blank line before it, which
+    would mark leaving the block): the model indented relative to column 0, not to the document."""
+    line = lines[first_rest]
+    if _width(_leading(line)) >= _width(ctx.indent) or line.lstrip().startswith(tuple(_CLOSERS)):
+        return False
+    return all(lines[i].strip() for i in range(1, first_rest))
 
 
 def _indent_text(ctx: GapContext, width: int) -> str:
@@ -171,7 +184,7 @@ def fit_table_row(middle: str, ctx: GapContext, prefix: str) -> str:
     if allowed < 0 or middle.count("|") <= allowed:
         return middle
     if allowed == 0:
-        return middle[: middle.index("|")]
+        return middle[: middle.index("|")].rstrip()
     seen = 0
     for i, ch in enumerate(middle):
         if ch == "|":

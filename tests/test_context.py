@@ -23,7 +23,7 @@ class Shape:
     def area(self):
         width = 3
         height = 4
-        |
+        §
         return width * height
 
     def name(self):
@@ -36,7 +36,7 @@ def last():
 
 
 def cut(source: str) -> tuple[str, int]:
-    index = source.index("|")
+    index = source.index("§")
     return source[:index] + source[index + 1:], index
 
 
@@ -71,26 +71,27 @@ def test_large_budget_takes_the_whole_file():
 
 
 @pytest.mark.parametrize("language,source,single", [
-    ("python", "def f(x):\n    y = x +|\n", True),  # after text on the line
-    ("python", "def f(x):|\n", False),  # after a colon
-    ("python", "def f(x):\n    y = 1\n    |\n", False),  # empty line in a block
-    ("python", "print(foo(|), 2)\n", True),  # text after the cursor
-    ("python", "x = [\n    1,\n    |\n]\n", True),  # one element per line
-    ("python", "# a comment about |\n", True),
-    ("javascript", "function f(x) {|\n", False),
-    ("javascript", "function f(x) {\n  const y = x;\n  |\n}\n", False),
-    ("javascript", "const y = compute(|\n", False),
-    ("javascript", "const y = x +|\n", True),
-    ("typescript", "interface A {\n  x: number;\n}\nfunction g(a: A): number {\n  |\n}\n", False),
-    ("typescriptreact", "const C = () => <div>{|}</div>;\n", True),
-    ("go", "package main\n\nfunc f() int {\n\t|\n}\n", False),
-    ("go", "package main\n\nfunc f() int {\n\tx := 1 +|\n}\n", True),
-    ("rust", "fn f() -> i32 {\n    |\n}\n", False),
-    ("rust", "fn f() -> i32 {\n    let x = 1 +|\n}\n", True),
-    ("json", '{\n  "a": 1,\n  |\n}\n', True),
-    ("markdown", "# Title\n\nThe quick brown|\n", True),
-    ("markdown", "# Title\n\nSome text.\n\n|\n", False),
-    ("markdown", "| a | b |\n|---|---|\n|\n", True),
+    ("python", "def f(x):\n    y = x +§\n", True),  # after text on the line
+    ("python", "def f(x):§\n", False),  # after a colon
+    ("python", "def f(x):\n    y = 1\n    §\n", False),  # empty line in a block
+    ("python", "print(foo(§), 2)\n", True),  # text after the cursor
+    ("python", "x = [\n    1,\n    §\n]\n", True),  # one element per line
+    ("python", "# a comment about §\n", True),
+    ("javascript", "function f(x) {§\n", False),
+    ("javascript", "function f(x) {\n  const y = x;\n  §\n}\n", False),
+    ("javascript", "const y = compute(§\n", False),
+    ("javascript", "const y = x +§\n", True),
+    ("typescript", "interface A {\n  x: number;\n}\nfunction g(a: A): number {\n  §\n}\n", False),
+    ("typescriptreact", "const C = () => <div>{§}</div>;\n", True),
+    ("go", "package main\n\nfunc f() int {\n\t§\n}\n", False),
+    ("go", "package main\n\nfunc f() int {\n\tx := 1 +§\n}\n", True),
+    ("rust", "fn f() -> i32 {\n    §\n}\n", False),
+    ("rust", "fn f() -> i32 {\n    let x = 1 +§\n}\n", True),
+    ("json", '{\n  "a": 1,\n  §\n}\n', True),
+    ("markdown", "# Title\n\nThe quick brown§\n", True),
+    ("markdown", "# Title\n\nSome text.\n\n§\n", False),
+    ("markdown", "| a | b |\n|---|---|\n| 1 §\n", True),
+    ("markdown", "| a | b |\n|---|---|\n§\n", True),
 ])
 def test_single_or_multi_line_from_the_syntax(language, source, single):
     _, _, ctx = build(source, language)
@@ -103,23 +104,23 @@ def ctx_settings() -> ContextSettings:
 
 
 def test_block_indentation_after_opener_and_inside_blocks():
-    _, _, ctx = build("def f(x):|\n", "python")
+    _, _, ctx = build("def f(x):§\n", "python")
     assert ctx.indent == "    "
-    _, _, ctx = build("package main\n\nfunc f() {\n\tx := 1\n|\n}\n", "go")
+    _, _, ctx = build("package main\n\nfunc f() {\n\tx := 1\n§\n}\n", "go")
     assert ctx.indent == "\t" and ctx.indent_unit == "\t"
-    _, _, ctx = build("function f() {\n  let a = 1;\n  if (a) {\n    a++;\n  }\n  |\n}\n", "javascript")
+    _, _, ctx = build("function f() {\n  let a = 1;\n  if (a) {\n    a++;\n  }\n  §\n}\n", "javascript")
     assert ctx.indent == "  " and ctx.indent_unit == "  "
 
 
 def test_markdown_window_snaps_to_the_section():
-    doc = "# One\n\n" + "Filler sentence here. " * 20 + "\n\n## Two\n\nAlpha beta gamma.\n\n|\n\n## Three\n\nEnd.\n"
+    doc = "# One\n\n" + "Filler sentence here. " * 20 + "\n\n## Two\n\nAlpha beta gamma.\n\n§\n\n## Three\n\nEnd.\n"
     text, cursor, ctx = build(doc, "markdown", settings=ContextSettings(prefix_tokens=20, suffix_tokens=20))
     assert text[ctx.prefix_start:cursor].startswith("## Two\n")
     assert ctx.unit == "section" and ctx.is_prose and not ctx.single_line
 
 
 def test_unknown_language_falls_back_to_lines():
-    source = "".join(f"line {i} of some config\n" for i in range(200)) + "key = |\n" + "tail\n" * 50
+    source = "".join(f"line {i} of some config\n" for i in range(200)) + "key = §\n" + "tail\n" * 50
     text, cursor, ctx = build(source, "cobol", settings=ContextSettings(prefix_tokens=30, suffix_tokens=10))
     assert ctx.unit == "lines" and ctx.single_line
     prefix = text[ctx.prefix_start:cursor]
@@ -141,8 +142,8 @@ def test_grammar_that_fails_to_load_falls_back_with_one_log_line(monkeypatch, ca
     syntax.load_language.cache_clear()
     try:
         with caplog.at_level(logging.WARNING, logger="infill.syntax"):
-            _, _, ctx = build("a = 1\nb = |\n", "brokenlang")
-            _, _, ctx2 = build("a = 1\nb = |\n", "brokenlang")
+            _, _, ctx = build("a = 1\nb = §\n", "brokenlang")
+            _, _, ctx2 = build("a = 1\nb = §\n", "brokenlang")
         assert ctx.unit == "lines" and ctx2.unit == "lines"
         assert len([r for r in caplog.records if "brokenlang" in r.getMessage()]) == 1
     finally:
@@ -166,7 +167,7 @@ def test_incremental_reparse_matches_a_fresh_parse():
 
 
 def test_non_ascii_text_keeps_str_offsets():
-    source = 'def grüße(name):\n    """Grüße — ünïcödé."""\n    |\n'
+    source = 'def grüße(name):\n    """Grüße — ünïcödé."""\n    §\n'
     text, cursor, ctx = build(source, "python", document_id="u.py")
     assert text[ctx.prefix_start:cursor].startswith("def grüße")
     assert not ctx.single_line
