@@ -240,7 +240,7 @@ class RemoteBackend:
             if time.monotonic() >= end:
                 raise RemoteFailure(f"no answer from {url} within {remaining:.2f} s")
         if "error" in box:
-            raise RemoteFailure(_describe_http_error(url, box["error"]))
+            raise RemoteFailure(_describe_http_error(url, box["error"], remaining))
         return _decode(url, box["response"])
 
 
@@ -274,11 +274,11 @@ def _error_text(response: httpx.Response) -> str:
     return response.text[:300].strip() or response.reason_phrase
 
 
-def _describe_http_error(url: str, exc: BaseException) -> str:
+def _describe_http_error(url: str, exc: BaseException, waited_s: float) -> str:
     if isinstance(exc, httpx.ConnectError):
         return f"cannot connect to {url}: {exc}"
-    if isinstance(exc, httpx.TimeoutException):
-        return f"timed out waiting for {url} ({type(exc).__name__})"
+    if isinstance(exc, httpx.TimeoutException):  # the same failure as the caller's own deadline check
+        return f"no answer from {url} within {waited_s:.2f} s ({type(exc).__name__})"
     if isinstance(exc, httpx.HTTPError):
         return f"request to {url} failed: {type(exc).__name__}: {exc}"
     return f"request to {url} failed unexpectedly: {type(exc).__name__}: {exc}"

@@ -1,0 +1,320 @@
+"""RemoteBackend against real HTTP servers on 127.0.0.1: the gateway over the real tiny DiffusionGemma engine, and
+small stdlib servers that are down, slow, failing or talking nonsense (real servers, written here)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from infill.backends import BackendSpec, open_backend
+from infill.gateway import make_server
+from infill.pipeline import CompletionRequest, Pipeline
+from infill.remote import RemoteBackend
+from infill.types import CancelToken, InfillError, InfillRequest, deadline_in
+
+PROMPT = "def add(a, b):\n    return"
+SUFFIX = "\n\n\nprint(add(1, 2))\n"
+TOKEN = "team-token"
+BOUND_S = 1.0  # every failure must come back well within this
+
+
+# -- servers ----------------------------------------------------------------------------------------------------
+
+class ScriptedServer:
+    """A real HTTP server whose answers come from `reply(method, path, body) -> (status, bytes)`; it records every
+    request (method, path, headers, JSON body) and can be told to hang until released."""
+
+    def __init__(self, reply) -> None:
+        self.requests: list[tuple[str, str, dict, object]] = []
+        self.release = threading.Event()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                self._answer("GET")
+
+            def do_POST(self) -> None:
+                self._answer("POST")
+
+            def _answer(self, method: str) -> None:
+                raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                body = json.loads(raw) if raw else None
+                outer.requests.append((method, self.path, dict(self.headers), body))
+                status, payload = reply(outer, method, self.path, body)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except OSError:  # the client gave up (deadline, cancel): that is the point of those tests
+                    self.close_connection = True
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
+                                       daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def completion(text: str) -> bytes:
+    return json.dumps({"id": "cmpl-1", "object": "text_completion", "model": "team-model",
+                       "choices": [{"text": text, "index": 0, "finish_reason": "stop", "logprobs": None}],
+                       "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}}).encode()
+
+
+def models(*ids: str) -> bytes:
+    return json.dumps({"object": "list", "data": [{"id": i, "object": "model"} for i in ids]}).encode()
+
+
+@pytest.fixture
+def scripted():
+    servers: list[ScriptedServer] = []
+
+    def start(reply) -> ScriptedServer:
+        servers.append(ScriptedServer(reply))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+@pytest.fixture(scope="module")
+def pipeline(tiny_engine):
+    return Pipeline(tiny_engine)
+
+
+@pytest.fixture(scope="module")
+def gateway(pipeline):
+    server = make_server(pipeline, "127.0.0.1", 0, token=TOKEN)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def direct_text(pipeline) -> str:
+    result = pipeline.complete(CompletionRequest(text=PROMPT + SUFFIX, start=len(PROMPT), end=len(PROMPT)))
+    return result.fills[0].text if result.fills else ""
+
+
+def gap_request(**overrides) -> InfillRequest:
+    # What the pipeline builds for this cursor: text before it on its line, so one line only.
+    return InfillRequest(**{"prefix": PROMPT, "suffix": SUFFIX, "single_line": True, "max_middle_tokens": 64,
+                            **overrides})
+
+
+def dead_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"  # closed again: nothing listens there
+
+
+def timed(backend: RemoteBackend, request: InfillRequest, **kwargs):
+    t0 = time.monotonic()
+    result = backend.infill(request, **kwargs)
+    return result, time.monotonic() - t0
+
+
+# -- against the gateway over the real engine --------------------------------------------------------------------
+
+@pytest.mark.parametrize("suffix", ["", "/", "/v1", "/v1/"])
+def test_remote_over_gateway_returns_what_the_pipeline_shows(gateway, pipeline, tiny_engine, suffix):
+    backend = RemoteBackend(gateway.url + suffix, token=TOKEN)
+    try:
+        result = backend.infill(gap_request(version=7), deadline=deadline_in(30))
+        assert result.outcome in ("ok", "empty"), result.error
+        assert result.middle == direct_text(pipeline)
+        assert result.version == 7 and result.steps > 0 and result.prompt_tokens > 0
+        assert result.timings.total_ms > 0 and result.versions["remote"]["model"] == tiny_engine.info.model
+        info = backend.info
+        assert info.kind == "remote" and info.model == tiny_engine.info.model and result.backend == info.name
+    finally:
+        backend.close()
+
+
+def test_open_backend_with_an_endpoint_gives_a_remote_backend(gateway, pipeline):
+    backend = open_backend(BackendSpec(endpoint=gateway.url + "/v1", endpoint_token=TOKEN))
+    try:
+        assert isinstance(backend, RemoteBackend)
+        assert backend.infill(gap_request()).middle == direct_text(pipeline)
+    finally:
+        backend.close()
+
+
+def test_wrong_token_is_an_error_result(gateway):
+    backend = RemoteBackend(gateway.url, token="not-the-token")
+    result, elapsed = timed(backend, gap_request(), deadline=deadline_in(5))
+    assert result.outcome == "error" and "HTTP 401" in result.error and "invalid bearer token" in result.error
+    assert result.middles == () and elapsed < BOUND_S
+
+
+def test_gateway_as_the_fallback_endpoint_of_another_pipeline(gateway, pipeline):
+    """Primary: an endpoint that is down (a real failure); fallback: the gateway. The editor gets the gateway's
+    text, labelled as coming from the fallback."""
+    fallback = RemoteBackend(gateway.url, token=TOKEN)
+    chained = Pipeline(RemoteBackend(dead_url()), fallback=fallback)
+    outcome = chained.complete(CompletionRequest(text=PROMPT + SUFFIX, start=len(PROMPT), end=len(PROMPT)),
+                               deadline=deadline_in(30))
+    expected = direct_text(pipeline)
+    if not expected:
+        pytest.skip("the tiny model's completion is empty here; nothing to fall back to")
+    assert outcome.route == "fallback", outcome
+    assert [f.text for f in outcome.fills] == [expected]
+    assert outcome.result.backend == fallback.info.name
+
+
+# -- request shape (a recording server) --------------------------------------------------------------------------
+
+def test_request_fields_model_discovery_and_gaps_left_to_right(scripted):
+    def reply(server, method, path, body):
+        if path == "/v1/models":
+            return 200, models("team-model", "other")
+        return 200, completion(f"<{len(server.requests)}>\nsecond line")
+
+    server = scripted(reply)
+    backend = RemoteBackend(server.url + "/v1", token=TOKEN)
+    request = InfillRequest(prefix="A", between=("B",), suffix="C", single_line=True, max_middle_tokens=12,
+                            language="python")
+    drafts = []
+    result = backend.infill(request, deadline=deadline_in(5), on_draft=drafts.append)
+    assert result.outcome == "ok" and result.middles == ("<2>", "<3>")  # cut at the line end despite the server
+    assert [(m, p) for m, p, _, _ in server.requests] == [("GET", "/v1/models"), ("POST", "/v1/completions"),
+                                                          ("POST", "/v1/completions")]
+    first, second = server.requests[1][3], server.requests[2][3]
+    assert (first["prompt"], first["suffix"]) == ("A", "BC")
+    assert (second["prompt"], second["suffix"]) == ("A<2>B", "C")  # the second gap sees the first middle
+    assert first["model"] == "team-model" and first["max_tokens"] == 12 and first["temperature"] == 0
+    assert first["stop"] == ["\n"] and first["n"] == 1 and first["stream"] is False
+    assert first["language"] == "python" and 0 < first["infill_budget_ms"] <= 5000
+    assert server.requests[1][2]["Authorization"] == f"Bearer {TOKEN}"
+    assert [d.middles for d in drafts] == [("<2>", ""), ("<2>", "<3>")]
+    backend.infill(InfillRequest(prefix="x"))
+    assert sum(1 for _, p, _, _ in server.requests if p == "/v1/models") == 1  # discovered once
+    assert backend.info.model == "team-model" and backend.info.kind == "remote"
+
+
+def test_no_models_route_and_no_token_sends_neither(scripted):
+    server = scripted(lambda s, m, p, b: (404, b'{"error": "not found"}') if p == "/v1/models"
+                      else (200, completion("ok")))
+    result = RemoteBackend(server.url).infill(InfillRequest(prefix="x", suffix="y"))
+    assert result.outcome == "ok" and result.middle == "ok"
+    body, headers = server.requests[-1][3], server.requests[-1][2]
+    assert "model" not in body and "stop" not in body and "Authorization" not in headers
+
+
+def test_configured_model_skips_discovery(scripted):
+    server = scripted(lambda s, m, p, b: (200, completion("")))
+    result = RemoteBackend(server.url, model="given").infill(InfillRequest(prefix="x"))
+    assert result.outcome == "empty" and result.middles == ("",)
+    assert [p for _, p, _, _ in server.requests] == ["/v1/completions"]
+    assert server.requests[0][3]["model"] == "given"
+
+
+# -- failures, in bounded time -----------------------------------------------------------------------------------
+
+def test_dead_endpoint_is_an_error_result(caplog):
+    backend = RemoteBackend(dead_url(), model="m")
+    with caplog.at_level("WARNING", logger="infill.remote"):
+        result, elapsed = timed(backend, gap_request(version=3), deadline=deadline_in(5))
+    assert result.outcome == "error" and "cannot connect" in result.error and result.version == 3
+    assert elapsed < BOUND_S
+    assert any("cannot connect" in r.getMessage() for r in caplog.records)
+
+
+def hang(server, method, path, body):
+    server.release.wait(10)  # until the test ends
+    return 200, completion("too late")
+
+
+def test_slow_endpoint_is_cut_at_the_deadline(scripted):
+    server = scripted(hang)
+    result, elapsed = timed(RemoteBackend(server.url, model="m"), gap_request(), deadline=deadline_in(0.3))
+    assert result.outcome == "error" and "no answer" in result.error
+    assert 0.25 <= elapsed < 0.3 + BOUND_S
+
+
+def test_slow_endpoint_without_deadline_is_cut_at_timeout(scripted):
+    server = scripted(hang)
+    result, elapsed = timed(RemoteBackend(server.url, model="m", timeout_s=0.3), gap_request())
+    assert result.outcome == "error" and elapsed < 0.3 + BOUND_S
+
+
+def test_slow_model_discovery_is_bounded_too(scripted):
+    server = scripted(hang)
+    result, elapsed = timed(RemoteBackend(server.url), gap_request(), deadline=deadline_in(0.3))
+    assert result.outcome == "error" and "/v1/models" in result.error and elapsed < 0.3 + BOUND_S
+
+
+def test_passed_deadline_sends_nothing(scripted):
+    server = scripted(lambda s, m, p, b: (200, completion("x")))
+    result = RemoteBackend(server.url, model="m").infill(gap_request(), deadline=time.monotonic() - 1)
+    assert result.outcome == "error" and "deadline passed" in result.error and server.requests == []
+
+
+@pytest.mark.parametrize("status, payload, fragment", [
+    (500, b'{"error": {"message": "CUDA out of memory", "type": "server_error"}}', "HTTP 500"),
+    (200, b"<html>this is not json{", "invalid JSON"),
+    (200, b'["a list"]', "expected an object"),
+    (200, b'{"choices": []}', "no choices"),
+    (200, b'{"choices": [{"text": 5}]}', "no text"),
+    (503, b"model loading", "HTTP 503"),
+])
+def test_bad_answers_are_error_results(scripted, status, payload, fragment):
+    server = scripted(lambda s, m, p, b: (status, payload))
+    result, elapsed = timed(RemoteBackend(server.url, model="m"), gap_request(), deadline=deadline_in(5))
+    assert result.outcome == "error" and fragment in result.error and result.middles == ()
+    assert elapsed < BOUND_S
+    if status == 500:
+        assert "CUDA out of memory" in result.error  # the server's own message is passed on
+
+
+def test_cancel_while_waiting_returns_at_once(scripted):
+    server = scripted(hang)
+    cancel = CancelToken()
+    threading.Timer(0.1, cancel.cancel, args=("superseded",)).start()
+    result, elapsed = timed(RemoteBackend(server.url, model="m"), gap_request(), cancel=cancel,
+                            deadline=deadline_in(10))
+    assert result.outcome == "cancelled" and result.error == "superseded"
+    assert elapsed < 0.5 and len(server.requests) == 1  # cancelled while the server held the request
+
+
+def test_cancelled_before_sending_sends_nothing(scripted):
+    server = scripted(lambda s, m, p, b: (200, completion("x")))
+    cancel = CancelToken()
+    cancel.cancel()
+    result = RemoteBackend(server.url, model="m").infill(gap_request(), cancel=cancel)
+    assert result.outcome == "cancelled" and server.requests == []
+
+
+def test_closed_backend_is_an_error_result(scripted):
+    server = scripted(lambda s, m, p, b: (200, completion("x")))
+    backend = RemoteBackend(server.url, model="m")
+    backend.close()
+    result = backend.infill(gap_request())
+    assert result.outcome == "error" and "closed" in result.error and server.requests == []
+
+
+@pytest.mark.parametrize("endpoint", ["", "localhost:8000", "ftp://host/v1", "http://"])
+def test_bad_endpoint_is_refused_up_front(endpoint):
+    with pytest.raises(InfillError, match="endpoint"):
+        RemoteBackend(endpoint)
