@@ -188,3 +188,20 @@ def error_nodes(tree, start_byte: int = 0, end_byte: int | None = None) -> int:
         if node.has_error:
             stack.extend(node.children)
     return count
+
+
+def errors_inside(tree, start_byte: int, end_byte: int) -> int:
+    """ERROR nodes lying wholly inside [start_byte, end_byte): broken text that nothing outside it caused."""
+    if tree is None or end_byte <= start_byte:
+        return 0
+    count = 0
+    stack = [tree.root_node]
+    while stack:
+        node = stack.pop()
+        if node.end_byte <= start_byte or node.start_byte >= end_byte or not node.has_error:
+            continue
+        if node.is_error and start_byte <= node.start_byte and node.end_byte <= end_byte:
+            count += 1
+            continue
+        stack.extend(node.children)
+    return count

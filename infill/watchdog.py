@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from .context import GapContext
-from .syntax import ParsedDocument, error_nodes
+from .syntax import ParsedDocument, error_nodes, errors_inside
 from .types import InfillError
 
 log = logging.getLogger(__name__)
@@ -176,13 +176,30 @@ def apply_fills(text: str, spans: list[tuple[int, int]], middles: list[str]) -> 
 
 
 def check_syntax(middles: list[str], spans: list[tuple[int, int]], doc: ParsedDocument) -> Verdict | None:
-    """The filled document may not have more ERROR/MISSING nodes than the document before the edit."""
+    """The filled document may not have more ERROR/MISSING nodes than the document before the edit (a file that
+    already has errors is judged relative to them), and no ERROR node may lie wholly inside a fill."""
     before = error_nodes(doc.tree)
-    after_tree = doc.parse_variant(apply_fills(doc.text, spans, middles))
+    filled = apply_fills(doc.text, spans, middles)
+    after_tree = doc.parse_variant(filled)
     after = error_nodes(after_tree)
     if after > before:
         return Verdict("syntax", f"{after} error nodes after the fill, {before} before")
+    for start, end in _fill_byte_ranges(doc.text, spans, middles):
+        if errors_inside(after_tree, start, end):
+            return Verdict("syntax", "the fill itself does not parse")
     return None
+
+
+def _fill_byte_ranges(text: str, spans: list[tuple[int, int]], middles: list[str]) -> list[tuple[int, int]]:
+    """Byte ranges of each inserted middle in the filled document."""
+    ranges, offset, cursor = [], 0, 0
+    for (a, b), middle in zip(spans, middles):
+        offset += len(text[cursor:a].encode("utf-8"))
+        size = len(middle.encode("utf-8"))
+        ranges.append((offset, offset + size))
+        offset += size
+        cursor = b
+    return ranges
 
 
 def check_table_rows(middles: list[str], spans: list[tuple[int, int]], text: str) -> Verdict | None:
