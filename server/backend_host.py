@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from infill.backends import BackendSpec, open_backend
+from infill.config import EngineConfig
 from infill.pipeline import CompletionRequest, Pipeline, PipelineResult, PipelineSettings
 from infill.types import BackendInfo, CancelToken, InfillBackend
 
@@ -34,9 +35,10 @@ class Loaded:
 
 
 def spec_for(settings: Settings) -> BackendSpec:
+    engine = EngineConfig(max_denoising_steps=settings.denoising_steps) if settings.denoising_steps else None
     return BackendSpec.from_env(model=settings.model, device=settings.device, dtype=settings.dtype,
                                 load_format=settings.load_format, endpoint=settings.remote_endpoint,
-                                endpoint_model=settings.remote_model)
+                                endpoint_model=settings.remote_model, engine=engine)
 
 
 class BackendHost:

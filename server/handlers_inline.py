@@ -62,8 +62,21 @@ def _reply(ls, params, document, version, stopped: bool, result: PipelineResult,
                                    position=[params.position.line, params.position.character], outcome=outcome,
                                    result=result, server_ms=server_ms, fills=[f.text for f in fills])
     if outcome != "ok":
+        ls.log(f"inline {uri}@{version}: no suggestion ({_why_empty(outcome, result)})", types.MessageType.Log)
         return None  # nothing rather than a suggestion for another version or a bad one
     ls.telemetry.record_latency(server_ms)
     items = [types.InlineCompletionItem(insert_text=f.text,
                                         range=document.range_of(f.start, f.end)) for f in fills]
     return types.InlineCompletionList(items=items)
+
+
+def _why_empty(outcome: str, result: PipelineResult) -> str:
+    if outcome == "discarded":
+        return "superseded or the document changed while computing"
+    if result.rejections:
+        return "; ".join(f"{name}: {reason}" for name, reason in result.rejections)
+    backend = result.result
+    if backend is None:
+        return "no backend result"
+    return f"backend outcome {backend.outcome}" + (f": {backend.error}" if backend.error else "") + \
+        (" (blank text)" if backend.outcome in ("ok", "cut_short") else "")

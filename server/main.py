@@ -18,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--load-format", default="auto", choices=("auto", "dummy"))
     parser.add_argument("--device", help="auto, cpu, cuda, cuda:N")
     parser.add_argument("--dtype", help="auto, float32, bfloat16, float16")
+    parser.add_argument("--denoising-steps", type=int, help="cap on DiffusionGemma denoising steps per request")
     parser.add_argument("--log-file", help="write the server's own log here (stderr otherwise)")
     parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     return parser
@@ -41,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("pygls").setLevel(logging.WARNING)  # pygls logs every message at INFO
     try:
-        base = Settings(model=args.model, device=args.device, dtype=args.dtype, load_format=args.load_format)
+        base = Settings(model=args.model, device=args.device, dtype=args.dtype, load_format=args.load_format,
+                        denoising_steps=args.denoising_steps)
     except InfillError as exc:
         print(f"infill-ls: {exc}", file=sys.stderr)
         return 2

@@ -71,6 +71,7 @@ class InfillServer(LanguageServer):
         self.telemetry = Telemetry(base.completion_log)
         self.host = BackendHost(self._on_load_event)
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.logged_refusals: set[tuple] = set()  # (uri, version, reason) already logged once
         self._progress_token: str | None = None
         self._progress_ready: asyncio.Future | None = None
         self._raw_layers: dict[str, dict] = {}  # "init" (initializationOptions) and "config" (workspace config)
@@ -111,7 +112,7 @@ class InfillServer(LanguageServer):
             self._raw_layers[layer] = raw.get("infill") if isinstance(raw.get("infill"), dict) else raw
         merged = {**self._raw_layers.get("init", {}), **self._raw_layers.get("config", {})}
         settings, problems = parse_settings(merged, self.base_settings)
-        for name in ("model", "device", "dtype", "remote_endpoint", "remote_model"):
+        for name in ("model", "device", "dtype", "remote_endpoint", "remote_model", "denoising_steps"):
             if getattr(settings, name) is None and getattr(self.base_settings, name) is not None:
                 settings = _with(settings, name, getattr(self.base_settings, name))
         self.settings = settings

@@ -32,6 +32,7 @@ class Settings:
     remote_model: str | None = None
     completion_log: str | None = None  # opt-in JSONL log of completions and telemetry; None: nothing written
     max_document_chars: int = 2_000_000  # larger documents are refused politely (bounded work per request)
+    denoising_steps: int | None = None  # DiffusionGemma engine step cap; None: the engine's default
 
     def __post_init__(self) -> None:
         def need(ok: bool, message: str) -> None:
@@ -44,6 +45,7 @@ class Settings:
         need(1 <= self.max_middle_tokens <= 4096, "maxMiddleTokens must be in 1..4096")
         need(self.load_format in ("auto", "dummy"), "loadFormat must be 'auto' or 'dummy'")
         need(1 <= self.max_document_chars <= 200_000_000, "maxDocumentChars must be in 1..200000000")
+        need(self.denoising_steps is None or 1 <= self.denoising_steps <= 1024, "denoisingSteps must be in 1..1024")
 
     def language_enabled(self, language: str | None) -> bool:
         return not self.enabled_languages or (language or "") in self.enabled_languages
@@ -51,7 +53,7 @@ class Settings:
     def backend_key(self) -> tuple:
         """What selects and loads the backend: a change in any of these reloads it."""
         return (self.model, self.device, self.dtype, self.load_format, self.remote_endpoint, self.remote_model,
-                self.fallback_endpoint, self.fallback_model)
+                self.fallback_endpoint, self.fallback_model, self.denoising_steps)
 
 
 def _camel(name: str) -> str:
@@ -64,14 +66,16 @@ _FIELD_OF = {camel: name for name, camel in _CAMEL.items()}
 _OPTIONAL_TEXT = {"model", "device", "dtype", "fallback_endpoint", "fallback_model", "remote_endpoint",
                   "remote_model", "completion_log"}
 _INTEGERS = {"inline_budget_ms", "invoked_budget_ms", "code_action_budget_ms", "debounce_ms", "max_middle_tokens",
-             "max_document_chars"}
+             "max_document_chars", "denoising_steps"}
 
 
 def _coerce(name: str, value: Any) -> Any:
     """The typed value for field `name`, or raise TypeError naming the expected type."""
     if name in _OPTIONAL_TEXT:
-        if value is None or isinstance(value, str):
-            return value.strip() or None if isinstance(value, str) else None
+        if isinstance(value, str):
+            return value.strip() or None  # "" means "not set"
+        if value is None:
+            return None
         raise TypeError("a string")
     if name == "load_format":
         if isinstance(value, str):
@@ -81,6 +85,8 @@ def _coerce(name: str, value: Any) -> Any:
         if isinstance(value, bool):
             return value
         raise TypeError("true or false")
+    if name == "denoising_steps" and value is None:
+        return None
     if name in _INTEGERS:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
             raise TypeError("an integer")

@@ -1,0 +1,95 @@
+"""Helpers for the server tests: start the real `infill-ls` over stdio with pytest-lsp, wait for readiness, and
+apply TextEdits the way an editor would (UTF-16 positions), independently of the server's own conversion code."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig, LanguageClient
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def server_command(*args: str) -> list[str]:
+    exe = shutil.which("infill-ls", path=str(Path(sys.executable).parent))
+    return [exe, *args] if exe else [sys.executable, "-m", "infill.cli", *args]
+
+
+def capabilities(*, resolve_edit: bool = True, progress: bool = True) -> types.ClientCapabilities:
+    resolve = types.ClientCodeActionResolveOptions(properties=["edit"]) if resolve_edit else None
+    return types.ClientCapabilities(
+        window=types.WindowClientCapabilities(work_done_progress=progress),
+        workspace=types.WorkspaceClientCapabilities(configuration=True, apply_edit=True,
+                                                    workspace_edit=types.WorkspaceEditClientCapabilities(
+                                                        document_changes=True)),
+        text_document=types.TextDocumentClientCapabilities(
+            code_action=types.CodeActionClientCapabilities(resolve_support=resolve, data_support=True),
+            inline_completion=types.InlineCompletionClientCapabilities()),
+    )
+
+
+async def start(args: list[str], *, init_options: dict | None = None, configuration: dict | None = None,
+                resolve_edit: bool = True) -> tuple[LanguageClient, types.InitializeResult]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("INFILL_MODEL", None)
+    client = await ClientServerConfig(server_command=server_command(*args), server_env=env).start()
+    if configuration is not None:
+        client.set_configuration(configuration, section="infill")
+    result = await client.initialize_session(types.InitializeParams(
+        capabilities=capabilities(resolve_edit=resolve_edit), initialization_options=init_options,
+        root_uri=ROOT.as_uri()))
+    return client, result
+
+
+async def status(client: LanguageClient) -> dict:
+    return await client.workspace_execute_command_async(types.ExecuteCommandParams(command="infill.status"))
+
+
+async def wait_ready(client: LanguageClient, timeout: float = 90.0, state: str = "ready") -> dict:
+    end = time.monotonic() + timeout
+    while True:
+        current = await status(client)
+        if current["state"] == state or time.monotonic() > end:
+            return current
+        await asyncio.sleep(0.1)
+
+
+def open_doc(client: LanguageClient, uri: str, text: str, language: str = "python", version: int = 1) -> None:
+    client.text_document_did_open(types.DidOpenTextDocumentParams(
+        text_document=types.TextDocumentItem(uri=uri, language_id=language, version=version, text=text)))
+
+
+def _line_starts(text: str) -> list[int]:
+    starts, i = [0], 0
+    while i < len(text):
+        step = 2 if text[i] == "\r" and text[i + 1:i + 2] == "\n" else 1
+        if text[i] in "\r\n":
+            starts.append(i + step)
+        i += step
+    return starts
+
+
+def utf16_offset(text: str, position: types.Position) -> int:
+    """Str offset of an LSP position (lines end at \\r\\n, \\r or \\n), written independently of the server."""
+    starts = _line_starts(text)
+    start = starts[position.line]
+    end = starts[position.line + 1] if position.line + 1 < len(starts) else len(text)
+    units, offset = 0, start
+    while offset < end and text[offset] not in "\r\n" and units < position.character:
+        units += 2 if ord(text[offset]) > 0xFFFF else 1
+        offset += 1
+    return offset
+
+
+def apply_edits(text: str, edits: list[types.TextEdit]) -> str:
+    spans = sorted(((utf16_offset(text, e.range.start), utf16_offset(text, e.range.end), e.new_text) for e in edits),
+                   reverse=True)
+    for start, end, new_text in spans:
+        text = text[:start] + new_text + text[end:]
+    return text

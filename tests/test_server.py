@@ -1,0 +1,290 @@
+"""The real infill-ls server over stdio (pytest-lsp) with the real tiny DiffusionGemma engine (random weights:
+what it writes is noise, so tests check positions, versions, ranges and protocol behaviour, not wording).
+One server for the whole module; each test uses its own document URIs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+import pytest_asyncio
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException
+
+from lsp_helpers import apply_edits, open_doc, start, status, utf16_offset, wait_ready
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+# Budgets are generous: the tiny engine runs on a shared 2-core CPU, and a fill cut short by its deadline is
+# (rightly) not shown. Python text from random weights never parses, so the watchdog rejects it: fills that must
+# produce text use plaintext/Markdown documents.
+INIT_OPTIONS = {"inlineBudgetMs": 400, "debounceMs": 40, "enabled": "yes", "bogusKey": 1}
+CONFIG = {"invokedBudgetMs": 30000, "codeActionBudgetMs": 30000,
+          "enabledLanguages": ["python", "markdown", "plaintext"]}
+SERVER_ARGS = ["--denoising-steps", "8"]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def lsp(tiny_checkpoint):
+    client, result = await start(["--model", str(tiny_checkpoint), *SERVER_ARGS], init_options=INIT_OPTIONS,
+                                 configuration=CONFIG)
+    client.init_result = result
+    client.status_changes = []
+    client.feature("infill/statusChanged")(lambda params: client.status_changes.append(params))
+    ready = await wait_ready(client)
+    assert ready["state"] == "ready", ready
+    yield client
+    await client.shutdown_session()
+    await client.stop()
+
+
+def _messages(client) -> str:
+    return "\n".join(m.message for m in client.log_messages)
+
+
+async def test_capabilities(lsp):
+    caps = lsp.init_result.capabilities
+    assert caps.inline_completion_provider is not None and caps.inline_completion_provider is not False
+    sync = caps.text_document_sync
+    assert getattr(sync, "change", sync) == types.TextDocumentSyncKind.Incremental
+    assert caps.code_action_provider.resolve_provider is True
+    assert list(caps.code_action_provider.code_action_kinds) == [types.CodeActionKind.RefactorRewrite]
+    assert set(caps.execute_command_provider.commands) == {"infill.status", "infill.fillGap", "infill.fillAllGaps",
+                                                           "infill.toggle"}
+
+
+async def test_startup_progress_and_status(lsp):
+    reports = [values for values in lsp.progress_reports.values() if values]
+    assert reports, "no $/progress at start-up"
+    kinds = [type(v).__name__ for v in reports[0]]
+    assert kinds[0] == "WorkDoneProgressBegin" and kinds[-1] == "WorkDoneProgressEnd", kinds
+    current = await status(lsp)
+    assert current["ready"] is True and current["kind"] == "diffusion" and current["isFallback"] is False
+    assert current["error"] is None and current["enabled"] is True
+    assert {"p50_ms", "p95_ms", "count"} <= set(current["latencies"])
+    states = [getattr(change, "state", None) for change in lsp.status_changes]
+    assert "ready" in states, states
+
+
+async def test_unknown_and_ill_typed_settings_are_logged(lsp):
+    text = _messages(lsp)
+    assert "unknown setting infill.bogusKey" in text
+    assert "infill.enabled must be true or false" in text
+
+
+async def test_inline_item_range_on_line_with_surrogate_pairs_and_crlf(lsp):
+    uri = "file:///inline_utf16.txt"
+    text = "Notes café 🎉🎉\r\ns = \"😀😀\" + x\r\nThe plan is\r\nsimple.\r\n"
+    open_doc(lsp, uri, text, language="plaintext")
+    # Line 1, after the two emoji and the closing quote: UTF-16 column 10 (each emoji is 2 units).
+    position = types.Position(line=1, character=10)
+    assert text[utf16_offset(text, position) - 1] == '"'
+    reply = await lsp.text_document_inline_completion_async(types.InlineCompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=position,
+        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)))
+    assert reply is not None and reply.items, _messages(lsp)[-2000:]
+    item = reply.items[0]
+    assert item.range.start == position and item.range.end == position
+    assert item.insert_text.strip()
+    # The server's UTF-16 range round-trips: inserting at it keeps the surrounding text intact.
+    applied = apply_edits(text, [types.TextEdit(range=item.range, new_text=item.insert_text)])
+    assert applied.startswith(text[:utf16_offset(text, position)]) and applied.endswith(text[utf16_offset(text,
+                                                                                                        position):])
+
+
+async def test_fill_gap_action_carries_version_and_applies(lsp):
+    uri = "file:///gap.txt"
+    text = "The area is\n    given by 3.14159 * r * r\n\nfor a circle.\n"
+    open_doc(lsp, uri, text, language="plaintext", version=7)
+    gap = types.Range(start=types.Position(1, 13), end=types.Position(1, 20))  # "3.14159"
+    actions = await lsp.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), range=gap,
+        context=types.CodeActionContext(diagnostics=[])))
+    fill = next(a for a in actions if a.title == "Fill gap")
+    assert fill.kind == types.CodeActionKind.RefactorRewrite and fill.edit is None  # listing does no model work
+    resolved = await lsp.code_action_resolve_async(fill)
+    assert resolved.edit is not None, _messages(lsp)[-2000:]
+    (change,) = resolved.edit.document_changes
+    assert change.text_document.uri == uri and change.text_document.version == 7
+    (edit,) = change.edits
+    assert edit.range == gap
+    applied = apply_edits(text, change.edits)
+    assert applied.startswith("The area is\n    given by") and applied.endswith(" * r * r\n\nfor a circle.\n")
+
+
+async def test_edit_while_resolving_yields_no_edit(lsp):
+    uri = "file:///race.txt"
+    text = "Shopping list\n\nvalue = compute(1, 2)\nprint(value)\n"
+    open_doc(lsp, uri, text, language="plaintext", version=1)
+    gap = types.Range(start=types.Position(2, 8), end=types.Position(2, 21))
+    actions = await lsp.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), range=gap,
+        context=types.CodeActionContext(diagnostics=[])))
+    fill = next(a for a in actions if a.title == "Fill gap")
+    pending = asyncio.ensure_future(lsp.code_action_resolve_async(fill))
+    await asyncio.sleep(0.1)
+    lsp.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        content_changes=[types.TextDocumentContentChangePartial(
+            range=types.Range(start=types.Position(0, 0), end=types.Position(0, 0)), text="# edited\n")]))
+    changed_at = time.monotonic()
+    resolved = await asyncio.wait_for(pending, 30)
+    assert resolved.edit is None
+    assert time.monotonic() - changed_at < 5.0  # the engine stopped at its next step, not after the full budget
+    assert "race.txt changed while the fill was computed (was version 1)" in _messages(lsp)
+
+
+async def test_cancel_request_is_answered_promptly(lsp):
+    uri = "file:///cancel.py"
+    open_doc(lsp, uri, "def g(a, b):\n    return a\n")
+    msg_id = "cancel-me"
+    future = lsp.protocol.send_request(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(1, 12),
+        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)),
+        msg_id=msg_id)
+    await asyncio.sleep(0.2)
+    cancelled_at = time.monotonic()
+    lsp.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id=msg_id))
+    with pytest.raises(JsonRpcException) as caught:
+        await asyncio.wait_for(asyncio.wrap_future(future), 10)
+    assert caught.value.code == types.LSPErrorCodes.RequestCancelled.value  # -32800
+    assert time.monotonic() - cancelled_at < 1.0
+    assert (await status(lsp))["ready"] is True
+
+
+async def test_newer_automatic_request_supersedes_older(lsp):
+    uri = "file:///burst.py"
+    open_doc(lsp, uri, "total = 0\nfor i in range(10):\n    total += \n")
+
+    def ask():
+        return lsp.text_document_inline_completion_async(types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(2, 13),
+            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic)))
+
+    before = (await status(lsp))["telemetry"]["completions"]
+    first = asyncio.ensure_future(ask())
+    await asyncio.sleep(0.01)  # inside the 40 ms debounce of the first
+    second = await ask()
+    assert await first is None  # superseded during its debounce: no model run, empty
+    assert second is None or second.items[0].range.start == types.Position(2, 13)
+    assert (await status(lsp))["telemetry"]["completions"] == before + 1  # one engine run for two requests
+
+
+async def test_markdown_fill_all_gaps(lsp):
+    uri = "file:///letter.md"
+    text = "# Letter\n\nDear [[name]],\n\nWe meet on {{date}} at ___ sharp.\n"
+    open_doc(lsp, uri, text, language="markdown", version=3)
+    whole = types.Range(start=types.Position(0, 0), end=types.Position(0, 0))
+    actions = await lsp.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), range=whole,
+        context=types.CodeActionContext(diagnostics=[])))
+    fill_all = next(a for a in actions if a.title.startswith("Fill all gaps"))
+    assert fill_all.title == "Fill all gaps (3)"
+    resolved = await lsp.code_action_resolve_async(fill_all)
+    assert resolved.edit is not None, _messages(lsp)[-2000:]
+    (change,) = resolved.edit.document_changes
+    assert change.text_document.version == 3
+    ranges = [(e.range.start.line, e.range.start.character, e.range.end.line, e.range.end.character)
+              for e in change.edits]
+    assert ranges == [(2, 5, 2, 13), (4, 11, 4, 19), (4, 23, 4, 26)]
+    applied = apply_edits(text, change.edits)
+    assert applied.startswith("# Letter\n\nDear ") and applied.endswith(" sharp.\n")
+    assert "[[name]]" not in applied and "{{date}}" not in applied
+
+
+async def test_fill_gap_command_applies_via_workspace_edit(lsp):
+    uri = "file:///command.txt"
+    text = "one two\nthree four\nfive six\n"
+    open_doc(lsp, uri, text, language="plaintext", version=4)
+    applied_edits = []
+
+    @lsp.feature(types.WORKSPACE_APPLY_EDIT)
+    def apply_edit(params: types.ApplyWorkspaceEditParams):
+        applied_edits.append(params.edit)
+        return types.ApplyWorkspaceEditResult(applied=True)
+
+    reply = await lsp.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="infill.fillGap", arguments=[uri, {"start": {"line": 1, "character": 4},
+                                                   "end": {"line": 1, "character": 5}}]))
+    assert reply["applied"] is True, reply
+    assert applied_edits[0].document_changes[0].text_document.version == 4
+
+
+async def test_bad_input_does_not_kill_the_server(lsp):
+    uri = "file:///bad.py"
+    open_doc(lsp, uri, "a = 1\n")
+    invoked = types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)
+    # A position far beyond the document: clamped (logged), never an exception.
+    await lsp.text_document_inline_completion_async(types.InlineCompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(999, 999), context=invoked))
+    assert "clamped" in _messages(lsp)
+    # A document that was never opened.
+    assert await lsp.text_document_inline_completion_async(types.InlineCompletionParams(
+        text_document=types.TextDocumentIdentifier(uri="file:///never.py"), position=types.Position(0, 0),
+        context=invoked)) is None
+    # Binary content and a 10 MB document: refused politely.
+    open_doc(lsp, "file:///binary.py", "abc\x00def\n")
+    open_doc(lsp, "file:///huge.py", "x = 1\n" * (10 * 2**20 // 6))
+    for big in ("file:///binary.py", "file:///huge.py"):
+        assert await lsp.text_document_inline_completion_async(types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=big), position=types.Position(0, 1),
+            context=invoked)) is None
+    text = _messages(lsp)
+    assert "NUL bytes" in text and "maxDocumentChars" in text
+    # A selection spanning the whole file: no "Fill gap" (nothing around it), and the server answers.
+    actions = await lsp.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri),
+        range=types.Range(start=types.Position(0, 0), end=types.Position(1, 0)),
+        context=types.CodeActionContext(diagnostics=[])))
+    assert not actions
+    # A malformed command argument gets a clear answer.
+    reply = await lsp.workspace_execute_command_async(types.ExecuteCommandParams(command="infill.fillGap",
+                                                                                 arguments=[42]))
+    assert reply["applied"] is False and "arguments" in reply["reason"]
+    # Still serving.
+    assert (await status(lsp))["ready"] is True
+
+
+async def test_telemetry_counted_and_logged(lsp, tmp_path):
+    log_path = tmp_path / "completions.jsonl"
+    lsp.set_configuration({**CONFIG, "completionLog": str(log_path)}, section="infill")
+    lsp.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
+    await asyncio.sleep(0.3)
+    before = (await status(lsp))["telemetry"]
+    for event in ({"event": "shown", "uri": "file:///t.py", "version": 1},
+                  {"event": "accepted", "uri": "file:///t.py", "version": 1, "acceptedChars": 3, "totalChars": 9,
+                   "partial": True},
+                  {"event": "rejected", "uri": "file:///t.py", "version": 1}):
+        lsp.protocol.notify("infill/telemetry", event)
+    uri = "file:///logged.txt"
+    open_doc(lsp, uri, "Dear h,\n    thanks for 4\n", language="plaintext")
+    await lsp.text_document_inline_completion_async(types.InlineCompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(1, 12),
+        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)))
+    after = (await status(lsp))["telemetry"]
+    assert after["shown"] == before["shown"] + 1 and after["rejected"] == before["rejected"] + 1
+    assert after["accepted_partial"] == before["accepted_partial"] + 1
+    records = [json.loads(line) for line in log_path.read_text().splitlines()]
+    assert [r["event"] for r in records if r["type"] == "telemetry"] == ["shown", "accepted", "rejected"]
+    (completion,) = [r for r in records if r["type"] == "completion"]
+    assert completion["uri"] == uri and completion["version"] == 1 and "denoise" in completion["latency_ms"]
+    assert completion["versions"].get("model")
+
+
+async def test_bad_model_puts_server_in_error_state_and_it_recovers(lsp, tiny_checkpoint):
+    lsp.set_configuration({**CONFIG, "model": "/nonexistent/checkpoint"}, section="infill")
+    lsp.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
+    failed = await wait_ready(lsp, timeout=60, state="error")
+    assert failed["state"] == "error" and "nonexistent" in failed["error"]
+    uri = "file:///while_broken.py"
+    open_doc(lsp, uri, "a = 1\n")
+    started = time.monotonic()
+    assert await lsp.text_document_inline_completion_async(types.InlineCompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(0, 5),
+        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked))) is None
+    assert time.monotonic() - started < 1.0  # empty at once, no model
+    lsp.set_configuration({**CONFIG, "model": str(tiny_checkpoint)}, section="infill")
+    lsp.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
+    assert (await wait_ready(lsp, timeout=60))["state"] == "ready"
