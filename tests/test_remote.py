@@ -104,14 +104,16 @@ def pipeline(tiny_engine):
 @pytest.fixture(scope="module")
 def gateway(pipeline):
     server = make_server(pipeline, "127.0.0.1", 0, token=TOKEN)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield server
     server.shutdown()
     server.server_close()
 
 
-def direct_text(pipeline) -> str:
+@pytest.fixture(scope="module")
+def expected(pipeline) -> str:
+    """What the pipeline itself shows for the gap, called directly."""
     result = pipeline.complete(CompletionRequest(text=PROMPT + SUFFIX, start=len(PROMPT), end=len(PROMPT)))
     return result.fills[0].text if result.fills else ""
 
@@ -138,12 +140,12 @@ def timed(backend: RemoteBackend, request: InfillRequest, **kwargs):
 # -- against the gateway over the real engine --------------------------------------------------------------------
 
 @pytest.mark.parametrize("suffix", ["", "/", "/v1", "/v1/"])
-def test_remote_over_gateway_returns_what_the_pipeline_shows(gateway, pipeline, tiny_engine, suffix):
+def test_remote_over_gateway_returns_what_the_pipeline_shows(gateway, expected, tiny_engine, suffix):
     backend = RemoteBackend(gateway.url + suffix, token=TOKEN)
     try:
         result = backend.infill(gap_request(version=7), deadline=deadline_in(30))
         assert result.outcome in ("ok", "empty"), result.error
-        assert result.middle == direct_text(pipeline)
+        assert result.middle == expected
         assert result.version == 7 and result.steps > 0 and result.prompt_tokens > 0
         assert result.timings.total_ms > 0 and result.versions["remote"]["model"] == tiny_engine.info.model
         info = backend.info
@@ -152,11 +154,11 @@ def test_remote_over_gateway_returns_what_the_pipeline_shows(gateway, pipeline, 
         backend.close()
 
 
-def test_open_backend_with_an_endpoint_gives_a_remote_backend(gateway, pipeline):
+def test_open_backend_with_an_endpoint_gives_a_remote_backend(gateway, expected):
     backend = open_backend(BackendSpec(endpoint=gateway.url + "/v1", endpoint_token=TOKEN))
     try:
         assert isinstance(backend, RemoteBackend)
-        assert backend.infill(gap_request()).middle == direct_text(pipeline)
+        assert backend.infill(gap_request()).middle == expected
     finally:
         backend.close()
 
@@ -168,14 +170,13 @@ def test_wrong_token_is_an_error_result(gateway):
     assert result.middles == () and elapsed < BOUND_S
 
 
-def test_gateway_as_the_fallback_endpoint_of_another_pipeline(gateway, pipeline):
+def test_gateway_as_the_fallback_endpoint_of_another_pipeline(gateway, expected):
     """Primary: an endpoint that is down (a real failure); fallback: the gateway. The editor gets the gateway's
     text, labelled as coming from the fallback."""
     fallback = RemoteBackend(gateway.url, token=TOKEN)
     chained = Pipeline(RemoteBackend(dead_url()), fallback=fallback)
     outcome = chained.complete(CompletionRequest(text=PROMPT + SUFFIX, start=len(PROMPT), end=len(PROMPT)),
                                deadline=deadline_in(30))
-    expected = direct_text(pipeline)
     if not expected:
         pytest.skip("the tiny model's completion is empty here; nothing to fall back to")
     assert outcome.route == "fallback", outcome
