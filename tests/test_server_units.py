@@ -1,0 +1,107 @@
+"""Server parts that need no model: UTF-16 <-> str offsets, incremental edits (CRLF, surrogate pairs), settings
+parsing, placeholder spans. Each is checked against an independent reference (plain str operations)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from lsprotocol import types
+
+from lsp_helpers import utf16_offset
+from server.documents import Clamp, Document, split_lines
+from server.placeholders import _own_finder
+from server.settings import Settings, parse_settings
+
+P = types.Position
+
+
+def _change(doc_text: str, start: P, end: P, new: str) -> types.TextDocumentContentChangePartial:
+    return types.TextDocumentContentChangePartial(range=types.Range(start=start, end=end), text=new)
+
+
+def test_split_lines_uses_only_lsp_line_endings():
+    assert split_lines("a\r\nb\rc\nd\u2028e\x0cf") == ["a\r\n", "b\r", "c\n", "d\u2028e\x0cf"]
+    assert split_lines("x\n") == ["x\n", ""]
+
+
+def test_offsets_round_trip_with_surrogate_pairs_and_crlf():
+    text = "café 🎉x\r\n😀😀 = 1\rlast\n"
+    doc = Document("file:///a", text, 1, "python")
+    for line, character in [(0, 0), (0, 5), (0, 7), (0, 8), (1, 0), (1, 2), (1, 4), (1, 8), (2, 4), (3, 0)]:
+        offset = doc.offset_at(P(line, character))
+        assert offset == utf16_offset(text, P(line, character))
+        assert doc.position_at(offset) == P(line, character)
+
+
+def test_positions_outside_the_document_are_clamped_and_noted():
+    doc = Document("file:///a", "ab\n😀\n", 1, None)
+    clamp = Clamp()
+    assert doc.offset_at(P(0, 99), clamp) == 2 and "character 99" in clamp.note
+    clamp = Clamp()
+    assert doc.offset_at(P(7, 0), clamp) == len("ab\n😀\n") and "line 7" in clamp.note
+    clamp = Clamp()
+    assert doc.offset_at(P(1, 1), clamp) == 3 and clamp.note  # inside a surrogate pair: start of the character
+
+
+def test_incremental_edits_match_a_reference_including_crlf_splits():
+    rng = random.Random(7)
+    alphabet = ["a", "é", "😀", "\n", "\r\n", "\r", " "]
+    text = "def f():\r\n    return 1\r\n\r\nx = '😀'\n"
+    doc = Document("file:///a", text, 0, "python")
+    applied = 0
+    for version in range(1, 400):
+        starts = [utf16_offset(text, P(0, 0))]
+        lines = split_lines(text)
+        line_a, line_b = sorted(rng.randrange(len(lines)) for _ in range(2))
+        col_a, col_b = rng.randrange(6), rng.randrange(6)
+        start, end = P(line_a, col_a), P(line_b, col_b)
+        a, b = utf16_offset(text, start), utf16_offset(text, end)
+        if (line_a, col_a) > (line_b, col_b) or a > b or not (_valid(text, start) and _valid(text, end)):
+            continue  # an inverted range, or a column inside a surrogate pair (invalid LSP position)
+        new = "".join(rng.choice(alphabet) for _ in range(rng.randrange(4)))
+        doc.apply(_change(text, start, end, new))
+        text = text[:a] + new + text[b:]
+        assert doc.text == text and doc.length == len(text) and doc.lines == split_lines(text), (version, starts)
+        applied += 1
+    assert applied > 100
+
+
+def _valid(text: str, position: P) -> bool:
+    """False for a column that falls inside a surrogate pair (not a valid LSP position)."""
+    line = split_lines(text)[position.line].rstrip("\r\n")
+    units = 0
+    for char in line:
+        if units >= position.character:
+            break
+        units += 2 if ord(char) > 0xFFFF else 1
+    return units == position.character or units < position.character
+
+
+def test_full_change_replaces_text():
+    doc = Document("file:///a", "old", 1, None)
+    doc.apply(types.TextDocumentContentChangeWholeDocument(text="new\r\ntext"))
+    assert doc.text == "new\r\ntext" and doc.offset_at(P(1, 2)) == 7
+
+
+def test_settings_unknown_and_ill_typed_keys_are_problems_not_failures():
+    settings, problems = parse_settings({"debounceMs": 30, "enabled": "yes", "mystery": 1, "inlineBudgetMs": -5,
+                                         "enabledLanguages": ["python"], "model": ""}, Settings())
+    assert settings.debounce_ms == 30 and settings.enabled is True and settings.enabled_languages == ("python",)
+    assert settings.inline_budget_ms == Settings().inline_budget_ms and settings.model is None
+    text = "\n".join(problems)
+    assert "unknown setting infill.mystery" in text and "infill.enabled must be true or false" in text
+    assert "inlineBudgetMs must be in" in text
+
+
+def test_settings_not_an_object():
+    settings, problems = parse_settings(["x"], Settings())
+    assert settings == Settings() and "must be an object" in problems[0]
+
+
+@pytest.mark.parametrize("text, spans", [
+    ("Dear [[name]], on {{ date }} at ____.", [(5, 13), (18, 28), (32, 36)]),
+    ("a __ b [[x\ny]] c", []),
+])
+def test_placeholder_spans(text, spans):
+    assert _own_finder(text) == spans
