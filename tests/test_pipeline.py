@@ -1,0 +1,211 @@
+"""The whole path: context → real backend → post-processing → watchdog → fallback routing.
+
+Backends are real (the tiny random DiffusionGemma engine, a real RemoteBackend whose endpoint refuses
+connections, the offline Gemma 3 270M in the slow test) except `StutterBackend`, a test double for a *model output*:
+it returns a fixed stuttering middle so a watchdog rejection can be triggered deterministically.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import pytest
+
+from infill.pipeline import CompletionRequest, Pipeline, PipelineSettings, find_placeholders
+from infill.syntax import ParsedDocument, error_nodes
+from infill.types import BackendInfo, CancelToken, InfillError, InfillResult
+
+NOTES = "Shopping list for the weekend trip and other things to remember:\nbring the "
+
+
+class StutterBackend:
+    """Test double for a model output: always answers with the same stuttering middle."""
+
+    def __init__(self, middle: str = "tent tent tent tent") -> None:
+        self.middle = middle
+        self.calls = 0
+
+    @property
+    def info(self) -> BackendInfo:
+        return BackendInfo(name="stutter", kind="remote", model="fixed-output")
+
+    def infill(self, request, *, cancel=None, deadline=None, on_draft=None) -> InfillResult:
+        self.calls += 1
+        return InfillResult(middles=(self.middle,) * request.gap_count, outcome="ok", backend="stutter")
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def warm_engine(tiny_engine):
+    # One warm-up call so the first timed budget in these tests does not pay for lazy initialisation.
+    Pipeline(tiny_engine).complete(CompletionRequest(NOTES, len(NOTES), document_id="warmup.txt"))
+    return tiny_engine
+
+
+@pytest.fixture
+def refused_endpoint():
+    """A real RemoteBackend aimed at a local port nothing listens on: every request fails with an error."""
+    from infill.remote import RemoteBackend
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    backend = RemoteBackend(f"http://127.0.0.1:{port}/v1", model="none", timeout_s=2.0, connect_timeout_s=1.0)
+    yield backend
+    backend.close()
+
+
+def notes_request(**kw) -> CompletionRequest:
+    return CompletionRequest(NOTES, len(NOTES), document_id="file:///notes.txt", version=3, **kw)
+
+
+def test_primary_answer_is_shown_with_costs_and_a_log_record(warm_engine):
+    pipeline = Pipeline(warm_engine)
+    out = pipeline.complete(notes_request())
+    assert out.route == "primary" and out.rejections == []
+    assert len(out.fills) == 1 and out.fills[0].start == out.fills[0].end == len(NOTES)
+    assert out.fills[0].text and "\n" not in out.fills[0].text  # the cursor is after text: one line
+    assert out.version == 3 and out.single_line
+    record = out.to_log()
+    json.dumps(record)
+    assert record["route"] == "primary" and record["backend"] == warm_engine.info.name
+    assert record["costs_ms"][warm_engine.info.name] > 0 and record["context_ms"] >= 0
+    assert pipeline.stats()["routes"] == {"primary": 1}
+
+
+def test_watchdog_rejection_routes_to_the_fallback(warm_engine):
+    primary = StutterBackend()
+    pipeline = Pipeline(primary, fallback=warm_engine)
+    out = pipeline.complete(notes_request())
+    assert out.route == "fallback" and out.fills and "tent tent" not in out.fills[0].text
+    assert out.rejections == [("stutter", "repetition")]
+    assert set(out.costs) == {"stutter", warm_engine.info.name}
+    assert pipeline.watchdog.counts["repetition"] == 1
+
+
+def test_primary_cut_short_routes_to_the_fallback(warm_engine):
+    # The primary gets 0.05% of a 20 s budget (10 ms): too short for 8 denoising steps, so it is cut short.
+    settings = PipelineSettings(primary_share=0.0005)
+    pipeline = Pipeline(warm_engine, fallback=warm_engine, settings=settings)
+    out = pipeline.complete(notes_request(), deadline=time.monotonic() + 20)
+    assert out.rejections[0] == (warm_engine.info.name, "cut_short")
+    assert out.route == "fallback" and out.fills
+
+
+def test_primary_error_routes_to_the_fallback(refused_endpoint, warm_engine):
+    pipeline = Pipeline(refused_endpoint, fallback=warm_engine)
+    out = pipeline.complete(notes_request())
+    assert out.rejections == [(refused_endpoint.info.name, "backend_error")]
+    assert out.route == "fallback" and out.fills
+
+
+def test_fallback_that_fails_too_shows_nothing(refused_endpoint):
+    pipeline = Pipeline(StutterBackend(), fallback=refused_endpoint)
+    out = pipeline.complete(notes_request())
+    assert out.route == "none" and out.fills == []
+    assert [reason for _, reason in out.rejections] == ["repetition", "backend_error"]
+
+
+def test_without_a_fallback_a_rejected_candidate_shows_nothing():
+    out = Pipeline(StutterBackend()).complete(notes_request())
+    assert out.route == "none" and out.fills == [] and out.result.middle == "tent tent tent tent"
+
+
+def test_random_engine_code_that_breaks_the_parse_is_never_returned(warm_engine):
+    source = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    \n"
+    pipeline = Pipeline(warm_engine, settings=PipelineSettings(max_middle_tokens=16, single_line_tokens=8))
+    for cursor in (source.index("    \n") + 4, source.index("a + b") + 4, len(source)):
+        out = pipeline.complete(CompletionRequest(source, cursor, language="python", document_id="m.py"))
+        for fill in out.fills:
+            assert_no_new_errors("python", source, fill.start, fill.end, fill.text)
+    assert sum(pipeline.watchdog.counts.values()) >= 1  # random weights: at least one garbage fill was refused
+
+
+def assert_no_new_errors(language: str, text: str, start: int, end: int, middle: str) -> None:
+    before, after = ParsedDocument(language), ParsedDocument(language)
+    before.update(text)
+    after.update(text[:start] + middle + text[end:])
+    assert error_nodes(after.tree) <= error_nodes(before.tree), middle
+
+
+def test_empty_prefix_asks_no_backend():
+    primary = StutterBackend("anything")
+    pipeline = Pipeline(primary)
+    out = pipeline.complete(CompletionRequest("   \n", 0, document_id="e.txt"))
+    assert out.route == "none" and primary.calls == 0
+    assert out.rejections == [("pipeline", "empty_prefix")] and pipeline.watchdog.counts["empty_prefix"] == 1
+
+
+def test_cancelled_request_does_not_try_the_fallback(warm_engine):
+    fallback = StutterBackend("fine words here")
+    token = CancelToken()
+    token.cancel("user typed on")
+    out = Pipeline(warm_engine, fallback=fallback).complete(notes_request(), cancel=token)
+    assert out.route == "none" and fallback.calls == 0
+
+
+def test_no_budget_left_skips_the_fallback():
+    fallback = StutterBackend("fine words here")
+    pipeline = Pipeline(StutterBackend(), fallback=fallback, settings=PipelineSettings(min_fallback_ms=60_000))
+    out = pipeline.complete(notes_request(), deadline=time.monotonic() + 5)
+    assert out.route == "none" and fallback.calls == 0 and out.rejections[-1] == ("stutter", "no_budget")
+
+
+def test_markdown_gaps_fill_every_placeholder_span(warm_engine):
+    text = "# Contract\n\nThe buyer [[name]] pays {{amount}} by the date ____ below.\n"
+    spans = tuple(find_placeholders(text))
+    out = Pipeline(warm_engine).complete(CompletionRequest(text, 0, mode="gaps", spans=spans, language="markdown",
+                                                           document_id="c.md"))
+    assert out.result is not None and len(out.result.middles) == 3
+    if out.fills:  # random weights may be refused; when shown, every placeholder is replaced as a whole
+        assert [(f.start, f.end) for f in out.fills] == list(spans)
+        assert all("|" not in f.text and "\n" not in f.text for f in out.fills)
+
+
+def test_gap_selection_of_whole_lines_is_replaced_by_whole_lines():
+    text = "def f(x):\n    y = x\n    return y\n"
+    start, end = text.index("    y = x"), text.index("    return")
+    out = Pipeline(StutterBackend("y = x * 2")).complete(CompletionRequest(text, start, end, mode="gap",
+                                                                           language="python"))
+    assert out.route == "primary" and out.fills[0].text == "    y = x * 2\n"
+
+
+def test_drafts_are_cleaned_before_they_reach_the_caller(warm_engine):
+    drafts = []
+    Pipeline(warm_engine).complete(notes_request(), on_draft=drafts.append)
+    assert drafts and all("\n" not in m for d in drafts for m in d.middles)
+
+
+def test_bad_requests_are_refused_clearly():
+    pipeline = Pipeline(StutterBackend())
+    with pytest.raises(InfillError):
+        pipeline.complete(CompletionRequest("abc", 5))
+    with pytest.raises(InfillError):
+        pipeline.complete(CompletionRequest("abc", 0, mode="gaps"))
+    with pytest.raises(InfillError):
+        pipeline.complete(CompletionRequest("abcdef", 0, mode="gaps", spans=((3, 4), (1, 2))))
+    with pytest.raises(InfillError):
+        PipelineSettings(primary_share=0)
+    # ... and the pipeline stays usable
+    out = Pipeline(StutterBackend("2")).complete(CompletionRequest("x = 1\ny = ", 10, language="python"))
+    assert out.route == "primary" and out.fills[0].text == "2"
+
+
+@pytest.mark.slow
+def test_real_offline_model_never_returns_a_fill_that_breaks_the_parse(ar_backend):
+    source = ("import math\n\n\ndef area(radius):\n    \n\n\ndef perimeter(radius):\n    return 2 * math.pi * radius\n\n\n"
+              "def describe(shape, size):\n    if shape == 'circle':\n        return f'circle of {size}'\n    \n")
+    cursors = [source.index("    \n\n\ndef perimeter") + 4, len(source) - 1, source.index("math.pi") + 4]
+    pipeline = Pipeline(ar_backend)
+    shown = 0
+    for cursor in cursors:
+        out = pipeline.complete(CompletionRequest(source, cursor, language="python", document_id="shapes.py"),
+                                deadline=time.monotonic() + 60)
+        for fill in out.fills:
+            assert_no_new_errors("python", source, fill.start, fill.end, fill.text)
+            shown += 1
+    assert shown + sum(pipeline.watchdog.counts.values()) >= len(cursors)
