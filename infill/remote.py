@@ -12,6 +12,8 @@ and the deadline, so a cancelled or late request returns at once even while the 
 from __future__ import annotations
 
 import logging
+import os
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -25,6 +27,9 @@ from .types import (BackendInfo, CancelToken, Cancelled, Draft, DraftCallback, I
 log = logging.getLogger(__name__)
 
 POLL_S = 0.01  # how often the waiting caller looks at its cancel token and deadline
+TOKEN_ENV = "INFILL_ENDPOINT_TOKEN"  # bearer token when none is passed (keeps it out of editor settings files)
+SUFFIX_HINT = ("; this server does not take `suffix` (stock vLLM answers so): put `infill-ls serve` in front of "
+               "the model, or give RemoteBackend a fim_template")
 
 
 class RemoteFailure(Exception):
@@ -53,16 +58,27 @@ def normalize_endpoint(endpoint: str) -> str:
     return base
 
 
+def render_fim(template: str, prefix: str, suffix: str) -> str:
+    """One pass over the template (not str.format: code is full of braces, and may contain "{suffix}")."""
+    return re.sub(r"\{prefix\}|\{suffix\}", lambda m: prefix if m.group(0) == "{prefix}" else suffix, template)
+
+
 class RemoteBackend:
     """InfillBackend over an OpenAI-compatible `/v1/completions` endpoint (kind "remote")."""
 
     def __init__(self, endpoint: str, model: str | None = None, token: str | None = None, *,
-                 timeout_s: float = 30.0, connect_timeout_s: float = 5.0, send_budget: bool = True) -> None:
+                 timeout_s: float = 30.0, connect_timeout_s: float = 5.0, send_budget: bool = True,
+                 fim_template: str | None = None) -> None:
         if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
             raise InfillError(f"timeout_s must be > 0, got {timeout_s!r}")
         if not (isinstance(connect_timeout_s, (int, float)) and connect_timeout_s > 0):
             raise InfillError(f"connect_timeout_s must be > 0, got {connect_timeout_s!r}")
+        if fim_template is not None and not ("{prefix}" in fim_template and "{suffix}" in fim_template):
+            raise InfillError("fim_template must contain {prefix} and {suffix}")
         self.endpoint = normalize_endpoint(endpoint)
+        # For servers that refuse `suffix`: the model's own fill-in-the-middle prompt, e.g.
+        # "<|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>", sent as `prompt` alone.
+        self.fim_template = fim_template
         self.timeout_s = float(timeout_s)
         self.connect_timeout_s = float(connect_timeout_s)
         # The remaining budget travels as `infill_budget_ms` so `infill-ls serve` can answer with a cut-short draft
@@ -71,6 +87,7 @@ class RemoteBackend:
         self._model = model or None
         self._model_known = self._model is not None
         self._model_lock = threading.Lock()
+        token = token if token is not None else os.environ.get(TOKEN_ENV) or None
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._client = httpx.Client(headers=headers, follow_redirects=False)
         self._closed = False
@@ -133,6 +150,9 @@ class RemoteBackend:
                          end: float) -> dict:
         body: dict = {"prompt": prompt, "suffix": suffix, "max_tokens": request.max_middle_tokens,
                       "temperature": 0, "n": 1, "stream": False}
+        if self.fim_template is not None:
+            body["prompt"] = render_fim(self.fim_template, prompt, suffix)
+            del body["suffix"]
         if request.single_line:
             body["stop"] = ["\n"]
         if model:
@@ -252,7 +272,9 @@ def _decode(url: str, response: httpx.Response) -> dict:
     if response.status_code == 404:
         raise _NotFound(f"HTTP 404 from {url}: {_error_text(response)}")
     if response.status_code != 200:
-        raise RemoteFailure(f"HTTP {response.status_code} from {url}: {_error_text(response)}")
+        message = _error_text(response)
+        hint = SUFFIX_HINT if response.status_code == 400 and "suffix" in message.lower() else ""
+        raise RemoteFailure(f"HTTP {response.status_code} from {url}: {message}{hint}")
     try:
         data = response.json()
     except ValueError:

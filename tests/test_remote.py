@@ -231,6 +231,34 @@ def test_configured_model_skips_discovery(scripted):
     assert server.requests[0][3]["model"] == "given"
 
 
+def test_fim_template_for_servers_that_refuse_suffix(scripted):
+    """Stock vLLM answers 400 "suffix is not currently supported": the error says what to do, and a FIM template
+    sends the model's own infill prompt instead."""
+    def reply(server, method, path, body):
+        if "suffix" in body:
+            return 400, b'{"error": {"message": "suffix is not currently supported", "type": "BadRequestError"}}'
+        return 200, completion("mid")
+
+    server = scripted(reply)
+    refused = RemoteBackend(server.url, model="m").infill(InfillRequest(prefix="f({x", suffix="})"))
+    assert refused.outcome == "error" and "suffix is not currently supported" in refused.error
+    assert "infill-ls serve" in refused.error and "fim_template" in refused.error
+    templated = RemoteBackend(server.url, model="m", fim_template="<PRE>{prefix}<SUF>{suffix}<MID>")
+    result = templated.infill(InfillRequest(prefix="f({x", suffix="}) # {prefix}"))
+    assert result.outcome == "ok" and result.middle == "mid"
+    assert server.requests[-1][3]["prompt"] == "<PRE>f({x<SUF>}) # {prefix}<MID>"
+    with pytest.raises(InfillError, match="fim_template"):
+        RemoteBackend(server.url, fim_template="{prefix} only")
+
+
+def test_token_from_the_environment(scripted, monkeypatch):
+    monkeypatch.setenv("INFILL_ENDPOINT_TOKEN", "from-env")
+    server = scripted(lambda s, m, p, b: (200, completion("x")))
+    RemoteBackend(server.url, model="m").infill(InfillRequest(prefix="a"))
+    RemoteBackend(server.url, model="m", token="explicit").infill(InfillRequest(prefix="a"))
+    assert [r[2]["Authorization"] for r in server.requests] == ["Bearer from-env", "Bearer explicit"]
+
+
 # -- failures, in bounded time -----------------------------------------------------------------------------------
 
 def test_dead_endpoint_is_an_error_result(caplog):
