@@ -24,6 +24,9 @@ class EngineConfig:
     canvas_length: int | None = None  # widest canvas; None: the model's config.canvas_length
     candidate_lengths: tuple[int, ...] = (4, 8, 16, 32, 64)  # middle lengths tried as one batch, capped per request
     suffix_anchor_tokens: int = 16  # suffix tokens clamped at the end of the canvas
+    # Single-line gaps are short: a narrow canvas (3 rows, ≤ 32 slots each) instead of the multi-line one.
+    single_line_lengths: tuple[int, ...] = (6, 12, 24)
+    single_line_anchor_tokens: int = 8
     max_prompt_tokens: int = 8192  # far end of the prefix dropped beyond this (whole lines at a time)
     kv_store_bytes: int = 512 * 2**20  # bound on cached prefix KV across documents (LRU eviction)
     seed: int | None = 0  # default seed per request (None: nondeterministic)
@@ -44,7 +47,9 @@ class EngineConfig:
         need(self.canvas_length is None or self.canvas_length >= 2, "canvas_length must be >= 2")
         need(len(self.candidate_lengths) > 0 and all(isinstance(n, int) and n > 0 for n in self.candidate_lengths),
              "candidate_lengths must be positive integers")
-        need(self.suffix_anchor_tokens >= 0, "suffix_anchor_tokens must be >= 0")
+        need(self.suffix_anchor_tokens >= 0 and self.single_line_anchor_tokens >= 0, "anchor tokens must be >= 0")
+        need(len(self.single_line_lengths) > 0 and all(isinstance(n, int) and n > 0 for n in self.single_line_lengths),
+             "single_line_lengths must be positive integers")
         need(self.max_prompt_tokens >= 16, "max_prompt_tokens must be >= 16")
         need(self.kv_store_bytes >= 0, "kv_store_bytes must be >= 0")
 

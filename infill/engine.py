@@ -26,7 +26,6 @@ from .types import (BackendInfo, CancelToken, Draft, DraftCallback, InfillError,
 
 log = logging.getLogger(__name__)
 
-SINGLE_LINE_MAX_TOKENS = 32
 _ANONYMOUS = "\0anonymous"
 
 
@@ -115,12 +114,14 @@ class DiffusionEngine:
 
     def _fixed_segments(self, request: InfillRequest) -> list[list[int]]:
         between = [self.tokens.encode(text) for text in request.between]
-        anchor = self.tokens.encode_head(request.suffix, self.config.suffix_anchor_tokens) if request.suffix else []
+        size = self.config.single_line_anchor_tokens if request.single_line else self.config.suffix_anchor_tokens
+        anchor = self.tokens.encode_head(request.suffix, size) if request.suffix else []
         return between + [anchor]
 
     def _candidate_lengths(self, request: InfillRequest, fixed: list[list[int]]) -> tuple[list[int], list[list[int]]]:
-        cap = min(request.max_middle_tokens, SINGLE_LINE_MAX_TOKENS if request.single_line else self.width)
-        lengths = sorted({min(n, cap) for n in self.config.candidate_lengths})
+        cap = min(request.max_middle_tokens, self.width)
+        candidates = self.config.single_line_lengths if request.single_line else self.config.candidate_lengths
+        lengths = sorted({min(n, cap) for n in candidates})
         gaps, between_total = len(fixed), sum(len(f) for f in fixed[:-1])
         if between_total + gaps > self.width:
             raise InfillError(f"the fixed text between {gaps} gaps needs {between_total} tokens plus one per gap; "

@@ -75,6 +75,7 @@ def load_diffusion_model(model: str, *, revision: str | None = None, device: str
     """Load model, tokenizer and generation config. `load_format="dummy"` builds the architecture from the config
     with random weights (like vLLM's `--load-format dummy`): real shapes and costs, meaningless text."""
     import torch
+    from safetensors import SafetensorError
     from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
 
     device = choose_device(device)
@@ -91,7 +92,7 @@ def load_diffusion_model(model: str, *, revision: str | None = None, device: str
             net = DiffusionGemmaForBlockDiffusion.from_pretrained(
                 model, revision=revision, dtype=torch_dtype, use_safetensors=True, trust_remote_code=False,
                 device_map=device if device.startswith("cuda") else None)
-        except (OSError, ValueError, RuntimeError) as exc:
+        except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
             raise InfillError(f"cannot load DiffusionGemma weights from {model!r}: {exc}") from exc
         if not device.startswith("cuda"):
             net = net.to(device)

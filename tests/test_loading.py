@@ -1,0 +1,103 @@
+"""Checkpoint loading: the real path (config, safetensors, tokenizer, generation config), dummy weights, and one
+clear error for each kind of bad checkpoint."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from infill.backends import BackendSpec, open_backend
+from infill.loading import choose_dtype, load_diffusion_model
+from infill.tokens import ChunkedTokenizer, split_chunks
+from infill.types import InfillError, InfillRequest
+
+
+def test_loads_real_checkpoint_directory(tiny_checkpoint):
+    loaded = load_diffusion_model(str(tiny_checkpoint))
+    assert type(loaded.model).__name__ == "DiffusionGemmaForBlockDiffusion"
+    assert loaded.device == "cpu" and loaded.dtype == "float32"
+    assert loaded.model.generation_config.eos_token_id == 1 and loaded.model.generation_config.pad_token_id == 0
+    vision_params = sum(p.numel() for p in loaded.model.model.encoder.vision_tower.parameters())
+    assert vision_params < 1_000_000  # the minimal vision config, not the 167M default tower
+
+
+def test_dummy_load_format_builds_random_weights_of_the_same_shape(tiny_checkpoint):
+    real = load_diffusion_model(str(tiny_checkpoint))
+    dummy = load_diffusion_model(str(tiny_checkpoint), load_format="dummy")
+    assert "dummy" in dummy.dtype
+    real_params = dict(real.model.named_parameters())
+    for name, param in dummy.model.named_parameters():
+        assert param.shape == real_params[name].shape
+    assert not torch.equal(dummy.model.lm_head.weight, real.model.lm_head.weight)
+
+
+def test_missing_checkpoint_is_one_clear_error(tmp_path):
+    with pytest.raises(InfillError, match="cannot read a model config"):
+        load_diffusion_model(str(tmp_path / "nowhere"))
+
+
+def test_non_diffusiongemma_checkpoint_is_named(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    with pytest.raises(InfillError, match="'gpt2' checkpoint, not DiffusionGemma"):
+        load_diffusion_model(str(tmp_path))
+
+
+def test_pickle_only_weights_are_refused(tiny_checkpoint, tmp_path):
+    target = tmp_path / "pickled"
+    shutil.copytree(tiny_checkpoint, target)
+    (target / "model.safetensors").rename(target / "pytorch_model.bin")
+    with pytest.raises(InfillError, match="safetensors only"):
+        load_diffusion_model(str(target))
+
+
+def test_corrupt_weights_are_one_clear_error(tiny_checkpoint, tmp_path):
+    target = tmp_path / "corrupt"
+    shutil.copytree(tiny_checkpoint, target)
+    (target / "model.safetensors").write_bytes(b"\x00" * 100)
+    with pytest.raises(InfillError, match="cannot load DiffusionGemma weights"):
+        load_diffusion_model(str(target))
+
+
+def test_unknown_dtype_is_refused():
+    with pytest.raises(InfillError, match="unknown dtype"):
+        choose_dtype("float8", "cpu")
+    assert choose_dtype(None, "cpu") == torch.float32 and choose_dtype(None, "cuda") == torch.bfloat16
+
+
+def test_open_backend_serves_a_configured_checkpoint(tiny_checkpoint):
+    backend = open_backend(BackendSpec(model=str(tiny_checkpoint)))
+    assert backend.info.kind == "diffusion" and not backend.info.is_fallback
+    assert backend.infill(InfillRequest(prefix="x = ")).outcome in ("ok", "empty")
+
+
+def test_chunked_tokenisation_round_trips_and_memoises(tiny_checkpoint):
+    from transformers import AutoTokenizer
+
+    tokens = ChunkedTokenizer(AutoTokenizer.from_pretrained(str(tiny_checkpoint)))
+    text = "def f(x):\n    return x\n\n\nclass A:\n    pass\n"
+    assert "".join(split_chunks(text)) == text
+    assert tokens.tokenizer.decode(tokens.encode(text)) == text
+    before = tokens.chunks_tokenised
+    tokens.encode(text + "y = 1")
+    assert tokens.chunks_tokenised - before == 1
+
+
+def test_fill_cli_prints_json(tiny_checkpoint, tmp_path):
+    source = tmp_path / "demo.py"
+    source.write_text("def add(a, b):\n    return a + b\n\nprint(add(1, 2))\n")
+    run = subprocess.run([sys.executable, "-m", "infill.cli", "fill", str(source), "--at", "2:12", "--json",
+                          "--model", str(tiny_checkpoint), "--steps", "4"], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    for key in ("middle", "latency_ms", "steps", "tokens_per_forward", "cut_short", "model"):
+        assert key in out
+    assert out["model"] == str(tiny_checkpoint) and 1 <= out["steps"] <= 4
+    bad = subprocess.run([sys.executable, "-m", "infill.cli", "fill", str(source), "--at", "9:1", "--model",
+                          str(tiny_checkpoint)], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "past the end of the file" in bad.stderr
