@@ -72,6 +72,7 @@ class Document:
         self.length = len(text)
         self._text: str | None = text
         self._starts: list[int] | None = None
+        self.last_change_ms = 0.0  # server time spent applying the latest didChange (benchmarks/server.py)
 
     # -- reading ---------------------------------------------------------------------------------------------------
     @property

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from lsprotocol import types
 
 from infill.pipeline import CompletionRequest, PipelineResult
-from infill.types import deadline_in
+from infill.types import Cancelled, deadline_in
 
 from .gate import offset_logged, refusal
 from .placeholders import find_placeholders
@@ -66,6 +66,8 @@ async def compute_fill(ls, uri: str, rng: types.Range, mode: str, expected_versi
     except asyncio.CancelledError:
         ticket.token.cancel("request cancelled by the client")
         raise
+    except Cancelled:
+        return FillOutcome(None, f"{uri} changed before the fill started; no edit for the old version")
     except Exception as exc:  # noqa: BLE001 - a failing backend (OOM, bug) costs this request only
         ls.log(f"fill for {uri} failed: {type(exc).__name__}: {exc}", types.MessageType.Error)
         return FillOutcome(None, f"the backend failed: {type(exc).__name__}: {exc}")

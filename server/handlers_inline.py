@@ -9,7 +9,7 @@ import time
 from lsprotocol import types
 
 from infill.pipeline import CompletionRequest, PipelineResult
-from infill.types import deadline_in
+from infill.types import Cancelled, deadline_in
 
 from .gate import log_refusal, offset_logged, refusal
 
@@ -40,16 +40,32 @@ async def complete_inline(ls, params: types.InlineCompletionParams) -> types.Inl
                                     document_id=uri, version=version)
         budget_ms = ls.settings.invoked_budget_ms if invoked else ls.settings.inline_budget_ms
         future = ls.host.submit(ls.host.pipeline, request, ticket.token, deadline_in(budget_ms / 1000))
+        pre_ms = (time.perf_counter() - started) * 1000
         result: PipelineResult = await asyncio.wrap_future(future)
     except asyncio.CancelledError:
         ticket.token.cancel("request cancelled by the client")  # the engine stops within one step
         raise
+    except Cancelled:
+        return None  # cancelled (edit, newer request) before the model thread got to it
     except Exception as exc:  # noqa: BLE001 - a failing backend (OOM, bug) costs this request only
         ls.log(f"inline completion for {uri} failed: {type(exc).__name__}: {exc}", types.MessageType.Error)
         return None
     finally:
         ls.scheduler.close(ticket)
-    return _reply(ls, params, document, version, ticket.stopped, result, started)
+    replied = time.perf_counter()
+    reply = _reply(ls, params, document, version, ticket.stopped, result, started)
+    _record_overhead(ls, document, pre_ms, result, (time.perf_counter() - replied) * 1000)
+    return reply
+
+
+def _record_overhead(ls, document, pre_ms: float, result: PipelineResult, post_ms: float) -> None:
+    """Per-keystroke server work outside the model: the didChange that preceded this request, request building
+    here, context building in the pipeline (before the backend is called) and reply building."""
+    ls.phases.add("inline_request", pre_ms)
+    ls.phases.add("context", result.context_ms)
+    ls.phases.add("inline_reply", post_ms)
+    ls.phases.add("server", document.last_change_ms + pre_ms + post_ms)  # this package's share
+    ls.phases.add("keystroke", document.last_change_ms + pre_ms + result.context_ms + post_ms)
 
 
 def _reply(ls, params, document, version, stopped: bool, result: PipelineResult, started: float):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from typing import Any
 
@@ -19,6 +20,7 @@ from .documents import DocumentStore
 from .scheduler import Scheduler
 from .settings import Settings, parse_settings
 from .telemetry import Telemetry
+from .timing import PhaseTimes
 
 log = logging.getLogger(__name__)
 
@@ -40,11 +42,16 @@ class InfillProtocol(LanguageServerProtocol):
 
     def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams):
         server = self._server
+        started = time.perf_counter()
         uri = params.text_document.uri
         if server.scheduler.document_changed(uri):
             log.debug("edit to %s cancelled running requests", uri)
-        if server.documents.change(params) is None:
+        document = server.documents.change(params)
+        if document is None:
             server.log(f"didChange for a document that is not open: {uri}; ignored", types.MessageType.Warning)
+        else:
+            document.last_change_ms = (time.perf_counter() - started) * 1000
+            server.phases.add("did_change", document.last_change_ms)
         if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CHANGE)) is not None:
             yield handler, (params,), None
 
@@ -69,6 +76,7 @@ class InfillServer(LanguageServer):
         self.documents = DocumentStore()
         self.scheduler = Scheduler()
         self.telemetry = Telemetry(base.completion_log)
+        self.phases = PhaseTimes()
         self.host = BackendHost(self._on_load_event)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.logged_refusals: set[tuple] = set()  # (uri, version, reason) already logged once
@@ -94,6 +102,7 @@ class InfillServer(LanguageServer):
             "label": info.label if info else None, "enabled": self.settings.enabled, "error": self.host.error,
             "latencies": self.telemetry.latency_summary(), "telemetry": self.telemetry.summary(),
             "documents": len(self.documents), "running": self.scheduler.running, "version": __version__,
+            "overhead": self.phases.summary(),
         }
 
     def notify_status(self) -> None:
