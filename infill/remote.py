@@ -155,6 +155,8 @@ class RemoteBackend:
             del body["suffix"]
         if request.single_line:
             body["stop"] = ["\n"]
+        # For `infill-ls serve` (others ignore it): complete a line, or fill a gap that may span lines.
+        body["mode"] = "inline" if request.single_line else "gap"
         if model:
             body["model"] = model
         if request.language:

@@ -154,6 +154,16 @@ def test_remote_over_gateway_returns_what_the_pipeline_shows(gateway, expected, 
         backend.close()
 
 
+def test_multi_line_gap_over_gateway_matches_the_pipeline(gateway, pipeline):
+    prompt, suffix = "def add(a, b):\n", "\n\nprint(add(1, 2))\n"
+    direct = pipeline.complete(CompletionRequest(text=prompt + suffix, start=len(prompt), end=len(prompt),
+                                                 mode="gap"))
+    backend = RemoteBackend(gateway.url, token=TOKEN)
+    result = backend.infill(InfillRequest(prefix=prompt, suffix=suffix, max_middle_tokens=direct.max_middle_tokens))
+    assert result.outcome in ("ok", "empty"), result.error
+    assert result.middle == (direct.fills[0].text if direct.fills else "")
+
+
 def test_open_backend_with_an_endpoint_gives_a_remote_backend(gateway, expected):
     backend = open_backend(BackendSpec(endpoint=gateway.url + "/v1", endpoint_token=TOKEN))
     try:
@@ -206,7 +216,7 @@ def test_request_fields_model_discovery_and_gaps_left_to_right(scripted):
     assert (second["prompt"], second["suffix"]) == ("A<2>B", "C")  # the second gap sees the first middle
     assert first["model"] == "team-model" and first["max_tokens"] == 12 and first["temperature"] == 0
     assert first["stop"] == ["\n"] and first["n"] == 1 and first["stream"] is False
-    assert first["language"] == "python" and 0 < first["infill_budget_ms"] <= 5000
+    assert first["language"] == "python" and 0 < first["infill_budget_ms"] <= 5000 and first["mode"] == "inline"
     assert server.requests[1][2]["Authorization"] == f"Bearer {TOKEN}"
     assert [d.middles for d in drafts] == [("<2>", ""), ("<2>", "<3>")]
     backend.infill(InfillRequest(prefix="x"))
@@ -221,6 +231,7 @@ def test_no_models_route_and_no_token_sends_neither(scripted):
     assert result.outcome == "ok" and result.middle == "ok"
     body, headers = server.requests[-1][3], server.requests[-1][2]
     assert "model" not in body and "stop" not in body and "Authorization" not in headers
+    assert body["mode"] == "gap"  # not single-line: the gateway may fill several lines
 
 
 def test_configured_model_skips_discovery(scripted):
