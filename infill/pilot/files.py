@@ -80,10 +80,12 @@ def _git_tracked(root: Path) -> list[str] | None:
     return [p for p in listed.stdout.decode("utf-8", "surrogateescape").split("\0") if p]
 
 
-def _walk(root: Path) -> list[str]:
+def _walk(root: Path, skipped: Counter) -> list[str]:
     out = []
     for dirpath, dirnames, filenames in os.walk(root, onerror=None):
-        # Prune vendored directories below the root (the root itself may be one: the user asked for it).
+        # Prune vendored directories below the root (the root itself may be one: the user asked for it). They
+        # are counted as folders: walking node_modules to count its files would cost more than the pilot.
+        skipped["vendored folder"] += sum(1 for d in dirnames if d in VENDORED_DIRS)
         dirnames[:] = sorted(d for d in dirnames if d not in VENDORED_DIRS)
         rel_dir = os.path.relpath(dirpath, root)
         for name in sorted(filenames):
@@ -148,8 +150,9 @@ def discover(src: str | Path, settings: DiscoverySettings | None = None) -> Disc
     if not os.access(root, os.R_OK | os.X_OK):
         raise InfillError(f"source folder {str(root)!r} is not readable")
     tracked = _git_tracked(root) or None  # a folder inside a repository but untracked (ignored) is walked
-    names = sorted(tracked) if tracked is not None else _walk(root)
     found = Discovery(root=root.resolve(), from_git=tracked is not None)
+    names = sorted(tracked) if tracked is not None else _walk(root, found.skipped)
+    found.skipped = +found.skipped  # drop zero counts
     if not names:
         raise InfillError(f"source folder {str(root)!r} is empty")
     for rel in names:

@@ -83,7 +83,8 @@ def _setup_section(meta: dict) -> list[str]:
             f"{meta.get('files')} usable files; skipped: {skipped}",
             f"- holes: {meta.get('holes')} (seed {meta.get('seed')}): {kinds}",
             f"- concurrency levels: {meta.get('concurrency')}; time cap {meta.get('max_seconds')} s; per-attempt "
-            f"deadline: {meta.get('deadline_ms') or 'none'}; max middle tokens {meta.get('max_middle_tokens')}",
+            f"deadline: {meta.get('deadline_ms') or 'none'}; max middle tokens {meta.get('max_middle_tokens')}; "
+            f"max denoising steps (in-process diffusion) {meta.get('diffusion_steps')}",
             f"- accept rule: edit similarity ≥ {meta.get('accept_threshold')} and the filled file parses",
             f"- hardware: {hw.get('cpu')} ({hw.get('cpus')} CPUs), accelerator: {hw.get('accelerator')}; "
             f"Python {hw.get('python')}, torch {hw.get('torch')}, {hw.get('platform')}",

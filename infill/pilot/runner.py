@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, TextIO
 
+from ..config import EngineConfig
 from ..pipeline import PipelineSettings
 from ..types import CancelToken, InfillError
 from .attempt import run_attempt
@@ -33,6 +34,7 @@ class RunSettings:
     accept: AcceptRule = field(default_factory=AcceptRule)
     pipeline: PipelineSettings = field(default_factory=PipelineSettings)
     warmup: bool = True  # one unrecorded attempt per backend first, so lazy initialisation is not in p95
+    engine: EngineConfig = field(default_factory=EngineConfig)  # in-process DiffusionGemma engines
 
     def __post_init__(self) -> None:
         if not self.concurrency or any(not isinstance(c, int) or c < 1 for c in self.concurrency):
@@ -209,7 +211,7 @@ def run_pilot(holes: list[Hole], specs: list[TargetSpec], settings: RunSettings,
         raise InfillError("no holes to run")
     progress = progress or Progress()
     own_pool = pool is None
-    pool = pool or TargetPool(settings.pipeline)
+    pool = pool or TargetPool(settings.pipeline, engine=settings.engine)
     run = PilotRun()
     run_started = time.monotonic()
     attempts, cells = JsonlWriter(out_dir / "attempts.jsonl"), JsonlWriter(out_dir / "cells.jsonl")

@@ -3,7 +3,9 @@
 Specs: `ar` (the offline Gemma 3 270M default), `diffusion:DIR_OR_HUB_ID` (a DiffusionGemma checkpoint),
 `diffusion-dummy:DIR_OR_HUB_ID` (its architecture with random weights), `http(s)://HOST[:PORT][/v1]` (an
 OpenAI-compatible endpoint; `#model=NAME&token=T` in the fragment, which is never sent). A `+fallback` suffix puts
-the offline default behind the pipeline as its fallback. Engines are opened once and shared between specs.
+the offline default behind the pipeline as its fallback; `+raw` takes the pipeline's request (same context) but
+shows the backend's middle as it comes: no post-processing, no watchdog, no fallback. Engines are opened once and
+shared between specs.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from ..backends import BackendSpec, open_backend
-from ..pipeline import Pipeline, PipelineSettings
-from ..types import InfillBackend, InfillError
+from ..config import EngineConfig
+from ..pipeline import CompletionRequest, Fill, Pipeline, PipelineResult, PipelineSettings
+from ..types import InfillBackend, InfillError, InfillResult
 
 ENGINES = ("ar", "diffusion", "diffusion-dummy", "remote")
 TINY_HIDDEN_SIZE = 512  # a DiffusionGemma below this width is a test checkpoint, not a model
@@ -31,6 +34,7 @@ class TargetSpec:
     endpoint_model: str | None = None
     endpoint_token: str | None = None
     fallback: bool = False
+    raw: bool = False
 
     @property
     def engine_key(self) -> tuple:
@@ -41,8 +45,14 @@ def parse_target(text: str) -> TargetSpec:
     spec = text.strip()
     if not spec:
         raise InfillError("empty --backend spec")
-    fallback = spec.endswith("+fallback")
-    core = spec.removesuffix("+fallback")
+    core, flags = spec, set()
+    while core.endswith(("+fallback", "+raw")):
+        flag = "+fallback" if core.endswith("+fallback") else "+raw"
+        core, flags = core.removesuffix(flag), flags | {flag}
+    fallback, raw = "+fallback" in flags, "+raw" in flags
+    if fallback and raw:
+        raise InfillError(f"{text!r}: +raw has no watchdog and so no fallback; use one of +raw, +fallback")
+    suffix = "+fallback" if fallback else "+raw" if raw else ""
     if core.startswith(("http://", "https://")):
         parts = urlsplit(core)
         options = {k: v[-1] for k, v in parse_qs(parts.fragment).items()}
@@ -51,15 +61,15 @@ def parse_target(text: str) -> TargetSpec:
             raise InfillError(f"unknown endpoint option(s) {sorted(unknown)} in {text!r}; use #model=NAME&token=T")
         url = urlunsplit((parts.scheme, parts.netloc, parts.path, parts.query, ""))
         # The label never carries the token: it ends up in reports.
-        label = url + (f"#model={options['model']}" if "model" in options else "") + ("+fallback" if fallback else "")
-        return TargetSpec(label, "remote", url, options.get("model"), options.get("token"), fallback)
+        label = url + (f"#model={options['model']}" if "model" in options else "") + suffix
+        return TargetSpec(label, "remote", url, options.get("model"), options.get("token"), fallback, raw)
     if core == "ar":
-        return TargetSpec(spec, "ar", None, fallback=fallback)
+        return TargetSpec(spec, "ar", None, fallback=fallback, raw=raw)
     engine, sep, location = core.partition(":")
     if engine in ("diffusion", "diffusion-dummy") and sep and location:
-        return TargetSpec(spec, engine, location, fallback=fallback)
+        return TargetSpec(spec, engine, location, fallback=fallback, raw=raw)
     raise InfillError(f"unknown --backend {text!r}; use ar, diffusion:DIR, diffusion-dummy:DIR_OR_CONFIG or "
-                      "http://HOST:PORT/v1, optionally with a +fallback suffix")
+                      "http://HOST:PORT/v1, optionally with a +fallback or +raw suffix")
 
 
 def quality_caveat(spec: TargetSpec) -> str | None:
@@ -78,19 +88,44 @@ def quality_caveat(spec: TargetSpec) -> str | None:
     return None
 
 
-def _backend_spec(spec: TargetSpec) -> BackendSpec:
+def _backend_spec(spec: TargetSpec, engine: EngineConfig) -> BackendSpec:
     if spec.engine == "remote":
         return BackendSpec(endpoint=spec.location, endpoint_model=spec.endpoint_model,
                            endpoint_token=spec.endpoint_token)
     if spec.engine == "ar":
         return BackendSpec(model=None)
-    return BackendSpec(model=spec.location, load_format="dummy" if spec.engine == "diffusion-dummy" else "auto")
+    return BackendSpec(model=spec.location, load_format="dummy" if spec.engine == "diffusion-dummy" else "auto",
+                       engine=engine)
+
+
+class RawPipeline:
+    """The pipeline's request (identical context for every backend), the backend's middle shown as it comes."""
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        self.inner = pipeline
+        self.backend = pipeline.backend
+        self.fallback = None
+
+    def complete(self, req: CompletionRequest, *, cancel=None, deadline=None, on_draft=None) -> PipelineResult:
+        started = time.perf_counter()
+        request, spans = self.inner.build_request(req)
+        context_ms = (time.perf_counter() - started) * 1000
+        try:
+            result = self.backend.infill(request, cancel=cancel, deadline=deadline, on_draft=on_draft)
+        except Exception as exc:  # recorded like the pipeline records a failing backend
+            result = InfillResult(middles=(), outcome="error", backend=self.backend.info.name, error=str(exc))
+        fills = []
+        if result.outcome in ("ok", "cut_short") and any(result.middles) and len(result.middles) == len(spans):
+            fills = [Fill(a, b, m) for (a, b), m in zip(spans, result.middles)]
+        return PipelineResult(fills=fills, result=result, route="primary" if fills else "none",
+                              context_ms=context_ms, total_ms=(time.perf_counter() - started) * 1000,
+                              version=req.version)
 
 
 @dataclass
 class OpenedTarget:
     spec: TargetSpec
-    pipeline: Pipeline | None  # None when opening failed
+    pipeline: Pipeline | RawPipeline | None  # None when opening failed
     open_error: str | None
     load_seconds: float
     caveat: str | None
@@ -111,8 +146,9 @@ class OpenedTarget:
 class TargetPool:
     """Opens engines on demand, once each (the offline default is shared by `ar` and every `+fallback`)."""
 
-    def __init__(self, settings: PipelineSettings, open_fn=open_backend) -> None:
+    def __init__(self, settings: PipelineSettings, open_fn=open_backend, engine: EngineConfig | None = None) -> None:
         self.settings = settings
+        self.engine_config = engine or EngineConfig()  # for in-process DiffusionGemma engines
         self._open_fn = open_fn
         self._engines: dict[tuple, InfillBackend] = {}
         self._lock = threading.Lock()
@@ -120,7 +156,7 @@ class TargetPool:
     def _engine(self, spec: TargetSpec) -> InfillBackend:
         with self._lock:
             if spec.engine_key not in self._engines:
-                self._engines[spec.engine_key] = self._open_fn(_backend_spec(spec))
+                self._engines[spec.engine_key] = self._open_fn(_backend_spec(spec, self.engine_config))
             return self._engines[spec.engine_key]
 
     def open(self, spec: TargetSpec) -> OpenedTarget:
@@ -132,7 +168,7 @@ class TargetPool:
             return OpenedTarget(spec, None, f"{type(exc).__name__}: {exc}", time.perf_counter() - started,
                                 quality_caveat(spec))
         pipeline = Pipeline(primary, fallback=fallback, settings=self.settings)
-        return OpenedTarget(spec, pipeline, None, time.perf_counter() - started, quality_caveat(spec))
+        return OpenedTarget(spec, RawPipeline(pipeline) if spec.raw else pipeline, None, time.perf_counter() - started, quality_caveat(spec))
 
     def close(self) -> None:
         with self._lock:
