@@ -85,7 +85,7 @@ def denoise(model, config: EngineConfig, canvas: Canvas, view, masks: dict, gene
     score = torch.zeros(rows, device=device)
     soft: torch.Tensor | None = None  # fast path: self-conditioning embeddings
     prev_logits: torch.Tensor | None = None  # reference path: previous processed logits
-    steps, outcome = 0, "ok"
+    steps, outcome, any_finished = 0, "ok", False
     n = config.max_denoising_steps
     for remaining in range(n, 0, -1):
         if cancel is not None and cancel.cancelled:
@@ -112,7 +112,7 @@ def denoise(model, config: EngineConfig, canvas: Canvas, view, masks: dict, gene
         nxt = torch.where(free, torch.where(accepted, out.sample, noise), fixed)
         new_argmax = torch.where(free, out.argmax, fixed)
         new_score = _join_score(at_tokens, canvas.anchor)
-        if steps and bool(finished.any()):  # finished rows keep their state, as in transformers
+        if any_finished:  # finished rows keep their state, as in transformers
             keep = finished[:, None]
             new_argmax, nxt = torch.where(keep, argmax, new_argmax), torch.where(keep, current, nxt)
             new_score = torch.where(finished, score, new_score)
@@ -128,6 +128,7 @@ def denoise(model, config: EngineConfig, canvas: Canvas, view, masks: dict, gene
         steps += 1
         if on_step is not None:
             on_step(steps, argmax, out.max_prob, score)
-        if bool(finished.all()):
+        any_finished, all_finished = torch.stack([finished.any(), finished.all()]).tolist()  # the step's one sync
+        if all_finished:
             break
     return DenoiseOutput(argmax, score, steps, outcome)

@@ -64,6 +64,7 @@ class DiffusionEngine:
     def versions(self) -> dict:
         return {"backend": "diffusion", "model": self.loaded.model_id, "revision": self.loaded.revision,
                 "dtype": self.loaded.dtype, "device": self.loaded.device, "canvas_width": self.width,
+                "quantization": str(getattr(self.model.config, "quantization_config", None) or "none"),
                 "transformers": transformers.__version__, **self.config.describe()}
 
     # ---- public entry point -------------------------------------------------------------------------------------
