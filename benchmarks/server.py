@@ -10,8 +10,8 @@ Measures
 - burst_engine_runs: engine runs started for 20 keystrokes typed 30 ms apart (didChange + automatic inline
   request per key, no $/cancelRequest), read from the server's completion count.
 - burst_reply_after_last_key_ms: from the last key of the burst to the reply of its inline request.
-- debounce_ms, infill_ms: the configured debounce and the median wall time of one isolated invoked inline
-  request on the same file (model included). Goal: reply after last key <= debounce + one infill.
+- debounce_ms, infill_ms: the configured debounce and the median wall time of one invoked inline request right
+  after a keystroke on the same file (model included). Goal: reply after last key <= debounce + one infill.
 
 Usage: python benchmarks/server.py [--keystrokes 100] [--denoising-steps 8] [--model DIR]
 The last line printed is one JSON object.
@@ -90,10 +90,13 @@ class Typist:
 
 
 async def measure_infill(typist: Typist, repeats: int = 3) -> float:
+    """One infill as the burst's last key sees it: a fresh document version (so no prompt-cache hit on the
+    whole text), invoked (no debounce)."""
     times = []
     for _ in range(repeats):
+        position = typist.key()
         started = time.perf_counter()
-        await typist.ask(types.Position(typist.line, typist.column), invoked=True)
+        await typist.ask(position, invoked=True)
         times.append((time.perf_counter() - started) * 1000)
     return statistics.median(times)
 

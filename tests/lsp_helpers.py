@@ -35,14 +35,14 @@ def capabilities(*, resolve_edit: bool = True, progress: bool = True) -> types.C
 
 
 async def start(args: list[str], *, init_options: dict | None = None, configuration: dict | None = None,
-                resolve_edit: bool = True) -> tuple[LanguageClient, types.InitializeResult]:
+                resolve_edit: bool = True, progress: bool = True) -> tuple[LanguageClient, types.InitializeResult]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("INFILL_MODEL", None)
     client = await ClientServerConfig(server_command=server_command(*args), server_env=env).start()
     if configuration is not None:
         client.set_configuration(configuration, section="infill")
     result = await client.initialize_session(types.InitializeParams(
-        capabilities=capabilities(resolve_edit=resolve_edit), initialization_options=init_options,
+        capabilities=capabilities(resolve_edit=resolve_edit, progress=progress), initialization_options=init_options,
         root_uri=ROOT.as_uri()))
     return client, result
 

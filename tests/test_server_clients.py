@@ -1,0 +1,55 @@
+"""A client without codeAction resolveSupport and without work-done progress, against the real server with the
+tiny DiffusionGemma checkpoint: no $/progress is sent, requests during loading are empty at once, and code
+actions carry their edit directly."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import pytest_asyncio
+from lsprotocol import types
+
+from lsp_helpers import apply_edits, open_doc, start, status, wait_ready
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def plain(tiny_checkpoint):
+    client, _ = await start(["--model", str(tiny_checkpoint), "--denoising-steps", "8"], resolve_edit=False,
+                            progress=False, init_options={"codeActionBudgetMs": 30000})
+    client.feature("infill/statusChanged")(lambda params: None)
+    yield client
+    await client.shutdown_session()
+    await client.stop()
+
+
+async def test_requests_while_loading_return_empty_at_once(plain):
+    uri = "file:///early.txt"
+    open_doc(plain, uri, "Early words here\n", language="plaintext")
+    assert (await status(plain))["state"] == "loading"  # torch import + load take seconds; we ask right away
+    started = time.monotonic()
+    reply = await plain.text_document_inline_completion_async(types.InlineCompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(0, 11),
+        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)))
+    assert reply is None and time.monotonic() - started < 1.0
+    assert (await wait_ready(plain))["state"] == "ready"
+    assert not plain.progress_reports  # the client did not advertise window.workDoneProgress
+
+
+async def test_action_carries_edit_without_resolve_support(plain):
+    await wait_ready(plain)
+    uri = "file:///direct.txt"
+    text = "Alpha beta gamma\ndelta epsilon\n"
+    open_doc(plain, uri, text, language="plaintext", version=5)
+    gap = types.Range(start=types.Position(0, 6), end=types.Position(0, 10))  # "beta"
+    actions = await plain.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), range=gap,
+        context=types.CodeActionContext(diagnostics=[])))
+    (fill,) = [a for a in actions if a.title == "Fill gap"]
+    assert fill.edit is not None, "\n".join(m.message for m in plain.log_messages)
+    (change,) = fill.edit.document_changes
+    assert change.text_document.version == 5 and change.edits[0].range == gap
+    applied = apply_edits(text, change.edits)
+    assert applied.startswith("Alpha ") and applied.endswith(" gamma\ndelta epsilon\n")
