@@ -13,6 +13,7 @@ import hmac
 import json
 import logging
 import os
+import socket
 import socketserver
 import sys
 import threading
@@ -54,14 +55,17 @@ class GatewaySettings:
     model_name: str | None = None  # the id /v1/models lists; default: the backend's model
 
     def __post_init__(self) -> None:
-        if self.token is not None and (not isinstance(self.token, str) or not self.token.strip()):
-            raise InfillError("gateway token must be a non-empty string")
-        if not isinstance(self.max_body_bytes, int) or self.max_body_bytes < 1024:
-            raise InfillError(f"max_body_bytes must be an integer >= 1024, got {self.max_body_bytes!r}")
-        if not isinstance(self.max_tokens_limit, int) or self.max_tokens_limit < 1:
-            raise InfillError(f"max_tokens_limit must be a positive integer, got {self.max_tokens_limit!r}")
-        if not (isinstance(self.request_timeout_s, (int, float)) and self.request_timeout_s > 0):
-            raise InfillError(f"request_timeout_s must be > 0, got {self.request_timeout_s!r}")
+        checks = [(self.token is None or isinstance(self.token, str) and bool(self.token.strip()),
+                   "token must be a non-empty string"),
+                  (isinstance(self.max_body_bytes, int) and self.max_body_bytes >= 1024,
+                   f"max_body_bytes must be an integer >= 1024, got {self.max_body_bytes!r}"),
+                  (isinstance(self.max_tokens_limit, int) and self.max_tokens_limit >= 1,
+                   f"max_tokens_limit must be a positive integer, got {self.max_tokens_limit!r}"),
+                  (isinstance(self.request_timeout_s, (int, float)) and self.request_timeout_s > 0,
+                   f"request_timeout_s must be > 0, got {self.request_timeout_s!r}")]
+        for ok, message in checks:
+            if not ok:
+                raise InfillError(f"invalid gateway setting: {message}")
 
 
 @dataclass(frozen=True)
@@ -208,6 +212,8 @@ class GatewayServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, address: tuple[str, int], settings: GatewaySettings, pipeline: Pipeline | None) -> None:
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
         self.settings = settings
         self._pipeline = pipeline
@@ -258,23 +264,19 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "infill-ls"
 
     def do_GET(self) -> None:
-        self._dispatch("GET")
-
-    def do_POST(self) -> None:
-        self._dispatch("POST")
-
-    def do_PUT(self) -> None:
-        self._dispatch("PUT")
-
-    def do_DELETE(self) -> None:
-        self._dispatch("DELETE")
-
-    def do_PATCH(self) -> None:
-        self._dispatch("PATCH")
-
-    def _dispatch(self, method: str) -> None:
         t0 = time.perf_counter()
-        status, self._body_read = 200, False
+        self._body_read = False
+        try:
+            status = self._answer(self.command)
+        except OSError as exc:  # the client went away (or stalled past `timeout`) mid-request
+            self.close_connection = True
+            status = 499
+            log.info("%s %s: client gone: %s", self.command, self.path, exc)
+        log.info("%s %s -> %d in %.1f ms", self.command, self.path, status, (time.perf_counter() - t0) * 1000)
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_GET  # routed (and refused with 405) by _answer
+
+    def _answer(self, method: str) -> int:
         try:
             path = urlsplit(self.path).path.rstrip("/") or "/"
             allowed = ROUTES.get(path)
@@ -287,18 +289,21 @@ class _Handler(BaseHTTPRequestHandler):
             if path == "/health":
                 status, body = self.server.health()
                 self._send_json(status, body)
-            elif path == "/v1/models":
+                return status
+            if path == "/v1/models":
                 self._models()
             else:
                 self._completions()
+            return 200
         except HttpError as exc:
-            status = exc.status
             self._send_error(exc)
+            return exc.status
+        except OSError:
+            raise
         except Exception as exc:  # keep serving: one broken request must not take the gateway down
-            status = 500
             log.exception("gateway request %s %s failed", method, self.path)
             self._send_error(HttpError(500, f"internal error: {type(exc).__name__}: {exc}", kind="server_error"))
-        log.info("%s %s -> %d in %.1f ms", method, self.path, status, (time.perf_counter() - t0) * 1000)
+            return 500
 
     def _check_token(self) -> None:
         expected = self.server.settings.token
@@ -424,7 +429,8 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--max-body-bytes", type=int, default=GatewaySettings.max_body_bytes)
     parser.add_argument("--max-tokens-limit", type=int, default=GatewaySettings.max_tokens_limit)
     parser.add_argument("--request-timeout-s", type=float, default=GatewaySettings.request_timeout_s)
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        type=str.upper)
     return parser.parse_args(argv)
 
 
@@ -444,7 +450,7 @@ def _load_in_background(server: GatewayServer, spec, holder: list) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(list(sys.argv[1:] if argv is None else argv))
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from .backends import BackendSpec
 
     token = args.token or os.environ.get("INFILL_GATEWAY_TOKEN") or None
@@ -454,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
         server = make_server(None, args.host, args.port, token, max_body_bytes=args.max_body_bytes,
                              max_tokens_limit=args.max_tokens_limit, request_timeout_s=args.request_timeout_s,
                              model_name=args.served_model_name)
-    except (InfillError, OSError) as exc:
+    except (InfillError, OSError, OverflowError) as exc:  # bad settings, port in use, port out of range
         print(f"infill-ls serve: {exc}", file=sys.stderr)
         return 2
     if args.host not in ("127.0.0.1", "localhost", "::1") and token is None:

@@ -268,3 +268,22 @@ def test_cli_serve_loads_the_model_in_the_background(tiny_checkpoint):
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--port", "99999"], "port must be 0-65535"),
+    (["--max-body-bytes", "5"], "max_body_bytes must be"),
+    (["--request-timeout-s", "0"], "request_timeout_s must be"),
+])
+def test_cli_refuses_bad_settings_with_a_message(argv, fragment, capsys):
+    from infill.gateway import main
+
+    assert main(argv) == 2
+    assert fragment in capsys.readouterr().err
+
+
+def test_cli_reports_a_port_in_use(gateway, capsys):
+    from infill.gateway import main
+
+    assert main(["--port", str(gateway.server_port)]) == 2
+    assert "in use" in capsys.readouterr().err.lower()
