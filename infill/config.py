@@ -27,6 +27,11 @@ class EngineConfig:
     # Single-line gaps are short: a narrow canvas (3 rows, ≤ 32 slots each) instead of the multi-line one.
     single_line_lengths: tuple[int, ...] = (6, 12, 24)
     single_line_anchor_tokens: int = 8
+    # Suffix text beyond the canvas anchor can go in the prompt, *before* the prefix (so typing at the cursor only
+    # invalidates the prompt's tail): [BOS] frame[0] suffix frame[1] prefix. 0 disables it. Untuned: the
+    # checkpoint has no FIM tokens, so the frame is plain text.
+    suffix_in_prompt_tokens: int = 0
+    suffix_frame: tuple[str, str] = ("<suffix>\n", "\n</suffix>\n")
     max_prompt_tokens: int = 8192  # far end of the prefix dropped beyond this (whole lines at a time)
     kv_store_bytes: int = 512 * 2**20  # bound on cached prefix KV across documents (LRU eviction)
     seed: int | None = 0  # default seed per request (None: nondeterministic)
@@ -51,6 +56,9 @@ class EngineConfig:
         need(len(self.single_line_lengths) > 0 and all(isinstance(n, int) and n > 0 for n in self.single_line_lengths),
              "single_line_lengths must be positive integers")
         need(self.max_prompt_tokens >= 16, "max_prompt_tokens must be >= 16")
+        need(0 <= self.suffix_in_prompt_tokens < self.max_prompt_tokens // 2,
+             "suffix_in_prompt_tokens must be >= 0 and below half of max_prompt_tokens")
+        need(len(self.suffix_frame) == 2, "suffix_frame is (text before the suffix, text after it)")
         need(self.kv_store_bytes >= 0, "kv_store_bytes must be >= 0")
 
     def describe(self) -> dict:

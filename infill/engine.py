@@ -108,9 +108,15 @@ class DiffusionEngine:
 
     # ---- one request, model lock held ---------------------------------------------------------------------------
 
-    def prompt_ids(self, prefix: str) -> list[int]:
-        """BOS + the near end of the prefix (whole lines dropped from the far end beyond max_prompt_tokens)."""
+    def prompt_ids(self, prefix: str, suffix: str = "") -> list[int]:
+        """BOS [+ framed suffix] + the near end of the prefix (whole lines dropped from the far end beyond
+        max_prompt_tokens)."""
         head = [self.bos_id] if self.bos_id is not None else []
+        budget = self.config.suffix_in_prompt_tokens
+        if budget and suffix.strip():
+            opening, closing = self.config.suffix_frame
+            head += (self.tokens.encode(opening) + self.tokens.encode_head(suffix, budget)
+                     + self.tokens.encode(closing))
         return head + self.tokens.encode_tail(prefix, self.max_prompt - len(head))
 
     def _fixed_segments(self, request: InfillRequest) -> list[list[int]]:
@@ -146,7 +152,7 @@ class DiffusionEngine:
                        on_draft: DraftCallback | None, started: float) -> InfillResult:
         if cancel.cancelled:
             return self._empty(request, "cancelled", started, cancel.reason)
-        ids = torch.tensor(self.prompt_ids(request.prefix), dtype=torch.long)
+        ids = torch.tensor(self.prompt_ids(request.prefix, request.suffix), dtype=torch.long)
         lengths, fixed = self._candidate_lengths(request, self._fixed_segments(request))
         key = request.document_id or _ANONYMOUS
         with torch.inference_mode():

@@ -271,3 +271,14 @@ def test_result_carries_versions_and_timings(loaded):
         assert key in result.versions
     assert result.timings.total_ms >= result.timings.encode_ms + result.timings.denoise_ms - 1
     assert result.tokens_per_forward > 0
+
+
+def test_suffix_in_prompt_goes_before_the_prefix_and_keeps_kv_reuse(loaded):
+    engine = engine_with(loaded, suffix_in_prompt_tokens=24)
+    ids = engine.prompt_ids(PREFIX, SUFFIX)
+    framed = engine.tokens.encode(engine.config.suffix_frame[0]) + engine.tokens.encode_head(SUFFIX, 24)
+    assert ids[1:1 + len(framed)] == framed
+    assert ids[-len(engine.tokens.encode(PREFIX)):] == engine.tokens.encode(PREFIX)
+    engine.infill(InfillRequest(prefix=PREFIX, suffix=SUFFIX, document_id="framed"))
+    typed = engine.infill(InfillRequest(prefix=PREFIX + "s", suffix=SUFFIX, document_id="framed"))
+    assert typed.outcome == "ok" and typed.prompt_tokens - typed.reused_tokens <= 4
