@@ -141,6 +141,22 @@ def keystroke_vs_generate(loaded, text: str, steps: int, repeat: int) -> dict:
             "keystroke_vs_generate": round(gen_ms / eng_ms, 2)}
 
 
+def candidate_batch_cost(loaded, text: str, steps: int, repeat: int) -> dict:
+    """What choosing the middle length costs: a multi-line fill with every candidate length as one batch ÷ the
+    same fill with one fixed-length row (same steps, early stopping off)."""
+    suffix = "\n\ndef handler_last(request):\n    return None\n"
+    timings = {}
+    for name, lengths in (("batch", EngineConfig().candidate_lengths), ("single", (64,))):
+        engine = DiffusionEngine(loaded, EngineConfig(max_denoising_steps=steps, candidate_lengths=lengths,
+                                                      confidence_threshold=NEVER_CONFIDENT))
+        request = InfillRequest(prefix=text, suffix=suffix, document_id="doc")
+        engine.infill(request)
+        timings[name] = median_ms(lambda: engine.infill(request), repeat)
+    return {"candidate_lengths": list(EngineConfig().candidate_lengths), "batch_fill_ms": round(timings["batch"], 1),
+            "single_row_fill_ms": round(timings["single"], 1),
+            "candidate_batch_cost_ratio": round(timings["batch"] / timings["single"], 2)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=5)
@@ -157,6 +173,8 @@ def main() -> None:
     figures.update(keystroke_encode_ratio(engine, text, args.repeat))
     print(json.dumps(figures), flush=True)
     figures.update(keystroke_vs_generate(loaded, text, args.steps, args.repeat))
+    print(json.dumps(figures), flush=True)
+    figures.update(candidate_batch_cost(loaded, text, args.steps, args.repeat))
     print(json.dumps(figures), flush=True)
     figures.update(step_over_forward(steps=3, repeat=max(2, args.repeat // 2)))
     print(json.dumps(figures))
