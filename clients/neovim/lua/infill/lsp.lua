@@ -15,7 +15,11 @@ M.state = {
   gave_up = false,
   exiting = false,
   last_exit = nil, ---@type string|nil
+  log = {}, ---@type string[]  the server's latest window/logMessage lines
 }
+
+local LOG_KEEP = 50
+
 
 local restart_timer = nil ---@type uv.uv_timer_t|nil
 local stopping = {} ---@type table<integer, boolean> clients we stopped on purpose
@@ -47,6 +51,16 @@ local function on_status(_, result, ctx)
     notify_once('infill: the server reports an error: ' .. tostring(result.error or 'unknown'))
   end
   vim.api.nvim_exec_autocmds('User', { pattern = 'InfillStatus', data = { client_id = ctx.client_id, status = result } })
+end
+
+local function on_log_message(err, result, ctx)
+  if type(result) == 'table' and result.message then
+    table.insert(M.state.log, result.message)
+    if #M.state.log > LOG_KEEP then
+      table.remove(M.state.log, 1)
+    end
+  end
+  return vim.lsp.handlers['window/logMessage'](err, result, ctx)
 end
 
 local function schedule_restart()
@@ -92,6 +106,11 @@ local function on_init(_client, _result)
   M.state.gave_up = false
 end
 
+--- Settings as a JSON object even when empty (an empty Lua table would be sent as []).
+local function settings_object(settings)
+  return next(settings) and settings or vim.empty_dict()
+end
+
 --- Registers the vim.lsp config and enables it (or records why it cannot start).
 function M.start()
   local cfg = config.current
@@ -112,12 +131,12 @@ function M.start()
     reuse_client = function(client, conf)
       return client.name == conf.name and not client:is_stopped()
     end,
-    init_options = cfg.settings,
-    settings = { infill = cfg.settings },
+    init_options = settings_object(cfg.settings),
+    settings = { infill = settings_object(cfg.settings) },
     capabilities = {
       textDocument = { inlineCompletion = { dynamicRegistration = false } },
     },
-    handlers = { ['infill/statusChanged'] = on_status },
+    handlers = { ['infill/statusChanged'] = on_status, ['window/logMessage'] = on_log_message },
     on_init = on_init,
     on_exit = on_exit,
   })
@@ -157,7 +176,7 @@ end
 --- Sends workspace/didChangeConfiguration with the current settings.
 function M.push_settings()
   for _, client in ipairs(vim.lsp.get_clients({ name = M.name })) do
-    client.settings = { infill = config.current.settings }
+    client.settings = { infill = settings_object(config.current.settings) }
     client:notify('workspace/didChangeConfiguration', { settings = client.settings })
   end
 end
