@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     except InfillError as exc:
         print(f"infill-ls: {exc}", file=sys.stderr)
         return 2
+    # The model thread runs Python between torch ops; with the default 5 ms GIL switch interval the event loop
+    # (didChange, request building) can wait that long per keystroke. 0.5 ms keeps the editor side responsive.
+    sys.setswitchinterval(0.0005)
     create_server(base).start_io()
     return 0
 

@@ -172,6 +172,26 @@ async def test_newer_automatic_request_supersedes_older(lsp):
     assert (await status(lsp))["telemetry"]["completions"] == before + 1  # one engine run for two requests
 
 
+async def test_newer_request_stops_a_running_one_within_a_step(lsp):
+    uri = "file:///running.txt"
+    open_doc(lsp, uri, "Meeting notes\nWe agreed to ship on Friday and\n", language="plaintext")
+    invoked = types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)
+
+    def ask():
+        return asyncio.ensure_future(lsp.text_document_inline_completion_async(types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(1, 30), context=invoked)))
+
+    older = ask()
+    await asyncio.sleep(0.3)  # the older one is on the model now (invoked: no debounce)
+    newer_sent = time.monotonic()
+    newer = ask()
+    assert await older is None  # superseded: nothing computed for it is shown
+    assert time.monotonic() - newer_sent < 2.0  # the engine stopped at its next step, not after 8 steps
+    reply = await newer
+    assert reply is None or reply.items[0].range.start == types.Position(1, 30)
+    assert "superseded or the document changed" in _messages(lsp)
+
+
 async def test_markdown_fill_all_gaps(lsp):
     uri = "file:///letter.md"
     text = "# Letter\n\nDear [[name]],\n\nWe meet on {{date}} at ___ sharp.\n"

@@ -105,3 +105,45 @@ def test_settings_not_an_object():
 ])
 def test_placeholder_spans(text, spans):
     assert _own_finder(text) == spans
+
+
+class _OutOfMemoryBackend:
+    """A GPU running out of memory cannot happen on this CPU-only machine: this backend raises the error torch
+    raises then, so the server's handling of it is exercised in-process (the only double in the server tests)."""
+
+    def __init__(self) -> None:
+        from infill.types import BackendInfo
+
+        self.info = BackendInfo(name="oom-double", kind="diffusion", model="none")
+        self.calls = 0
+
+    def infill(self, request, *, cancel=None, deadline=None, on_draft=None):
+        import torch
+
+        self.calls += 1
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    def close(self) -> None:
+        pass
+
+
+async def test_backend_out_of_memory_is_caught_and_the_server_keeps_serving():
+    from infill.pipeline import Pipeline
+    from server.backend_host import Loaded
+    from server.handlers_inline import complete_inline
+    from server.main import create_server
+
+    server = create_server(Settings(debounce_ms=0))
+    backend = _OutOfMemoryBackend()
+    server.host._loaded = Loaded(Pipeline(backend), (backend,))
+    server.host.state = "ready"
+    server.documents.open(types.TextDocumentItem(uri="file:///m.txt", language_id="plaintext", version=1,
+                                                 text="Some words to go on\n"))
+    params = types.InlineCompletionParams(
+        text_document=types.TextDocumentIdentifier(uri="file:///m.txt"), position=P(0, 19),
+        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked))
+    for _ in range(2):  # and again: still serving
+        assert await complete_inline(server, params) is None
+    assert backend.calls == 2 and server.status()["ready"] is True
+    assert server.telemetry.counts["empty"] == 2
+    server.host.close()
