@@ -260,6 +260,7 @@ class GatewayServer(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: GatewayServer
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out as two writes: Nagle + delayed ACK would add ~40 ms
     timeout = 30  # socket timeout: a client that stops sending mid-body cannot hold a thread forever
     server_version = "infill-ls"
 
