@@ -48,7 +48,7 @@ def _unbalanced_index(text: str, closer: str) -> int | None:
 def _stutters(lines: list[str], j: int) -> bool:
     """A small greedy model loops by repeating its last line; a repeated substantial line ends the fill."""
     line = lines[j].strip()
-    previous = next((lines[k].strip() for k in range(j - 1, 0, -1) if lines[k].strip()), "")
+    previous = next((lines[k].strip() for k in range(j - 1, -1, -1) if lines[k].strip()), "")
     return len(line) >= 4 and line == previous and any(c.isalnum() for c in line)
 
 

