@@ -25,7 +25,7 @@ from .summary import summarise
 from .targets import parse_target
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="infill-ls pilot", description=__doc__)
     p.add_argument("src", help="a local folder or git repository (git: tracked files only)")
     p.add_argument("--out", required=True, help="output folder (created; earlier results in it are replaced)")
@@ -133,7 +133,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, str]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
         _, stopped_by = run(args, argv)
     except InfillError as exc:

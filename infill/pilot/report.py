@@ -163,7 +163,7 @@ def write_plots(out_dir: Path, summary: dict) -> list[Path]:
         axis.set_xlabel("p95 latency (ms)")
         axis.set_ylabel(ylabel)
         axis.grid(alpha=0.3)
-    left.legend(fontsize=7)
+    _legend(left)
     fig.suptitle("Quality vs p95 latency")
     fig.tight_layout()
     paths.append(_save(fig, out_dir / "quality_vs_latency.png", plt))
@@ -178,7 +178,7 @@ def write_plots(out_dir: Path, summary: dict) -> list[Path]:
     axis.set_xlabel("latency (ms, log scale)")
     axis.set_ylabel("share of attempts")
     axis.grid(alpha=0.3)
-    axis.legend(fontsize=7)
+    _legend(axis)
     axis.set_title("Latency CDF")
     fig.tight_layout()
     paths.append(_save(fig, out_dir / "latency_cdf.png", plt))
@@ -193,11 +193,16 @@ def write_plots(out_dir: Path, summary: dict) -> list[Path]:
     axis.set_xlabel("concurrency (worker threads)")
     axis.set_ylabel("completed requests / hour")
     axis.grid(alpha=0.3)
-    axis.legend(fontsize=7)
+    _legend(axis)
     axis.set_title("Throughput vs concurrency")
     fig.tight_layout()
     paths.append(_save(fig, out_dir / "throughput.png", plt))
     return paths
+
+
+def _legend(axis) -> None:
+    if axis.get_legend_handles_labels()[0]:  # a run with no answered attempt has nothing to label
+        axis.legend(fontsize=7)
 
 
 def _save(fig, path: Path, plt) -> Path:
