@@ -234,3 +234,106 @@ def test_fill_gap_code_action_replaces_the_visual_selection(nvim, tmp_path):
     line = nvim.wait("return T.line_changed(2, ...)", "the dragon was very sleepy and old.", timeout_ms=GHOST_MS)
     assert line.startswith("the dragon was very ") and line.endswith(" and old.")
     assert nvim.lua(LINES)[0] == "Once upon a time" and nvim.lua(LINES)[-1] == "The end."
+
+
+def test_fill_all_gaps_fills_every_markdown_placeholder(nvim, tmp_path):
+    open_file(nvim, tmp_path / "draft.md", ["# Draft", "", "The sky is ___ today.", "", "We went to the [[place]]."])
+    nvim.input("<Esc>:InfillFillAllGaps<CR>")
+    nvim.wait("return T.line_changed(3, ...)", "The sky is ___ today.", timeout_ms=GHOST_MS)
+    lines = nvim.wait("return T.line_changed(5, ...) and vim.api.nvim_buf_get_lines(0, 0, -1, false)",
+                      "We went to the [[place]].", timeout_ms=5000)
+    assert lines[2].startswith("The sky is ") and lines[2].endswith(" today.") and "___" not in lines[2]
+    assert lines[4].startswith("We went to the ") and "[[" not in lines[4]
+
+
+def test_switching_buffers_while_a_request_is_in_flight_shows_nothing_anywhere(nvim, tmp_path):
+    prose_buffer(nvim, tmp_path, "first.txt")
+    first = nvim.lua("return vim.api.nvim_get_current_buf()")
+    nvim.input("A it<M-\\>")  # manual trigger, then leave before the answer comes
+    nvim.lua("vim.wait(20)")
+    nvim.input("<Esc>")
+    open_file(nvim, tmp_path / "second.txt", ["Second file"])
+    nvim.wait(IDLE, timeout_ms=GHOST_MS)
+    nvim.lua("vim.wait(200)")
+    assert nvim.lua("return #vim.api.nvim_buf_get_extmarks(..., require('infill.ghost').ns, 0, -1, {})", first) == 0
+    assert nvim.lua("return T.extmarks()") == 0
+    assert not [n for n in notes(nvim) if "rror" in n]
+
+
+def test_an_answer_for_an_older_version_is_never_shown(nvim, tmp_path):
+    prose_buffer(nvim, tmp_path, "stale.txt")
+    nvim.input("A now")
+    nvim.wait("return vim.api.nvim_get_mode().mode == 'i' and T.line_changed(3, 'The weather today is')")
+    # Ask, then change the text in the same tick: whatever the server answers was computed for an older text.
+    # Automatic triggering is paused so that the only request is the one made for the old text.
+    nvim.lua("require('infill.config').current.auto_trigger = false; require('infill').dismiss();"
+             "require('infill.suggest').request(false);"
+             "vim.api.nvim_buf_set_lines(0, 3, 4, false, {'Tomorrow it will snow.'})")
+    try:
+        nvim.wait(IDLE, timeout_ms=GHOST_MS)
+        nvim.lua("vim.wait(100)")
+        assert nvim.lua("return T.extmarks()") == 0
+    finally:
+        nvim.lua("require('infill.config').current.auto_trigger = true")
+
+
+def test_unnamed_huge_and_invalid_utf8_buffers_are_skipped_with_a_reason(nvim, tmp_path):
+    nvim.lua("vim.cmd('enew'); vim.bo.filetype = 'text'")
+    assert "no name" in nvim.lua("return vim.b.infill_skipped")
+    nvim.input("ihello<M-\\><Esc>")
+    nvim.wait("return #_G.notes > 0 and _G.notes[#_G.notes][1]:find('no name') ~= nil or nil", timeout_ms=5000)
+
+    huge = tmp_path / "huge.txt"
+    huge.write_text(("x" * 99 + "\n") * 11_000)  # 1.1 MB > max_buffer_bytes
+    nvim.lua("vim.cmd.edit(...)", str(huge))
+    assert "max_buffer_bytes" in nvim.wait("return vim.b.infill_skipped", timeout_ms=5000)
+
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("caf\xe9 au lait\n".encode("latin-1"))  # decoded to valid UTF-8 in the buffer
+    nvim.lua("vim.cmd.edit(...)", str(latin1))
+    nvim.wait("return require('infill.lsp').get_client(0) ~= nil", timeout_ms=5000)
+
+    broken = tmp_path / "broken.txt"
+    broken.write_bytes(b"bad \xff\xfe bytes\n")
+    nvim.lua("vim.cmd('edit ++enc=utf-8 ++bad=keep ' .. vim.fn.fnameescape(...))", str(broken))
+    assert "UTF-8" in nvim.wait("return vim.b.infill_skipped", timeout_ms=5000)
+    assert nvim.lua("return require('infill.lsp').get_client(0) == nil")
+    prose_buffer(nvim, tmp_path, "after.txt")
+    assert nvim.lua(SERVER_STATUS)["state"] == "ready"  # the server never saw the bad bytes and is still serving
+    assert not [n for n in notes(nvim) if "Error in server" in n]
+
+
+def standalone(cmd: list[str], **options) -> Nvim:
+    editor = Nvim(NVIM)
+    record_notifications(editor)
+    setup_plugin(editor, cmd, **options)
+    return editor
+
+
+def test_a_missing_server_gives_one_clear_message_and_no_storm(tmp_path):
+    editor = standalone(["definitely-not-infill-ls", "--stdio"])
+    try:
+        for name in ("a.txt", "b.py", "c.md"):
+            (tmp_path / name).write_text("text\n")
+            editor.lua("vim.cmd.edit(...)", str(tmp_path / name))
+        editor.lua("vim.wait(100)")
+        messages = notes(editor)
+        assert len(messages) == 1 and "not found" in messages[0]
+        assert editor.lua("return #vim.lsp.get_clients()") == 0
+        assert "not found" in editor.lua("return require('infill').status_info().start_error")
+    finally:
+        editor.close()
+
+
+def test_a_crashing_server_is_restarted_with_back_off_then_given_up_on(tmp_path):
+    crash = [sys.executable, "-c", "import sys; sys.exit(3)"]  # a server process that dies at once
+    editor = standalone(crash, restart_base_ms=20, restart_max=2)
+    try:
+        (tmp_path / "a.txt").write_text("text\n")
+        editor.lua("vim.cmd.edit(...)", str(tmp_path / "a.txt"))
+        state = editor.wait("local s = require('infill.lsp').state; return s.gave_up and s", timeout_ms=30000)
+        assert state["crashes"] == 3 and "exit code 3" in state["last_exit"]
+        infill_notes = [n for n in notes(editor) if n.startswith("infill:")]
+        assert len(infill_notes) == 1 and "not restarting" in infill_notes[0]
+    finally:
+        editor.close()

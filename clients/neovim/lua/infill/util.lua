@@ -1,15 +1,24 @@
 -- Small text and buffer helpers shared by the suggestion and code-action code.
 local M = {}
 
---- Whether the buffer's bytes are valid UTF-8 (iconv rejects invalid input with an empty result).
----@param bufnr integer
+--- Whether `text` is valid UTF-8: removing every well-formed multi-byte sequence leaves no high byte.
+--- (Close enough for our purpose; overlong forms and surrogates are not singled out.)
+---@param text string
 ---@return boolean
-function M.is_utf8(bufnr)
-  local text = table.concat(vim.api.nvim_buf_get_lines(bufnr, 0, -1, false), '\n')
+function M.is_utf8_text(text)
   if not text:find('[\128-\255]') then
     return true
   end
-  return vim.fn.iconv(text, 'utf-8', 'utf-16') ~= ''
+  local rest = text:gsub('[\240-\244][\128-\191][\128-\191][\128-\191]', '')
+  rest = rest:gsub('[\224-\239][\128-\191][\128-\191]', '')
+  rest = rest:gsub('[\194-\223][\128-\191]', '')
+  return not rest:find('[\128-\255]')
+end
+
+---@param bufnr integer
+---@return boolean
+function M.is_utf8(bufnr)
+  return M.is_utf8_text(table.concat(vim.api.nvim_buf_get_lines(bufnr, 0, -1, false), '\n'))
 end
 
 --- Buffer size in bytes, cheap for any size.
