@@ -246,3 +246,5 @@ def test_cli_reports_bad_input_with_exit_code_2(tmp_path, capsys):
     assert "is empty" in capsys.readouterr().err
     assert pilot_main([str(tmp_path), "--out", str(tmp_path / "out"), "--backend", "gpt:4"]) == 2
     assert "unknown --backend" in capsys.readouterr().err
+    assert pilot_main([str(tmp_path), "--out", str(tmp_path / "out"), "--backend", "ar", "--backend", "ar"]) == 2
+    assert "the same --backend twice" in capsys.readouterr().err

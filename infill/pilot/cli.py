@@ -91,6 +91,9 @@ def _now() -> str:
 def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, str]:
     """The whole pilot; returns (summary.json content, how the run ended)."""
     specs = [parse_target(s) for s in (args.backend or ["ar"])]
+    labels = [s.label for s in specs]
+    if len(set(labels)) != len(labels):
+        raise InfillError(f"the same --backend twice: {sorted({x for x in labels if labels.count(x) > 1})}")
     settings = RunSettings(concurrency=_concurrency(args.concurrency), max_seconds=args.max_seconds,
                            deadline_ms=args.deadline_ms, accept=AcceptRule(args.accept_threshold),
                            pipeline=PipelineSettings(max_middle_tokens=args.max_middle_tokens),

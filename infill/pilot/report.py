@@ -37,6 +37,21 @@ def _quality_cells(q: dict) -> list[str]:
 QUALITY_HEADER = ["attempts", "shown", "exact match", "edit sim.", "syntax valid", "accepted", "p50 ms", "p95 ms"]
 
 
+def _side_by_side_section(summary: dict) -> list[str]:
+    """Each kind with every backend next to each other: the diffusion vs autoregressive comparison at a glance."""
+    kinds = sorted({k for f in summary.values() for k in f["by_kind"]})
+    rows = []
+    for kind in kinds:
+        for label, f in summary.items():
+            q = f["by_kind"].get(kind)
+            if q:
+                rows.append([kind, f"`{label}`", str(q["attempts"]), _fmt(q["accept_rate"], "%"),
+                             _fmt(q["exact_match"], "%"), _fmt(q["edit_similarity"]), _fmt(q["p50_ms"], "ms"),
+                             _fmt(q["p95_ms"], "ms")])
+    header = ["kind", "backend", "attempts", "accepted", "exact match", "edit sim.", "p50 ms", "p95 ms"]
+    return ["## Per kind, side by side", ""] + _table(header, rows) + [""]
+
+
 def _backend_section(label: str, target: dict, figures: dict, meta: dict) -> list[str]:
     lines = [f"## Backend: `{label}`", ""]
     if target.get("caveat"):
@@ -48,6 +63,8 @@ def _backend_section(label: str, target: dict, figures: dict, meta: dict) -> lis
                   f"{target.get('device')}, {target.get('dtype')}), loaded in {target.get('load_seconds')} s"]
         if target.get("fallback"):
             lines += [f"- fallback: {target['fallback']}"]
+        if target.get("kind") == "remote":
+            lines += ["- served by a remote endpoint: the hardware line above is the client's, not the server's"]
     lines += [f"- fallback rate {_fmt(figures['fallback_rate'], '%')}, error rate {_fmt(figures['error_rate'], '%')}, "
               f"tokens per forward {_fmt(figures['tokens_per_forward'])}, attempts stopped by the time cap or "
               f"Ctrl-C (left out): {figures['stopped_attempts']}", ""]
@@ -129,7 +146,7 @@ def write_report(out_dir: Path, summary: dict, targets: list[dict], meta: dict) 
     if meta.get("stopped_by") not in (None, "done"):
         lines += [f"**Partial run** — ended by {meta['stopped_by']}; the figures cover the attempts that finished.",
                   ""]
-    lines += _setup_section(meta) + _summary_section(summary, targets)
+    lines += _setup_section(meta) + _summary_section(summary, targets) + _side_by_side_section(summary)
     by_label = {t["label"]: t for t in targets}
     for label, figures in summary.items():
         lines += _backend_section(label, by_label.get(label, {"label": label}), figures, meta)

@@ -71,6 +71,7 @@ class Progress:
         self.enabled = enabled
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self._last_decile = -1
+        self._width = 0  # of the line drawn last: a shorter one must cover it
 
     def update(self, label: str, done: int, total: int, errors: int, elapsed: float, final: bool = False) -> None:
         if not self.enabled:
@@ -81,7 +82,8 @@ class Progress:
                 f"{elapsed:5.0f}s")
         decile = int(10 * done / total) if total else 10
         if self.tty:
-            self.stream.write("\r" + line + ("\n" if final else ""))
+            self.stream.write("\r" + line.ljust(self._width) + ("\n" if final else ""))
+            self._width = 0 if final else len(line)
         elif decile > self._last_decile or (final and self._last_decile < 10):
             self.stream.write(line + "\n")
         self._last_decile = -1 if final else max(decile, self._last_decile)
@@ -130,7 +132,13 @@ class _Cell:
             deadline_s = None if self.settings.deadline_ms is None else self.settings.deadline_ms / 1000
             document_id = f"pilot/{self.index}/{hole.id}"  # unique: no KV reuse or supersession across attempts
             started = time.time()
-            record = run_attempt(self.target.pipeline, hole, document_id, self.settings.accept, token, deadline_s)
+            try:
+                record = run_attempt(self.target.pipeline, hole, document_id, self.settings.accept, token,
+                                     deadline_s)
+            except Exception as exc:  # a scoring bug must not silently lose the hole: it is recorded as an error
+                record = {"latency_ms": None, "shown": False, "predicted": "", "exact_match": False,
+                          "edit_similarity": 0.0, "syntax_valid": None, "accepted": False, "route": "none",
+                          "rejections": [], "outcome": "exception", "error": f"pilot: {type(exc).__name__}: {exc}"}
             with self._queue_lock:
                 self._in_flight.discard(token)
                 self.done += 1
