@@ -117,6 +117,23 @@ def test_stop_sequence_cuts_the_text(client):
     assert cut["text"] == full[: full.index(stop)] and cut["finish_reason"] == "stop"
 
 
+def test_prompt_as_a_one_element_list_and_explicit_defaults(client, expected):
+    body = {"prompt": [PROMPT], "suffix": SUFFIX, "n": 1, "temperature": 0, "model": "anything", "stream": False}
+    response = client.post("/v1/completions", json=body)
+    assert response.status_code == 200 and response.json()["choices"][0]["text"] == expected
+
+
+def test_language_reaches_the_pipeline(client, pipeline):
+    """With a language the pipeline parses the code and checks the candidate: the gateway shows what it shows,
+    including a rejection (the tiny model's random text is rarely valid Python)."""
+    direct = pipeline.complete(CompletionRequest(text=PROMPT + SUFFIX, start=len(PROMPT), end=len(PROMPT),
+                                                 language="python"))
+    body = complete(client, language="python").json()
+    assert body["choices"][0]["text"] == (direct.fills[0].text if direct.fills else "")
+    assert body["infill"]["route"] == direct.route
+    assert body["infill"]["rejections"] == [list(r) for r in direct.rejections]
+
+
 def test_stream_sends_sse_chunks_ending_with_done(client):
     expected = complete(client).json()["choices"][0]["text"]
     response = complete(client, stream=True)
@@ -135,6 +152,7 @@ def test_stream_sends_sse_chunks_ending_with_done(client):
     (b"[1, 2]", "JSON object"),
     (json.dumps({"suffix": "x"}).encode(), "prompt must be a string"),
     (json.dumps({"prompt": 5}).encode(), "prompt must be a string"),
+    (json.dumps({"prompt": ["a", "b"]}).encode(), "prompt must be a string"),
     (json.dumps({"prompt": "x", "suffix": 3}).encode(), "suffix must be"),
     (json.dumps({"prompt": "x", "max_tokens": 0}).encode(), "max_tokens must be between"),
     (json.dumps({"prompt": "x", "max_tokens": 10**9}).encode(), "max_tokens must be between"),
