@@ -194,6 +194,21 @@ def test_gateway_as_the_fallback_endpoint_of_another_pipeline(gateway, expected)
     assert outcome.result.backend == fallback.info.name
 
 
+def test_a_gateway_whose_own_engine_is_down_passes_the_failure_on():
+    """Gateway → pipeline → RemoteBackend to a dead port: the gateway answers 500 with the backend's message, and a
+    RemoteBackend in front of it reports both."""
+    server = make_server(Pipeline(RemoteBackend(dead_url(), model="m")), "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        result, elapsed = timed(RemoteBackend(server.url), gap_request(), deadline=deadline_in(5))
+        assert result.outcome == "error" and "HTTP 500" in result.error and "cannot connect" in result.error
+        assert elapsed < BOUND_S
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 # -- request shape (a recording server) --------------------------------------------------------------------------
 
 def test_request_fields_model_discovery_and_gaps_left_to_right(scripted):
