@@ -52,6 +52,36 @@ def _side_by_side_section(summary: dict) -> list[str]:
     return ["## Per kind, side by side", ""] + _table(header, rows) + [""]
 
 
+def _clip(text: str, limit: int = 240) -> str:
+    text = text if len(text) <= limit else text[:limit] + " …"
+    return text.replace("~~~", "~ ~ ~")
+
+
+def _examples_section(attempts: list[dict], labels: list[str]) -> list[str]:
+    """The first hole of each kind, with what each backend showed (at its lowest concurrency level)."""
+    lines = ["## Examples (first hole of each kind)", ""]
+    firsts: dict[str, dict] = {}
+    for a in attempts:
+        firsts.setdefault(a["kind"], a)
+    for kind, first in sorted(firsts.items()):
+        lines += [f"**{kind}** — `{first['path']}` line {first['line']}; expected:", "", "~~~",
+                  _clip(first.get("expected", "")), "~~~", ""]
+        for label in labels:
+            mine = sorted((a for a in attempts if a["backend"] == label and a["hole_id"] == first["hole_id"]),
+                          key=lambda a: a["concurrency"])
+            if not mine:
+                continue
+            a = mine[0]
+            verdict = ("accepted" if a.get("accepted") else "shown, not accepted" if a.get("shown")
+                       else "nothing shown") + (f" — rejected: {', '.join(r[1] for r in a['rejections'])}"
+                                                if a.get("rejections") else "")
+            verdict += f" — error: {_clip(a['error'], 120)}" if a.get("error") else ""
+            lines += [f"`{label}` ({verdict}; edit similarity {_fmt(a.get('edit_similarity'))}):", ""]
+            if a.get("shown"):
+                lines += ["~~~", _clip(a.get("predicted", "")), "~~~", ""]
+    return lines
+
+
 def _backend_section(label: str, target: dict, figures: dict, meta: dict) -> list[str]:
     lines = [f"## Backend: `{label}`", ""]
     if target.get("caveat"):
@@ -150,6 +180,8 @@ def write_report(out_dir: Path, summary: dict, targets: list[dict], meta: dict) 
     by_label = {t["label"]: t for t in targets}
     for label, figures in summary.items():
         lines += _backend_section(label, by_label.get(label, {"label": label}), figures, meta)
+    attempts = [a for a in read_jsonl(out_dir / "attempts.jsonl") if not a.get("stopped")]
+    lines += _examples_section(attempts, list(summary))
     lines += ["## Plots", ""] + [f"![{title}]({name})" for name, title in PLOTS.items()] + [""]
     lines += [NOTES]
     path = out_dir / "report.md"
