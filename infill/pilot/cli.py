@@ -35,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"hole kinds (space or comma separated; default all: {' '.join(KINDS)})")
     p.add_argument("--backend", action="append", default=None,
                    help="repeatable: ar | diffusion:DIR | diffusion-dummy:DIR_OR_CONFIG | http://HOST:PORT/v1"
-                        "[#model=NAME&token=T], each optionally +fallback (default: ar)")
+                        "[#model=NAME&token=T], each optionally +fallback (AR fallback) or +raw (no post-processing, "
+                        "watchdog or fallback) (default: ar)")
     p.add_argument("--concurrency", default="1,4,16", help="comma-separated worker counts (default 1,4,16)")
     p.add_argument("--max-seconds", type=float, default=600.0, help="time cap for the whole run (default 600)")
     p.add_argument("--deadline-ms", type=float, default=None, help="per-attempt deadline passed to the backend")
