@@ -92,7 +92,7 @@ def _python_bodies(text: str) -> list[tuple[int, int]]:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
-    lines = text.splitlines()
+    lines = text.split("\n")  # ast numbers lines by "\n"; str.splitlines also splits at form feeds and others
     out = []
     for node in ast.walk(tree):
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not node.body:
