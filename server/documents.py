@@ -19,6 +19,10 @@ _EOL = re.compile(r"\r\n|\r|\n")
 def split_lines(text: str) -> list[str]:
     """Lines with their endings kept; the last element has no ending (possibly empty), so the position just past
     a final newline is a valid line."""
+    if "\r" not in text:  # the common case, at C speed
+        parts = text.split("\n")
+        last = parts.pop()
+        return [part + "\n" for part in parts] + [last]
     lines, start = [], 0
     for match in _EOL.finditer(text):
         lines.append(text[start:match.end()])
@@ -64,15 +68,26 @@ class Clamp:
 
 
 class Document:
-    def __init__(self, uri: str, text: str, version: int | None, language_id: str | None) -> None:
+    """One open document. A document opened (or fully replaced) with more than `max_chars` characters is kept as
+    its length only: it is never sent to a model, so splitting and editing it would be work for nothing; it stays
+    refused until a full-text change brings it under the limit or it is reopened."""
+
+    def __init__(self, uri: str, text: str, version: int | None, language_id: str | None,
+                 max_chars: int | None = None) -> None:
         self.uri = uri
         self.language_id = language_id
         self.version = version
-        self.lines = split_lines(text)
-        self.length = len(text)
-        self._text: str | None = text
-        self._starts: list[int] | None = None
+        self.max_chars = max_chars
+        self._set_text(text)
         self.last_change_ms = 0.0  # server time spent applying the latest didChange (benchmarks/server.py)
+        self.last_change_cpu_ms = 0.0  # the same in CPU time of the event-loop thread
+
+    def _set_text(self, text: str) -> None:
+        self.length = len(text)
+        self.oversized = self.max_chars is not None and self.length > self.max_chars
+        self.lines = [""] if self.oversized else split_lines(text)
+        self._text: str | None = "" if self.oversized else text
+        self._starts: list[int] | None = None
 
     # -- reading ---------------------------------------------------------------------------------------------------
     @property
@@ -117,9 +132,9 @@ class Document:
     # -- editing ---------------------------------------------------------------------------------------------------
     def apply(self, change: types.TextDocumentContentChangeEvent) -> None:
         if not isinstance(change, types.TextDocumentContentChangePartial):
-            self.lines = split_lines(change.text)
-            self.length = len(change.text)
-            self._text, self._starts = change.text, None
+            self._set_text(change.text)
+            return
+        if self.oversized:
             return
         lines = self.lines
         start_line = min(max(change.range.start.line, 0), len(lines) - 1)
@@ -161,8 +176,8 @@ class DocumentStore:
     def __init__(self) -> None:
         self._documents: dict[str, Document] = {}
 
-    def open(self, item: types.TextDocumentItem) -> Document:
-        document = Document(item.uri, item.text, item.version, item.language_id)
+    def open(self, item: types.TextDocumentItem, max_chars: int | None = None) -> Document:
+        document = Document(item.uri, item.text, item.version, item.language_id, max_chars)
         self._documents[item.uri] = document
         return document
 

@@ -18,7 +18,7 @@ def refusal(ls, document: Document | None, uri: str) -> str | None:
         return "completions are disabled (infill.toggle or setting enabled=false)"
     if not settings.language_enabled(document.language_id):
         return f"language {document.language_id!r} is not in enabledLanguages"
-    if document.length > settings.max_document_chars:
+    if document.oversized or document.length > settings.max_document_chars:
         return (f"{uri} has {document.length} characters, more than maxDocumentChars={settings.max_document_chars}; "
                 "not sending it to the model")
     if "\x00" in document.text:

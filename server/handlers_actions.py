@@ -59,9 +59,9 @@ def _client_resolves_edit(ls) -> bool:
 
 def list_actions(ls, params: types.CodeActionParams) -> list[types.CodeAction]:
     """The actions that apply here; no model work (resolve does it)."""
-    only = params.context.only
-    if only and not any(KIND == kind or KIND.value.startswith(f"{kind}.") for kind in only):
-        return []
+    only = [getattr(kind, "value", kind) for kind in params.context.only or ()]
+    if only and not any(KIND.value == kind or KIND.value.startswith(f"{kind}.") for kind in only):
+        return []  # the client asked for other kinds (e.g. quickfix, source.organizeImports)
     uri = params.text_document.uri
     document = ls.documents.get(uri)
     if refusal(ls, document, uri) is not None:

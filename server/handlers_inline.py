@@ -33,7 +33,7 @@ async def complete_inline(ls, params: types.InlineCompletionParams) -> types.Inl
             await asyncio.sleep(ls.settings.debounce_ms / 1000)
         if ticket.stopped:
             return None  # a newer request or an edit came during the debounce: it wins
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.thread_time()
         version = document.version
         offset = offset_logged(ls, document, params.position)
         request = CompletionRequest(text=document.text, start=offset, mode="inline", language=document.language_id,
@@ -41,6 +41,7 @@ async def complete_inline(ls, params: types.InlineCompletionParams) -> types.Inl
         budget_ms = ls.settings.invoked_budget_ms if invoked else ls.settings.inline_budget_ms
         future = ls.host.submit(ls.host.pipeline, request, ticket.token, deadline_in(budget_ms / 1000))
         pre_ms = (time.perf_counter() - started) * 1000
+        pre_cpu_ms = (time.thread_time() - cpu_started) * 1000
         result: PipelineResult = await asyncio.wrap_future(future)
     except asyncio.CancelledError:
         ticket.token.cancel("request cancelled by the client")  # the engine stops within one step
@@ -52,15 +53,18 @@ async def complete_inline(ls, params: types.InlineCompletionParams) -> types.Inl
         return None
     finally:
         ls.scheduler.close(ticket)
-    replied = time.perf_counter()
+    replied, cpu_replied = time.perf_counter(), time.thread_time()
     reply = _reply(ls, params, document, version, ticket.stopped, result, started)
-    _record_overhead(ls, document, pre_ms, result, (time.perf_counter() - replied) * 1000)
+    post_ms, post_cpu_ms = (time.perf_counter() - replied) * 1000, (time.thread_time() - cpu_replied) * 1000
+    _record_overhead(ls, document, pre_ms, result, post_ms)
+    ls.phases.add("server_cpu", document.last_change_cpu_ms + pre_cpu_ms + post_cpu_ms)
     return reply
 
 
 def _record_overhead(ls, document, pre_ms: float, result: PipelineResult, post_ms: float) -> None:
     """Per-keystroke server work outside the model: the didChange that preceded this request, request building
-    here, context building in the pipeline (before the backend is called) and reply building."""
+    here, context building in the pipeline (before the backend is called) and reply building. Wall times;
+    "server_cpu" is the event-loop thread's CPU time for the same work, which descheduling does not inflate."""
     ls.phases.add("inline_request", pre_ms)
     ls.phases.add("context", result.context_ms)
     ls.phases.add("inline_reply", post_ms)

@@ -36,13 +36,17 @@ class InfillProtocol(LanguageServerProtocol):
     _server: "InfillServer"
 
     def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams):
-        self._server.documents.open(params.text_document)
+        document = self._server.documents.open(params.text_document, self._server.settings.max_document_chars)
+        if document.oversized:
+            self._server.log(f"{document.uri} has {document.length} characters, more than maxDocumentChars="
+                             f"{document.max_chars}: it will get no completions (reopen it when smaller)",
+                             types.MessageType.Warning)
         if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_OPEN)) is not None:
             yield handler, (params,), None
 
     def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams):
         server = self._server
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.thread_time()
         uri = params.text_document.uri
         if server.scheduler.document_changed(uri):
             log.debug("edit to %s cancelled running requests", uri)
@@ -51,6 +55,7 @@ class InfillProtocol(LanguageServerProtocol):
             server.log(f"didChange for a document that is not open: {uri}; ignored", types.MessageType.Warning)
         else:
             document.last_change_ms = (time.perf_counter() - started) * 1000
+            document.last_change_cpu_ms = (time.thread_time() - cpu_started) * 1000
             server.phases.add("did_change", document.last_change_ms)
         if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CHANGE)) is not None:
             yield handler, (params,), None

@@ -114,6 +114,21 @@ async def test_fill_gap_action_carries_version_and_applies(lsp):
     assert applied.startswith("The area is\n    given by") and applied.endswith(" * r * r\n\nfor a circle.\n")
 
 
+async def test_code_action_kinds_filter(lsp):
+    uri = "file:///kinds.txt"
+    open_doc(lsp, uri, "one two three\n", language="plaintext")
+    rng = types.Range(start=types.Position(0, 4), end=types.Position(0, 7))
+
+    async def titles(only):
+        actions = await lsp.text_document_code_action_async(types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), range=rng,
+            context=types.CodeActionContext(diagnostics=[], only=only)))
+        return [a.title for a in actions or []]
+
+    assert await titles([types.CodeActionKind.Refactor]) == ["Fill gap"]
+    assert await titles([types.CodeActionKind.QuickFix]) == []
+
+
 async def test_edit_while_resolving_yields_no_edit(lsp):
     uri = "file:///race.txt"
     text = "Shopping list\n\nvalue = compute(1, 2)\nprint(value)\n"

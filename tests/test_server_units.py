@@ -147,3 +147,12 @@ async def test_backend_out_of_memory_is_caught_and_the_server_keeps_serving():
     assert backend.calls == 2 and server.status()["ready"] is True
     assert server.telemetry.counts["empty"] == 2
     server.host.close()
+
+
+def test_oversized_document_is_kept_as_a_length_until_a_full_change_shrinks_it():
+    doc = Document("file:///big", "x" * 101, 1, None, max_chars=100)
+    assert doc.oversized and doc.length == 101 and doc.lines == [""]
+    doc.apply(_change("", P(0, 0), P(0, 0), "more"))  # ignored: no work for a refused document
+    assert doc.oversized
+    doc.apply(types.TextDocumentContentChangeWholeDocument(text="small\n"))
+    assert not doc.oversized and doc.text == "small\n"
