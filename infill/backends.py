@@ -23,6 +23,7 @@ class BackendSpec:
     endpoint: str | None = None  # remote OpenAI-compatible engine (e.g. vLLM serving DiffusionGemma)
     endpoint_model: str | None = None
     endpoint_token: str | None = None
+    endpoint_fim_template: str | None = None  # for servers that refuse `suffix` (stock vLLM): see docs/gateway.md
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     @classmethod
@@ -36,7 +37,8 @@ def open_backend(spec: BackendSpec, progress: ProgressCallback | None = None) ->
     if spec.endpoint:
         from .remote import RemoteBackend
 
-        return RemoteBackend(spec.endpoint, model=spec.endpoint_model, token=spec.endpoint_token)
+        return RemoteBackend(spec.endpoint, model=spec.endpoint_model, token=spec.endpoint_token,
+                             fim_template=spec.endpoint_fim_template)
     if spec.model:
         from .engine import DiffusionEngine
         from .loading import load_diffusion_model
