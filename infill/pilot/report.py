@@ -198,6 +198,11 @@ def write_plots(out_dir: Path, summary: dict) -> list[Path]:
     attempts = [a for a in read_jsonl(out_dir / "attempts.jsonl") if not a.get("stopped")]
     paths = []
 
+    colors = {label: f"C{i % 10}" for i, label in enumerate(summary)}  # one colour per backend in every plot
+    levels = sorted({a["concurrency"] for a in attempts})
+    markers = {c: "osD^v<>p*h"[i % 10] for i, c in enumerate(levels)}
+    dashes = {c: ["-", "--", ":", "-."][i % 4] for i, c in enumerate(levels)}
+
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     for label, f in summary.items():
         for c, v in f["by_concurrency"].items():
@@ -206,14 +211,17 @@ def write_plots(out_dir: Path, summary: dict) -> list[Path]:
                 continue
             accept = sum(bool(a.get("accepted")) for a in mine) / len(mine)
             sim = sum(float(a.get("edit_similarity") or 0) for a in mine) / len(mine)
-            left.scatter(v["p95_ms"], 100 * accept, label=f"{label} c={c}")
-            right.scatter(v["p95_ms"], sim, label=f"{label} c={c}")
-    for axis, ylabel in ((left, "accepted (%)"), (right, "mean edit similarity")):
-        axis.set_xlabel("p95 latency (ms)")
+            style = dict(color=colors[label], marker=markers.get(int(c), "o"), s=45, label=f"{label} c={c}")
+            left.scatter(v["p95_ms"], 100 * accept, **style)
+            right.scatter(v["p95_ms"], sim, **style)
+    for axis, ylabel, top in ((left, "accepted without material edit (%)", 100), (right, "mean edit similarity", 1)):
+        axis.set_xlabel("p95 latency (ms, log scale)")
+        axis.set_xscale("log")
         axis.set_ylabel(ylabel)
+        axis.set_ylim(-0.03 * top, 1.03 * top)
         axis.grid(alpha=0.3)
     _legend(left)
-    fig.suptitle("Quality vs p95 latency")
+    fig.suptitle("Quality vs p95 latency (one point per backend and concurrency level)")
     fig.tight_layout()
     paths.append(_save(fig, out_dir / "quality_vs_latency.png", plt))
 
@@ -222,10 +230,12 @@ def write_plots(out_dir: Path, summary: dict) -> list[Path]:
         for c in sorted({a["concurrency"] for a in attempts if a["backend"] == label}):
             lat = sorted(latencies([a for a in attempts if a["backend"] == label and a["concurrency"] == c]))
             if lat:
-                axis.step(lat, [(i + 1) / len(lat) for i in range(len(lat))], where="post", label=f"{label} c={c}")
+                axis.step(lat, [(i + 1) / len(lat) for i in range(len(lat))], where="post", color=colors[label],
+                          linestyle=dashes[c], label=f"{label} c={c}")
     axis.set_xscale("log")
     axis.set_xlabel("latency (ms, log scale)")
     axis.set_ylabel("share of attempts")
+    axis.set_ylim(0, 1.02)
     axis.grid(alpha=0.3)
     _legend(axis)
     axis.set_title("Latency CDF")
@@ -237,7 +247,7 @@ def write_plots(out_dir: Path, summary: dict) -> list[Path]:
         points = [(int(c), v["throughput_per_hour"]) for c, v in f["by_concurrency"].items()
                   if v["throughput_per_hour"] is not None]
         if points:
-            axis.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+            axis.plot([p[0] for p in points], [p[1] for p in points], marker="o", color=colors[label], label=label)
     axis.set_xscale("log", base=2)
     axis.set_xlabel("concurrency (worker threads)")
     axis.set_ylabel("completed requests / hour")
