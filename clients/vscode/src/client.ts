@@ -1,0 +1,77 @@
+// Builds the LanguageClient for infill-ls: stdio transport, settings, inline-completion and command middleware.
+import * as vscode from 'vscode';
+import {
+  ExecuteCommandSignature,
+  LanguageClient,
+  LanguageClientOptions,
+  Middleware,
+  ServerOptions,
+  TransportKind,
+} from 'vscode-languageclient/node';
+import { serverCommand, serverSettings } from './settings';
+
+export const TELEMETRY = 'infill/telemetry';
+export const STATUS_CHANGED = 'infill/statusChanged';
+export const ACCEPTED_COMMAND = 'infill.accepted';
+
+/** What `infill.accepted` receives when the user accepts a suggestion (InlineCompletionItem.command). */
+export interface AcceptedArgs {
+  uri: string;
+  version: number;
+  itemId: string;
+  totalChars: number;
+}
+
+type ServerCommandHandler = (command: string, args: unknown[], next: ExecuteCommandSignature) => Promise<unknown>;
+
+let nextItemId = 1;
+
+/** Adds the accept-telemetry command to every item and reports the items as shown. */
+function inlineMiddleware(getClient: () => LanguageClient | undefined): Middleware['provideInlineCompletionItems'] {
+  return async (document, position, context, token, next) => {
+    const result = await next(document, position, context, token);
+    const items = Array.isArray(result) ? result : result?.items;
+    if (!items || items.length === 0 || token.isCancellationRequested) {
+      return result;
+    }
+    for (const item of items) {
+      const text = typeof item.insertText === 'string' ? item.insertText : item.insertText.value;
+      const args: AcceptedArgs = {
+        uri: document.uri.toString(),
+        version: document.version,
+        itemId: `vscode-${nextItemId++}`,
+        totalChars: text.length,
+      };
+      item.command = { command: ACCEPTED_COMMAND, title: 'infill: accepted', arguments: [args] };
+      void getClient()?.sendNotification(TELEMETRY, { event: 'shown', ...args });
+    }
+    return result;
+  };
+}
+
+export function createClient(
+  output: vscode.LogOutputChannel,
+  getClient: () => LanguageClient | undefined,
+  onServerCommand: ServerCommandHandler,
+): LanguageClient {
+  const { command, args } = serverCommand();
+  const serverOptions: ServerOptions = { command, args, transport: TransportKind.stdio };
+  const clientOptions: LanguageClientOptions = {
+    documentSelector: [{ scheme: 'file' }, { scheme: 'untitled' }],
+    outputChannel: output,
+    initializationOptions: serverSettings(),
+    middleware: {
+      provideInlineCompletionItems: inlineMiddleware(getClient),
+      executeCommand: (cmd, cmdArgs, next) => onServerCommand(cmd, cmdArgs, next),
+      workspace: {
+        // The server asks for section "infill": answer with the keys it knows, not the client-only ones.
+        configuration: (params, token, next) =>
+          params.items.every((item) => item.section === 'infill')
+            ? params.items.map(() => serverSettings())
+            : next(params, token),
+      },
+    },
+  };
+  output.appendLine(`starting: ${command} ${args.join(' ')}`);
+  return new LanguageClient('infill', 'infill-ls', serverOptions, clientOptions);
+}
