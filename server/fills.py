@@ -9,11 +9,11 @@ from dataclasses import dataclass
 
 from lsprotocol import types
 
+from infill.context import find_placeholders
 from infill.pipeline import CompletionRequest, PipelineResult
 from infill.types import Cancelled, deadline_in
 
 from .gate import offset_logged, refusal
-from .placeholders import find_placeholders
 
 
 @dataclass

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import random
 
-import pytest
 from lsprotocol import types
 
 from lsp_helpers import utf16_offset
 from server.documents import Clamp, Document, split_lines
-from server.placeholders import _own_finder
 from server.settings import Settings, parse_settings
 
 P = types.Position
@@ -97,14 +95,6 @@ def test_settings_unknown_and_ill_typed_keys_are_problems_not_failures():
 def test_settings_not_an_object():
     settings, problems = parse_settings(["x"], Settings())
     assert settings == Settings() and "must be an object" in problems[0]
-
-
-@pytest.mark.parametrize("text, spans", [
-    ("Dear [[name]], on {{ date }} at ____.", [(5, 13), (18, 28), (32, 36)]),
-    ("a __ b [[x\ny]] c", []),
-])
-def test_placeholder_spans(text, spans):
-    assert _own_finder(text) == spans
 
 
 class _OutOfMemoryBackend:
