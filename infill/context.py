@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
-from .syntax import INDENT_LANGUAGES, PROSE_LANGUAGES, ParsedDocument, resolve_language
+from .syntax import INDENT_LANGUAGES, PROSE_LANGUAGES, DocumentSnapshot, ParsedDocument, resolve_language
 from .types import InfillError
 
 # Nodes whose children sit one per line (call arguments, literals): an empty line there gets one more element.
@@ -25,6 +26,7 @@ _ONE_PER_LINE = frozenset({
 _IN_LINE_NODES = ("comment", "string", "template_string", "line_comment", "block_comment", "raw_string_literal",
                   "interpreted_string_literal", "string_content", "string_literal")
 _OPENERS = ("{", "(", "[", "=>")
+_PY_BLOCK = re.compile(r"(async\s+)?(def|class|if|elif|else|for|while|with|try|except|finally|match|case)\b")
 _PLACEHOLDER = re.compile(r"\[\[[^\[\]\n]*\]\]|\{\{[^{}\n]*\}\}|_{3,}")
 
 
@@ -81,25 +83,26 @@ class ContextBuilder:
         self.settings = settings or ContextSettings()
         self.max_documents = max_documents
         self._documents: OrderedDict[tuple[str, str | None], ParsedDocument] = OrderedDict()
+        self._lock = threading.Lock()  # requests arrive on worker threads; parsers and trees are not shared
 
-    def document(self, text: str, language: str | None, document_id: str | None) -> ParsedDocument:
-        """The parsed document for this text: the cached tree re-parsed incrementally, or a fresh parse."""
+    def document(self, text: str, language: str | None, document_id: str | None) -> DocumentSnapshot:
+        """A snapshot of this text parsed: the cached tree re-parsed incrementally, or a fresh parse."""
         key = resolve_language(language, document_id)
         if document_id is None:
-            doc = ParsedDocument(key)
-        else:
+            return ParsedDocument(key).update(text)
+        with self._lock:
             doc = self._documents.pop((document_id, key), None) or ParsedDocument(key)
             self._documents[(document_id, key)] = doc
             while len(self._documents) > self.max_documents:
                 self._documents.popitem(last=False)
-        doc.update(text)
-        return doc
+            return doc.update(text)
 
     def forget(self, document_id: str) -> None:
-        for key in [k for k in self._documents if k[0] == document_id]:
-            del self._documents[key]
+        with self._lock:
+            for key in [k for k in self._documents if k[0] == document_id]:
+                del self._documents[key]
 
-    def build(self, doc: ParsedDocument, spans: list[tuple[int, int]], mode: str) -> GapContext:
+    def build(self, doc: DocumentSnapshot, spans: list[tuple[int, int]], mode: str) -> GapContext:
         text, s = doc.text, self.settings
         first, last = spans[0][0], spans[-1][1]
         line_start = text.rfind("\n", 0, first) + 1
@@ -144,15 +147,15 @@ def _looks_like_prose(line: str) -> bool:
     return len(words) >= 4 and sum(w.isalpha() for w in words) >= 0.75 * len(words)
 
 
-def _byte_offset(doc: ParsedDocument, index: int) -> int:
+def _byte_offset(doc: DocumentSnapshot, index: int) -> int:
     return index if len(doc.data) == len(doc.text) else len(doc.text[:index].encode("utf-8"))
 
 
-def _char_index(doc: ParsedDocument, offset: int) -> int:
+def _char_index(doc: DocumentSnapshot, offset: int) -> int:
     return offset if len(doc.data) == len(doc.text) else len(doc.data[:offset].decode("utf-8", "ignore"))
 
 
-def _node_at(doc: ParsedDocument, index: int):
+def _node_at(doc: DocumentSnapshot, index: int):
     if doc.tree is None:
         return None
     offset = _byte_offset(doc, index)
@@ -167,7 +170,7 @@ def _inside_inline_node(node) -> bool:
     return False
 
 
-def _syntactic_window(doc: ParsedDocument, node, first: int, last: int, prefix_budget: int,
+def _syntactic_window(doc: DocumentSnapshot, node, first: int, last: int, prefix_budget: int,
                       suffix_budget: int) -> tuple[int, int, str]:
     """Prefer the farthest start / end of a whole unit (an enclosing node or one of its children) in budget."""
     begin, finish = _byte_offset(doc, first), _byte_offset(doc, last)
@@ -234,10 +237,19 @@ def _single_line(mode: str, text: str, spans, line_before: str, line_after: str,
     if before:
         if is_prose:
             return True
-        return not (before.endswith(_OPENERS) or (language in INDENT_LANGUAGES and before.endswith(":")))
+        return not opens_block(before, language)
     if is_prose:
         return _in_markdown_table(text, spans[0][0])
     return _enclosing_container(node) in _ONE_PER_LINE
+
+
+def opens_block(line: str, language: str | None) -> bool:
+    """The line ends by opening a block whose body goes on the next lines: a bracket, or in Python a colon after
+    a compound-statement keyword (not a dict key, a lambda or a slice)."""
+    stripped = line.rstrip()
+    if stripped.endswith(_OPENERS):
+        return True
+    return language in INDENT_LANGUAGES and stripped.endswith(":") and bool(_PY_BLOCK.match(stripped.lstrip()))
 
 
 def _enclosing_container(node) -> str | None:
@@ -285,10 +297,7 @@ def _block_indent(text: str, line_start: int, line_before: str, unit: str, langu
         if base_line is None:
             return ""
     ws = base_line[: len(base_line) - len(base_line.lstrip())]
-    stripped = base_line.rstrip()
-    if stripped.endswith(_OPENERS) or (language in INDENT_LANGUAGES and stripped.endswith(":")):
-        return ws + unit
-    return ws
+    return ws + unit if opens_block(base_line, language) else ws
 
 
 def _previous_nonblank_line(text: str, line_start: int) -> str | None:

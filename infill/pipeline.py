@@ -21,7 +21,7 @@ from typing import Literal
 
 from .context import ContextBuilder, ContextSettings, GapContext, find_placeholders
 from .postprocess import postprocess
-from .syntax import ParsedDocument
+from .syntax import DocumentSnapshot
 from .types import (CancelToken, Draft, DraftCallback, InfillBackend, InfillError, InfillRequest, InfillResult)
 from .watchdog import Verdict, Watchdog, WatchdogSettings, check_length, check_repetition
 
@@ -155,7 +155,7 @@ class Pipeline:
         """Drop the cached syntax tree of a closed document."""
         self.contexts.forget(document_id)
 
-    def prepare(self, req: CompletionRequest) -> tuple[InfillRequest, list[tuple[int, int]], ParsedDocument,
+    def prepare(self, req: CompletionRequest) -> tuple[InfillRequest, list[tuple[int, int]], DocumentSnapshot,
                                                        GapContext]:
         """Context for a request: the backend request, the gap spans, the parsed document, the gap context."""
         spans = _spans(req)
@@ -196,7 +196,7 @@ class Pipeline:
         before = req.text[:spans[0][0]].strip()
         return not before and (req.mode == "inline" or not req.text[spans[-1][1]:].strip())
 
-    def _route(self, out: PipelineResult, request: InfillRequest, spans, doc: ParsedDocument, ctx: GapContext,
+    def _route(self, out: PipelineResult, request: InfillRequest, spans, doc: DocumentSnapshot, ctx: GapContext,
                req: CompletionRequest, cancel, deadline, on_draft) -> None:
         s = self.settings
         primary_deadline = deadline

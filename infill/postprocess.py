@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from .context import GapContext
+from .context import GapContext, opens_block
 from .syntax import INDENT_LANGUAGES
 
 _CLOSERS = {")": "(", "]": "[", "}": "{"}
@@ -120,8 +120,7 @@ def fit_indentation(middle: str, ctx: GapContext) -> str:
     rest = [i for i, line in enumerate(lines) if i > 0 and line.strip()]
     if rest and _written_from_column_zero(lines, rest[0], ctx):
         first_rest = _width(_leading(lines[rest[0]]))
-        head = (ctx.line_before + lines[0]).rstrip()
-        opens = head.endswith(tuple(_OPENERS)) or (ctx.language in INDENT_LANGUAGES and head.endswith(":"))
+        opens = opens_block(ctx.line_before + lines[0], ctx.language)
         expected = _width(ctx.indent) + (_width(ctx.indent_unit) if opens and not ctx.line_before.strip() else 0)
         shift = _indent_text(ctx, expected - first_rest)
         lines = [shift + line if i in rest else line for i, line in enumerate(lines)]

@@ -129,8 +129,37 @@ def apply_edit(tree, old: bytes, new: bytes, edit: Edit) -> None:
               new_end_point=_point(new, edit.new_end))
 
 
+@dataclass(frozen=True)
+class DocumentSnapshot:
+    """One version of a document and its tree, safe to read from any thread (trees are never edited in place
+    once published)."""
+
+    language: str | None
+    text: str
+    data: bytes
+    tree: object | None
+
+    @property
+    def has_grammar(self) -> bool:
+        return self.tree is not None
+
+    def parse_variant(self, new_text: str):
+        """Parse an edited copy (a candidate fill applied), incrementally from this tree, with a private parser."""
+        parser = new_parser(self.language) if self.tree is not None else None
+        if parser is None:
+            return None
+        data = new_text.encode("utf-8")
+        edit = diff_edit(self.data, data)
+        if edit is None:
+            return self.tree
+        tree = self.tree.copy()  # type: ignore[union-attr]
+        apply_edit(tree, self.data, data, edit)
+        return parser.parse(data, tree)
+
+
 class ParsedDocument:
-    """One document's latest text and syntax tree; `update` re-parses incrementally from the previous tree."""
+    """One document's latest text and syntax tree; `update` re-parses incrementally from the previous tree.
+    Not thread-safe: callers serialise `update` (the ContextBuilder holds a lock) and hand out snapshots."""
 
     def __init__(self, language: str | None) -> None:
         self.language = language
@@ -143,31 +172,28 @@ class ParsedDocument:
     def has_grammar(self) -> bool:
         return self.parser is not None
 
-    def update(self, text: str) -> None:
+    def update(self, text: str) -> "DocumentSnapshot":
         if self.parser is None or (self.tree is not None and text == self.text):
             self.text = text
-            return
+            return self.snapshot()
         data = text.encode("utf-8")
         if self.tree is None:
             self.tree = self.parser.parse(data)
         else:
             edit = diff_edit(self.data, data)
             if edit is not None:
-                apply_edit(self.tree, self.data, data, edit)
-                self.tree = self.parser.parse(data, self.tree)
+                old = self.tree.copy()  # snapshots may still hold the previous tree: edit a copy
+                apply_edit(old, self.data, data, edit)
+                self.tree = self.parser.parse(data, old)
         self.data, self.text = data, text
+        return self.snapshot()
+
+    def snapshot(self) -> DocumentSnapshot:
+        data = self.data if self.tree is not None else self.text.encode("utf-8")
+        return DocumentSnapshot(self.language, self.text, data, self.tree)
 
     def parse_variant(self, new_text: str):
-        """Parse an edited copy of this document (a candidate fill applied) without touching the cached tree."""
-        if self.parser is None:
-            return None
-        data = new_text.encode("utf-8")
-        edit = diff_edit(self.data, data)
-        if edit is None or self.tree is None:
-            return self.tree if edit is None else self.parser.parse(data)
-        tree = self.tree.copy()
-        apply_edit(tree, self.data, data, edit)
-        return self.parser.parse(data, tree)
+        return self.snapshot().parse_variant(new_text)
 
 
 def error_nodes(tree, start_byte: int = 0, end_byte: int | None = None) -> int:

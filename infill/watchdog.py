@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from .context import GapContext
-from .syntax import ParsedDocument, error_nodes, errors_inside
+from .syntax import DocumentSnapshot, error_nodes, errors_inside
 from .types import InfillError
 
 log = logging.getLogger(__name__)
@@ -79,12 +79,12 @@ class Watchdog:
     def stats(self) -> dict:
         return {"checked": self.checked, "rejected": dict(self.counts)}
 
-    def check(self, middles: list[str], spans: list[tuple[int, int]], doc: ParsedDocument, ctx: GapContext, *,
+    def check(self, middles: list[str], spans: list[tuple[int, int]], doc: DocumentSnapshot, ctx: GapContext, *,
               deadline: float | None = None, backend: str = "") -> Verdict:
         self.checked += 1
         return self.record(self.judge(middles, spans, doc, ctx, deadline=deadline), backend)
 
-    def judge(self, middles: list[str], spans: list[tuple[int, int]], doc: ParsedDocument, ctx: GapContext, *,
+    def judge(self, middles: list[str], spans: list[tuple[int, int]], doc: DocumentSnapshot, ctx: GapContext, *,
               deadline: float | None = None) -> Verdict:
         """The first failed check, cheapest first (the parse comes last)."""
         s = self.settings
@@ -175,7 +175,7 @@ def apply_fills(text: str, spans: list[tuple[int, int]], middles: list[str]) -> 
     return "".join(pieces)
 
 
-def check_syntax(middles: list[str], spans: list[tuple[int, int]], doc: ParsedDocument) -> Verdict | None:
+def check_syntax(middles: list[str], spans: list[tuple[int, int]], doc: DocumentSnapshot) -> Verdict | None:
     """The filled document may not have more ERROR/MISSING nodes than the document before the edit (a file that
     already has errors is judged relative to them), and no ERROR node may lie wholly inside a fill."""
     before = error_nodes(doc.tree)

@@ -77,6 +77,9 @@ def test_large_budget_takes_the_whole_file():
     ("python", "print(foo(§), 2)\n", True),  # text after the cursor
     ("python", "x = [\n    1,\n    §\n]\n", True),  # one element per line
     ("python", "# a comment about §\n", True),
+    ("python", "d = {\n    \"key\":§\n}\n", True),  # a dict key's colon opens no block
+    ("python", "f = lambda x:§\n", True),
+    ("python", "if x:\n    y = 1\nelse:§\n", False),
     ("javascript", "function f(x) {§\n", False),
     ("javascript", "function f(x) {\n  const y = x;\n  §\n}\n", False),
     ("javascript", "const y = compute(§\n", False),
@@ -157,11 +160,12 @@ def test_incremental_reparse_matches_a_fresh_parse():
     tree_before = doc.tree
     edited = text.replace("height = 4", "height = (4 +")
     doc2 = builder.document(edited, "python", "file:///shape.py")
-    assert doc2 is doc and doc.tree is not tree_before  # same cached document, new tree
+    assert len(builder._documents) == 1 and doc2.tree is not tree_before  # one cached document, new tree
+    assert error_nodes(tree_before) == 0  # the earlier snapshot's tree was not edited in place
     fresh = ParsedDocument("python")
     fresh.update(edited)
-    assert str(doc.tree.root_node) == str(fresh.tree.root_node)
-    assert error_nodes(doc.tree) == error_nodes(fresh.tree) > 0
+    assert str(doc2.tree.root_node) == str(fresh.tree.root_node)
+    assert error_nodes(doc2.tree) == error_nodes(fresh.tree) > 0
     doc3 = builder.document(edited.replace("(4 +", "4 + 1"), "python", "file:///shape.py")
     assert error_nodes(doc3.tree) == 0
 

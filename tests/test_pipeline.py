@@ -180,6 +180,25 @@ def test_drafts_are_cleaned_before_they_reach_the_caller(warm_engine):
     assert drafts and all("\n" not in m for d in drafts for m in d.middles)
 
 
+def test_concurrent_requests_for_one_document_each_judge_their_own_version():
+    from concurrent.futures import ThreadPoolExecutor
+
+    base = "".join(f"def f{i}(x):\n    return x + {i}\n\n\n" for i in range(200))
+    pipeline = Pipeline(StutterBackend("value = 1"))
+
+    def one(n: int):
+        text = base + "def g():\n" + "    y = 2\n" * n + "    "
+        out = pipeline.complete(CompletionRequest(text, len(text), language="python", document_id="same.py",
+                                                  version=n))
+        return n, len(text), out
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(one, range(24)))
+    for n, size, out in results:
+        assert out.version == n and out.route == "primary"
+        assert out.fills == [type(out.fills[0])(size, size, "value = 1")]
+
+
 def test_bad_requests_are_refused_clearly():
     pipeline = Pipeline(StutterBackend())
     with pytest.raises(InfillError):
