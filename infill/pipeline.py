@@ -142,10 +142,21 @@ class Pipeline:
                  settings: PipelineSettings | None = None) -> None:
         self.backend = backend
         self.fallback = fallback
-        self.settings = settings or PipelineSettings()
-        self.contexts = ContextBuilder(self.settings.context_settings())
-        self.watchdog = Watchdog(self.settings.watchdog)
+        self._settings = settings or PipelineSettings()
+        self.contexts = ContextBuilder(self._settings.context_settings())
+        self.watchdog = Watchdog(self._settings.watchdog)
         self.routes: Counter[str] = Counter()
+
+    @property
+    def settings(self) -> PipelineSettings:
+        return self._settings
+
+    @settings.setter
+    def settings(self, value: PipelineSettings) -> None:
+        """New settings apply to the next request; cached trees and counters are kept."""
+        self._settings = value
+        self.contexts.settings = value.context_settings()
+        self.watchdog.settings = value.watchdog
 
     def stats(self) -> dict:
         """Routes taken and watchdog rejections so far (for infill.status and benchmarks)."""

@@ -199,6 +199,16 @@ def test_concurrent_requests_for_one_document_each_judge_their_own_version():
         assert out.fills == [type(out.fills[0])(size, size, "value = 1")]
 
 
+def test_settings_replaced_after_construction_apply_to_the_next_request():
+    from dataclasses import replace
+
+    pipeline = Pipeline(StutterBackend("2"))
+    text = "def f():\n    "
+    assert pipeline.complete(CompletionRequest(text, len(text), language="python")).max_middle_tokens == 64
+    pipeline.settings = replace(pipeline.settings, max_middle_tokens=20)
+    assert pipeline.complete(CompletionRequest(text, len(text), language="python")).max_middle_tokens == 20
+
+
 def test_bad_requests_are_refused_clearly():
     pipeline = Pipeline(StutterBackend())
     with pytest.raises(InfillError):
