@@ -240,3 +240,23 @@ def test_raw_variant_shows_what_the_watchdog_would_have_held_back(tree, tmp_path
     assert {h for h, a in piped.items() if a["shown"]} <= {h for h, a in raw.items() if a["shown"]}
     assert sum(a["shown"] for a in raw.values()) > sum(a["shown"] for a in piped.values()) or all(
         not a["rejections"] for a in piped.values())
+
+
+@pytest.mark.slow
+def test_diffusion_and_the_offline_default_side_by_side(tree, tmp_path, tiny_engine, ar_backend):
+    holes = cut_holes(discover(tree), CutSettings(n=2, seed=0, kinds=("single-line",)))
+    out = tmp_path / "out"
+    out.mkdir()
+    pool = TargetPool(PipelineSettings(), open_fn=lambda spec: ar_backend if spec.model is None else tiny_engine)
+    run = run_pilot(holes, [parse_target("diffusion:tiny"), parse_target("ar")],
+                    RunSettings(concurrency=(1,), warmup=False), out, Progress(enabled=False), pool=pool)
+    attempts = read_jsonl(out / "attempts.jsonl")
+    assert [a["backend"] for a in attempts] == ["diffusion:tiny"] * 2 + ["ar"] * 2
+    assert [t["kind"] for t in run.targets] == ["diffusion", "autoregressive"]
+    assert run.targets[1]["name"] == ar_backend.info.name
+    assert all(a["error"] is None for a in attempts)
+    # Same holes, same request: the report puts the two next to each other per kind.
+    summary = summarise(out, run.targets, None)
+    report = write_report(out, summary, run.targets, {"stopped_by": "done", "src": str(tree)}).read_text()
+    side_by_side = report.split("## Per kind, side by side")[1].split("## Backend")[0]
+    assert "| single-line | `diffusion:tiny` | 2 |" in side_by_side and "| single-line | `ar` | 2 |" in side_by_side
