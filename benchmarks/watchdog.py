@@ -137,8 +137,8 @@ def keystroke_costs(text: str, keystrokes: int) -> dict:
         pipeline.prepare(CompletionRequest(doc, insert_at + n, language="python", document_id="big.py"))
         per_key.append((time.perf_counter() - t0) * 1000)
     # The watchdog's syntax check of one candidate on the same file (incremental parse of a copy).
-    request, spans, parsed, ctx = pipeline.prepare(CompletionRequest(text, insert_at, language="python",
-                                                                     document_id="big.py"))
+    prep = pipeline.prepare(CompletionRequest(text, insert_at, language="python", document_id="big.py"))
+    request, spans, parsed = prep.request, prep.spans, prep.doc
     check = []
     for _ in range(30):
         t0 = time.perf_counter()

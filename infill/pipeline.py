@@ -166,37 +166,39 @@ class Pipeline:
         """Drop the cached syntax tree of a closed document."""
         self.contexts.forget(document_id)
 
-    def prepare(self, req: CompletionRequest) -> tuple[InfillRequest, list[tuple[int, int]], DocumentSnapshot,
-                                                       GapContext]:
-        """Context for a request: the backend request, the gap spans, the parsed document, the gap context."""
+    def prepare(self, req: CompletionRequest) -> "Prepared":
+        """Context for a request: the backend request, the gap spans, the parsed document, the gap context(s)."""
         spans = _spans(req)
         doc = self.contexts.document(req.text, req.language, req.document_id)
         ctx = self.contexts.build(doc, spans, req.mode)
+        # Several gaps each get their own line context (a table cell, a sentence) for cleaning and checks.
+        gaps = [ctx] if len(spans) == 1 else [self.contexts.build(doc, [span], "gap") for span in spans]
         first, last = spans[0][0], spans[-1][1]
         between = tuple(req.text[a_end:b_start] for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
         request = InfillRequest(prefix=req.text[ctx.prefix_start:first], suffix=req.text[last:ctx.suffix_end],
                                 between=between, max_middle_tokens=ctx.max_middle_tokens,
                                 single_line=ctx.single_line, language=ctx.language or req.language,
                                 document_id=req.document_id, version=req.version)
-        return request, spans, doc, ctx
+        return Prepared(req, request, spans, doc, ctx, gaps)
 
     def build_request(self, req: CompletionRequest) -> tuple[InfillRequest, list[tuple[int, int]]]:
-        request, spans, _, _ = self.prepare(req)
-        return request, spans
+        prep = self.prepare(req)
+        return prep.request, prep.spans
 
     def complete(self, req: CompletionRequest, *, cancel: CancelToken | None = None, deadline: float | None = None,
                  on_draft: DraftCallback | None = None) -> PipelineResult:
         t0 = time.perf_counter()
-        request, spans, doc, ctx = self.prepare(req)
+        prep = self.prepare(req)
+        ctx = prep.ctx
         out = PipelineResult(fills=[], result=None, route="none", context_ms=(time.perf_counter() - t0) * 1000,
                              version=req.version, single_line=ctx.single_line,
                              max_middle_tokens=ctx.max_middle_tokens, language=ctx.language,
                              context_unit=ctx.unit)
-        if self._nothing_to_go_on(req, spans):
+        if self._nothing_to_go_on(req, prep.spans):
             self.watchdog.record(Verdict("empty_prefix", "no text before the gap"), "pipeline")
             out.rejections.append(("pipeline", "empty_prefix"))
         else:
-            self._route(out, request, spans, doc, ctx, req, cancel, deadline, on_draft)
+            self._route(out, prep, cancel, deadline, on_draft)
         self.routes[out.route] += 1
         out.total_ms = (time.perf_counter() - t0) * 1000
         return out
@@ -207,8 +209,7 @@ class Pipeline:
         before = req.text[:spans[0][0]].strip()
         return not before and (req.mode == "inline" or not req.text[spans[-1][1]:].strip())
 
-    def _route(self, out: PipelineResult, request: InfillRequest, spans, doc: DocumentSnapshot, ctx: GapContext,
-               req: CompletionRequest, cancel, deadline, on_draft) -> None:
+    def _route(self, out: PipelineResult, prep: "Prepared", cancel, deadline, on_draft) -> None:
         s = self.settings
         primary_deadline = deadline
         if self.fallback is not None and deadline is not None:
@@ -223,14 +224,14 @@ class Pipeline:
                     (deadline - time.monotonic()) * 1000 < s.min_fallback_ms:
                 out.rejections.append((_name(backend), "no_budget"))
                 return
-            guarded = self._guard_drafts(on_draft, ctx, request, req, spans) if on_draft else None
-            result = self._call(backend, request, cancel, budget_end, guarded, out)
+            guarded = self._guard_drafts(on_draft, prep) if on_draft else None
+            result = self._call(backend, prep.request, cancel, budget_end, guarded, out)
             out.result = result
             if result.outcome == "cancelled":
                 return
-            verdict, middles = self._judge(result, spans, doc, ctx, request, req, deadline)
+            verdict, middles = self._judge(result, prep, deadline)
             if verdict.ok:
-                out.fills = [Fill(a, b, m) for (a, b), m in zip(spans, middles)]
+                out.fills = [Fill(a, b, m) for (a, b), m in zip(prep.spans, middles)]
                 out.route = route
                 return
             out.rejections.append((result.backend, verdict.reason or "rejected"))
@@ -247,7 +248,7 @@ class Pipeline:
         out.costs[name] = out.costs.get(name, 0.0) + (time.perf_counter() - t0) * 1000
         return result
 
-    def _judge(self, result: InfillResult, spans, doc, ctx, request, req, deadline) -> tuple[Verdict, list[str]]:
+    def _judge(self, result: InfillResult, prep: "Prepared", deadline) -> tuple[Verdict, list[str]]:
         """The cleaned middles and the verdict on them. Backend outcomes that are not candidates count as
         rejections too, under their own reasons."""
         record = lambda reason, detail: (self.watchdog.record(Verdict(reason, detail), result.backend), [])  # noqa
@@ -257,32 +258,48 @@ class Pipeline:
             return record("empty", "the backend returned nothing")
         if result.outcome == "cut_short" and not self.settings.accept_cut_short:
             return record("cut_short", "the backend ran out of budget")
-        if len(result.middles) != len(spans):
-            return record("structure", f"{len(result.middles)} middles for {len(spans)} gaps")
-        middles = self._clean(result.middles, spans, ctx, request, req)
-        return self.watchdog.check(middles, spans, doc, ctx, deadline=deadline, backend=result.backend), middles
+        if len(result.middles) != len(prep.spans):
+            return record("structure", f"{len(result.middles)} middles for {len(prep.spans)} gaps")
+        middles = clean_middles(result.middles, prep)
+        verdict = self.watchdog.check(middles, prep.spans, prep.doc, prep.gaps, deadline=deadline,
+                                      backend=result.backend)
+        return verdict, middles
 
-    def _clean(self, middles, spans, ctx: GapContext, request: InfillRequest, req: CompletionRequest) -> list[str]:
-        suffixes = list(request.between) + [request.suffix]
-        prefixes = [request.prefix] + [request.between[i] for i in range(len(request.between))]
-        cleaned = []
-        for (a, b), middle, prefix, suffix in zip(spans, middles, prefixes, suffixes):
-            middle = postprocess(middle, ctx, prefix, suffix)
-            if req.mode != "inline" and req.text[a:b].endswith("\n") and middle and not middle.endswith("\n"):
-                middle += "\n"  # a selection of whole lines is replaced by whole lines
-            cleaned.append(middle)
-        return cleaned
-
-    def _guard_drafts(self, on_draft: DraftCallback, ctx: GapContext, request, req, spans) -> DraftCallback:
+    def _guard_drafts(self, on_draft: DraftCallback, prep: "Prepared") -> DraftCallback:
         """Drafts are cleaned like finals and dropped when a cheap check fails (no parse per step)."""
         def forward(draft: Draft) -> None:
-            middles = self._clean(draft.middles, spans, ctx, request, req) if len(draft.middles) == len(spans) \
-                else list(draft.middles)
+            if len(draft.middles) != len(prep.spans):
+                return
+            middles = clean_middles(draft.middles, prep)
             s = self.settings.watchdog
-            if any(check_length(m, ctx, s) or check_repetition(m, s) for m in middles):
+            if any(check_length(m, c, s) or check_repetition(m, s) for m, c in zip(middles, prep.gaps)):
                 return
             on_draft(Draft(step=draft.step, middles=tuple(middles), confidence=draft.confidence))
         return forward
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything a request needs after context building."""
+
+    source: CompletionRequest
+    request: InfillRequest
+    spans: list[tuple[int, int]]
+    doc: DocumentSnapshot
+    ctx: GapContext  # the whole request's context (windows, budget)
+    gaps: list[GapContext]  # one per gap (line context for cleaning and checks)
+
+
+def clean_middles(middles, prep: Prepared) -> list[str]:
+    """Post-process each middle against the document text around its own gap."""
+    text, ctx = prep.source.text, prep.ctx
+    cleaned = []
+    for (a, b), middle, gap in zip(prep.spans, middles, prep.gaps):
+        middle = postprocess(middle, gap, text[ctx.prefix_start:a], text[b:max(b, ctx.suffix_end)])
+        if prep.source.mode != "inline" and text[a:b].endswith("\n") and middle and not middle.endswith("\n"):
+            middle += "\n"  # a selection of whole lines is replaced by whole lines
+        cleaned.append(middle)
+    return cleaned
 
 
 def _name(backend: InfillBackend) -> str:

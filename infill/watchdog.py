@@ -79,26 +79,27 @@ class Watchdog:
     def stats(self) -> dict:
         return {"checked": self.checked, "rejected": dict(self.counts)}
 
-    def check(self, middles: list[str], spans: list[tuple[int, int]], doc: DocumentSnapshot, ctx: GapContext, *,
-              deadline: float | None = None, backend: str = "") -> Verdict:
+    def check(self, middles: list[str], spans: list[tuple[int, int]], doc: DocumentSnapshot,
+              ctx: GapContext | list[GapContext], *, deadline: float | None = None, backend: str = "") -> Verdict:
         self.checked += 1
         return self.record(self.judge(middles, spans, doc, ctx, deadline=deadline), backend)
 
-    def judge(self, middles: list[str], spans: list[tuple[int, int]], doc: DocumentSnapshot, ctx: GapContext, *,
-              deadline: float | None = None) -> Verdict:
-        """The first failed check, cheapest first (the parse comes last)."""
+    def judge(self, middles: list[str], spans: list[tuple[int, int]], doc: DocumentSnapshot,
+              ctx: GapContext | list[GapContext], *, deadline: float | None = None) -> Verdict:
+        """The first failed check, cheapest first (the parse comes last). `ctx` is one context for all gaps or
+        one per gap."""
+        contexts = ctx if isinstance(ctx, list) else [ctx] * len(middles)
         s = self.settings
         if deadline is not None and time.monotonic() > deadline + s.deadline_grace_ms / 1000:
             return Verdict("timeout", "the candidate arrived after the deadline")
         if not any(m.strip() for m in middles):
             return Verdict("empty", "nothing left after post-processing")
-        line_above = _line_above(doc.text, spans[0][0])
-        for middle in middles:
-            verdict = (check_length(middle, ctx, s) or check_repetition(middle, s, line_above)
-                       or check_comment_only(middle, ctx))
+        for middle, gap, (a, _) in zip(middles, contexts, spans):
+            verdict = (check_length(middle, gap, s) or check_repetition(middle, s, _line_above(doc.text, a))
+                       or check_comment_only(middle, gap))
             if verdict:
                 return verdict
-        if ctx.is_prose:
+        if contexts[0].is_prose:
             return check_table_rows(middles, spans, doc.text) or OK
         if s.check_syntax and doc.has_grammar:
             return check_syntax(middles, spans, doc) or OK

@@ -166,6 +166,15 @@ def test_markdown_gaps_fill_every_placeholder_span(warm_engine):
         assert all("|" not in f.text and "\n" not in f.text for f in out.fills)
 
 
+def test_table_placeholders_are_cleaned_cell_by_cell():
+    text = "# Kit\n\n| item | weight |\n|------|--------|\n| [[item]] | {{weight}} |\n"
+    spans = tuple(find_placeholders(text))
+    out = Pipeline(StutterBackend("tent | 2 kg")).complete(
+        CompletionRequest(text, 0, mode="gaps", spans=spans, language="markdown", document_id="kit.md"))
+    assert out.route == "primary" and [f.text for f in out.fills] == ["tent", "tent"]
+    assert [(f.start, f.end) for f in out.fills] == list(spans)
+
+
 def test_gap_selection_of_whole_lines_is_replaced_by_whole_lines():
     text = "def f(x):\n    y = x\n    return y\n"
     start, end = text.index("    y = x"), text.index("    return")
