@@ -106,6 +106,11 @@ class RawPipeline:
         self.backend = pipeline.backend
         self.fallback = None
 
+    def forget(self, document_id: str) -> None:
+        forget = getattr(self.inner, "forget", None)
+        if forget is not None:
+            forget(document_id)
+
     def complete(self, req: CompletionRequest, *, cancel=None, deadline=None, on_draft=None) -> PipelineResult:
         started = time.perf_counter()
         request, spans = self.inner.build_request(req)
