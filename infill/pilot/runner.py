@@ -139,9 +139,10 @@ class _Cell:
                 record = {"latency_ms": None, "shown": False, "predicted": "", "exact_match": False,
                           "edit_similarity": 0.0, "syntax_valid": None, "accepted": False, "route": "none",
                           "rejections": [], "outcome": "exception", "error": f"pilot: {type(exc).__name__}: {exc}"}
-            forget = getattr(self.target.pipeline, "forget", None)
-            if forget is not None:
-                forget(document_id)  # each document is seen once: its cached syntax tree is dead weight
+            try:  # each document is seen once: its cached syntax tree is dead weight
+                getattr(self.target.pipeline, "forget", lambda _id: None)(document_id)
+            except Exception:
+                pass
             with self._queue_lock:
                 self._in_flight.discard(token)
                 self.done += 1
