@@ -118,6 +118,9 @@ class ContextBuilder:
         else:
             (prefix_start, suffix_end), unit = _line_window(text, first, last, prefix_budget, suffix_budget), "lines"
         in_comment = node is not None and _inside_inline_node(node)
+        if is_prose and node is not None and _inside(node, ("fenced_code_block", "indented_code_block")):
+            is_prose = False  # code in a Markdown fence follows code rules, of the fence's language if named
+            language = _fence_language(node) or language
         single = _single_line(mode, text, spans, line_before, line_after, node, is_prose, in_comment, language)
         unit_indent = _indent_unit(text, prefix_start, suffix_end, language)
         indent = _block_indent(text, line_start, line_before, unit_indent, language)
@@ -163,8 +166,22 @@ def _node_at(doc: DocumentSnapshot, index: int):
 
 
 def _inside_inline_node(node) -> bool:
+    return _inside(node, _IN_LINE_NODES)
+
+
+def _fence_language(node) -> str | None:
+    while node is not None and node.type != "fenced_code_block":
+        node = node.parent
+    info = next((c for c in node.children if c.type == "info_string"), None) if node is not None else None
+    if info is None or not info.text:
+        return None
+    words = info.text.decode("utf-8", "replace").split()
+    return resolve_language(words[0]) if words else None
+
+
+def _inside(node, types) -> bool:
     while node is not None:
-        if node.type in _IN_LINE_NODES:
+        if node.type in types:
             return True
         node = node.parent
     return False

@@ -171,7 +171,17 @@ def fit_markdown(middle: str, ctx: GapContext, prefix: str) -> str:
     if ctx.line_before.lstrip().startswith("|"):
         return fit_table_row(middle, ctx, prefix)
     middle = fit_list_markers(middle, ctx, prefix)
+    middle = stop_at_heading(middle)
     return end_sentence(middle, ctx)
+
+
+def stop_at_heading(middle: str) -> str:
+    """A fill stays in its section: it ends before a heading it would start (a first-line heading is kept)."""
+    lines = middle.split("\n")
+    for i, line in enumerate(lines[1:], start=1):
+        if re.match(r"#{1,6}\s", line):
+            return "\n".join(lines[:i])
+    return middle
 
 
 def fit_table_row(middle: str, ctx: GapContext, prefix: str) -> str:

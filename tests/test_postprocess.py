@@ -118,3 +118,15 @@ def test_markdown_sentence_ends_cleanly():
     assert clean(source, "markdown", ". It was happy. Then it") == ". It was happy."
     # no sentence end at all: the fill is left as it is
     assert clean(source, "markdown", " all day long") == " all day long"
+
+
+def test_markdown_fill_stays_in_its_section():
+    source = "# Notes\n\nFirst point.\n\n§\n"
+    assert clean(source, "markdown", "Second point.\n\n# Other\n\nMore text.") == "Second point."
+    assert clean(source, "markdown", "## Details\n\nThe details.") == "## Details\n\nThe details."
+
+
+def test_code_in_a_markdown_fence_follows_code_rules():
+    source = "# Example\n\n```python\ndef f(x):\n§\n```\n"
+    # indentation fitted like code, and no sentence trimming of code
+    assert clean(source, "markdown", "y = x. z\nreturn y") == "    y = x. z\n    return y"
