@@ -247,6 +247,22 @@ async def test_fill_gap_command_applies_via_workspace_edit(lsp):
     assert applied_edits[0].document_changes[0].text_document.version == 4
 
 
+async def test_toggle_disables_and_enables(lsp):
+    uri = "file:///toggle.txt"
+    open_doc(lsp, uri, "Some text here\n", language="plaintext")
+    off = await lsp.workspace_execute_command_async(types.ExecuteCommandParams(command="infill.toggle"))
+    assert off["enabled"] is False
+    started = time.monotonic()
+    assert await lsp.text_document_inline_completion_async(types.InlineCompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(0, 9),
+        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked))) is None
+    assert time.monotonic() - started < 1.0 and "completions are disabled" in _messages(lsp)
+    assert any(getattr(c, "enabled", None) is False for c in lsp.status_changes)
+    on = await lsp.workspace_execute_command_async(types.ExecuteCommandParams(command="infill.toggle",
+                                                                              arguments=[True]))
+    assert on["enabled"] is True
+
+
 async def test_bad_input_does_not_kill_the_server(lsp):
     uri = "file:///bad.py"
     open_doc(lsp, uri, "a = 1\n")
