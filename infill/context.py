@@ -117,7 +117,7 @@ class ContextBuilder:
             prefix_start, suffix_end, unit = _syntactic_window(doc, node, first, last, prefix_budget, suffix_budget)
         else:
             (prefix_start, suffix_end), unit = _line_window(text, first, last, prefix_budget, suffix_budget), "lines"
-        in_comment = node is not None and _inside_inline_node(node)
+        in_comment = node is not None and _inside_inline_node(doc, _byte_offset(doc, first))
         if is_prose and node is not None and _inside(node, ("fenced_code_block", "indented_code_block")):
             is_prose = False  # code in a Markdown fence follows code rules, of the fence's language if named
             language = _fence_language(node) or language
@@ -165,8 +165,22 @@ def _node_at(doc: DocumentSnapshot, index: int):
     return doc.tree.root_node.descendant_for_byte_range(offset, offset)
 
 
-def _inside_inline_node(node) -> bool:
-    return _inside(node, _IN_LINE_NODES)
+def _inside_inline_node(doc: DocumentSnapshot, offset: int) -> bool:
+    """The gap is inside a comment (or at the end of a line comment, trailing spaces allowed) or strictly inside a
+    string (right after a closing quote is code again)."""
+    root = doc.tree.root_node  # type: ignore[union-attr]
+    for probe in (offset, max(0, offset - 1)):
+        node = root.descendant_for_byte_range(probe, probe)
+        while node is not None:
+            if node.type in _IN_LINE_NODES and node.start_byte < offset:
+                if offset < node.end_byte:
+                    return True
+                gap = doc.data[node.end_byte:offset]
+                if "comment" in node.type and not gap.strip() and b"\n" not in gap \
+                        and not doc.data[node.start_byte:node.end_byte].endswith(b"*/"):
+                    return True
+            node = node.parent
+    return False
 
 
 def _fence_language(node) -> str | None:

@@ -106,6 +106,17 @@ def ctx_settings() -> ContextSettings:
     return ContextSettings()
 
 
+@pytest.mark.parametrize("language,source,inside", [
+    ("python", "# a comment about §\n", True),
+    ("python", "x = 'some §text'\n", True),
+    ("python", "x = 'text'§\n", False),
+    ("javascript", "const a = 1; // note §\n", True),
+    ("rust", "let s = \"abc\";§\n", False),
+])
+def test_comment_and_string_positions(language, source, inside):
+    assert build(source, language)[2].in_comment is inside
+
+
 def test_block_indentation_after_opener_and_inside_blocks():
     _, _, ctx = build("def f(x):§\n", "python")
     assert ctx.indent == "    "
