@@ -45,6 +45,26 @@ def _unbalanced_index(text: str, closer: str) -> int | None:
     return None
 
 
+def _first_line_end(text: str) -> tuple[str, bool]:
+    """Up to the first newline outside brackets the fill opened: `f(a,` ends its line only once the call closes."""
+    depth = 0
+    quote = ""
+    for i, ch in enumerate(text):
+        if ch == "\n":
+            if depth <= 0 or quote:  # a one-line string cannot go on to the next line either
+                return text[:i], True
+        elif quote:
+            if ch == quote and text[i - 1] != "\\":
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+    return text, False
+
+
 def _stutters(lines: list[str], j: int) -> bool:
     """A small greedy model loops by repeating its last line; a repeated substantial line ends the fill."""
     line = lines[j].strip()
@@ -96,7 +116,9 @@ def cut_fill(text: str, shape: GapShape) -> tuple[str, bool]:
             end = _unbalanced_index(head, shape.after_line[0])
             if end is not None:  # `f(|)`, `{"a": |, ...}`, `... is |.`: the model wrote on past the gap
                 return head[:end], True
-        return head, bool(newline)
+        if shape.after_line:
+            return head, bool(newline)
+        return _first_line_end(text)
     if shape.prose and "\n\n" in text.lstrip("\n"):
         start = len(text) - len(text.lstrip("\n"))
         return text[:text.index("\n\n", start)], True

@@ -289,3 +289,10 @@ def test_prompt_longer_than_the_context_keeps_the_near_end(ar_backend):
     second = small.infill(InfillRequest(prefix=prefix + " 6", single_line=True, max_middle_tokens=4,
                                         document_id="long"))
     assert second.reused_tokens >= second.prompt_tokens - 4  # the cut stays put while typing, so KV is reused
+
+
+def test_single_line_gap_runs_on_while_a_call_it_opened_is_open():
+    shape = gap_shape("    console.", "\n    return 0\n", single_line=True, language="python")
+    assert cut_fill("print(a,\n", shape) == ("print(a,\n", False)
+    assert cut_fill("print(a,\n        b)\n    x", shape) == ("print(a,\n        b)", True)
+    assert cut_fill("print('it''s')\n", shape) == ("print('it''s')", True)

@@ -1,0 +1,209 @@
+"""Quality and latency of the offline default (Gemma 3 270M) on held-out holes from installed packages.
+
+Holes are cut, with a fixed seed, from single-line statements of third-party Python packages in this venv
+(httpx, pygls, gguf by default): the cursor sits inside the statement and the rest of the line is the answer,
+which is what an inline completion shows. Prints exact match, edit similarity, the share of non-empty fills that
+keep the file parsing (ast.parse of prefix + fill + suffix; every source file parses as is), the share left empty
+(before and after dropping parse-breaking fills, as the pipeline's watchdog does), and p50/p95 latency of
+simulated keystrokes (typing the last characters of the prefix one by one) with and without prefix-KV reuse.
+
+    python benchmarks/ar_quality.py --n 60            # last line: one JSON object
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from importlib import import_module
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from infill.autoregressive import ARSettings, load_default_backend  # noqa: E402
+from infill.types import InfillRequest  # noqa: E402
+
+PREFIX_CHARS = 8000  # the pipeline's window before the gap
+SUFFIX_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class Hole:
+    source: str  # package/relative path:line
+    prefix: str
+    middle: str  # the rest of the line: the answer
+    suffix: str
+    full_prefix: str  # everything before the gap (for the parse check)
+    full_suffix: str
+
+
+def _statement_lines(text: str) -> list[int]:
+    """1-based numbers of lines holding a whole simple statement (no docstrings, no compound headers)."""
+    tree = ast.parse(text)
+    lines = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.stmt) or node.lineno != node.end_lineno:
+            continue
+        if isinstance(node, (ast.If, ast.For, ast.While, ast.With, ast.Try, ast.FunctionDef, ast.ClassDef,
+                             ast.AsyncFunctionDef, ast.AsyncFor, ast.AsyncWith)):
+            continue
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue
+        lines.add(node.lineno)
+    return sorted(lines)
+
+
+def cut_holes(packages: list[str], n: int, seed: int) -> list[Hole]:
+    rng = random.Random(seed)
+    candidates: list[tuple[Path, str, int]] = []
+    for name in packages:
+        root = Path(import_module(name).__file__).parent
+        for path in sorted(root.rglob("*.py")):
+            text = path.read_text(encoding="utf-8", errors="replace")
+            if text.count("\n") < 30:
+                continue
+            try:
+                numbers = _statement_lines(text)
+            except SyntaxError:
+                continue
+            rel = f"{name}/{path.relative_to(root)}"
+            candidates.extend((path, rel, number) for number in numbers)
+    holes = []
+    for path, rel, number in rng.sample(candidates, min(n, len(candidates))):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        starts = [0] + [i + 1 for i, ch in enumerate(text) if ch == "\n"]
+        line_start = starts[number - 1]
+        line = text[line_start:].split("\n", 1)[0]
+        indent = len(line) - len(line.lstrip())
+        content = line.rstrip()
+        cursor = line_start + rng.randint(indent + 1, max(indent + 1, len(content) - 1))
+        end = line_start + len(content)
+        holes.append(Hole(source=f"{rel}:{number}", prefix=text[max(0, cursor - PREFIX_CHARS):cursor],
+                          middle=text[cursor:end], suffix=text[end:end + SUFFIX_CHARS],
+                          full_prefix=text[:cursor], full_suffix=text[end:]))
+    return holes
+
+
+def levenshtein(a: str, b: str) -> int:
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        current = [i]
+        for j, cb in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
+        previous = current
+    return previous[-1]
+
+
+def edit_similarity(a: str, b: str) -> float:
+    a, b = a.strip(), b.strip()
+    return 1.0 if not a and not b else 1.0 - levenshtein(a, b) / max(len(a), len(b))
+
+
+def parses(text: str) -> bool:
+    try:
+        ast.parse(text)
+        return True
+    except (SyntaxError, ValueError):
+        return False
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def quality(backend, holes: list[Hole], max_tokens: int) -> dict:
+    exact, similarity, parse_ok, empty, dropped, latencies = 0, [], 0, 0, 0, []
+    for hole in holes:
+        request = InfillRequest(prefix=hole.prefix, suffix=hole.suffix, single_line=True, language="python",
+                                max_middle_tokens=max_tokens)
+        backend.kv_store.clear()  # quality pass: cold, every hole from scratch
+        result = backend.infill(request)
+        latencies.append(result.timings.total_ms)
+        fill = result.middle if result.outcome == "ok" else ""
+        keeps_parsing = bool(fill.strip()) and parses(hole.full_prefix + fill + hole.full_suffix)
+        if not fill.strip():
+            empty += 1
+        elif keeps_parsing:
+            parse_ok += 1
+        else:
+            dropped += 1
+        shown = fill if keeps_parsing else ""
+        exact += shown.strip() == hole.middle.strip()
+        similarity.append(edit_similarity(shown, hole.middle))
+        print(f"{hole.source:45s} {result.outcome:9s} {result.timings.total_ms:7.0f} ms  want {hole.middle!r:40.40s}"
+              f"  got {fill!r:40.40s}{'' if keeps_parsing or not fill.strip() else '  [breaks parse]'}",
+              flush=True)
+    n = len(holes)
+    non_empty = n - empty
+    return {"holes": n, "exact_match": exact / n, "edit_similarity": statistics.mean(similarity),
+            "parse_ok_of_non_empty": parse_ok / non_empty if non_empty else float("nan"),
+            "empty_rate": empty / n, "empty_rate_after_parse_drop": (empty + dropped) / n,
+            "cold_p50_ms": percentile(latencies, 0.5), "cold_p95_ms": percentile(latencies, 0.95)}
+
+
+def keystrokes(backend, holes: list[Hole], typed: int, max_tokens: int, reuse: bool) -> dict:
+    """Type the last `typed` characters of each prefix one by one; time every keystroke after the first."""
+    totals, encodes, reused_share = [], [], []
+    for index, hole in enumerate(holes):
+        backend.kv_store.clear()
+        for k in range(typed, -1, -1):
+            prefix = hole.prefix[:len(hole.prefix) - k]
+            doc = f"doc{index}" if reuse else f"doc{index}-{k}"  # a new document id never finds stored KV
+            result = backend.infill(InfillRequest(prefix=prefix, suffix=hole.suffix, single_line=True,
+                                                  language="python", max_middle_tokens=max_tokens,
+                                                  document_id=doc))
+            if k < typed:
+                totals.append(result.timings.total_ms)
+                encodes.append(result.timings.encode_ms)
+                reused_share.append(result.reused_tokens / max(1, result.prompt_tokens))
+    return {"p50_ms": percentile(totals, 0.5), "p95_ms": percentile(totals, 0.95),
+            "encode_p50_ms": percentile(encodes, 0.5), "reused_share_mean": statistics.mean(reused_share),
+            "keystrokes": len(totals)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=60, help="holes for the quality pass")
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--packages", default="httpx,pygls,gguf")
+    parser.add_argument("--max-tokens", type=int, default=24)
+    parser.add_argument("--latency-holes", type=int, default=6, help="holes for the keystroke simulation")
+    parser.add_argument("--typed", type=int, default=3, help="characters typed per hole")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--no-healing", action="store_true", help="turn token healing off")
+    args = parser.parse_args(argv)
+
+    settings = ARSettings(num_threads=args.threads, token_healing=not args.no_healing)
+    started = time.monotonic()
+    backend = load_default_backend(settings=settings)
+    load_s = time.monotonic() - started
+    holes = cut_holes(args.packages.split(","), args.n, args.seed)
+    print(f"{len(holes)} holes from {args.packages} (seed {args.seed}); model loaded in {load_s:.1f} s; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+    figures = {"model": backend.info.label, "dtype": backend.info.dtype, "token_healing": not args.no_healing,
+               "threads": args.threads, "load_s": load_s, **quality(backend, holes, args.max_tokens)}
+    subset = holes[:args.latency_holes]
+    with_reuse = keystrokes(backend, subset, args.typed, args.max_tokens, reuse=True)
+    without = keystrokes(backend, subset, args.typed, args.max_tokens, reuse=False)
+    figures.update({f"keystroke_reuse_{k}": v for k, v in with_reuse.items()})
+    figures.update({f"keystroke_no_reuse_{k}": v for k, v in without.items()})
+    figures["load_average"] = os.getloadavg()[0]
+    figures["wall_s"] = time.monotonic() - started
+    backend.close()
+    for key, value in figures.items():
+        print(f"{key:36s} {value:.3f}" if isinstance(value, float) else f"{key:36s} {value}")
+    print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in figures.items()}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
