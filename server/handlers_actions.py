@@ -4,7 +4,6 @@ infill.toggle."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from lsprotocol import types
@@ -37,9 +36,8 @@ def register(server) -> None:
     @server.command("infill.toggle")
     def toggle_command(ls, *args) -> dict:
         wanted = args[0] if args and isinstance(args[0], bool) else not ls.settings.enabled
-        ls.settings = replace(ls.settings, enabled=wanted)
+        ls.set_enabled(wanted)
         ls.log(f"completions {'enabled' if wanted else 'disabled'} (infill.toggle)")
-        ls.notify_status()
         return ls.status()
 
     @server.command("infill.fillGap")

@@ -18,7 +18,7 @@ from infill import __version__
 from .backend_host import BackendHost
 from .documents import DocumentStore
 from .scheduler import Scheduler
-from .settings import Settings, parse_settings
+from .settings import Settings, clean_layer, parse_settings
 from .telemetry import Telemetry
 from .timing import PhaseTimes
 
@@ -119,13 +119,16 @@ class InfillServer(LanguageServer):
         changed, retarget the completion log, refresh status. Workspace configuration overlays initializationOptions;
         a newer configuration replaces the older one."""
         before = self.settings
-        _, problems = parse_settings(raw, self.base_settings)
+        layer_values, problems = clean_layer(raw, before)
         for problem in problems:
             self.log(f"{problem} (from {source})", types.MessageType.Warning)
         if isinstance(raw, dict):
-            self._raw_layers[layer] = raw.get("infill") if isinstance(raw.get("infill"), dict) else raw
-        merged = {**self._raw_layers.get("init", {}), **self._raw_layers.get("config", {})}
-        settings, problems = parse_settings(merged, self.base_settings)
+            self._raw_layers[layer] = layer_values
+            if "enabled" in layer_values:
+                self._raw_layers.pop("toggle", None)  # an explicit setting overrides an earlier infill.toggle
+        merged = {**self._raw_layers.get("init", {}), **self._raw_layers.get("config", {}),
+                  **self._raw_layers.get("toggle", {})}
+        settings, _ = parse_settings(merged, self.base_settings)  # clean layers: nothing left to report
         for name in ("model", "device", "dtype", "remote_endpoint", "remote_model", "denoising_steps"):
             if getattr(settings, name) is None and getattr(self.base_settings, name) is not None:
                 settings = _with(settings, name, getattr(self.base_settings, name))
@@ -138,6 +141,12 @@ class InfillServer(LanguageServer):
             self.start_loading()
         elif settings.enabled != before.enabled:
             self.notify_status()
+
+    def set_enabled(self, enabled: bool) -> None:
+        """infill.toggle: kept across later configuration changes that do not set `enabled` themselves."""
+        self._raw_layers["toggle"] = {"enabled": enabled}
+        self.settings = _with(self.settings, "enabled", enabled)
+        self.notify_status()
 
     # -- loading and progress --------------------------------------------------------------------------------------
     def start_loading(self) -> None:

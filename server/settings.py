@@ -98,6 +98,35 @@ def _coerce(name: str, value: Any) -> Any:
     raise TypeError("a known type")  # unreachable: every field is listed above
 
 
+def clean_layer(raw: Any, current: Settings) -> tuple[dict[str, Any], list[str]]:
+    """The keys of one client settings object that are known, well-typed and in range (camelCase, as sent), and
+    one problem line per other key. Storing only clean layers means a bad key in a newer layer leaves the value
+    an older layer (or the command line) gave in place, as the message says."""
+    if raw is None:
+        return {}, []
+    if not isinstance(raw, dict):
+        return {}, [f"infill settings must be an object, got {type(raw).__name__}; ignored"]
+    if isinstance(raw.get("infill"), dict):
+        raw = {**{k: v for k, v in raw.items() if k != "infill"}, **raw["infill"]}
+    accepted: dict[str, Any] = {}
+    problems: list[str] = []
+    for key, value in raw.items():
+        name = _FIELD_OF.get(key)
+        if name is None:
+            problems.append(f"unknown setting infill.{key}; ignored")
+            continue
+        try:
+            replace(Settings(), **{name: _coerce(name, value)})
+        except TypeError as exc:
+            problems.append(f"setting infill.{key} must be {exc}, got {value!r}; kept {getattr(current, name)!r}")
+            continue
+        except InfillError as exc:
+            problems.append(f"{exc}; kept {getattr(current, name)!r}")
+            continue
+        accepted[key] = value
+    return accepted, problems
+
+
 def parse_settings(raw: Any, base: Settings) -> tuple[Settings, list[str]]:
     """Overlay the client's settings object on `base`. Returns the new settings and the problems found (unknown
     keys, wrong types, out-of-range values), each one line for window/logMessage. Never raises."""

@@ -72,6 +72,12 @@ async def test_unknown_and_ill_typed_settings_are_logged(lsp):
     text = _messages(lsp)
     assert "unknown setting infill.bogusKey" in text
     assert "infill.enabled must be true or false" in text
+    # Pushed settings (Neovim style: settings.infill) are applied as they are, ill-typed keys logged.
+    lsp.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        settings={"infill": {**CONFIG, "debounceMs": "slow"}}))
+    await status(lsp)  # a round trip: the notification before it has been handled
+    assert "infill.debounceMs must be an integer, got 'slow'; kept 40 (from didChangeConfiguration)" in \
+        _messages(lsp)
 
 
 async def test_inline_item_range_on_line_with_surrogate_pairs_and_crlf(lsp):

@@ -92,6 +92,16 @@ def test_settings_unknown_and_ill_typed_keys_are_problems_not_failures():
     assert "inlineBudgetMs must be in" in text
 
 
+def test_clean_layer_keeps_only_good_keys():
+    from server.settings import clean_layer
+
+    current = Settings(debounce_ms=40)
+    layer, problems = clean_layer({"infill": {"debounceMs": "slow", "maxMiddleTokens": 0, "model": "m", "x": 1}},
+                                  current)
+    assert layer == {"model": "m"}
+    assert [p.split(";")[-1].strip() for p in problems] == ["kept 40", "kept 64", "ignored"]
+
+
 def test_settings_not_an_object():
     settings, problems = parse_settings(["x"], Settings())
     assert settings == Settings() and "must be an object" in problems[0]
