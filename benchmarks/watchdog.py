@@ -74,13 +74,14 @@ def cut_holes(files: list[Path], count: int, seed: int) -> list[tuple[str, int, 
 
 def run_holes(pipeline: Pipeline, holes, budget_s: float | None) -> dict:
     """Share of candidates rejected per reason, overall and per kind of hole (language, single/multi-line)."""
-    shown, latencies, context_ms = 0, [], []
+    shown, exact, latencies, context_ms = 0, 0, [], []
     groups: dict[str, Counter] = {}
-    for i, (text, cursor, language, _) in enumerate(holes):
+    for i, (text, cursor, language, removed) in enumerate(holes):
         deadline = None if budget_s is None else time.monotonic() + budget_s
         out = pipeline.complete(CompletionRequest(text, cursor, language=language, document_id=f"hole{i}"),
                                 deadline=deadline)
         shown += bool(out.fills)
+        exact += bool(out.fills) and out.fills[0].text.strip() == removed.strip()
         latencies.append(out.total_ms)
         context_ms.append(out.context_ms)
         for key in ("all", language, "single_line" if out.single_line else "multi_line"):
@@ -92,6 +93,7 @@ def run_holes(pipeline: Pipeline, holes, budget_s: float | None) -> dict:
     return {
         "holes": len(holes),
         "shown_share": round(shown / len(holes), 3),
+        "exact_match_of_shown": round(exact / shown, 3) if shown else None,  # fill == the text cut out
         "rejected_share": {key: {reason: round(n / g["candidates"], 3) for reason, n in sorted(g.items())
                                  if reason not in ("candidates", "shown")} | {"n": g["candidates"]}
                            for key, g in groups.items()},
