@@ -58,9 +58,12 @@ async def compute_fill(ls, uri: str, rng: types.Range, mode: str, expected_versi
     request = CompletionRequest(text=text, start=spans[0][0], end=spans[0][1], mode="gap" if mode == "gap" else "gaps",
                                 language=document.language_id, document_id=uri, version=version,
                                 spans=tuple(spans) if mode == "gaps" else ())
+    pipeline = ls.host.pipeline
+    if pipeline is None:
+        return FillOutcome(None, f"the backend is not ready (state {ls.host.state})")
     ticket = ls.scheduler.open(uri, "action")
     try:
-        future = ls.host.submit(ls.host.pipeline, request, ticket.token,
+        future = ls.host.submit(pipeline, request, ticket.token,
                                 deadline_in(ls.settings.code_action_budget_ms / 1000))
         result: PipelineResult = await asyncio.wrap_future(future)
     except asyncio.CancelledError:

@@ -33,13 +33,16 @@ async def complete_inline(ls, params: types.InlineCompletionParams) -> types.Inl
             await asyncio.sleep(ls.settings.debounce_ms / 1000)
         if ticket.stopped:
             return None  # a newer request or an edit came during the debounce: it wins
+        pipeline = ls.host.pipeline
+        if pipeline is None:
+            return None  # the backend started reloading during the debounce
         started, cpu_started = time.perf_counter(), time.thread_time()
         version = document.version
         offset = offset_logged(ls, document, params.position)
         request = CompletionRequest(text=document.text, start=offset, mode="inline", language=document.language_id,
                                     document_id=uri, version=version)
         budget_ms = ls.settings.invoked_budget_ms if invoked else ls.settings.inline_budget_ms
-        future = ls.host.submit(ls.host.pipeline, request, ticket.token, deadline_in(budget_ms / 1000))
+        future = ls.host.submit(pipeline, request, ticket.token, deadline_in(budget_ms / 1000))
         pre_ms = (time.perf_counter() - started) * 1000
         pre_cpu_ms = (time.thread_time() - cpu_started) * 1000
         result: PipelineResult = await asyncio.wrap_future(future)
