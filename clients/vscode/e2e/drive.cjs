@@ -8,6 +8,7 @@ const { chromium } = require(process.env.PLAYWRIGHT_CORE);
 const URL = process.env.URL;
 const FILE = process.env.FILE;
 const SHOTS = process.env.SHOTS;
+const LOG = process.env.COMPLETION_LOG;
 const TYPED = ' and';
 
 function log(msg) {
@@ -40,17 +41,15 @@ async function main() {
     await page.waitForSelector('.monaco-workbench', { timeout: 120000 });
     log('workbench loaded');
     await page.waitForSelector('.statusbar', { timeout: 60000 });
-    await page.keyboard.press('Control+P');
-    await page.waitForSelector('.quick-input-widget input', { timeout: 30000 });
-    await page.keyboard.type('notes.txt');
-    await page.waitForTimeout(800);
-    await page.keyboard.press('Enter');
-    await page.waitForSelector('.monaco-editor .view-lines', { timeout: 30000 });
+    await page.locator('.explorer-folders-view .monaco-list-row', { hasText: 'notes.txt' }).first()
+      .click({ timeout: 60000 });
+    const editorLines = '.editor-group-container .monaco-editor .view-lines';
+    await page.waitForSelector(`${editorLines} >> text=The weather today is`, { timeout: 60000 });
     log('editor open; waiting for the server to be ready');
     await page.waitForFunction(() => document.querySelector('.statusbar')?.textContent?.includes('infill: ready'),
       undefined, { timeout: 180000, polling: 500 });
     log('status bar: infill: ready');
-    await page.click('.monaco-editor .view-lines');
+    await page.click(editorLines);
     await page.keyboard.press('Control+End');
     await page.keyboard.press('ArrowUp');
     await page.keyboard.press('End');
@@ -78,6 +77,18 @@ async function main() {
       throw new Error(`accepted text mismatch: expected ${JSON.stringify(expected)} got ${JSON.stringify(saved)}`);
     }
     log('PASS: Tab inserted exactly the suggestion');
+    // The accept ran InlineCompletionItem.command -> infill/telemetry; the server logs it (completionLog setting).
+    let events = [];
+    for (let i = 0; i < 50 && !events.some((e) => e.event === 'accepted'); i++) {
+      await page.waitForTimeout(200);
+      events = fs.existsSync(LOG) ? fs.readFileSync(LOG, 'utf8').split('\n').filter((l) => l.trim())
+        .map((l) => JSON.parse(l)).filter((r) => r.type === 'telemetry') : [];
+    }
+    const accepted = events.find((e) => e.event === 'accepted');
+    if (!accepted || accepted.acceptedChars !== ghost.length || accepted.partial !== false) {
+      throw new Error(`no matching accepted telemetry in ${LOG}: ${JSON.stringify(events)}`);
+    }
+    log(`PASS: server received telemetry ${JSON.stringify(accepted)}`);
   } catch (err) {
     await page.screenshot({ path: path.join(SHOTS, 'vscode-e2e-failure.png') }).catch(() => undefined);
     throw err;

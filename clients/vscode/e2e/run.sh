@@ -71,6 +71,8 @@ prepare_workspace() {
   "extensions.autoCheckUpdates": false,
   "extensions.autoUpdate": false,
   "editor.inlineSuggest.enabled": true,
+  "chat.disableAIFeatures": true,
+  "workbench.secondarySideBar.defaultVisibility": "hidden",
   "editor.quickSuggestions": {"other": false, "comments": false, "strings": false},
   "infill.server.pythonPath": "$PY",
   "infill.server.args": ["--model", "$RUN/tiny", "--log-file", "$RUN/infill-ls.log"],
@@ -78,7 +80,8 @@ prepare_workspace() {
   "infill.invokedBudgetMs": 20000,
   "infill.denoisingSteps": 4,
   "infill.maxMiddleTokens": 12,
-  "infill.debounceMs": 50
+  "infill.debounceMs": 50,
+  "infill.completionLog": "$RUN/completions.jsonl"
 }
 JSON
 }
@@ -104,12 +107,12 @@ main() {
     --extensions-dir "$RUN/ext" --auth none --bind-addr "127.0.0.1:$port" --disable-telemetry \
     --disable-update-check --disable-workspace-trust --disable-getting-started-override "$RUN/ws" \
     > "$RUN/code-server.log" 2>&1) &
-  local server_pid=$!
-  trap 'kill "$server_pid" 2>/dev/null || true' EXIT
+  SERVER_PID=$!
+  trap 'kill "$SERVER_PID" 2>/dev/null || true' EXIT
   mkdir -p "$SHOTS"
   log "drive VS Code in headless Chromium"
   PLAYWRIGHT_CORE="$CS/node_modules/playwright-core" URL="http://127.0.0.1:$port/?folder=$RUN/ws" \
-    FILE="$RUN/ws/notes.txt" SHOTS="$SHOTS" "$NODE24/bin/node" "$REPO/clients/vscode/e2e/drive.cjs"
+    FILE="$RUN/ws/notes.txt" COMPLETION_LOG="$RUN/completions.jsonl" SHOTS="$SHOTS" "$NODE24/bin/node" "$REPO/clients/vscode/e2e/drive.cjs"
   log "passed in $((SECONDS - started)) s"
 }
 
