@@ -65,6 +65,27 @@ def _first_line_end(text: str) -> tuple[str, bool]:
     return text, False
 
 
+def trim_unfinished(text: str, shape: GapShape) -> str:
+    """A fill cut off by the token bound (or EOS) inside brackets or a string it opened would break the line:
+    keep it up to the last point where everything it opened is closed again (whole lines for multi-line gaps)."""
+    depth, quote, last = 0, "", 0
+    for i, ch in enumerate(text):
+        if quote:
+            if ch == quote and text[i - 1] != "\\":
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if not quote and depth <= 0 and (shape.single_line or ch == "\n"):
+            last = i + 1
+    if not quote and depth <= 0 and shape.single_line:
+        return text
+    return text[:last]
+
+
 def _stutters(lines: list[str], j: int) -> bool:
     """A small greedy model loops by repeating its last line; a repeated substantial line ends the fill."""
     line = lines[j].strip()

@@ -18,7 +18,7 @@ from importlib import metadata
 from typing import Any
 
 from .ar_context import KVEntry, LineTokenizer, PrefixKVStore, common_prefix, fit_prompt
-from .ar_stops import GapShape, comment_only, cut_fill, finish_fill, gap_shape
+from .ar_stops import GapShape, comment_only, cut_fill, finish_fill, gap_shape, trim_unfinished
 from .backends import ProgressCallback
 from .gemma_cache import MODEL_ID, PACKAGE, ensure_converted
 from .types import (BackendInfo, CancelToken, Cancelled, Draft, DraftCallback, InfillError, InfillRequest,
@@ -71,6 +71,9 @@ def resolve_device_dtype(device: str | None, dtype: str | None) -> tuple[str, st
     if not (device == "cpu" or device.startswith("cuda")):
         raise InfillError(f"unknown device {device!r}: use auto, cpu, cuda or cuda:N")
     dtype = (dtype or "auto").lower()
+    if dtype == "float16":  # Gemma 3 overflows in fp16; the setting may be meant for a DiffusionGemma checkpoint
+        log.warning("float16 is not used for Gemma 3 270M (its activations overflow); choosing automatically")
+        dtype = "auto"
     if dtype == "auto":
         dtype = "bfloat16" if device != "cpu" or cpu_supports_bf16() else "float32"
     if dtype not in ("bfloat16", "float32"):
@@ -234,18 +237,20 @@ class GemmaBackend:
         tally.prompt_tokens += len(fitted.ids)
         tally.reused_tokens += len(fed)
         intact = False
+        t1 = None
         try:
             logits = self._prefill(prompt, fed, cache, token, deadline)
-            tally.encode_s += time.perf_counter() - t0
             t1 = time.perf_counter()
             fill = self._decode(logits, fed, cache, shape, healed, request, token, deadline, on_draft, tally)
-            tally.decode_s += time.perf_counter() - t1
             intact = True
             return finish_fill(fill, shape)
         except (Cancelled, _DeadlineReached):
             intact = True  # raised between forwards: `fed` matches the cache exactly
             raise
         finally:
+            now = time.perf_counter()
+            tally.encode_s += (t1 or now) - t0
+            tally.decode_s += now - t1 if t1 is not None else 0.0
             if intact:
                 self.kv_store.put(request.document_id, KVEntry(fed, cache, fitted.anchor))
 
@@ -336,11 +341,13 @@ class GemmaBackend:
             fill, stop = cut_fill(self._tokenizer.decode(generated)[len(healed):], shape)
             if on_draft is not None:
                 on_draft(Draft(step=step, middles=tuple(tally.middles) + (fill,), confidence=tuple(confidence)))
-            if stop or step == request.max_middle_tokens - 1:
+            if stop:
+                return fill
+            if step == request.max_middle_tokens - 1:
                 break
             token.raise_if_cancelled()
             if deadline is not None and time.monotonic() >= deadline:
                 raise _DeadlineReached(finish_fill(fill, shape))
             logits = self._forward([next_id], cache)
             fed.append(next_id)
-        return fill
+        return trim_unfinished(fill, shape)  # the token bound or EOS ended it, not a stop rule

@@ -16,7 +16,7 @@ import pytest
 
 from infill import gemma_cache
 from infill.ar_context import LineTokenizer, fit_prompt
-from infill.ar_stops import comment_only, cut_fill, finish_fill, gap_shape
+from infill.ar_stops import comment_only, cut_fill, finish_fill, gap_shape, trim_unfinished
 from infill.autoregressive import ARSettings, GemmaBackend
 from infill.types import CancelToken, InfillBackend, InfillError, InfillRequest
 
@@ -296,3 +296,11 @@ def test_single_line_gap_runs_on_while_a_call_it_opened_is_open():
     assert cut_fill("print(a,\n", shape) == ("print(a,\n", False)
     assert cut_fill("print(a,\n        b)\n    x", shape) == ("print(a,\n        b)", True)
     assert cut_fill("print('it''s')\n", shape) == ("print('it''s')", True)
+
+
+def test_a_fill_cut_off_inside_brackets_it_opened_is_trimmed_to_its_balanced_part():
+    one_line = gap_shape("        c", "\n", single_line=True, language="python")
+    assert trim_unfinished("onsole.print_line(\n    'HTTP/2: ', ver", one_line) == "onsole.print_line"
+    assert trim_unfinished("lose(a, b)", one_line) == "lose(a, b)"
+    block = gap_shape("def f(x):\n", "", single_line=False, language="python")
+    assert trim_unfinished("    y = g(x)\n    return h(y,\n", block) == "    y = g(x)\n"
