@@ -159,6 +159,9 @@ def test_attaches_to_a_named_file_and_reports_the_real_backend(nvim, tmp_path):
     health = nvim.lua("vim.cmd('checkhealth infill'); local l = vim.api.nvim_buf_get_lines(0, 0, -1, false);"
                       "vim.cmd('bwipeout!'); return table.concat(l, '\\n')")
     assert "server offers inline completions" in health and "ERROR" not in health
+    nvim.lua("vim.cmd('InfillStatus')")
+    shown = nvim.wait("local n = _G.notes[#_G.notes]; return n and n[1]:find('infill status') and n[1]", timeout_ms=10000)
+    assert 'state = "ready"' in shown and "latencies" in shown
 
 
 def test_ghost_text_appears_after_typing_and_accept_inserts_exactly_it(nvim, tmp_path):
@@ -257,6 +260,14 @@ def test_switching_buffers_while_a_request_is_in_flight_shows_nothing_anywhere(n
     nvim.lua("vim.wait(200)")
     assert nvim.lua("return #vim.api.nvim_buf_get_extmarks(..., require('infill.ghost').ns, 0, -1, {})", first) == 0
     assert nvim.lua("return T.extmarks()") == 0
+    # Close the first file while a new request for it is in flight: nothing breaks, nothing is drawn.
+    nvim.lua("vim.cmd.buffer(...)", first)
+    nvim.input("A<M-\\>")
+    nvim.lua("vim.wait(20)")
+    nvim.input("<Esc>")
+    nvim.lua("vim.cmd('bwipeout! ' .. ...)", first)
+    nvim.wait(IDLE, timeout_ms=GHOST_MS)
+    assert nvim.lua("return T.extmarks()") == 0
     assert not [n for n in notes(nvim) if "rror" in n]
 
 
@@ -337,3 +348,28 @@ def test_a_crashing_server_is_restarted_with_back_off_then_given_up_on(tmp_path)
         assert len(infill_notes) == 1 and "not restarting" in infill_notes[0]
     finally:
         editor.close()
+
+
+def test_ghost_text_hides_while_the_completion_menu_is_open_and_returns_after(nvim, tmp_path):
+    prose_buffer(nvim, tmp_path, "menu.txt")
+    nvim.lua("vim.o.completeopt = 'menuone,noinsert,noselect'")
+    ghost, _, _ = type_and_wait_for_ghost(nvim, "A Tom")
+    nvim.input("<C-n>")  # keyword completion menu ("Tomorrow"), nothing inserted
+    nvim.wait("return vim.fn.pumvisible() == 1 and T.extmarks() == 0 or nil", timeout_ms=5000)
+    nvim.input("<C-e>")  # close the menu: the same suggestion is drawn again
+    assert nvim.wait("return vim.fn.pumvisible() == 0 and T.ghost()", timeout_ms=5000)[0] == ghost
+
+
+def test_toggle_stops_automatic_requests_and_tells_the_server(nvim, tmp_path):
+    prose_buffer(nvim, tmp_path, "toggle.txt")
+    nvim.lua("require('infill').toggle(false)")
+    try:
+        nvim.wait("local s = T.server_status(); return s and s.enabled == false", timeout_ms=5000)
+        requests = nvim.lua(STATS)["requests"]
+        nvim.input("A quiet")
+        nvim.wait("return T.line_changed(3, 'The weather today is')")
+        nvim.lua("vim.wait(300)")
+        assert nvim.lua(STATS)["requests"] == requests and nvim.lua("return T.extmarks()") == 0
+    finally:
+        nvim.lua("require('infill').toggle(true)")
+    nvim.wait("local s = T.server_status(); return s and s.enabled == true", timeout_ms=5000)
