@@ -52,6 +52,7 @@ class BackendHost:
         self.error: str | None = None
         self.loaded_key: tuple | None = None
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="infill-model")
+        self.busy = False  # the model thread is inside a pipeline call (status "modelBusy")
 
     # -- state -----------------------------------------------------------------------------------------------------
     @property
@@ -132,7 +133,11 @@ class BackendHost:
 
         def run() -> PipelineResult:
             cancel.raise_if_cancelled()
-            return pipeline.complete(request, cancel=cancel, deadline=deadline)
+            self.busy = True
+            try:
+                return pipeline.complete(request, cancel=cancel, deadline=deadline)
+            finally:
+                self.busy = False
 
         return self.worker.submit(run)
 

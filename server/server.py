@@ -4,12 +4,14 @@ telemetry), logging to the client, status notifications and start-up progress.""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 import uuid
 from typing import Any
 
 from lsprotocol import types
+from pygls.exceptions import JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 
@@ -66,7 +68,18 @@ class InfillProtocol(LanguageServerProtocol):
         if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CLOSE)) is not None:
             yield handler, (params,), None
 
+    async def lsp_workspace__execute_command(self, params: types.ExecuteCommandParams) -> Any:
+        """Commands run as the request's own task (pygls runs them as a detached inner task), so $/cancelRequest
+        reaches a running infill.fillGap: its fill stops and no workspace/applyEdit follows."""
+        handler = self.fm.commands.get(params.command)
+        if handler is None:
+            raise JsonRpcInvalidParams.of(ValueError(f"unknown command {params.command!r}; this server has "
+                                                     f"{', '.join(COMMANDS)}"))
+        result = handler(*(params.arguments or ()))
+        return await result if inspect.isawaitable(result) else result
+
     # Keep pygls' decorator marks (method_name) on the overrides so they replace the builtins.
+    lsp_workspace__execute_command.method_name = types.WORKSPACE_EXECUTE_COMMAND  # type: ignore[attr-defined]
     lsp_text_document__did_open.method_name = types.TEXT_DOCUMENT_DID_OPEN  # type: ignore[attr-defined]
     lsp_text_document__did_change.method_name = types.TEXT_DOCUMENT_DID_CHANGE  # type: ignore[attr-defined]
     lsp_text_document__did_close.method_name = types.TEXT_DOCUMENT_DID_CLOSE  # type: ignore[attr-defined]
@@ -106,7 +119,8 @@ class InfillServer(LanguageServer):
             "dtype": info.dtype if info else self.settings.dtype, "isFallback": info.is_fallback if info else None,
             "label": info.label if info else None, "enabled": self.settings.enabled, "error": self.host.error,
             "latencies": self.telemetry.latency_summary(), "telemetry": self.telemetry.summary(),
-            "documents": len(self.documents), "running": self.scheduler.running, "version": __version__,
+            "documents": len(self.documents), "running": self.scheduler.running, "modelBusy": self.host.busy,
+            "version": __version__,
             "overhead": self.phases.summary(),
         }
 
