@@ -24,6 +24,41 @@ async function ghostText(page) {
   });
 }
 
+// Select " weather" on line 3, run "Infill: Fill Gap" from the command palette, save, and check that exactly the
+// selection was replaced.
+async function fillGap(page, editorLines, line3) {
+  await page.keyboard.press('Escape');
+  await page.click(editorLines);
+  await page.keyboard.press('Control+Home');
+  await page.keyboard.press('ArrowDown');
+  await page.keyboard.press('ArrowDown');
+  await page.keyboard.press('Home');
+  await page.keyboard.press('Control+ArrowRight');
+  await page.keyboard.press('Control+Shift+ArrowRight');
+  await page.keyboard.press('F1');
+  await page.waitForSelector('.quick-input-widget input', { timeout: 30000 });
+  await page.keyboard.type('Infill: Fill Gap (replace selection)');
+  await page.waitForSelector('.quick-input-list .monaco-list-row', { timeout: 30000 });
+  await page.waitForTimeout(500);
+  log(`palette: ${await page.locator('.quick-input-list .monaco-list-row').first().textContent()}`);
+  await page.keyboard.press('Enter');
+  const before = '# Notes\n\n' + line3 + '\n';
+  let saved = before;
+  for (let i = 0; i < 120 && saved === before; i++) {
+    await page.waitForTimeout(500);
+    await page.keyboard.press('Control+S');
+    saved = fs.readFileSync(FILE, 'utf8');
+  }
+  log(`after Fill Gap: ${JSON.stringify(saved)}`);
+  await page.screenshot({ path: path.join(SHOTS, 'vscode-fill-gap.png') });
+  const line = saved.split('\n')[2];
+  const suffix = line3.slice('The weather'.length);
+  if (!(line.startsWith('The') && line.endsWith(suffix) && line.slice(3, line.length - suffix.length) !== ' weather')) {
+    throw new Error(`Fill Gap did not replace exactly the selection: ${JSON.stringify(saved)}`);
+  }
+  log('PASS: Fill Gap replaced exactly the selection');
+}
+
 async function main() {
   const browser = await chromium.launch({
     executablePath: '/usr/bin/chromium',
@@ -89,6 +124,7 @@ async function main() {
       throw new Error(`no matching accepted telemetry in ${LOG}: ${JSON.stringify(events)}`);
     }
     log(`PASS: server received telemetry ${JSON.stringify(accepted)}`);
+    await fillGap(page, editorLines, 'The weather today is' + TYPED + ghost);
   } catch (err) {
     await page.screenshot({ path: path.join(SHOTS, 'vscode-e2e-failure.png') }).catch(() => undefined);
     throw err;

@@ -1,11 +1,13 @@
 // Builds the LanguageClient for infill-ls: stdio transport, settings, inline-completion and command middleware.
 import * as vscode from 'vscode';
 import {
-  ExecuteCommandSignature,
+  DynamicFeature,
+  ExecuteCommandRequest,
   LanguageClient,
   LanguageClientOptions,
   Middleware,
   ServerOptions,
+  StaticFeature,
   TransportKind,
 } from 'vscode-languageclient/node';
 import { serverCommand, serverSettings } from './settings';
@@ -22,7 +24,17 @@ export interface AcceptedArgs {
   totalChars: number;
 }
 
-type ServerCommandHandler = (command: string, args: unknown[], next: ExecuteCommandSignature) => Promise<unknown>;
+/** A LanguageClient that leaves the server's command ids (infill.fillGap, ...) to this extension: it registers them
+ * itself, so they exist (with a clear message) even when the server is not running, and never clash. */
+class InfillLanguageClient extends LanguageClient {
+  public override registerFeature(feature: StaticFeature | DynamicFeature<unknown>): void {
+    const registration = (feature as Partial<DynamicFeature<unknown>>).registrationType;
+    if (registration?.method === ExecuteCommandRequest.method) {
+      return;
+    }
+    super.registerFeature(feature);
+  }
+}
 
 let nextItemId = 1;
 
@@ -49,11 +61,7 @@ function inlineMiddleware(getClient: () => LanguageClient | undefined): Middlewa
   };
 }
 
-export function createClient(
-  output: vscode.LogOutputChannel,
-  getClient: () => LanguageClient | undefined,
-  onServerCommand: ServerCommandHandler,
-): LanguageClient {
+export function createClient(output: vscode.LogOutputChannel, getClient: () => LanguageClient | undefined): LanguageClient {
   const { command, args } = serverCommand();
   const serverOptions: ServerOptions = { command, args, transport: TransportKind.stdio };
   const clientOptions: LanguageClientOptions = {
@@ -62,7 +70,6 @@ export function createClient(
     initializationOptions: serverSettings(),
     middleware: {
       provideInlineCompletionItems: inlineMiddleware(getClient),
-      executeCommand: (cmd, cmdArgs, next) => onServerCommand(cmd, cmdArgs, next),
       workspace: {
         // The server asks for section "infill": answer with the keys it knows, not the client-only ones.
         configuration: (params, token, next) =>
@@ -73,5 +80,5 @@ export function createClient(
     },
   };
   output.appendLine(`starting: ${command} ${args.join(' ')}`);
-  return new LanguageClient('infill', 'infill-ls', serverOptions, clientOptions);
+  return new InfillLanguageClient('infill', 'infill-ls', serverOptions, clientOptions);
 }

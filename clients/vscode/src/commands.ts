@@ -1,7 +1,7 @@
 // Commands: fill gap / fill all gaps (the server's commands, given the active editor), toggle, status, restart,
 // and the accept-telemetry command attached to inline items.
 import * as vscode from 'vscode';
-import { ExecuteCommandSignature, LanguageClient } from 'vscode-languageclient/node';
+import { ExecuteCommandRequest, LanguageClient } from 'vscode-languageclient/node';
 import { AcceptedArgs, TELEMETRY } from './client';
 import { ServerStatus } from './status';
 
@@ -35,9 +35,21 @@ function editorTarget(needSelection: boolean): { uri: string; range: object } | 
   };
 }
 
+/** Runs `command` on the server; undefined (after one message) when the server is not running. */
+async function onServer(host: Host, command: string, args: unknown[]): Promise<unknown> {
+  const client = host.client();
+  if (!client || !client.isRunning()) {
+    void vscode.window.showWarningMessage(`infill: the server is not running (${host.statusText()}).`, 'Restart').then(
+      (pick) => pick && host.restart(),
+    );
+    return undefined;
+  }
+  return client.sendRequest(ExecuteCommandRequest.type, { command, arguments: args });
+}
+
 /** Runs the server's infill.fillGap / infill.fillAllGaps for the active editor (the server applies the edit,
  * computed for the current version; the language client refuses it if the document changed meanwhile). */
-async function runFill(host: Host, command: string, args: unknown[], next: ExecuteCommandSignature): Promise<unknown> {
+async function runFill(host: Host, command: string, args: unknown[]): Promise<unknown> {
   const gaps = command === 'infill.fillAllGaps';
   if (args.length === 0) {
     if (gaps && !MARKDOWN.has(vscode.window.activeTextEditor?.document.languageId ?? '')) {
@@ -55,7 +67,7 @@ async function runFill(host: Host, command: string, args: unknown[], next: Execu
   host.output.info(`${command} ${JSON.stringify(args)}`);
   const result = (await vscode.window.withProgress(
     { location: vscode.ProgressLocation.Notification, title },
-    () => Promise.resolve(next(command, args)),
+    () => onServer(host, command, args),
   )) as { applied?: boolean; reason?: string } | undefined;
   if (result && result.applied === false) {
     host.output.warn(`${command}: nothing filled: ${result.reason ?? 'no reason given'}`);
@@ -71,19 +83,6 @@ async function toggle(): Promise<void> {
   void vscode.window.setStatusBarMessage(`infill: inline suggestions ${on ? 'on' : 'off'}`, 3000);
 }
 
-/** Middleware for the server's own command ids, which the language client registers as VS Code commands. */
-export function serverCommandHandler(host: Host) {
-  return async (command: string, args: unknown[], next: ExecuteCommandSignature): Promise<unknown> => {
-    if (command === 'infill.fillGap' || command === 'infill.fillAllGaps') {
-      return runFill(host, command, args, next);
-    }
-    if (command === 'infill.toggle' && args.length === 0) {
-      return toggle(); // through the setting, so it persists and reaches the server as configuration
-    }
-    return next(command, args);
-  };
-}
-
 async function showStatus(host: Host): Promise<void> {
   const client = host.client();
   if (!client || !client.isRunning()) {
@@ -92,7 +91,7 @@ async function showStatus(host: Host): Promise<void> {
     void vscode.window.showWarningMessage('infill: the server is not running. See the "infill-ls" output.');
     return;
   }
-  const status = (await client.sendRequest('workspace/executeCommand', {
+  const status = (await client.sendRequest(ExecuteCommandRequest.type, {
     command: 'infill.status',
     arguments: [],
   })) as ServerStatus;
@@ -119,6 +118,14 @@ function accepted(host: Host, args: AcceptedArgs): void {
 
 export function registerCommands(host: Host): vscode.Disposable[] {
   return [
+    // The server's command ids; arguments from a code action are passed through, none means "the active editor".
+    vscode.commands.registerCommand('infill.fillGap', (...args: unknown[]) => runFill(host, 'infill.fillGap', args)),
+    vscode.commands.registerCommand('infill.fillAllGaps', (...args: unknown[]) =>
+      runFill(host, 'infill.fillAllGaps', args),
+    ),
+    // Through the setting, so the choice persists and reaches the server as configuration.
+    vscode.commands.registerCommand('infill.toggle', () => toggle()),
+    vscode.commands.registerCommand('infill.status', () => onServer(host, 'infill.status', [])),
     vscode.commands.registerCommand('infill.showStatus', () => showStatus(host)),
     vscode.commands.registerCommand('infill.restart', () => host.restart()),
     vscode.commands.registerCommand('infill.accepted', (args: AcceptedArgs) => accepted(host, args)),

@@ -2,7 +2,7 @@
 import * as vscode from 'vscode';
 import { DidChangeConfigurationNotification, LanguageClient, State, WorkDoneProgress } from 'vscode-languageclient/node';
 import { STATUS_CHANGED, createClient } from './client';
-import { Host, registerCommands, serverCommandHandler } from './commands';
+import { Host, registerCommands } from './commands';
 import { needsRestart, serverSettings } from './settings';
 import { ServerStatus, StatusItem } from './status';
 
@@ -22,9 +22,9 @@ function followProgress(c: LanguageClient, status: StatusItem): void {
   });
 }
 
-async function start(host: Host, output: vscode.LogOutputChannel, status: StatusItem): Promise<void> {
+async function start(output: vscode.LogOutputChannel, status: StatusItem): Promise<void> {
   status.starting();
-  const c = createClient(output, () => client, serverCommandHandler(host));
+  const c = createClient(output, () => client);
   client = c;
   c.onDidChangeState((e) => {
     if (e.newState === State.Stopped && client === c) {
@@ -72,7 +72,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     statusText: () => status.text(),
     restart: async () => {
       await stop();
-      await start(host, output, status);
+      await start(output, status);
     },
   };
   context.subscriptions.push(output, status, ...registerCommands(host));
@@ -85,7 +85,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       }
     }),
   );
-  await start(host, output, status);
+  await start(output, status);
 }
 
 export async function deactivate(): Promise<void> {
