@@ -126,7 +126,9 @@ async function main() {
     log(`PASS: server received telemetry ${JSON.stringify(accepted)}`);
     await fillGap(page, editorLines, 'The weather today is' + TYPED + ghost);
   } catch (err) {
-    await page.screenshot({ path: path.join(SHOTS, 'vscode-e2e-failure.png') }).catch(() => undefined);
+    const shot = path.join(path.dirname(FILE), '..', 'e2e-failure.png'); // beside the run's logs, not in docs
+    await page.screenshot({ path: shot }).catch(() => undefined);
+    console.error(`failure screenshot: ${shot}`);
     throw err;
   } finally {
     await browser.close();
