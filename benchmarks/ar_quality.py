@@ -122,12 +122,15 @@ def percentile(values: list[float], q: float) -> float:
 
 def quality(backend, holes: list[Hole], max_tokens: int) -> dict:
     exact, similarity, parse_ok, empty, dropped, latencies = 0, [], 0, 0, 0, []
+    decode_ms, steps, prefill_ms, prompt_tokens = 0.0, 0, 0.0, 0
     for hole in holes:
         request = InfillRequest(prefix=hole.prefix, suffix=hole.suffix, single_line=True, language="python",
                                 max_middle_tokens=max_tokens)
         backend.kv_store.clear()  # quality pass: cold, every hole from scratch
         result = backend.infill(request)
         latencies.append(result.timings.total_ms)
+        decode_ms, steps = decode_ms + result.timings.denoise_ms, steps + result.steps
+        prefill_ms, prompt_tokens = prefill_ms + result.timings.encode_ms, prompt_tokens + result.prompt_tokens
         fill = result.middle if result.outcome == "ok" else ""
         keeps_parsing = bool(fill.strip()) and parses(hole.full_prefix + fill + hole.full_suffix)
         if not fill.strip():
@@ -147,27 +150,38 @@ def quality(backend, holes: list[Hole], max_tokens: int) -> dict:
     return {"holes": n, "exact_match": exact / n, "edit_similarity": statistics.mean(similarity),
             "parse_ok_of_non_empty": parse_ok / non_empty if non_empty else float("nan"),
             "empty_rate": empty / n, "empty_rate_after_parse_drop": (empty + dropped) / n,
-            "cold_p50_ms": percentile(latencies, 0.5), "cold_p95_ms": percentile(latencies, 0.95)}
+            "cold_p50_ms": percentile(latencies, 0.5), "cold_p95_ms": percentile(latencies, 0.95),
+            "decode_ms_per_token": decode_ms / max(1, steps),
+            "prefill_ms_per_prompt_token": prefill_ms / max(1, prompt_tokens),
+            "mean_prompt_tokens": prompt_tokens / n}
 
 
-def keystrokes(backend, holes: list[Hole], typed: int, max_tokens: int, reuse: bool) -> dict:
-    """Type the last `typed` characters of each prefix one by one; time every keystroke after the first."""
-    totals, encodes, reused_share = [], [], []
+def keystrokes(backend, holes: list[Hole], typed: int, max_tokens: int) -> dict:
+    """Type the last `typed` characters of each prefix one by one; time every keystroke after the first, with
+    prefix-KV reuse (one document) and without (a new document id each time), interleaved so that the load of a
+    shared machine hits both alike."""
+    figures: dict[str, dict[str, list[float]]] = {mode: {"total": [], "encode": [], "reused": []}
+                                                  for mode in ("reuse", "no_reuse")}
     for index, hole in enumerate(holes):
         backend.kv_store.clear()
         for k in range(typed, -1, -1):
             prefix = hole.prefix[:len(hole.prefix) - k]
-            doc = f"doc{index}" if reuse else f"doc{index}-{k}"  # a new document id never finds stored KV
-            result = backend.infill(InfillRequest(prefix=prefix, suffix=hole.suffix, single_line=True,
-                                                  language="python", max_middle_tokens=max_tokens,
-                                                  document_id=doc))
-            if k < typed:
-                totals.append(result.timings.total_ms)
-                encodes.append(result.timings.encode_ms)
-                reused_share.append(result.reused_tokens / max(1, result.prompt_tokens))
-    return {"p50_ms": percentile(totals, 0.5), "p95_ms": percentile(totals, 0.95),
-            "encode_p50_ms": percentile(encodes, 0.5), "reused_share_mean": statistics.mean(reused_share),
-            "keystrokes": len(totals)}
+            for mode, doc in (("reuse", f"doc{index}"), ("no_reuse", f"doc{index}-{k}")):
+                result = backend.infill(InfillRequest(prefix=prefix, suffix=hole.suffix, single_line=True,
+                                                      language="python", max_middle_tokens=max_tokens,
+                                                      document_id=doc))
+                if k < typed:
+                    figures[mode]["total"].append(result.timings.total_ms)
+                    figures[mode]["encode"].append(result.timings.encode_ms)
+                    figures[mode]["reused"].append(result.reused_tokens / max(1, result.prompt_tokens))
+    out = {}
+    for mode, series in figures.items():
+        out.update({f"keystroke_{mode}_p50_ms": percentile(series["total"], 0.5),
+                    f"keystroke_{mode}_p95_ms": percentile(series["total"], 0.95),
+                    f"keystroke_{mode}_encode_p50_ms": percentile(series["encode"], 0.5),
+                    f"keystroke_{mode}_reused_share": statistics.mean(series["reused"])})
+    out["keystrokes"] = len(figures["reuse"]["total"])
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,11 +205,7 @@ def main(argv: list[str] | None = None) -> int:
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
     figures = {"model": backend.info.label, "dtype": backend.info.dtype, "token_healing": not args.no_healing,
                "threads": args.threads, "load_s": load_s, **quality(backend, holes, args.max_tokens)}
-    subset = holes[:args.latency_holes]
-    with_reuse = keystrokes(backend, subset, args.typed, args.max_tokens, reuse=True)
-    without = keystrokes(backend, subset, args.typed, args.max_tokens, reuse=False)
-    figures.update({f"keystroke_reuse_{k}": v for k, v in with_reuse.items()})
-    figures.update({f"keystroke_no_reuse_{k}": v for k, v in without.items()})
+    figures.update(keystrokes(backend, holes[:args.latency_holes], args.typed, args.max_tokens))
     figures["load_average"] = os.getloadavg()[0]
     figures["wall_s"] = time.monotonic() - started
     backend.close()

@@ -47,11 +47,10 @@ def _unbalanced_index(text: str, closer: str) -> int | None:
 
 def _first_line_end(text: str) -> tuple[str, bool]:
     """Up to the first newline outside brackets the fill opened: `f(a,` ends its line only once the call closes."""
-    depth = 0
-    quote = ""
+    depth, floor, quote = 0, 0, ""
     for i, ch in enumerate(text):
         if ch == "\n":
-            if depth <= 0 or quote:  # a one-line string cannot go on to the next line either
+            if depth <= floor or quote:  # a one-line string cannot go on to the next line either
                 return text[:i], True
         elif quote:
             if ch == quote and text[i - 1] != "\\":
@@ -62,13 +61,15 @@ def _first_line_end(text: str) -> tuple[str, bool]:
             depth += 1
         elif ch in ")]}":
             depth -= 1
+            floor = min(floor, depth)
     return text, False
 
 
 def trim_unfinished(text: str, shape: GapShape) -> str:
     """A fill cut off by the token bound (or EOS) inside brackets or a string it opened would break the line:
-    keep it up to the last point where everything it opened is closed again (whole lines for multi-line gaps)."""
-    depth, quote, last = 0, "", 0
+    keep it up to the last point where everything it opened is closed again (whole lines for multi-line gaps),
+    without a dangling operator or comma."""
+    depth, floor, quote, last = 0, 0, "", 0
     for i, ch in enumerate(text):
         if quote:
             if ch == quote and text[i - 1] != "\\":
@@ -79,11 +80,12 @@ def trim_unfinished(text: str, shape: GapShape) -> str:
             depth += 1
         elif ch in ")]}":
             depth -= 1
-        if not quote and depth <= 0 and (shape.single_line or ch == "\n"):
+            floor = min(floor, depth)  # closing brackets of the prefix is fine; anything opened later is not
+        if not quote and depth <= floor and (shape.single_line or ch == "\n"):
             last = i + 1
-    if not quote and depth <= 0 and shape.single_line:
+    if last == len(text):
         return text
-    return text[:last]
+    return text[:last].rstrip(" \t=,+-*/%|&^<>:.\\") if shape.single_line else text[:last]
 
 
 def _stutters(lines: list[str], j: int) -> bool:

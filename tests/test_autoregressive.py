@@ -304,3 +304,10 @@ def test_a_fill_cut_off_inside_brackets_it_opened_is_trimmed_to_its_balanced_par
     assert trim_unfinished("lose(a, b)", one_line) == "lose(a, b)"
     block = gap_shape("def f(x):\n", "", single_line=False, language="python")
     assert trim_unfinished("    y = g(x)\n    return h(y,\n", block) == "    y = g(x)\n"
+
+
+def test_trimming_counts_brackets_opened_after_closing_the_prefix_ones():
+    shape = gap_shape("    x = (qs >> 4) & (", "\n", single_line=True, language="python")
+    assert trim_unfinished(" np.uint32(0x0F)).reshape((n_blocks, 1,", shape) == " np.uint32(0x0F)).reshape"
+    assert trim_unfinished("m_vals = [\n    'a',", shape) == "m_vals"
+    assert cut_fill("a)).b(\n  c)\n", shape) == ("a)).b(\n  c)", True)
