@@ -256,8 +256,8 @@ def end_sentence(middle: str, ctx: GapContext) -> str:
     if re.search(r"[.!?:][\"')\]]*$", stripped):
         return middle
     ends = list(_SENTENCE_END.finditer(stripped))
-    if not ends:
-        return middle
+    if not ends or not re.search(r"[^\W\d_]{2}", stripped[ends[-1].end():]):
+        return middle  # no sentence end, or only markup after it (a closing `-->`, `**`): nothing dangles
     return stripped[: ends[-1].end()]
 
 

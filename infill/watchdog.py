@@ -32,13 +32,14 @@ class WatchdogSettings:
     max_single_line_chars: int = 240
     max_ngram: int = 4  # stutter: an n-gram of up to this many words ...
     ngram_repeats: int = 3  # ... repeated this many times back to back
+    plain_repeats: int = 8  # any token (numbers, punctuation) this many times back to back: `2, 2, 2, 2, ...`
     line_repeats: int = 3  # the same (non-trivial) line this many times anywhere in one fill
     consecutive_line_chars: int = 6  # a line this long (or longer) twice in a row is a stutter
     deadline_grace_ms: float = 250.0  # a candidate later than deadline + grace is stale
     check_syntax: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("max_chars", "max_lines", "max_single_line_chars", "max_ngram", "ngram_repeats",
+        for name in ("max_chars", "max_lines", "max_single_line_chars", "max_ngram", "ngram_repeats", "plain_repeats",
                      "line_repeats", "consecutive_line_chars"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -120,6 +121,11 @@ def check_length(middle: str, ctx: GapContext, s: WatchdogSettings) -> Verdict |
 def check_repetition(middle: str, s: WatchdogSettings, line_above: str = "") -> Verdict | None:
     """Stutter: a word n-gram repeated back to back, a line repeated, or the fill copying the line above."""
     words = middle.split()
+    run = 1
+    for previous, word in zip(words, words[1:]):
+        run = run + 1 if word == previous else 1
+        if run >= s.plain_repeats:
+            return Verdict("repetition", f"{word!r} {run} times in a row")
     for n in range(1, s.max_ngram + 1):
         span = n * s.ngram_repeats
         for i in range(len(words) - span + 1):

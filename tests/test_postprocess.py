@@ -118,6 +118,8 @@ def test_markdown_sentence_ends_cleanly():
     assert clean(source, "markdown", ". It was happy. Then it") == ". It was happy."
     # no sentence end at all: the fill is left as it is
     assert clean(source, "markdown", " all day long") == " all day long"
+    # only markup after the last sentence end: nothing dangles, the markup stays closed
+    assert clean("# Notes\n\n§\n", "markdown", "<!-- Say why. -->") == "<!-- Say why. -->"
 
 
 def test_markdown_fill_stays_in_its_section():

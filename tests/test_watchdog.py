@@ -33,6 +33,7 @@ def judge(source: str, language: str | None, middle: str, watchdog: Watchdog | N
     "value = 1\nvalue = 1",  # the same line twice in a row
     "a.append(1)\nb = 2\na.append(1)\nc = 3\na.append(1)",  # the same line three times
     "total = a + b",  # a copy of the line above
+    "rows = [0, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2]",  # a numeric stutter (seen from Gemma 3 270M)
 ])
 def test_repetition_is_rejected(middle):
     source = "def f(a, b):\n    total = a + b\n    §\n"
