@@ -246,4 +246,5 @@ def test_real_offline_model_never_returns_a_fill_that_breaks_the_parse(ar_backen
         for fill in out.fills:
             assert_no_new_errors("python", source, fill.start, fill.end, fill.text)
             shown += 1
+    assert shown >= 1  # the real model does fill these holes; every fill it shows parses
     assert shown + sum(pipeline.watchdog.counts.values()) >= len(cursors)
