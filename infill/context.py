@@ -73,7 +73,16 @@ class GapContext:
 def find_placeholders(text: str, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
     """Spans of `[[...]]`, `{{...}}` and runs of 3+ underscores in text[start:end]; each whole span is a gap."""
     end = len(text) if end is None else end
-    return [(m.start(), m.end()) for m in _PLACEHOLDER.finditer(text, start, end)]
+    return [(m.start(), m.end()) for m in _PLACEHOLDER.finditer(text, start, end) if not _thematic_break(text, m)]
+
+
+def _thematic_break(text: str, match) -> bool:
+    """A line of nothing but underscores is a Markdown horizontal rule, not a blank to fill."""
+    if not match.group().startswith("_"):
+        return False
+    line_start = text.rfind("\n", 0, match.start()) + 1
+    line = text[line_start:_line_end(text, match.end())]
+    return set(line.strip()) <= {"_", " "}
 
 
 class ContextBuilder:
