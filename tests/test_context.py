@@ -194,7 +194,7 @@ def test_find_placeholders():
     assert [text[a:b] for a, b in spans] == ["[[name]]", "{{date}}", "____"]
     assert find_placeholders(text, start=10) == spans[1:]
     assert find_placeholders(text, end=20) == spans[:1]
-    assert find_placeholders("Intro\n\n___\n\nSigned: ____\n") == [(19, 23)]  # a rule line is no blank
+    assert find_placeholders("Intro\n\n___\n\nSigned: ____\n") == [(20, 24)]  # a rule line is no blank
 
 
 def test_bad_settings_are_refused():
