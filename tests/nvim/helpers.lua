@@ -54,5 +54,22 @@ function T.idle()
   return client == nil or next(client.requests) == nil
 end
 
+
+--- The whole buffer text once it differs from `old`.
+function T.text_changed(old)
+  local text = table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\n')
+  if text ~= old then
+    return text
+  end
+end
+
+--- Records every WorkspaceEdit the plugin applies (then applies it as usual) into T.edits.
+T.edits = {}
+local apply = vim.lsp.util.apply_workspace_edit
+vim.lsp.util.apply_workspace_edit = function(edit, encoding)
+  table.insert(T.edits, vim.deepcopy(edit))
+  return apply(edit, encoding)
+end
+
 _G.T = T
 return T
