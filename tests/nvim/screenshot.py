@@ -14,10 +14,10 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "tests" / "nvim"))
 sys.path.insert(0, str(REPO))
 
-from test_neovim import NVIM, SETTINGS, Nvim, open_file, server_cmd, setup_plugin  # noqa: E402
+from nvim_harness import NVIM, SETTINGS, Nvim, open_file, server_cmd, setup_plugin  # noqa: E402
 
 from infill.tiny import write_tiny_checkpoint  # noqa: E402
 
