@@ -160,7 +160,7 @@ def keystrokes(backend, holes: list[Hole], typed: int, max_tokens: int) -> dict:
     """Type the last `typed` characters of each prefix one by one; time every keystroke after the first, with
     prefix-KV reuse (one document) and without (a new document id each time), interleaved so that the load of a
     shared machine hits both alike."""
-    figures: dict[str, dict[str, list[float]]] = {mode: {"total": [], "encode": [], "reused": []}
+    figures: dict[str, dict[str, list[float]]] = {mode: {"total": [], "encode": [], "reused": [], "new": []}
                                                   for mode in ("reuse", "no_reuse")}
     for index, hole in enumerate(holes):
         backend.kv_store.clear()
@@ -174,12 +174,14 @@ def keystrokes(backend, holes: list[Hole], typed: int, max_tokens: int) -> dict:
                     figures[mode]["total"].append(result.timings.total_ms)
                     figures[mode]["encode"].append(result.timings.encode_ms)
                     figures[mode]["reused"].append(result.reused_tokens / max(1, result.prompt_tokens))
+                    figures[mode]["new"].append(result.prompt_tokens - result.reused_tokens)
     out = {}
     for mode, series in figures.items():
         out.update({f"keystroke_{mode}_p50_ms": percentile(series["total"], 0.5),
                     f"keystroke_{mode}_p95_ms": percentile(series["total"], 0.95),
                     f"keystroke_{mode}_encode_p50_ms": percentile(series["encode"], 0.5),
-                    f"keystroke_{mode}_reused_share": statistics.mean(series["reused"])})
+                    f"keystroke_{mode}_reused_share": statistics.mean(series["reused"]),
+                    f"keystroke_{mode}_encoded_tokens_p50": percentile(series["new"], 0.5)})
     out["keystrokes"] = len(figures["reuse"]["total"])
     return out
 
