@@ -91,8 +91,10 @@ SERVER_STATUS = "return T.server_status()"
 
 
 def server_cmd(checkpoint) -> list[str]:
-    """The real server, through the same CLI dispatch as the `infill-ls` script (which needs no install here)."""
-    return [sys.executable, "-m", "infill.cli", "--stdio", "--model", str(checkpoint)]
+    """The real server: the venv's `infill-ls` script, or the same CLI dispatch through `python -m infill.cli`."""
+    script = Path(sys.executable).parent / "infill-ls"
+    launcher = [str(script)] if script.exists() else [sys.executable, "-m", "infill.cli"]
+    return [*launcher, "--stdio", "--model", str(checkpoint)]
 
 
 def setup_plugin(nvim: Nvim, cmd: list[str], **options) -> None:
