@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from infill import gemma_cache
-from infill.ar_context import LineTokenizer, fit_prompt
+from infill.ar_context import KVEntry, LineTokenizer, PrefixKVStore, fit_prompt
 from infill.ar_stops import comment_only, cut_fill, finish_fill, gap_shape, trim_unfinished
 from infill.autoregressive import ARSettings, GemmaBackend
 from infill.types import CancelToken, InfillBackend, InfillError, InfillRequest
@@ -124,8 +124,11 @@ def test_corrupt_cache_is_detected_removed_and_rebuilt(ar_backend, tmp_path, mon
         fh.seek(300_000_000)
         fh.write(b"\xff" * 64)
     assert "sha256" in gemma_cache.check_cache(copy, "bfloat16")
+    progress = []
     with caplog.at_level(logging.WARNING, logger="infill.gemma_cache"):
-        rebuilt = gemma_cache.ensure_converted("bfloat16")
+        rebuilt = gemma_cache.ensure_converted("bfloat16", progress=lambda m, f: progress.append((m, f)))
+    fractions = [f for _, f in progress if f is not None]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0 and len(progress) >= 4
     assert rebuilt == copy
     assert any("unusable" in r.getMessage() and "sha256" in r.getMessage() for r in caplog.records)
     assert gemma_cache.check_cache(rebuilt, "bfloat16") is None
@@ -311,3 +314,24 @@ def test_trimming_counts_brackets_opened_after_closing_the_prefix_ones():
     assert trim_unfinished(" np.uint32(0x0F)).reshape((n_blocks, 1,", shape) == " np.uint32(0x0F)).reshape"
     assert trim_unfinished("m_vals = [\n    'a',", shape) == "m_vals"
     assert cut_fill("a)).b(\n  c)\n", shape) == ("a)).b(\n  c)", True)
+
+
+def test_kv_store_is_bounded_in_bytes_and_evicts_the_least_recently_used():
+    import torch
+    from transformers import DynamicCache
+
+    def cache_of(tokens):  # 2 layers x (keys + values) x tokens x 4 floats x 4 bytes
+        cache = DynamicCache()
+        for layer in range(2):
+            cache.update(torch.zeros(1, 1, tokens, 4), torch.zeros(1, 1, tokens, 4), layer)
+        return cache
+
+    store = PrefixKVStore(max_bytes=3 * 640)  # room for three 10-token entries
+    for doc in ("a", "b", "c"):
+        store.put(doc, KVEntry(list(range(10)), cache_of(10)))
+    assert store.total_bytes == 3 * 640
+    store.put("a", store.take("a"))  # "a" used again: "b" is now the oldest
+    store.put("d", KVEntry(list(range(10)), cache_of(10)))
+    assert store.take("b") is None and store.take("a") is not None and len(store) == 2
+    store.put("huge", KVEntry(list(range(100)), cache_of(100)))  # larger than the whole budget: not kept
+    assert store.take("huge") is None
