@@ -240,6 +240,12 @@ def test_unnamed_huge_and_invalid_utf8_buffers_are_skipped_with_a_reason(nvim, t
     nvim.lua("vim.cmd('edit ++enc=utf-8 ++bad=keep ' .. vim.fn.fnameescape(...))", str(broken))
     assert "UTF-8" in nvim.wait("return vim.b.infill_skipped", timeout_ms=5000)
     assert nvim.lua("return require('infill.lsp').get_client(0) == nil")
+    # Invalid bytes pasted into an attached buffer: the client detaches before the change reaches the server.
+    prose_buffer(nvim, tmp_path, "pasted.txt")
+    nvim.lua("vim.api.nvim_buf_set_lines(0, 1, 2, false, {'pasted \\xff\\xfe bytes'})")
+    assert "UTF-8" in nvim.wait("return vim.b.infill_skipped", timeout_ms=5000)
+    nvim.wait("return require('infill.lsp').get_client(0) == nil", timeout_ms=5000)
+    nvim.lua("vim.wait(300)")  # longer than vim.lsp's didChange debounce
     prose_buffer(nvim, tmp_path, "after.txt")
     assert nvim.lua(SERVER_STATUS)["state"] == "ready"  # the server never saw the bad bytes and is still serving
     assert not [n for n in notes(nvim) if "Error in server" in n]

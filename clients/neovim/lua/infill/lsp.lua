@@ -30,6 +30,8 @@ local function notify_once(msg, level)
   end)
 end
 
+local watch_buffer -- defined below
+
 --- Attach only to real, named, reasonably sized, valid UTF-8 files; one server for all of them.
 local function root_dir(bufnr, on_dir)
   local ok, why = util.buffer_eligible(bufnr, config.current.max_buffer_bytes)
@@ -38,6 +40,7 @@ local function root_dir(bufnr, on_dir)
     return
   end
   vim.b[bufnr].infill_skipped = nil
+  watch_buffer(bufnr) -- before vim.lsp attaches, so our line callback runs ahead of its didChange
   on_dir(vim.fs.root(bufnr, { '.git' }) or vim.fn.getcwd())
 end
 
@@ -191,8 +194,60 @@ function M.telemetry(client, payload)
   client:notify('infill/telemetry', payload)
 end
 
+local watched = {} ---@type table<integer, boolean>
+
+--- Detaches the infill client from `bufnr` for good (until it is reopened) and says why, once.
+local function detach(bufnr, why)
+  vim.b[bufnr].infill_skipped = why
+  for _, client in ipairs(vim.lsp.get_clients({ name = M.name, bufnr = bufnr })) do
+    vim.lsp.buf_detach_client(bufnr, client.id) -- drops the pending didChange: the server never sees the bytes
+  end
+  notify_once(('infill: %s; stopped serving buffer %d'):format(why, bufnr), vim.log.levels.WARN)
+end
+
+--- Watches changed lines of a served buffer: invalid UTF-8 pasted in later detaches the server from it. Registered
+--- before vim.lsp attaches, this callback runs first, so the bytes never go out in a didChange.
+function watch_buffer(bufnr)
+  if watched[bufnr] then
+    return
+  end
+  watched[bufnr] = true
+  vim.api.nvim_buf_attach(bufnr, false, {
+    on_lines = function(_, buf, _, first, _, last_new)
+      if not watched[buf] then
+        return true -- stop watching
+      end
+      local text = table.concat(vim.api.nvim_buf_get_lines(buf, first, last_new, false), '\n')
+      if not util.is_utf8_text(text) then
+        watched[buf] = nil
+        if not pcall(detach, buf, 'buffer is not valid UTF-8') then
+          vim.schedule(function()
+            detach(buf, 'buffer is not valid UTF-8')
+          end)
+        end
+        return true
+      end
+    end,
+    on_detach = function(_, buf)
+      watched[buf] = nil
+    end,
+  })
+end
+
+local group = vim.api.nvim_create_augroup('infill.lsp', { clear = true })
+
+vim.api.nvim_create_autocmd('LspDetach', {
+  group = group,
+  callback = function(args)
+    local client = vim.lsp.get_client_by_id(args.data.client_id)
+    if client and client.name == M.name then
+      watched[args.buf] = nil
+    end
+  end,
+})
+
 vim.api.nvim_create_autocmd('VimLeavePre', {
-  group = vim.api.nvim_create_augroup('infill.lsp', { clear = true }),
+  group = group,
   callback = function()
     M.state.exiting = true
   end,
