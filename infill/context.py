@@ -64,6 +64,7 @@ class GapContext:
     in_comment: bool  # the gap sits in a comment or string: prose rules, not code rules
     is_prose: bool
     unit: str  # the enclosing syntactic unit (for logs), "lines" without a grammar
+    fence: tuple[int, int] | None = None  # code in a Markdown fence: the fence content's span (str indices)
 
     @property
     def is_code(self) -> bool:
@@ -127,16 +128,18 @@ class ContextBuilder:
         else:
             (prefix_start, suffix_end), unit = _line_window(text, first, last, prefix_budget, suffix_budget), "lines"
         in_comment = node is not None and _inside_inline_node(doc, _byte_offset(doc, first))
+        fence = None
         if is_prose and node is not None and _inside(node, ("fenced_code_block", "indented_code_block")):
             is_prose = False  # code in a Markdown fence follows code rules, of the fence's language if named
             language = _fence_language(node) or language
+            fence = _fence_content(doc, node)
         single = _single_line(mode, text, spans, line_before, line_after, node, is_prose, in_comment, language)
         unit_indent = _indent_unit(text, prefix_start, suffix_end, language)
         indent = _block_indent(text, line_start, line_before, unit_indent, language)
         return GapContext(language=language, prefix_start=prefix_start, suffix_end=suffix_end, single_line=single,
                           max_middle_tokens=self._middle_budget(mode, single, text, spans), indent=indent,
                           indent_unit=unit_indent, line_before=line_before, line_after=line_after,
-                          in_comment=in_comment, is_prose=is_prose, unit=unit)
+                          in_comment=in_comment, is_prose=is_prose, unit=unit, fence=fence)
 
     def _middle_budget(self, mode: str, single: bool, text: str, spans: list[tuple[int, int]]) -> int:
         s = self.settings
@@ -200,6 +203,19 @@ def _fence_language(node) -> str | None:
         return None
     words = info.text.decode("utf-8", "replace").split()
     return resolve_language(words[0]) if words else None
+
+
+def _fence_content(doc: DocumentSnapshot, node) -> tuple[int, int] | None:
+    while node is not None and node.type not in ("fenced_code_block", "indented_code_block"):
+        node = node.parent
+    if node is None:
+        return None
+    content = next((c for c in node.children if c.type == "code_fence_content"), None)
+    if node.type == "indented_code_block":
+        content = node
+    if content is None:
+        return None
+    return _char_index(doc, content.start_byte), _char_index(doc, content.end_byte)
 
 
 def _inside(node, types) -> bool:

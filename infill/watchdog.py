@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from .context import GapContext
-from .syntax import DocumentSnapshot, error_nodes, errors_inside
+from .syntax import DocumentSnapshot, ParsedDocument, error_nodes, errors_inside, load_language
 from .types import InfillError
 
 log = logging.getLogger(__name__)
@@ -102,6 +102,8 @@ class Watchdog:
                 return verdict
         if contexts[0].is_prose:
             return check_table_rows(middles, spans, doc.text) or OK
+        if s.check_syntax and contexts[0].fence is not None:
+            return check_fence_syntax(middles, spans, doc.text, contexts[0]) or OK
         if s.check_syntax and doc.has_grammar:
             return check_syntax(middles, spans, doc) or OK
         return OK
@@ -195,6 +197,16 @@ def check_syntax(middles: list[str], spans: list[tuple[int, int]], doc: Document
         if errors_inside(after_tree, start, end):
             return Verdict("syntax", "the fill itself does not parse")
     return None
+
+
+def check_fence_syntax(middles: list[str], spans: list[tuple[int, int]], text: str,
+                       ctx: GapContext) -> Verdict | None:
+    """Code in a Markdown fence is checked with the grammar of the fence's language (when there is one)."""
+    start, end = ctx.fence  # type: ignore[misc]
+    if load_language(ctx.language) is None or not all(start <= a <= b <= end for a, b in spans):
+        return None
+    code = ParsedDocument(ctx.language).update(text[start:end])
+    return check_syntax(middles, [(a - start, b - start) for a, b in spans], code)
 
 
 def _fill_byte_ranges(text: str, spans: list[tuple[int, int]], middles: list[str]) -> list[tuple[int, int]]:

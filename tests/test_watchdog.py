@@ -84,6 +84,13 @@ def test_syntax_check_per_language(language, source, good, bad):
     assert verdict.reason == "syntax", verdict
 
 
+def test_code_in_a_markdown_fence_is_checked_with_its_own_grammar():
+    source = "# Example\n\n```python\ndef f(x):\n    §\n```\n\nMore prose.\n"
+    assert judge(source, "markdown", "return x + 1").ok
+    assert judge(source, "markdown", "return (x +").reason == "syntax"
+    assert judge(source.replace("```python", "```"), "markdown", "return (x +").ok  # no language: no grammar
+
+
 def test_fill_that_completes_broken_code_passes():
     # Before the edit the call is unclosed (errors); a fill that closes it removes them.
     source = "x = compute(1, §\nprint(x)\n"
