@@ -58,6 +58,24 @@ def test_window_prefers_the_enclosing_class_when_it_fits():
     assert "def last" not in suffix
 
 
+@pytest.mark.parametrize("language,source,head,tail", [
+    ("javascript", "const a = 1;\nconst b = 2;\n\nfunction add(x, y) {\n  const s = x + y;\n  §\n}\n\n"
+     "function mul(x, y) {\n  return x * y;\n}\n", "function add(x, y) {\n", "}\n"),
+    ("go", "package main\n\nimport \"fmt\"\n\nfunc add(x, y int) int {\n\ts := x + y\n\t§\n}\n\n"
+     "func mul(x, y int) int {\n\treturn x * y\n}\n", "func add(x, y int) int {\n", "}\n"),
+    ("rust", "use std::fmt;\n\nfn add(x: i32, y: i32) -> i32 {\n    let s = x + y;\n    §\n}\n\n"
+     "fn mul(x: i32, y: i32) -> i32 {\n    x * y\n}\n", "fn add(x: i32, y: i32) -> i32 {\n", "}\n"),
+])
+def test_window_is_the_enclosing_function_when_only_it_fits(language, source, head, tail):
+    text, cursor = cut(source)
+    before = cursor - text.index(head)
+    after = text.index(tail, cursor) + len(tail) - cursor
+    settings = ContextSettings(prefix_tokens=int(before / 3.5) + 2, suffix_tokens=int(after / 3.5) + 2)
+    _, _, ctx = build(source, language, settings=settings)
+    assert text[ctx.prefix_start:cursor].startswith(head)
+    assert text[cursor:ctx.suffix_end].endswith(tail) and "mul" not in text[cursor:ctx.suffix_end]
+
+
 def test_window_takes_whole_statements_when_the_function_is_too_big():
     text, cursor, ctx = build(PY, "python", settings=ContextSettings(prefix_tokens=8, suffix_tokens=4))
     prefix = text[ctx.prefix_start:cursor]
