@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -70,19 +71,23 @@ class Watchdog:
         self.settings = settings or WatchdogSettings()
         self.counts: Counter[str] = Counter()
         self.checked = 0
+        self._lock = threading.Lock()  # requests are judged on several worker threads
 
     def record(self, verdict: Verdict, backend: str = "") -> Verdict:
         if not verdict.ok:
-            self.counts[verdict.reason] += 1  # type: ignore[index]
+            with self._lock:
+                self.counts[verdict.reason] += 1  # type: ignore[index]
             log.info("watchdog rejected a fill from %s: %s (%s)", backend or "?", verdict.reason, verdict.detail)
         return verdict
 
     def stats(self) -> dict:
-        return {"checked": self.checked, "rejected": dict(self.counts)}
+        with self._lock:
+            return {"checked": self.checked, "rejected": dict(self.counts)}
 
     def check(self, middles: list[str], spans: list[tuple[int, int]], doc: DocumentSnapshot,
               ctx: GapContext | list[GapContext], *, deadline: float | None = None, backend: str = "") -> Verdict:
-        self.checked += 1
+        with self._lock:
+            self.checked += 1
         return self.record(self.judge(middles, spans, doc, ctx, deadline=deadline), backend)
 
     def judge(self, middles: list[str], spans: list[tuple[int, int]], doc: DocumentSnapshot,
