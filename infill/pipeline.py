@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -146,6 +147,7 @@ class Pipeline:
         self.contexts = ContextBuilder(self._settings.context_settings())
         self.watchdog = Watchdog(self._settings.watchdog)
         self.routes: Counter[str] = Counter()
+        self._routes_lock = threading.Lock()
 
     @property
     def settings(self) -> PipelineSettings:
@@ -160,7 +162,9 @@ class Pipeline:
 
     def stats(self) -> dict:
         """Routes taken and watchdog rejections so far (for infill.status and benchmarks)."""
-        return {"routes": dict(self.routes), **self.watchdog.stats()}
+        with self._routes_lock:
+            routes = dict(self.routes)
+        return {"routes": routes, **self.watchdog.stats()}
 
     def forget(self, document_id: str) -> None:
         """Drop the cached syntax tree of a closed document."""
@@ -199,7 +203,8 @@ class Pipeline:
             out.rejections.append(("pipeline", "empty_prefix"))
         else:
             self._route(out, prep, cancel, deadline, on_draft)
-        self.routes[out.route] += 1
+        with self._routes_lock:
+            self.routes[out.route] += 1
         out.total_ms = (time.perf_counter() - t0) * 1000
         return out
 
