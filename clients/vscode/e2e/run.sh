@@ -93,6 +93,28 @@ code_server() {
     --extensions-dir "$RUN/ext" "$@"
 }
 
+start_code_server() {
+  PORT="$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+  log "start code-server on 127.0.0.1:$PORT"
+  (cd "$REPO" && PATH="$NODE24/bin:$PATH" exec "$CS/node_modules/.bin/code-server" --user-data-dir "$RUN/user" \
+    --extensions-dir "$RUN/ext" --auth none --bind-addr "127.0.0.1:$PORT" --disable-telemetry \
+    --disable-update-check --disable-workspace-trust --disable-getting-started-override "$RUN/ws" \
+    >> "$RUN/code-server.log" 2>&1) &
+  SERVER_PID=$!
+  trap 'kill "$SERVER_PID" 2>/dev/null || true' EXIT
+}
+
+stop_code_server() {
+  kill "$SERVER_PID" 2>/dev/null || true
+  wait "$SERVER_PID" 2>/dev/null || true
+}
+
+drive() {
+  mkdir -p "$SHOTS"
+  PLAYWRIGHT_CORE="$CS/node_modules/playwright-core" URL="http://127.0.0.1:$PORT/?folder=$RUN/ws" \
+    FILE="$RUN/ws/notes.txt" COMPLETION_LOG="$RUN/completions.jsonl" SHOTS="$SHOTS" "$NODE24/bin/node" "$1"
+}
+
 main() {
   local started=$SECONDS
   install_system_packages
@@ -102,19 +124,21 @@ main() {
   prepare_workspace
   log "install the extension into code-server"
   code_server --install-extension "$REPO/clients/vscode/infill-ls.vsix" >/dev/null
-  local port
-  port="$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-  log "start code-server on 127.0.0.1:$port"
-  (cd "$REPO" && PATH="$NODE24/bin:$PATH" exec "$CS/node_modules/.bin/code-server" --user-data-dir "$RUN/user" \
-    --extensions-dir "$RUN/ext" --auth none --bind-addr "127.0.0.1:$port" --disable-telemetry \
-    --disable-update-check --disable-workspace-trust --disable-getting-started-override "$RUN/ws" \
-    > "$RUN/code-server.log" 2>&1) &
-  SERVER_PID=$!
-  trap 'kill "$SERVER_PID" 2>/dev/null || true' EXIT
-  mkdir -p "$SHOTS"
+  start_code_server
   log "drive VS Code in headless Chromium"
-  PLAYWRIGHT_CORE="$CS/node_modules/playwright-core" URL="http://127.0.0.1:$port/?folder=$RUN/ws" \
-    FILE="$RUN/ws/notes.txt" COMPLETION_LOG="$RUN/completions.jsonl" SHOTS="$SHOTS" "$NODE24/bin/node" "$REPO/clients/vscode/e2e/drive.cjs"
+  drive "$REPO/clients/vscode/e2e/drive.cjs"
+  stop_code_server
+  log "again with a server command that does not exist"
+  "$PY" - "$RUN/user/User/settings.json" <<'PYEOF'
+import json, sys
+path = sys.argv[1]
+settings = json.load(open(path))
+settings["infill.server.pythonPath"] = "/nonexistent/python"
+json.dump(settings, open(path, "w"), indent=2)
+PYEOF
+  start_code_server
+  drive "$REPO/clients/vscode/e2e/offline.cjs"
+  stop_code_server
   log "passed in $((SECONDS - started)) s"
 }
 

@@ -3,7 +3,7 @@ import * as vscode from 'vscode';
 import { DidChangeConfigurationNotification, LanguageClient, State, WorkDoneProgress } from 'vscode-languageclient/node';
 import { STATUS_CHANGED, createClient } from './client';
 import { Host, registerCommands } from './commands';
-import { needsRestart, serverSettings } from './settings';
+import { isExecutable, needsRestart, serverCommand, serverSettings } from './settings';
 import { ServerStatus, StatusItem } from './status';
 
 let client: LanguageClient | undefined;
@@ -22,8 +22,25 @@ function followProgress(c: LanguageClient, status: StatusItem): void {
   });
 }
 
+async function reportStartFailure(output: vscode.LogOutputChannel, status: StatusItem, message: string): Promise<void> {
+  output.error(`could not start infill-ls: ${message}`);
+  status.offline(message);
+  const pick = await vscode.window.showErrorMessage(
+    `infill: could not start the server (${message}). Set "infill.server.command" or "infill.server.pythonPath".`,
+    'Open Settings',
+  );
+  if (pick) {
+    void vscode.commands.executeCommand('workbench.action.openSettings', 'infill.server');
+  }
+}
+
 async function start(output: vscode.LogOutputChannel, status: StatusItem): Promise<void> {
   status.starting();
+  const { command } = serverCommand();
+  if (!isExecutable(command)) {
+    // Checked here so the user gets one message, not ours plus the language client's connection error.
+    return reportStartFailure(output, status, `${command} not found or not executable`);
+  }
   const c = createClient(output, () => client);
   client = c;
   c.onDidChangeState((e) => {
@@ -34,17 +51,7 @@ async function start(output: vscode.LogOutputChannel, status: StatusItem): Promi
   try {
     await c.start();
   } catch (err) {
-    const message = err instanceof Error ? err.message : String(err);
-    output.appendLine(`could not start infill-ls: ${message}`);
-    status.offline(message);
-    const pick = await vscode.window.showErrorMessage(
-      `infill: could not start the server (${message}). Set "infill.server.command" or "infill.server.pythonPath".`,
-      'Open Settings',
-    );
-    if (pick) {
-      void vscode.commands.executeCommand('workbench.action.openSettings', 'infill.server');
-    }
-    return;
+    return reportStartFailure(output, status, err instanceof Error ? err.message : String(err));
   }
   c.onNotification(STATUS_CHANGED, (s: ServerStatus) => status.update(s));
   followProgress(c, status);

@@ -1,4 +1,6 @@
 // Reads the `infill.*` settings: how to start the server, and the settings object the server understands.
+import * as fs from 'node:fs';
+import * as path from 'node:path';
 import * as vscode from 'vscode';
 
 /** The keys of the server's settings (initializationOptions and workspace/configuration section "infill"). */
@@ -53,4 +55,24 @@ export function serverCommand(config = vscode.workspace.getConfiguration('infill
 /** Whether a configuration change needs a server restart (rather than a settings push). */
 export function needsRestart(event: vscode.ConfigurationChangeEvent): boolean {
   return event.affectsConfiguration('infill.server');
+}
+
+/** Whether `command` names an executable file (absolute/relative path, or found on PATH). */
+export function isExecutable(command: string): boolean {
+  const runnable = (file: string): boolean => {
+    try {
+      fs.accessSync(file, fs.constants.X_OK);
+      return fs.statSync(file).isFile();
+    } catch {
+      return false;
+    }
+  };
+  if (command.includes('/') || command.includes('\\')) {
+    return runnable(command);
+  }
+  const exts = process.platform === 'win32' ? (process.env.PATHEXT ?? '.EXE;.CMD;.BAT').split(';') : [''];
+  return (process.env.PATH ?? '')
+    .split(path.delimiter)
+    .filter((dir) => dir !== '')
+    .some((dir) => exts.some((ext) => runnable(path.join(dir, command + ext))));
 }
