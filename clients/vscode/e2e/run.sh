@@ -2,7 +2,8 @@
 # End-to-end test of the VS Code extension in a real VS Code: code-server (Node 24) in headless Chromium, driven by
 # playwright-core, against the real infill-ls with a tiny random-weight DiffusionGemma. Opens a file, types, waits
 # for the inline suggestion, accepts it with Tab, checks the saved text and the accept telemetry the server logged,
-# runs "Infill: Fill Gap" on a selection from the command palette, and saves screenshots to docs/img/.
+# runs "Infill: Fill Gap" on a selection from the command palette; then, with a server command that does not exist,
+# checks for "infill: offline" and exactly one error message. Screenshots go to docs/img/.
 # Logs of a run (code-server, infill-ls, a failure screenshot) are in $INFILL_E2E_CACHE/run/.
 #
 #   bash clients/vscode/e2e/run.sh            # first run installs what it needs (a few minutes), later runs ~1-2 min
