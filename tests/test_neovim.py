@@ -87,6 +87,7 @@ def test_ghost_text_appears_after_typing_and_accept_inserts_exactly_it(nvim, tmp
     assert nvim.lua(CURSOR) == [2 + len(expected) - 1, len(expected[-1].encode())]
     after = nvim.lua(SERVER_STATUS)["telemetry"]
     assert after["accepted_full"] == before["accepted_full"] + 1
+    assert after["accepted_chars"] == before["accepted_chars"] + len(ghost)  # characters, as the protocol says
     assert after["shown"] > before["shown"]
 
 

@@ -11,7 +11,7 @@ function M.check()
   end
 
   health.start('infill: server')
-  local ok_cfg, config = pcall(require, 'infill.config')
+  local config = require('infill.config')
   local lsp = require('infill.lsp')
   local cmd = config.command()
   if vim.fn.executable(cmd[1]) == 1 then
@@ -22,7 +22,7 @@ function M.check()
       'require("infill").setup{ cmd = { "/path/to/python", "-m", "infill.cli", "--stdio" } }',
     })
   end
-  if not ok_cfg or not lsp.state.enabled then
+  if not lsp.state.enabled then
     health.warn('require("infill").setup{} has not started the client' .. (lsp.state.start_error and (': ' .. lsp.state.start_error) or ''))
   end
   if lsp.state.gave_up then

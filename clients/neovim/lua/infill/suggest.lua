@@ -16,7 +16,7 @@ M.stats = { requests = 0, shown = 0, stale = 0, accepted = 0 }
 
 ---@class infill.Item
 ---@field text string         what to insert at the anchor
----@field total integer       length of the whole suggestion (for telemetry)
+---@field total integer       length of the whole suggestion in characters (for telemetry)
 ---@field replace_col integer|nil  end column (anchor row) of text after the cursor the item replaces
 ---@field command table|nil
 ---@field id any
@@ -162,7 +162,7 @@ local function parse_items(result, bufnr, row, col, encoding)
       end
       if text and text ~= '' then
         local id = it.itemId or (type(it.data) == 'table' and it.data.itemId) or #items + 1
-        items[#items + 1] = { text = text, total = #insert, replace_col = replace_col, command = it.command, id = id }
+        items[#items + 1] = { text = text, total = vim.fn.strchars(insert), replace_col = replace_col, command = it.command, id = id }
       end
     end
   end
@@ -309,7 +309,8 @@ function M.accept(how)
   ghost.clear(s.bufnr)
   insert_at_cursor(s.bufnr, piece, replace_to)
   M.stats.accepted = M.stats.accepted + 1
-  local accepted_chars = #item.text - #rest + #piece
+  local chars = vim.fn.strchars
+  local accepted_chars = chars(item.text) - chars(rest) + chars(piece) -- characters, not bytes
   telemetry(s.client_id, s.bufnr, 'accepted', {
     itemId = item.id,
     acceptedChars = accepted_chars,
