@@ -120,7 +120,7 @@ async function main() {
         .map((l) => JSON.parse(l)).filter((r) => r.type === 'telemetry') : [];
     }
     const accepted = events.find((e) => e.event === 'accepted');
-    if (!accepted || accepted.acceptedChars !== ghost.length || accepted.partial !== false) {
+    if (!accepted || accepted.acceptedChars !== [...ghost].length || accepted.partial !== false) {
       throw new Error(`no matching accepted telemetry in ${LOG}: ${JSON.stringify(events)}`);
     }
     log(`PASS: server received telemetry ${JSON.stringify(accepted)}`);

@@ -52,7 +52,7 @@ function inlineMiddleware(getClient: () => LanguageClient | undefined): Middlewa
         uri: document.uri.toString(),
         version: document.version,
         itemId: `vscode-${nextItemId++}`,
-        totalChars: text.length,
+        totalChars: [...text].length, // characters (code points), as the Neovim client counts them
       };
       item.command = { command: ACCEPTED_COMMAND, title: 'infill: accepted', arguments: [args] };
       void getClient()?.sendNotification(TELEMETRY, { event: 'shown', ...args });
