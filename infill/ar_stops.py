@@ -26,6 +26,12 @@ _CLOSERS_AND_SEPARATORS = set(",;:.!?)]}")
 _PAIRS = {"(": ")", "[": "]", "{": "}"}
 
 
+def _opens_quote(text: str, i: int) -> bool:
+    """A string starts here; an apostrophe after a letter (`don't`, `It's`) does not start one."""
+    ch = text[i]
+    return ch in "\"`" or (ch == "'" and (i == 0 or not text[i - 1].isalnum()))
+
+
 def _unbalanced_index(text: str, closer: str) -> int | None:
     """Index of the first `closer` outside brackets and strings opened within `text`, if any."""
     stack: list[str] = []
@@ -34,7 +40,7 @@ def _unbalanced_index(text: str, closer: str) -> int | None:
         if quote:
             if ch == quote and (i == 0 or text[i - 1] != "\\"):
                 quote = ""
-        elif ch in "\"'`":
+        elif _opens_quote(text, i):
             quote = ch
         elif ch in _PAIRS:
             stack.append(_PAIRS[ch])
@@ -55,7 +61,7 @@ def _first_line_end(text: str) -> tuple[str, bool]:
         elif quote:
             if ch == quote and text[i - 1] != "\\":
                 quote = ""
-        elif ch in "\"'":
+        elif _opens_quote(text, i):
             quote = ch
         elif ch in "([{":
             depth += 1
@@ -74,7 +80,7 @@ def trim_unfinished(text: str, shape: GapShape) -> str:
         if quote:
             if ch == quote and text[i - 1] != "\\":
                 quote = ""
-        elif ch in "\"'":
+        elif _opens_quote(text, i):
             quote = ch
         elif ch in "([{":
             depth += 1

@@ -103,7 +103,9 @@ def load_default_backend(device: str | None = None, dtype: str | None = None,
     if settings is not None and settings.num_threads:
         torch.set_num_threads(settings.num_threads)  # on a busy shared CPU one thread beats two oversubscribed
     log.info("loaded %s on %s/%s in %.1f s", LABEL, device, dtype, time.monotonic() - started)
-    return GemmaBackend(model, tokenizer, device=device, dtype=dtype, settings=settings or ARSettings())
+    backend = GemmaBackend(model, tokenizer, device=device, dtype=dtype, settings=settings or ARSettings())
+    backend.warm_up()
+    return backend
 
 
 class _DeadlineReached(Exception):
@@ -158,6 +160,14 @@ class GemmaBackend:
         return {"model": MODEL_ID, "package": package, "gguf_sha256": gguf_sha, "cache_format": CACHE_FORMAT,
                 "dtype": dtype, "decoding": "greedy", "prompt": "prefix-only",
                 "max_prompt_tokens": self.settings.max_prompt_tokens}
+
+    def warm_up(self) -> None:
+        """Pay one-time costs (kernel setup, the token-healing vocabulary) at load, not on the first keystroke."""
+        from transformers import DynamicCache
+
+        with self._lock:
+            self._vocab_texts()
+            self._forward(self._lines.encode("def main():\n    return 0\n"), DynamicCache())
 
     @property
     def info(self) -> BackendInfo:

@@ -335,3 +335,10 @@ def test_kv_store_is_bounded_in_bytes_and_evicts_the_least_recently_used():
     assert store.take("b") is None and store.take("a") is not None and len(store) == 2
     store.put("huge", KVEntry(list(range(100)), cache_of(100)))  # larger than the whole budget: not kept
     assert store.take("huge") is None
+
+
+def test_apostrophes_in_words_do_not_count_as_strings():
+    prose = gap_shape("Paris is ", "\n", single_line=True, language="markdown")
+    assert trim_unfinished("France's capital and it's big", prose) == "France's capital and it's big"
+    code = gap_shape("x = 1  # ", "\n", single_line=True, language="python")
+    assert cut_fill("don't touch\nnext", code) == ("don't touch", True)
