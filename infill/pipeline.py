@@ -6,8 +6,8 @@ positions before calling).
 
 Routing: the primary backend answers first. If its candidate is rejected by the watchdog, or it ran out of budget
 (cut_short) or failed (error), the fallback backend (if any) gets the remaining budget; if that fails too, nothing
-is shown. With a fallback and a deadline, the primary gets `primary_share` of the budget so a fallback still has
-time left.
+is shown. With a fallback and a deadline, the primary gets `primary_share` (0.6) of the budget so a fallback still
+has time left; without a fallback the primary gets the whole budget (an effective share of 1.0).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import math
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from .context import ContextBuilder, ContextSettings, GapContext, find_placeholders
@@ -42,7 +42,7 @@ class PipelineSettings:
     chars_per_token: float = 3.5
     single_line_tokens: int = 32  # middle budget of a single-line fill
     max_gap_tokens: int = 256  # middle budget ceiling for a "Fill gap" over a large selection
-    primary_share: float = 0.6  # share of a deadline the primary gets when a fallback is configured
+    primary_share: float = 0.6  # share of a deadline the primary gets when a fallback is configured (else 1.0)
     min_fallback_ms: float = 30.0  # a fallback is not started with less time than this left
     accept_cut_short: bool = False  # show a primary's best draft at its deadline (else: try the fallback)
     watchdog: WatchdogSettings = field(default_factory=WatchdogSettings)
@@ -80,6 +80,7 @@ class CompletionRequest:
     document_id: str | None = None
     version: int | None = None
     spans: tuple[tuple[int, int], ...] = ()
+    max_middle_tokens: int | None = None  # caps the context's middle budget (e.g. an API's max_tokens)
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,9 @@ class PipelineResult:
 
 
 def _spans(req: CompletionRequest) -> list[tuple[int, int]]:
+    cap = req.max_middle_tokens
+    if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
+        raise InfillError(f"max_middle_tokens must be a positive integer, got {cap!r}")
     if req.mode not in ("inline", "gap", "gaps"):
         raise InfillError(f"unknown completion mode {req.mode!r} (inline, gap or gaps)")
     if req.mode == "gaps":
@@ -166,6 +170,17 @@ class Pipeline:
             routes = dict(self.routes)
         return {"routes": routes, **self.watchdog.stats()}
 
+    def carry_counters_from(self, older: "Pipeline") -> None:
+        """Continue the counters of the pipeline this one replaces (a backend reload), so infill.status keeps
+        counting across reloads. Called before this pipeline serves anything."""
+        with older._routes_lock:
+            routes = Counter(older.routes)
+        stats = older.watchdog.stats()
+        with self._routes_lock:
+            self.routes.update(routes)
+        self.watchdog.counts.update(stats["rejected"])
+        self.watchdog.checked += stats["checked"]
+
     def forget(self, document_id: str) -> None:
         """Drop the cached syntax tree of a closed document."""
         self.contexts.forget(document_id)
@@ -175,6 +190,8 @@ class Pipeline:
         spans = _spans(req)
         doc = self.contexts.document(req.text, req.language, req.document_id)
         ctx = self.contexts.build(doc, spans, req.mode)
+        if req.max_middle_tokens is not None and req.max_middle_tokens < ctx.max_middle_tokens:
+            ctx = replace(ctx, max_middle_tokens=req.max_middle_tokens)
         # Several gaps each get their own line context (a table cell, a sentence) for cleaning and checks.
         gaps = [ctx] if len(spans) == 1 else [self.contexts.build(doc, [span], "gap") for span in spans]
         first, last = spans[0][0], spans[-1][1]

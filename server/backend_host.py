@@ -68,6 +68,13 @@ class BackendHost:
     def pipeline(self) -> Pipeline | None:
         return self._loaded.pipeline if self.ready and self._loaded else None
 
+    @property
+    def current_pipeline(self) -> Pipeline | None:
+        """The pipeline that will serve next, also while a reload is in progress (for document bookkeeping:
+        edits and closes must reach its syntax trees even when it serves nothing right now)."""
+        loaded = self._loaded
+        return loaded.pipeline if loaded else None
+
     # -- loading ---------------------------------------------------------------------------------------------------
     def load(self, settings: Settings) -> None:
         """Start loading the backend `settings` select, in a background thread."""
@@ -112,6 +119,8 @@ class BackendHost:
                 stale = backends
             else:
                 stale = self._loaded.backends if self._loaded else ()
+                if self._loaded is not None:
+                    pipeline.carry_counters_from(self._loaded.pipeline)
                 self._loaded = Loaded(pipeline, backends)
                 self.state, self.error = "ready", None
         # Close on the worker so a request still running on the old backend finishes first.

@@ -63,8 +63,11 @@ class InfillProtocol(LanguageServerProtocol):
             yield handler, (params,), None
 
     def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams):
-        self._server.scheduler.document_changed(params.text_document.uri)
-        self._server.documents.close(params.text_document.uri)
+        uri = params.text_document.uri
+        self._server.scheduler.document_changed(uri)
+        self._server.documents.close(uri)
+        if (pipeline := self._server.host.current_pipeline) is not None:
+            pipeline.forget(uri)  # its cached syntax tree
         if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CLOSE)) is not None:
             yield handler, (params,), None
 
@@ -121,8 +124,16 @@ class InfillServer(LanguageServer):
             "latencies": self.telemetry.latency_summary(), "telemetry": self.telemetry.summary(),
             "documents": len(self.documents), "running": self.scheduler.running, "modelBusy": self.host.busy,
             "version": __version__,
+            "pipeline": self._pipeline_stats(),
             "overhead": self.phases.summary(),
         }
+
+    def _pipeline_stats(self) -> dict[str, Any]:
+        """Routes taken and watchdog verdicts (checked, rejected per reason); kept across backend reloads."""
+        pipeline = self.host.current_pipeline
+        if pipeline is None:
+            return {"routes": {}, "checked": 0, "rejected": {}}
+        return pipeline.stats()
 
     def notify_status(self) -> None:
         self.protocol.notify(STATUS_CHANGED, self.status())

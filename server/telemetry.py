@@ -88,7 +88,7 @@ class Telemetry:
             "rejections": result.rejections if result else [],
             "versions": infill.versions if infill else {},
             "fills": fills,
-            "pipeline": result.to_log() if result is not None and hasattr(result, "to_log") else None,
+            "pipeline": result.to_log() if result is not None else None,
         })
 
     def append(self, record: dict) -> None:

@@ -26,6 +26,7 @@ class StutterBackend:
     def __init__(self, middle: str = "tent tent tent tent") -> None:
         self.middle = middle
         self.calls = 0
+        self.requests: list = []  # (request, deadline) of every call
 
     @property
     def info(self) -> BackendInfo:
@@ -33,6 +34,7 @@ class StutterBackend:
 
     def infill(self, request, *, cancel=None, deadline=None, on_draft=None) -> InfillResult:
         self.calls += 1
+        self.requests.append((request, deadline))
         return InfillResult(middles=(self.middle,) * request.gap_count, outcome="ok", backend="stutter")
 
     def close(self) -> None:
@@ -216,6 +218,46 @@ def test_settings_replaced_after_construction_apply_to_the_next_request():
     assert pipeline.complete(CompletionRequest(text, len(text), language="python")).max_middle_tokens == 64
     pipeline.settings = replace(pipeline.settings, max_middle_tokens=20)
     assert pipeline.complete(CompletionRequest(text, len(text), language="python")).max_middle_tokens == 20
+
+
+def test_request_max_middle_tokens_caps_the_context_budget():
+    backend = StutterBackend("2")
+    pipeline = Pipeline(backend)
+    text = "def f():\n    "
+    assert pipeline.complete(CompletionRequest(text, len(text), language="python", max_middle_tokens=5)) \
+        .max_middle_tokens == 5
+    assert backend.requests[-1][0].max_middle_tokens == 5  # what the backend was asked for
+    # A cap above the context's own budget leaves that budget.
+    assert pipeline.complete(CompletionRequest(text, len(text), language="python", max_middle_tokens=1000)) \
+        .max_middle_tokens == 64
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(InfillError):
+            pipeline.complete(CompletionRequest(text, len(text), max_middle_tokens=bad))
+
+
+def test_primary_gets_the_whole_budget_without_a_fallback_and_0_6_with_one():
+    alone, first, second = StutterBackend("2"), StutterBackend("2"), StutterBackend("2")
+    text = "x = 1\ny = "
+    request = CompletionRequest(text, len(text), language="python")
+    deadline = time.monotonic() + 10
+    Pipeline(alone).complete(request, deadline=deadline)
+    assert alone.requests[0][1] == deadline
+    Pipeline(first, fallback=second).complete(request, deadline=deadline)
+    share = (first.requests[0][1] - (deadline - 10)) / 10
+    assert 0.59 < share < 0.62 and second.calls == 0  # the primary answered; the fallback was not needed
+    assert PipelineSettings().primary_share == 0.6
+
+
+def test_counters_carry_over_to_a_replacement_pipeline():
+    old = Pipeline(StutterBackend())
+    old.complete(notes_request())
+    old.complete(CompletionRequest("   ", 1))  # nothing before the cursor: empty_prefix
+    new = Pipeline(StutterBackend("2"))
+    new.carry_counters_from(old)
+    assert new.stats() == old.stats() == {"routes": {"none": 2}, "checked": 1,
+                                          "rejected": {"repetition": 1, "empty_prefix": 1}}
+    new.complete(CompletionRequest("x = 1\ny = ", 10, language="python"))
+    assert new.stats()["routes"] == {"none": 2, "primary": 1} and new.stats()["checked"] == 2
 
 
 def test_bad_requests_are_refused_clearly():

@@ -272,9 +272,16 @@ async def test_telemetry_counted_and_logged(lsp, tmp_path):
     (completion,) = [r for r in records if r["type"] == "completion"]
     assert completion["uri"] == uri and completion["version"] == 1 and "denoise" in completion["latency_ms"]
     assert completion["versions"].get("model")
+    pipeline = completion["pipeline"]  # PipelineResult.to_log(): how the pipeline got there
+    assert pipeline["route"] == completion["route"] and pipeline["language"] == "plaintext"
+    assert pipeline["context_ms"] >= 0 and pipeline["max_middle_tokens"] > 0 and "costs_ms" in pipeline
+    counters = (await status(lsp))["pipeline"]  # routes and watchdog verdicts
+    assert sum(counters["routes"].values()) >= 1 and counters["checked"] >= 0
+    assert all(isinstance(n, int) for n in counters["rejected"].values())
 
 
 async def test_bad_model_puts_server_in_error_state_and_it_recovers(lsp, tiny_checkpoint):
+    counters = (await status(lsp))["pipeline"]
     lsp.set_configuration({**CONFIG, "model": "/nonexistent/checkpoint"}, section="infill")
     lsp.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
     failed = await wait_ready(lsp, timeout=60, state="error")
@@ -288,4 +295,6 @@ async def test_bad_model_puts_server_in_error_state_and_it_recovers(lsp, tiny_ch
     assert time.monotonic() - started < 1.0  # empty at once, no model
     lsp.set_configuration({**CONFIG, "model": str(tiny_checkpoint)}, section="infill")
     lsp.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
-    assert (await wait_ready(lsp, timeout=60))["state"] == "ready"
+    recovered = await wait_ready(lsp, timeout=60)
+    assert recovered["state"] == "ready"
+    assert recovered["pipeline"] == counters  # the reloaded pipeline continues the old one's counters

@@ -156,3 +156,71 @@ def test_oversized_document_is_kept_as_a_length_until_a_full_change_shrinks_it()
     assert doc.oversized
     doc.apply(types.TextDocumentContentChangeWholeDocument(text="small\n"))
     assert not doc.oversized and doc.text == "small\n"
+
+
+def _refused_remote():
+    """A real RemoteBackend aimed at a local port nothing listens on (every request fails at once)."""
+    import socket
+
+    from infill.remote import RemoteBackend
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return RemoteBackend(f"http://127.0.0.1:{port}/v1", model="none", timeout_s=2.0, connect_timeout_s=1.0)
+
+
+def _wait(predicate, timeout: float = 10.0) -> None:
+    import time
+
+    end = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.01)
+
+
+def test_reload_carries_the_pipeline_counters_over():
+    from infill.pipeline import CompletionRequest
+    from server.backend_host import BackendHost
+
+    host = BackendHost(lambda *event: None, opener=lambda spec, progress: _refused_remote())
+    try:
+        host.load(Settings())
+        _wait(lambda: host.ready)
+        first = host.pipeline
+        first.complete(CompletionRequest("Some words to go on", 19))
+        stats = first.stats()
+        assert stats["rejected"] == {"backend_error": 1} and stats["routes"] == {"none": 1}
+        host.load(Settings(remote_endpoint="http://127.0.0.1:9/v1"))
+        _wait(lambda: host.ready and host.pipeline is not first)
+        assert host.pipeline.stats() == stats
+    finally:
+        host.close()
+
+
+def _notify(server, method: str, params) -> None:
+    """Deliver a text-sync notification the way pygls does: our protocol override, then the feature handler."""
+    for _ in getattr(server.protocol, method)(params):
+        pass
+
+
+def test_did_close_drops_the_pipelines_syntax_tree():
+    from infill.pipeline import CompletionRequest, Pipeline
+    from server.backend_host import Loaded
+    from server.main import create_server
+
+    server = create_server(Settings(debounce_ms=0))
+    backend = _refused_remote()
+    pipeline = Pipeline(backend)
+    server.host._loaded = Loaded(pipeline, (backend,))
+    server.host.state = "ready"
+    uri, text = "file:///closed.py", "def f():\n    return 1\n"
+    _notify(server, "lsp_text_document__did_open", types.DidOpenTextDocumentParams(
+        text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
+    pipeline.prepare(CompletionRequest(text, 9, document_id=uri, language="python", version=1))
+    assert [key[0] for key in pipeline.contexts._documents] == [uri]
+    _notify(server, "lsp_text_document__did_close",
+            types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
+    assert not pipeline.contexts._documents and server.documents.get(uri) is None
+    assert server.status()["pipeline"] == {"routes": {}, "checked": 0, "rejected": {}}
+    server.host.close()
