@@ -90,7 +90,9 @@ def _backend_section(label: str, target: dict, figures: dict, meta: dict) -> lis
         lines += [f"**Failed to open:** {target['open_error']}", ""]
     else:
         lines += [f"- engine: {target.get('name')} (kind {target.get('kind')}, model `{target.get('model')}`, "
-                  f"{target.get('device')}, {target.get('dtype')}), loaded in {target.get('load_seconds')} s"]
+                  f"{target.get('device')}, {target.get('dtype')}), "
+                  + ("the same instance as an earlier backend" if target.get("shared_engine")
+                     else f"loaded in {target.get('load_seconds')} s")]
         if target.get("fallback"):
             lines += [f"- fallback: {target['fallback']}"]
         if target.get("kind") == "remote":

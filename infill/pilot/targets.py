@@ -134,6 +134,7 @@ class OpenedTarget:
     open_error: str | None
     load_seconds: float
     caveat: str | None
+    shared: bool = False  # the primary engine was already open for an earlier backend
 
     def describe(self) -> dict:
         """Backend identity for the report: name, kind, model, device, dtype of the primary (and fallback)."""
@@ -142,7 +143,7 @@ class OpenedTarget:
         info = self.pipeline.backend.info
         out = {"label": self.spec.label, "engine": self.spec.engine, "name": info.name, "kind": info.kind,
                "model": info.model, "device": info.device, "dtype": info.dtype, "is_fallback": info.is_fallback,
-               "load_seconds": round(self.load_seconds, 2), "caveat": self.caveat}
+               "load_seconds": round(self.load_seconds, 2), "shared_engine": self.shared, "caveat": self.caveat}
         if self.pipeline.fallback is not None:
             out["fallback"] = self.pipeline.fallback.info.name
         return out
@@ -166,6 +167,7 @@ class TargetPool:
 
     def open(self, spec: TargetSpec) -> OpenedTarget:
         started = time.perf_counter()
+        shared = spec.engine_key in self._engines
         try:
             primary = self._engine(spec)
             fallback = self._engine(TargetSpec("ar", "ar")) if spec.fallback else None
@@ -173,7 +175,8 @@ class TargetPool:
             return OpenedTarget(spec, None, f"{type(exc).__name__}: {exc}", time.perf_counter() - started,
                                 quality_caveat(spec))
         pipeline = Pipeline(primary, fallback=fallback, settings=self.settings)
-        return OpenedTarget(spec, RawPipeline(pipeline) if spec.raw else pipeline, None, time.perf_counter() - started, quality_caveat(spec))
+        return OpenedTarget(spec, RawPipeline(pipeline) if spec.raw else pipeline, None,
+                            time.perf_counter() - started, quality_caveat(spec), shared)
 
     def close(self) -> None:
         with self._lock:
