@@ -222,6 +222,10 @@ def test_ctrl_c_keeps_partial_results(tree, tmp_path, tiny_engine):
     attempts = read_jsonl(out / "attempts.jsonl")
     assert 0 < len(attempts) < len(holes)
     assert read_jsonl(out / "cells.jsonl")[-1]["stopped_by"] == "interrupted"
+    # Every worker has stopped: nothing more arrives after the run returned.
+    time.sleep(0.5)
+    assert len(read_jsonl(out / "attempts.jsonl")) == len(attempts)
+    assert not [t for t in threading.enumerate() if t.name.startswith("pilot-") and t.is_alive()]
 
 
 def test_raw_variant_shows_what_the_watchdog_would_have_held_back(tree, tmp_path, tiny_engine):

@@ -55,6 +55,8 @@ class JsonlWriter:
     def write(self, record: dict) -> None:
         line = json.dumps(record, ensure_ascii=False)
         with self._lock:
+            if self._file.closed:  # a worker left behind after its grace time: the run is over
+                return
             self._file.write(line + "\n")
             self._file.flush()
 
@@ -109,6 +111,8 @@ class _Cell:
         self._in_flight: set[CancelToken] = set()
         self.stop_reason: str | None = None
         self.done = self.errors = 0
+        self._live_workers = 0
+        self._finished = threading.Event()  # set by the last worker to leave
 
     def _next(self) -> Hole | None:
         with self._queue_lock:
@@ -124,6 +128,15 @@ class _Cell:
             token.cancel(f"pilot stopped: {reason}")
 
     def _worker(self) -> None:
+        try:
+            self._work()
+        finally:
+            with self._queue_lock:
+                self._live_workers -= 1
+                if self._live_workers <= 0:
+                    self._finished.set()
+
+    def _work(self) -> None:
         assert self.target.pipeline is not None
         while (hole := self._next()) is not None:
             token = CancelToken()
@@ -169,14 +182,15 @@ class _Cell:
         workers = [threading.Thread(target=self._worker, daemon=True, name=f"pilot-{self.index}-{i}")
                    for i in range(self.concurrency)]
         started = time.monotonic()
-        for worker in workers:
-            worker.start()
+        self._live_workers = len(workers)
         interrupted = False
         stopped_at: float | None = None
+        # Waiting on an Event, not Thread.join: on Python 3.11 a Ctrl-C landing inside join() can mark a thread
+        # that is still running as stopped, and it would then write after the files are closed.
         try:
-            while any(w.is_alive() for w in workers):
-                for worker in workers:
-                    worker.join(JOIN_POLL_S / len(workers))
+            for worker in workers:
+                worker.start()
+            while not self._finished.wait(JOIN_POLL_S):
                 now = time.monotonic()
                 if now - started > cell_seconds and stopped_at is None:
                     self.stop("time cap")
@@ -187,9 +201,7 @@ class _Cell:
         except KeyboardInterrupt:
             interrupted = True
             self.stop("interrupted")
-            grace_end = time.monotonic() + CANCEL_GRACE_S
-            for worker in workers:
-                worker.join(max(0.0, grace_end - time.monotonic()))
+            self._finished.wait(CANCEL_GRACE_S)
         wall = time.monotonic() - started
         progress.update(label, self.done, len(self.holes), self.errors, wall, final=True)
         record = self._record(wall, "interrupted" if interrupted else (self.stop_reason or "done"))
