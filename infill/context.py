@@ -14,7 +14,8 @@ import threading
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
-from .syntax import INDENT_LANGUAGES, PROSE_LANGUAGES, DocumentSnapshot, ParsedDocument, resolve_language
+from .syntax import (INDENT_LANGUAGES, PROSE_LANGUAGES, DocumentSnapshot, NotedEdit, ParsedDocument,
+                     resolve_language)
 from .types import InfillError
 
 # Nodes whose children sit one per line (call arguments, literals): an empty line there gets one more element.
@@ -27,6 +28,9 @@ _IN_LINE_NODES = ("comment", "string", "template_string", "line_comment", "block
                   "interpreted_string_literal", "string_content", "string_literal")
 _OPENERS = ("{", "(", "[", "=>")
 _PY_BLOCK = re.compile(r"(async\s+)?(def|class|if|elif|else|for|while|with|try|except|finally|match|case)\b")
+# Tabs, and every character str.splitlines() splits at or str.strip() strips besides " " and "\n".
+_UNUSUAL_SPACE = re.compile("[\t\r\x0b\x0c\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
+_LEADING_SPACES = re.compile(r"^ *(?=[^ \n])", re.M)  # the indentation of each non-blank line
 _PLACEHOLDER = re.compile(r"\[\[[^\[\]\n]*\]\]|\{\{[^{}\n]*\}\}|_{3,}")
 
 
@@ -93,10 +97,14 @@ class ContextBuilder:
         self.settings = settings or ContextSettings()
         self.max_documents = max_documents
         self._documents: OrderedDict[tuple[str, str | None], ParsedDocument] = OrderedDict()
-        self._lock = threading.Lock()  # requests arrive on worker threads; parsers and trees are not shared
+        # Guards the index only (held for dict operations); each document's own lock serialises its parses, so
+        # an edit noted from the event loop never waits for a parse running on a worker thread.
+        self._lock = threading.Lock()
 
-    def document(self, text: str, language: str | None, document_id: str | None) -> DocumentSnapshot:
-        """A snapshot of this text parsed: the cached tree re-parsed incrementally, or a fresh parse."""
+    def document(self, text: str, language: str | None, document_id: str | None,
+                 version: int | None = None) -> DocumentSnapshot:
+        """A snapshot of this text parsed: the cached tree re-parsed incrementally (from the noted edits up to
+        `version`, or by comparing texts), or a fresh parse."""
         key = resolve_language(language, document_id)
         if document_id is None:
             return ParsedDocument(key).update(text)
@@ -105,7 +113,21 @@ class ContextBuilder:
             self._documents[(document_id, key)] = doc
             while len(self._documents) > self.max_documents:
                 self._documents.popitem(last=False)
-            return doc.update(text)
+        with doc.lock:
+            return doc.update(text, version)
+
+    def note_edit(self, document_id: str, start: int, old_end: int, new_text: str,
+                  version: int | None = None) -> None:
+        """The editor changed text[start:old_end] (str offsets, before this change) to `new_text`. O(1): the
+        tree is brought up to date only when a context is next built. Unknown documents are ignored (their
+        first request parses them whole)."""
+        if start < 0 or old_end < start:
+            raise InfillError(f"edit {start}..{old_end} is not a range")
+        note = NotedEdit(start, old_end, new_text, version)
+        with self._lock:
+            docs = [doc for (doc_id, _), doc in self._documents.items() if doc_id == document_id]
+        for doc in docs:
+            doc.note_edit(note)
 
     def forget(self, document_id: str) -> None:
         with self._lock:
@@ -131,7 +153,7 @@ class ContextBuilder:
         fence = None
         if is_prose and node is not None and _inside(node, ("fenced_code_block", "indented_code_block")):
             is_prose = False  # code in a Markdown fence follows code rules, of the fence's language if named
-            language = _fence_language(node) or language
+            language = _fence_language(doc, node) or language
             fence = _fence_content(doc, node)
         single = _single_line(mode, text, spans, line_before, line_after, node, is_prose, in_comment, language)
         unit_indent = _indent_unit(text, prefix_start, suffix_end, language)
@@ -163,11 +185,11 @@ def _looks_like_prose(line: str) -> bool:
 
 
 def _byte_offset(doc: DocumentSnapshot, index: int) -> int:
-    return index if len(doc.data) == len(doc.text) else len(doc.text[:index].encode("utf-8"))
+    return index if doc.is_ascii else len(doc.text[:index].encode("utf-8"))
 
 
 def _char_index(doc: DocumentSnapshot, offset: int) -> int:
-    return offset if len(doc.data) == len(doc.text) else len(doc.data[:offset].decode("utf-8", "ignore"))
+    return offset if doc.is_ascii else len(doc.data[:offset].decode("utf-8", "ignore"))
 
 
 def _node_at(doc: DocumentSnapshot, index: int):
@@ -187,21 +209,21 @@ def _inside_inline_node(doc: DocumentSnapshot, offset: int) -> bool:
             if node.type in _IN_LINE_NODES and node.start_byte < offset:
                 if offset < node.end_byte:
                     return True
-                gap = doc.data[node.end_byte:offset]
+                gap = doc.byte_slice(node.end_byte, offset)
                 if "comment" in node.type and not gap.strip() and b"\n" not in gap \
-                        and not doc.data[node.start_byte:node.end_byte].endswith(b"*/"):
+                        and not doc.byte_slice(node.start_byte, node.end_byte).endswith(b"*/"):
                     return True
             node = node.parent
     return False
 
 
-def _fence_language(node) -> str | None:
+def _fence_language(doc: DocumentSnapshot, node) -> str | None:
     while node is not None and node.type != "fenced_code_block":
         node = node.parent
     info = next((c for c in node.children if c.type == "info_string"), None) if node is not None else None
-    if info is None or not info.text:
+    if info is None or info.end_byte <= info.start_byte:
         return None
-    words = info.text.decode("utf-8", "replace").split()
+    words = doc.byte_slice(info.start_byte, info.end_byte).decode("utf-8", "replace").split()
     return resolve_language(words[0]) if words else None
 
 
@@ -239,7 +261,7 @@ def _syntactic_window(doc: DocumentSnapshot, node, first: int, last: int, prefix
         if ancestor.parent is not None and unit == "document" and ancestor.end_byte - ancestor.start_byte > 1 \
                 and ancestor.is_named and ancestor.start_byte < begin:
             unit = ancestor.type
-        for child in ancestor.children:
+        for child in _children_near(ancestor, begin - prefix_budget, finish + suffix_budget):
             if child.start_byte <= begin:
                 starts.append(child.start_byte)
             if child.end_byte >= finish:
@@ -247,14 +269,34 @@ def _syntactic_window(doc: DocumentSnapshot, node, first: int, last: int, prefix
         ancestor = ancestor.parent
     text = doc.text
     # Only boundaries at line starts / line ends count: a window never begins or ends mid-line.
-    start_ok = [i for i in (_char_index(doc, b) for b in set(starts) if begin - b <= prefix_budget)
-                if text[text.rfind("\n", 0, i) + 1:i].strip() == ""]
-    end_ok = [i for i in (_char_index(doc, b) for b in set(ends) if b - finish <= suffix_budget)
-              if text[i:_line_end(text, i)].strip() == ""]
+    # The farthest candidate that passes is taken, so candidates are tried from the farthest on (byte offsets and
+    # str indices are in the same order).
+    start_ok = (i for i in (_char_index(doc, b) for b in sorted(set(starts)) if begin - b <= prefix_budget)
+                if text[text.rfind("\n", 0, i) + 1:i].strip() == "")
+    end_ok = (i for i in (_char_index(doc, b) for b in sorted(set(ends), reverse=True) if b - finish <= suffix_budget)
+              if text[i:_line_end(text, i)].strip() == "")
+    farthest_start, farthest_end = next(start_ok, None), next(end_ok, None)
     fallback = _line_window(text, first, last, prefix_budget, suffix_budget)
-    prefix_start = _snap_to_line_start(text, min(start_ok)) if start_ok else fallback[0]
-    suffix_end = _snap_to_line_end(text, max(end_ok)) if end_ok else fallback[1]
+    prefix_start = _snap_to_line_start(text, farthest_start) if farthest_start is not None else fallback[0]
+    suffix_end = _snap_to_line_end(text, farthest_end) if farthest_end is not None else fallback[1]
     return min(prefix_start, first), max(suffix_end, last), unit
+
+
+def _children_near(node, low: int, high: int):
+    """The children of `node` that can give a window boundary within budget: those ending after `low` and
+    starting at or before `high` (siblings are ordered and do not overlap). A module of thousands of top-level
+    definitions is not walked whole on every keystroke."""
+    if node.child_count <= 16:
+        yield from node.children
+        return
+    cursor = node.walk()
+    found = cursor.goto_first_child() if low <= 0 else cursor.goto_first_child_for_byte(low - 1) is not None
+    if not found:
+        return
+    while cursor.node.start_byte <= high:
+        yield cursor.node
+        if not cursor.goto_next_sibling():
+            return
 
 
 def _snap_to_line_start(text: str, index: int) -> int:
@@ -324,9 +366,17 @@ def _in_markdown_table(text: str, index: int) -> bool:
 
 def _indent_unit(text: str, start: int, end: int, language: str | None) -> str:
     """One indentation level as this part of the document writes it: a tab, or the commonest step in spaces."""
+    window = text[start:end]
+    if not _UNUSUAL_SPACE.search(window):
+        # Lines split at "\n" only and indented with spaces only: the same steps, counted at C speed.
+        widths = [len(spaces) for spaces in _LEADING_SPACES.findall(window)]
+        widths_up = Counter(b - a for a, b in zip([0, *widths], widths) if b > a)
+        if widths_up:
+            return " " * widths_up.most_common(1)[0][0]
+        return _default_indent(language)
     steps: Counter[str] = Counter()
     previous = 0
-    for line in text[start:end].splitlines():
+    for line in window.splitlines():
         if not line.strip():
             continue
         ws = line[: len(line) - len(line.lstrip())]
@@ -337,6 +387,10 @@ def _indent_unit(text: str, start: int, end: int, language: str | None) -> str:
         previous = len(ws.expandtabs(4))
     if steps:
         return steps.most_common(1)[0][0]
+    return _default_indent(language)
+
+
+def _default_indent(language: str | None) -> str:
     return "  " if language in ("javascript", "typescript", "typescriptreact", "json") else "    " \
         if language != "go" else "\t"
 

@@ -97,6 +97,7 @@ class PipelineResult:
     route: str = "primary"  # "primary", "fallback" or "none"
     rejections: list[tuple[str, str]] = field(default_factory=list)  # (backend name, reason)
     context_ms: float = 0.0
+    context_cpu_ms: float = 0.0  # the same in CPU time of the calling thread (not inflated by descheduling)
     total_ms: float = 0.0
     version: int | None = None
     costs: dict[str, float] = field(default_factory=dict)  # backend name -> ms spent in it
@@ -181,6 +182,14 @@ class Pipeline:
         self.watchdog.counts.update(stats["rejected"])
         self.watchdog.checked += stats["checked"]
 
+    def note_edit(self, document_id: str, start_offset: int, old_end_offset: int, new_text: str,
+                  version: int | None = None) -> None:
+        """The editor replaced text[start_offset:old_end_offset] (str offsets, before the change) with `new_text`,
+        making `version`. Cheap (nothing is parsed now): the next request for this document re-parses
+        incrementally from these edits instead of comparing whole texts. Callers that note edits must note every
+        edit of that document, in order."""
+        self.contexts.note_edit(document_id, start_offset, old_end_offset, new_text, version)
+
     def forget(self, document_id: str) -> None:
         """Drop the cached syntax tree of a closed document."""
         self.contexts.forget(document_id)
@@ -188,7 +197,7 @@ class Pipeline:
     def prepare(self, req: CompletionRequest) -> "Prepared":
         """Context for a request: the backend request, the gap spans, the parsed document, the gap context(s)."""
         spans = _spans(req)
-        doc = self.contexts.document(req.text, req.language, req.document_id)
+        doc = self.contexts.document(req.text, req.language, req.document_id, req.version)
         ctx = self.contexts.build(doc, spans, req.mode)
         if req.max_middle_tokens is not None and req.max_middle_tokens < ctx.max_middle_tokens:
             ctx = replace(ctx, max_middle_tokens=req.max_middle_tokens)
@@ -208,10 +217,11 @@ class Pipeline:
 
     def complete(self, req: CompletionRequest, *, cancel: CancelToken | None = None, deadline: float | None = None,
                  on_draft: DraftCallback | None = None) -> PipelineResult:
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.thread_time()
         prep = self.prepare(req)
         ctx = prep.ctx
         out = PipelineResult(fills=[], result=None, route="none", context_ms=(time.perf_counter() - t0) * 1000,
+                             context_cpu_ms=(time.thread_time() - cpu0) * 1000,
                              version=req.version, single_line=ctx.single_line,
                              max_middle_tokens=ctx.max_middle_tokens, language=ctx.language,
                              context_unit=ctx.unit)

@@ -9,8 +9,9 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import threading
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,7 @@ _EXTENSIONS = {
     ".jsx": "javascript", ".ts": "typescript", ".mts": "typescript", ".cts": "typescript", ".tsx": "typescriptreact",
     ".go": "go", ".rs": "rust", ".json": "json", ".jsonc": "json", ".md": "markdown", ".markdown": "markdown",
 }
+_READ_CHUNK = 16384  # bytes handed to tree-sitter per read of an ASCII document
 PROSE_LANGUAGES = frozenset({"markdown", "plaintext", "text"})
 # Languages whose blocks are delimited by indentation rather than braces.
 INDENT_LANGUAGES = frozenset({"python"})
@@ -132,16 +134,28 @@ def apply_edit(tree, old: bytes, new: bytes, edit: Edit) -> None:
 @dataclass(frozen=True)
 class DocumentSnapshot:
     """One version of a document and its tree, safe to read from any thread (trees are never edited in place
-    once published)."""
+    once published). `data` (the UTF-8 bytes) is made on first use: an ASCII document never needs it per
+    keystroke, since its byte offsets are its str offsets."""
 
     language: str | None
     text: str
-    data: bytes
     tree: object | None
 
     @property
     def has_grammar(self) -> bool:
         return self.tree is not None
+
+    @property
+    def is_ascii(self) -> bool:
+        return self.text.isascii()  # O(1): CPython flags ASCII strings when it makes them
+
+    @cached_property
+    def data(self) -> bytes:
+        return self.text.encode("utf-8")
+
+    def byte_slice(self, start: int, end: int) -> bytes:
+        """data[start:end] without encoding the whole document when it is ASCII."""
+        return self.text[start:end].encode("ascii") if self.is_ascii else self.data[start:end]
 
     def parse_variant(self, new_text: str):
         """Parse an edited copy (a candidate fill applied), incrementally from this tree, with a private parser."""
@@ -157,40 +171,147 @@ class DocumentSnapshot:
         return parser.parse(data, tree)
 
 
+@dataclass(frozen=True)
+class NotedEdit:
+    """One change the editor reported: text[start:old_end] became `new_text` (str offsets into the text as it
+    was just before this change), making document version `version` (None: unversioned)."""
+
+    start: int
+    old_end: int
+    new_text: str
+    version: int | None = None
+
+
+class ChangedRegion:
+    """Folds a run of noted edits into one changed region, with O(1) work per edit: old text = A + X + B and new
+    text = A + Y + B, with `start` = len(A), `old_end` = len(A + X), `new_end` = len(A + Y) (str offsets). One
+    tree.edit over that region makes the incremental parse give the same tree as a fresh one."""
+
+    def __init__(self, old_length: int) -> None:
+        self.old_length = old_length
+        self.length = old_length  # the text's length after the edits folded so far
+        self.start = self.old_end = self.new_end = -1  # no change yet
+
+    def add(self, edit: NotedEdit) -> None:
+        a, b, inserted = edit.start, edit.old_end, len(edit.new_text)
+        delta = inserted - (b - a)
+        if self.start < 0:
+            start, end = a, a + inserted
+        else:
+            mapped_end = self.new_end + delta if self.new_end >= b else (self.new_end if self.new_end <= a
+                                                                         else a + inserted)
+            start, end = min(self.start, a), max(mapped_end, a + inserted)
+        self.length += delta
+        self.start, self.new_end = start, end
+        self.old_end = self.old_length - (self.length - end)  # the unchanged tail B is as long in both texts
+
+
+def _point_at(text: str, index: int, ascii_text: bool) -> tuple[int, int]:
+    """Tree-sitter point (row, UTF-8 byte column) of a str index; rows end at "\n" only."""
+    line_start = text.rfind("\n", 0, index) + 1
+    column = index - line_start if ascii_text else len(text[line_start:index].encode("utf-8"))
+    return text.count("\n", 0, index), column
+
+
 class ParsedDocument:
-    """One document's latest text and syntax tree; `update` re-parses incrementally from the previous tree.
-    Not thread-safe: callers serialise `update` (the ContextBuilder holds a lock) and hand out snapshots."""
+    """One document's latest text and syntax tree. The editor's changes are noted as they arrive (`note_edit`,
+    O(1), any thread); `update` folds the notes up to the requested version into one tree.edit and re-parses
+    incrementally, only when a context is asked for. Without notes (callers that only pass whole texts) the
+    changed range is found by comparing the old and new text. `update` calls are serialised by the caller
+    (the ContextBuilder holds a per-document lock); notes have their own small lock so they never wait on a parse."""
 
     def __init__(self, language: str | None) -> None:
         self.language = language
         self.parser = new_parser(language)
-        self.data = b""
         self.tree = None
         self.text = ""
+        self.lock = threading.Lock()  # serialises update (held by the ContextBuilder)
+        self._notes: list[NotedEdit] = []
+        self._notes_lock = threading.Lock()
 
     @property
     def has_grammar(self) -> bool:
         return self.parser is not None
 
-    def update(self, text: str) -> "DocumentSnapshot":
-        if self.parser is None or (self.tree is not None and text == self.text):
+    def note_edit(self, edit: NotedEdit) -> None:
+        with self._notes_lock:
+            self._notes.append(edit)
+
+    def update(self, text: str, version: int | None = None) -> "DocumentSnapshot":
+        notes = self._take_notes(version)
+        if self.parser is None or (self.tree is not None and not notes and text == self.text):
             self.text = text
             return self.snapshot()
-        data = text.encode("utf-8")
         if self.tree is None:
-            self.tree = self.parser.parse(data)
+            self.tree = self._parse(text, None)
         else:
-            edit = diff_edit(self.data, data)
-            if edit is not None:
-                old = self.tree.copy()  # snapshots may still hold the previous tree: edit a copy
-                apply_edit(old, self.data, data, edit)
-                self.tree = self.parser.parse(data, old)
-        self.data, self.text = data, text
+            region = self._fold(notes, len(text))
+            old = self.tree.copy()  # snapshots may still hold the previous tree: edit a copy
+            if region is not None:
+                self._edit(old, text, region)
+            else:  # no usable notes: find the changed range by comparison
+                with self._notes_lock:
+                    self._notes.clear()  # later notes may be relative to another text than this one
+                old_data, data = self.text.encode("utf-8"), text.encode("utf-8")
+                edit = diff_edit(old_data, data)
+                if edit is None:
+                    self.text = text
+                    return self.snapshot()
+                apply_edit(old, old_data, data, edit)
+            self.tree = self._parse(text, old)
+        self.text = text
         return self.snapshot()
 
+    def _take_notes(self, version: int | None) -> list[NotedEdit]:
+        """The notes that lead up to `version` (all of them for an unversioned request); later ones stay."""
+        with self._notes_lock:
+            count = 0
+            for note in self._notes:
+                if version is not None and note.version is not None and note.version > version:
+                    break
+                count += 1
+            taken, self._notes = self._notes[:count], self._notes[count:]
+        return taken
+
+    def _fold(self, notes: list[NotedEdit], new_length: int) -> ChangedRegion | None:
+        if not notes:
+            return None
+        region = ChangedRegion(len(self.text))
+        for note in notes:
+            if not 0 <= note.start <= note.old_end <= region.length:
+                log.debug("edit %s..%s outside the noted text; comparing texts instead", note.start, note.old_end)
+                return None
+            region.add(note)
+        if region.length != new_length:  # an edit was missed: the notes do not lead to this text
+            log.debug("noted edits give %d chars, the text has %d; comparing texts instead", region.length,
+                      new_length)
+            return None
+        return region
+
+    def _edit(self, tree, text: str, region: ChangedRegion) -> None:
+        old, ascii_old, ascii_new = self.text, self.text.isascii(), text.isascii()
+        if ascii_old and ascii_new:
+            start_byte, old_end_byte, new_end_byte = region.start, region.old_end, region.new_end
+        else:
+            start_byte = len(old[:region.start].encode("utf-8"))
+            old_end_byte = start_byte + len(old[region.start:region.old_end].encode("utf-8"))
+            new_end_byte = start_byte + len(text[region.start:region.new_end].encode("utf-8"))
+        tree.edit(start_byte=start_byte, old_end_byte=old_end_byte, new_end_byte=new_end_byte,
+                  start_point=_point_at(old, region.start, ascii_old),
+                  old_end_point=_point_at(old, region.old_end, ascii_old),
+                  new_end_point=_point_at(text, region.new_end, ascii_new))
+
+    def _parse(self, text: str, old_tree):
+        if text.isascii():
+            # Read what the parser asks for: an incremental parse reads little beyond the edit, so the whole
+            # document is never encoded.
+            source = lambda offset, _point: text[offset:offset + _READ_CHUNK].encode("ascii")  # noqa: E731
+        else:
+            source = text.encode("utf-8")
+        return self.parser.parse(source) if old_tree is None else self.parser.parse(source, old_tree)
+
     def snapshot(self) -> DocumentSnapshot:
-        data = self.data if self.tree is not None else self.text.encode("utf-8")
-        return DocumentSnapshot(self.language, self.text, data, self.tree)
+        return DocumentSnapshot(self.language, self.text, self.tree)
 
     def parse_variant(self, new_text: str):
         return self.snapshot().parse_variant(new_text)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 from lsprotocol import types
 
@@ -87,7 +88,10 @@ class Document:
         self.oversized = self.max_chars is not None and self.length > self.max_chars
         self.lines = [""] if self.oversized else split_lines(text)
         self._text: str | None = "" if self.oversized else text
-        self._starts: list[int] | None = None
+        # Line start offsets, correct up to index _valid (an edit invalidates only the lines after it, so typing
+        # on one line never re-sums the whole document); the list always has len(lines) + 1 entries.
+        self._starts: list[int] = [0] * (len(self.lines) + 1)
+        self._valid = 0
 
     # -- reading ---------------------------------------------------------------------------------------------------
     @property
@@ -97,9 +101,17 @@ class Document:
         return self._text
 
     def line_start(self, line: int) -> int:
-        if self._starts is None:
-            self._starts = [0, *itertools.accumulate(map(len, self.lines))]
+        if line > self._valid:
+            self._extend_starts(line)
         return self._starts[line]
+
+    def _extend_starts(self, line: int) -> None:
+        """Make line starts valid up to `line` (summing only the lines since the last valid one)."""
+        valid, starts = self._valid, self._starts
+        sums = itertools.accumulate(map(len, self.lines[valid:line]), initial=starts[valid])
+        next(sums)  # the initial value: starts[valid] itself
+        starts[valid + 1:line + 1] = sums
+        self._valid = line
 
     def offset_at(self, position: types.Position, clamp: Clamp | None = None) -> int:
         """Python str offset of an LSP position; positions past a line end or the document end are clamped."""
@@ -120,22 +132,32 @@ class Document:
 
     def position_at(self, offset: int) -> types.Position:
         offset = max(0, min(offset, self.length))
-        self.line_start(0)
+        if self._starts[self._valid] <= offset:  # past the valid part: extend it to the line holding `offset`
+            self._extend_to_offset(offset)
         starts = self._starts
-        assert starts is not None
-        line = _bisect_right(starts, offset, hi=len(self.lines)) - 1
+        line = _bisect_right(starts, offset, hi=min(len(self.lines), self._valid + 1)) - 1
         return types.Position(line=line, character=index_to_utf16(self.lines[line], offset - starts[line]))
+
+    def _extend_to_offset(self, offset: int) -> None:
+        lines, starts, valid = self.lines, self._starts, self._valid
+        while valid < len(lines) and starts[valid] <= offset:
+            starts[valid + 1] = starts[valid] + len(lines[valid])
+            valid += 1
+        self._valid = valid
 
     def range_of(self, start: int, end: int) -> types.Range:
         return types.Range(start=self.position_at(start), end=self.position_at(end))
 
     # -- editing ---------------------------------------------------------------------------------------------------
-    def apply(self, change: types.TextDocumentContentChangeEvent) -> None:
+    def apply(self, change: types.TextDocumentContentChangeEvent) -> tuple[int, int] | None:
+        """Apply one change; returns the str range (start, old end) it replaced in the text before it, or None
+        for a document kept as its length only."""
         if not isinstance(change, types.TextDocumentContentChangePartial):
+            old_length, was_oversized = self.length, self.oversized
             self._set_text(change.text)
-            return
+            return None if was_oversized else (0, old_length)
         if self.oversized:
-            return
+            return None
         lines = self.lines
         start_line = min(max(change.range.start.line, 0), len(lines) - 1)
         end_line = min(max(change.range.end.line, 0), len(lines) - 1)
@@ -143,6 +165,7 @@ class Document:
         end = self._column(change.range.end, end_line)
         if (end_line, end) < (start_line, start):
             start_line, start, end_line, end = end_line, end, start_line, start
+        replaced = (self.line_start(start_line) + start, self.line_start(end_line) + end)
         chunk = lines[start_line][:start] + change.text + lines[end_line][end:]
         first, last = start_line, end_line + 1
         # An edit may split or join a "\r\n" pair with the neighbouring line: re-split the neighbours too.
@@ -158,7 +181,11 @@ class Document:
             new_lines.pop()  # the chunk ended with a line ending: the next line follows, not an empty last line
         lines[first:last] = new_lines
         self.length += len(chunk) - removed
-        self._text, self._starts = None, None
+        self._text = None
+        if len(new_lines) != last - first:
+            self._starts[first + 1:last + 1] = [0] * len(new_lines)
+        self._valid = min(self._valid, first)
+        return replaced
 
     def _column(self, position: types.Position, line: int) -> int:
         if position.line >= len(self.lines):
@@ -181,12 +208,17 @@ class DocumentStore:
         self._documents[item.uri] = document
         return document
 
-    def change(self, params: types.DidChangeTextDocumentParams) -> Document | None:
+    def change(self, params: types.DidChangeTextDocumentParams,
+               on_edit: Callable[[int, int, str], None] | None = None) -> Document | None:
+        """Apply a didChange; `on_edit(start, old_end, new_text)` hears each change as a str range of the text
+        before it (what the pipeline needs to re-parse incrementally)."""
         document = self._documents.get(params.text_document.uri)
         if document is None:
             return None
         for change in params.content_changes:
-            document.apply(change)
+            replaced = document.apply(change)
+            if replaced is not None and on_edit is not None:
+                on_edit(replaced[0], replaced[1], change.text)
         document.version = params.text_document.version
         return document
 

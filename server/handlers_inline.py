@@ -60,14 +60,18 @@ async def complete_inline(ls, params: types.InlineCompletionParams) -> types.Inl
     reply = _reply(ls, params, document, version, ticket.stopped, result, started)
     post_ms, post_cpu_ms = (time.perf_counter() - replied) * 1000, (time.thread_time() - cpu_replied) * 1000
     _record_overhead(ls, document, pre_ms, result, post_ms)
-    ls.phases.add("server_cpu", document.last_change_cpu_ms + pre_cpu_ms + post_cpu_ms)
+    server_cpu_ms = document.last_change_cpu_ms + pre_cpu_ms + post_cpu_ms
+    ls.phases.add("server_cpu", server_cpu_ms)
+    ls.phases.add("context_cpu", result.context_cpu_ms)
+    ls.phases.add("keystroke_cpu", server_cpu_ms + result.context_cpu_ms)
     return reply
 
 
 def _record_overhead(ls, document, pre_ms: float, result: PipelineResult, post_ms: float) -> None:
     """Per-keystroke server work outside the model: the didChange that preceded this request, request building
     here, context building in the pipeline (before the backend is called) and reply building. Wall times;
-    "server_cpu" is the event-loop thread's CPU time for the same work, which descheduling does not inflate."""
+    "server_cpu" is the event-loop thread's CPU time for the same work, which descheduling does not inflate,
+    "context_cpu" the model thread's CPU time for the context, "keystroke_cpu" their sum."""
     ls.phases.add("inline_request", pre_ms)
     ls.phases.add("context", result.context_ms)
     ls.phases.add("inline_reply", post_ms)

@@ -52,7 +52,11 @@ class InfillProtocol(LanguageServerProtocol):
         uri = params.text_document.uri
         if server.scheduler.document_changed(uri):
             log.debug("edit to %s cancelled running requests", uri)
-        document = server.documents.change(params)
+        pipeline, version = server.host.current_pipeline, params.text_document.version
+        # Each change is noted (O(1)) so the next context re-parses incrementally from it; nothing is parsed here.
+        on_edit = None if pipeline is None else \
+            (lambda start, old_end, new_text: pipeline.note_edit(uri, start, old_end, new_text, version))
+        document = server.documents.change(params, on_edit)
         if document is None:
             server.log(f"didChange for a document that is not open: {uri}; ignored", types.MessageType.Warning)
         else:

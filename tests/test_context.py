@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import random
 
 import pytest
 
@@ -220,3 +221,109 @@ def test_bad_settings_are_refused():
         ContextSettings(prefix_tokens=0)
     with pytest.raises(InfillError):
         ContextSettings(chars_per_token=0)
+
+
+def _shape(tree) -> list[tuple]:
+    """Every node with its type and byte/point extent: equal shapes mean equal trees, positions included."""
+    out, stack = [], [tree.root_node]
+    while stack:
+        node = stack.pop()
+        out.append((node.type, node.start_byte, node.end_byte, node.start_point, node.end_point, node.is_missing))
+        stack.extend(node.children)
+    return out
+
+
+@pytest.mark.parametrize("seed,ascii_only", [(3, True), (17, False)])
+def test_reparse_from_noted_edits_matches_a_fresh_parse(monkeypatch, seed, ascii_only):
+    def no_text_comparison(*args):
+        raise AssertionError("the changed range must come from the noted edits, not from comparing texts")
+
+    monkeypatch.setattr(syntax, "diff_edit", no_text_comparison)
+    rng = random.Random(seed)
+    pieces = ["x", "a1", " ", "\n", "\n    ", "(", ")", ":", "def g(", "return ", '"', "#", "\t", "\r\n"]
+    pieces += [] if ascii_only else ["é", "😀"]
+    text, _ = cut(PY)
+    text = text * 3
+    uri, version = "file:///random.py", 1
+    builder = ContextBuilder()
+    builder.document(text, "python", uri, version)
+    checked = 0
+    for _ in range(400):
+        version += 1
+        for _ in range(rng.choice([1, 1, 1, 2, 3])):  # one didChange may carry several changes
+            a = rng.randrange(len(text) + 1)
+            b = min(len(text), a + rng.choice([0, 0, 1, 2, 7, 40]))
+            new = "".join(rng.choice(pieces) for _ in range(rng.randrange(3)))
+            builder.note_edit(uri, a, b, new, version)
+            text = text[:a] + new + text[b:]
+        if rng.random() < 0.3:  # a context is asked for now and then: several versions fold into one edit
+            doc = builder.document(text, "python", uri, version)
+            fresh = ParsedDocument("python").update(text)
+            assert str(doc.tree.root_node) == str(fresh.tree.root_node)
+            assert _shape(doc.tree) == _shape(fresh.tree)
+            checked += 1
+    assert checked > 80
+
+
+def test_edits_noted_for_a_later_version_wait_for_it():
+    builder = ContextBuilder()
+    uri = "file:///later.py"
+    v1 = "def f():\n    return 1\n"
+    builder.document(v1, "python", uri, 1)
+    v2 = v1.replace("1", "(1 +")
+    builder.note_edit(uri, v1.index("1"), v1.index("1") + 1, "(1 +", version=2)
+    old = builder.document(v1, "python", uri, 1)  # a request still for version 1: the edit is not applied yet
+    assert error_nodes(old.tree) == 0
+    new = builder.document(v2, "python", uri, 2)
+    assert error_nodes(new.tree) > 0 and str(new.tree.root_node) == str(ParsedDocument("python").update(v2)
+                                                                         .tree.root_node)
+
+
+def test_a_missed_edit_falls_back_to_comparing_texts():
+    builder = ContextBuilder()
+    uri = "file:///missed.py"
+    v1 = "x = 1\ny = 2\n"
+    builder.document(v1, "python", uri, 1)
+    builder.note_edit(uri, 0, 1, "xx", version=2)  # the caller then forgot to note a second change
+    v2 = "xx = 1\ny = (2\n"
+    doc = builder.document(v2, "python", uri, 2)
+    assert str(doc.tree.root_node) == str(ParsedDocument("python").update(v2).tree.root_node)
+    with pytest.raises(InfillError):
+        builder.note_edit(uri, 5, 2, "")
+
+
+def test_window_over_thousands_of_top_level_definitions_matches_a_full_scan(monkeypatch):
+    from infill import context
+
+    text = "".join(f"def f{i}(a):\n    return a + {i}\n\n" for i in range(1500))
+    cursor = text.index("def f700") + len("def f700(a):\n    ")
+    builder = ContextBuilder()
+    doc = builder.document(text, "python", "file:///many.py")
+    near = builder.build(doc, [(cursor, cursor)], "inline")
+    monkeypatch.setattr(context, "_children_near", lambda node, low, high: node.children)
+    full = builder.build(doc, [(cursor, cursor)], "inline")
+    assert near == full and near.prefix_start < cursor - 5000 and near.suffix_end > cursor + 1000
+    for start in range(0, len(text), 997):  # and for the gap anywhere, budgets reaching the file's ends
+        span = [(start, start)]
+        monkeypatch.undo()
+        near = builder.build(doc, span, "inline")
+        monkeypatch.setattr(context, "_children_near", lambda node, low, high: node.children)
+        assert builder.build(doc, span, "inline") == near
+
+
+def test_indent_unit_fast_path_counts_like_the_line_loop(monkeypatch):
+    from infill import context
+
+    class AlwaysUnusual:  # forces the general line-by-line loop, the reference
+        def search(self, window):
+            return True
+
+    rng = random.Random(5)
+    pieces = [" ", "  ", "    ", "\t", "\xa0", "\r", "\x0c", "\u2028", "x", "é", "\n", "\n", "if a:", "        "]
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(30)))
+        for language in (None, "go", "javascript"):
+            fast = context._indent_unit(text, 0, len(text), language)
+            with monkeypatch.context() as patch:
+                patch.setattr(context, "_UNUSUAL_SPACE", AlwaysUnusual())
+                assert context._indent_unit(text, 0, len(text), language) == fast, repr(text)

@@ -58,9 +58,13 @@ def test_incremental_edits_match_a_reference_including_crlf_splits():
         if (line_a, col_a) > (line_b, col_b) or a > b or not (_valid(text, start) and _valid(text, end)):
             continue  # an inverted range, or a column inside a surrogate pair (invalid LSP position)
         new = "".join(rng.choice(alphabet) for _ in range(rng.randrange(4)))
-        doc.apply(_change(text, start, end, new))
+        assert doc.apply(_change(text, start, end, new)) == (a, b)  # the str range replaced (for the pipeline)
         text = text[:a] + new + text[b:]
         assert doc.text == text and doc.length == len(text) and doc.lines == split_lines(text), (version, starts)
+        for line in {min(line_a, len(doc.lines) - 1), rng.randrange(len(doc.lines))}:  # line starts kept
+            position = P(line, 0)
+            assert doc.offset_at(position) == utf16_offset(text, position)
+            assert doc.position_at(doc.offset_at(position)) == position
         applied += 1
     assert applied > 100
 
@@ -223,4 +227,42 @@ def test_did_close_drops_the_pipelines_syntax_tree():
             types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
     assert not pipeline.contexts._documents and server.documents.get(uri) is None
     assert server.status()["pipeline"] == {"routes": {}, "checked": 0, "rejected": {}}
+    server.host.close()
+
+
+def test_did_change_notes_edits_so_the_pipeline_reparses_without_comparing_texts(monkeypatch):
+    from infill import syntax
+    from infill.pipeline import CompletionRequest, Pipeline
+    from server.backend_host import Loaded
+    from server.main import create_server
+
+    server = create_server(Settings(debounce_ms=0))
+    backend = _refused_remote()
+    pipeline = Pipeline(backend)
+    server.host._loaded = Loaded(pipeline, (backend,))
+    server.host.state = "ready"
+    uri = "file:///typed.py"
+    _notify(server, "lsp_text_document__did_open", types.DidOpenTextDocumentParams(
+        text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1,
+                                             text="def f(x):\r\n    return x\r\n\r\nprint(f(1))\n")))
+    document = server.documents.get(uri)
+    pipeline.prepare(CompletionRequest(document.text, 0, document_id=uri, language="python", version=1))
+
+    def no_text_comparison(*args):
+        raise AssertionError("didChange must hand the pipeline its edits")
+
+    monkeypatch.setattr(syntax, "diff_edit", no_text_comparison)
+    edits = [(P(1, 12), P(1, 12), " + 😀"), (P(0, 0), P(0, 0), "# é\n"), (P(2, 0), P(3, 4), "y = ("),
+             (P(3, 1), P(3, 1), "\r\n    z")]
+    for version, (start, end, new) in enumerate(edits, start=2):
+        _notify(server, "lsp_text_document__did_change", types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+            content_changes=[_change("", start, end, new)]))
+        if version % 2:
+            continue  # two versions fold into one re-parse
+        text = document.text
+        prep = pipeline.prepare(CompletionRequest(text, len(text), document_id=uri, language="python",
+                                                  version=version))
+        fresh = syntax.ParsedDocument("python").update(text)
+        assert prep.doc.text == text and str(prep.doc.tree.root_node) == str(fresh.tree.root_node)
     server.host.close()
