@@ -25,15 +25,23 @@ class BackendSpec:
     endpoint_token: str | None = None
     endpoint_fim_template: str | None = None  # for servers that refuse `suffix` (stock vLLM): see docs/gateway.md
     engine: EngineConfig = field(default_factory=EngineConfig)
+    threads: int | None = None  # torch intra-op threads, process-wide (env INFILL_THREADS); None: torch's default
 
     @classmethod
     def from_env(cls, **overrides) -> "BackendSpec":
-        values = {"model": os.environ.get("INFILL_MODEL") or None}
+        threads = os.environ.get("INFILL_THREADS", "")
+        values = {"model": os.environ.get("INFILL_MODEL") or None,
+                  "threads": int(threads) if threads.isdigit() and int(threads) > 0 else None}
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
 
 def open_backend(spec: BackendSpec, progress: ProgressCallback | None = None) -> InfillBackend:
+    if spec.threads:
+        import torch
+
+        # On a small or shared CPU one or two threads beat torch's default oversubscription.
+        torch.set_num_threads(spec.threads)
     if spec.endpoint:
         from .remote import RemoteBackend
 
