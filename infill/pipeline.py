@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import threading
 import time
 from collections import Counter
@@ -29,6 +30,7 @@ from .watchdog import Verdict, Watchdog, WatchdogSettings, check_length, check_r
 log = logging.getLogger(__name__)
 
 Mode = Literal["inline", "gap", "gaps"]
+_NON_SPACE = re.compile(r"\S")
 __all__ = ["CompletionRequest", "Fill", "Pipeline", "PipelineResult", "PipelineSettings", "find_placeholders"]
 
 
@@ -238,8 +240,9 @@ class Pipeline:
     @staticmethod
     def _nothing_to_go_on(req: CompletionRequest, spans: list[tuple[int, int]]) -> bool:
         """Inline completion needs text before the cursor; a gap fill needs text on at least one side."""
-        before = req.text[:spans[0][0]].strip()
-        return not before and (req.mode == "inline" or not req.text[spans[-1][1]:].strip())
+        # A search for the first non-space character, not a copy of the whole text before the gap.
+        has_before = _NON_SPACE.search(req.text, 0, spans[0][0]) is not None
+        return not has_before and (req.mode == "inline" or _NON_SPACE.search(req.text, spans[-1][1]) is None)
 
     def _route(self, out: PipelineResult, prep: "Prepared", cancel, deadline, on_draft) -> None:
         s = self.settings
