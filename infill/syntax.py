@@ -36,6 +36,9 @@ _EXTENSIONS = {
     ".go": "go", ".rs": "rust", ".json": "json", ".jsonc": "json", ".md": "markdown", ".markdown": "markdown",
 }
 _READ_CHUNK = 16384  # bytes handed to tree-sitter per read of an ASCII document
+# Notes kept for a document nobody asks a context for (completions disabled, language refused): past this many,
+# they are dropped and the next context compares texts instead, so memory stays bounded.
+MAX_PENDING_NOTES = 1000
 PROSE_LANGUAGES = frozenset({"markdown", "plaintext", "text"})
 # Languages whose blocks are delimited by indentation rather than braces.
 INDENT_LANGUAGES = frozenset({"python"})
@@ -227,6 +230,7 @@ class ParsedDocument:
         self.text = ""
         self.lock = threading.Lock()  # serialises update (held by the ContextBuilder)
         self._notes: list[NotedEdit] = []
+        self._notes_dropped = False  # too many notes piled up: the next update compares texts
         self._notes_lock = threading.Lock()
 
     @property
@@ -235,17 +239,25 @@ class ParsedDocument:
 
     def note_edit(self, edit: NotedEdit) -> None:
         with self._notes_lock:
+            if self._notes_dropped:
+                return
+            if len(self._notes) >= MAX_PENDING_NOTES:
+                self._notes.clear()
+                self._notes_dropped = True
+                return
             self._notes.append(edit)
 
     def update(self, text: str, version: int | None = None) -> "DocumentSnapshot":
         notes = self._take_notes(version)
-        if self.parser is None or (self.tree is not None and not notes and text == self.text):
+        dropped = notes is None  # too many notes piled up: only a comparison can tell what changed
+        notes = notes or []
+        if self.parser is None or (self.tree is not None and not notes and not dropped and text == self.text):
             self.text = text
             return self.snapshot()
         if self.tree is None:
             self.tree = self._parse(text, None)
         else:
-            region = self._fold(notes, len(text))
+            region = None if dropped else self._fold(notes, len(text))
             old = self.tree.copy()  # snapshots may still hold the previous tree: edit a copy
             if region is not None:
                 self._edit(old, text, region)
@@ -262,9 +274,14 @@ class ParsedDocument:
         self.text = text
         return self.snapshot()
 
-    def _take_notes(self, version: int | None) -> list[NotedEdit]:
-        """The notes that lead up to `version` (all of them for an unversioned request); later ones stay."""
+    def _take_notes(self, version: int | None) -> list[NotedEdit] | None:
+        """The notes that lead up to `version` (all of them for an unversioned request); later ones stay.
+        None when notes were dropped (too many piled up)."""
         with self._notes_lock:
+            if self._notes_dropped:
+                self._notes.clear()
+                self._notes_dropped = False
+                return None
             count = 0
             for note in self._notes:
                 if version is not None and note.version is not None and note.version > version:

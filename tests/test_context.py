@@ -327,3 +327,18 @@ def test_indent_unit_fast_path_counts_like_the_line_loop(monkeypatch):
             with monkeypatch.context() as patch:
                 patch.setattr(context, "_UNUSUAL_SPACE", AlwaysUnusual())
                 assert context._indent_unit(text, 0, len(text), language) == fast, repr(text)
+
+
+def test_notes_for_a_document_nobody_asks_about_stay_bounded(monkeypatch):
+    monkeypatch.setattr(syntax, "MAX_PENDING_NOTES", 5)
+    builder = ContextBuilder()
+    uri, text = "file:///idle.py", "x = 1\n"
+    builder.document(text, "python", uri, 1)
+    for version in range(2, 12):  # typed while completions were refused: no context asked for
+        builder.note_edit(uri, len(text), len(text), "y", version)
+        text += "y"
+    (doc,) = builder._documents.values()
+    assert len(doc._notes) == 0 and doc._notes_dropped
+    snapshot = builder.document(text + "(", "python", uri, 12)  # one more change, never noted
+    assert str(snapshot.tree.root_node) == str(ParsedDocument("python").update(text + "(").tree.root_node)
+    assert not doc._notes_dropped
