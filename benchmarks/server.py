@@ -7,7 +7,9 @@ Measures
   reply. Timed inside the server around those handlers (phase timings reported by `infill.status` "overhead");
   pygls' JSON parsing/serialisation and the stdio transport are NOT included. Also reported: the same without
   the pipeline's context building (this package's share), in wall time and in event-loop-thread CPU time
-  (which a busy shared machine's descheduling does not inflate). Keystrokes come 150 ms apart
+  (which a busy shared machine's descheduling does not inflate), and the whole per-keystroke work in CPU time
+  (overhead_cpu_p95_ms: the event-loop handlers plus the model thread's context building; context_cpu_p95_ms
+  alone). Keystrokes come 150 ms apart
   (> debounce) so each one reaches the model and the next keystroke cancels it, as when typing slowly.
 - burst_engine_runs: engine runs started for 20 keystrokes typed 30 ms apart (didChange + automatic inline
   request per key, no $/cancelRequest), read from the server's completion count.
