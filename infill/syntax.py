@@ -160,6 +160,26 @@ class DocumentSnapshot:
         """data[start:end] without encoding the whole document when it is ASCII."""
         return self.text[start:end].encode("ascii") if self.is_ascii else self.data[start:end]
 
+    def parse_filled(self, spans: list[tuple[int, int]], middles: list[str]):
+        """The tree of this document with each `middles[i]` in place of `spans[i]` (sorted str spans), parsed
+        incrementally from this tree with a private parser. The changed range is known, so unlike
+        `parse_variant` nothing is compared."""
+        parser = new_parser(self.language) if self.tree is not None else None
+        if parser is None:
+            return None
+        pieces, cursor = [], 0
+        for (a, b), middle in zip(spans, middles):
+            pieces += [self.text[cursor:a], middle]
+            cursor = b
+        pieces.append(self.text[cursor:])
+        filled = "".join(pieces)
+        start, old_end = spans[0][0], spans[-1][1]
+        region = ChangedRegion(len(self.text))
+        region.add(NotedEdit(start, old_end, filled[start:len(filled) - (len(self.text) - old_end)]))
+        tree = self.tree.copy()  # type: ignore[union-attr]
+        edit_tree(tree, self.text, filled, region)
+        return parse_text(parser, filled, tree)
+
     def parse_variant(self, new_text: str):
         """Parse an edited copy (a candidate fill applied), incrementally from this tree, with a private parser."""
         parser = new_parser(self.language) if self.tree is not None else None
@@ -207,6 +227,32 @@ class ChangedRegion:
         self.length += delta
         self.start, self.new_end = start, end
         self.old_end = self.old_length - (self.length - end)  # the unchanged tail B is as long in both texts
+
+
+def edit_tree(tree, old: str, new: str, region: ChangedRegion) -> None:
+    """tree.edit for a region of str offsets (old[start:old_end] became new[start:new_end]); byte offsets are the
+    str offsets for ASCII text, else only the text before the region's end is encoded."""
+    ascii_old, ascii_new = old.isascii(), new.isascii()
+    if ascii_old and ascii_new:
+        start_byte, old_end_byte, new_end_byte = region.start, region.old_end, region.new_end
+    else:
+        start_byte = len(old[:region.start].encode("utf-8"))
+        old_end_byte = start_byte + len(old[region.start:region.old_end].encode("utf-8"))
+        new_end_byte = start_byte + len(new[region.start:region.new_end].encode("utf-8"))
+    tree.edit(start_byte=start_byte, old_end_byte=old_end_byte, new_end_byte=new_end_byte,
+              start_point=_point_at(old, region.start, ascii_old),
+              old_end_point=_point_at(old, region.old_end, ascii_old),
+              new_end_point=_point_at(new, region.new_end, ascii_new))
+
+
+def parse_text(parser, text: str, old_tree=None):
+    if text.isascii():
+        # Read what the parser asks for: an incremental parse reads little beyond the edit, so the whole
+        # document is never encoded.
+        source = lambda offset, _point: text[offset:offset + _READ_CHUNK].encode("ascii")  # noqa: E731
+    else:
+        source = text.encode("utf-8")
+    return parser.parse(source) if old_tree is None else parser.parse(source, old_tree)
 
 
 def _point_at(text: str, index: int, ascii_text: bool) -> tuple[int, int]:
@@ -306,26 +352,10 @@ class ParsedDocument:
         return region
 
     def _edit(self, tree, text: str, region: ChangedRegion) -> None:
-        old, ascii_old, ascii_new = self.text, self.text.isascii(), text.isascii()
-        if ascii_old and ascii_new:
-            start_byte, old_end_byte, new_end_byte = region.start, region.old_end, region.new_end
-        else:
-            start_byte = len(old[:region.start].encode("utf-8"))
-            old_end_byte = start_byte + len(old[region.start:region.old_end].encode("utf-8"))
-            new_end_byte = start_byte + len(text[region.start:region.new_end].encode("utf-8"))
-        tree.edit(start_byte=start_byte, old_end_byte=old_end_byte, new_end_byte=new_end_byte,
-                  start_point=_point_at(old, region.start, ascii_old),
-                  old_end_point=_point_at(old, region.old_end, ascii_old),
-                  new_end_point=_point_at(text, region.new_end, ascii_new))
+        edit_tree(tree, self.text, text, region)
 
     def _parse(self, text: str, old_tree):
-        if text.isascii():
-            # Read what the parser asks for: an incremental parse reads little beyond the edit, so the whole
-            # document is never encoded.
-            source = lambda offset, _point: text[offset:offset + _READ_CHUNK].encode("ascii")  # noqa: E731
-        else:
-            source = text.encode("utf-8")
-        return self.parser.parse(source) if old_tree is None else self.parser.parse(source, old_tree)
+        return parse_text(self.parser, text, old_tree)
 
     def snapshot(self) -> DocumentSnapshot:
         return DocumentSnapshot(self.language, self.text, self.tree)

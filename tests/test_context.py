@@ -342,3 +342,20 @@ def test_notes_for_a_document_nobody_asks_about_stay_bounded(monkeypatch):
     snapshot = builder.document(text + "(", "python", uri, 12)  # one more change, never noted
     assert str(snapshot.tree.root_node) == str(ParsedDocument("python").update(text + "(").tree.root_node)
     assert not doc._notes_dropped
+
+
+def test_parse_filled_equals_a_fresh_parse_of_the_filled_text(monkeypatch):
+    def no_text_comparison(*args):
+        raise AssertionError("the fill spans give the changed range")
+
+    monkeypatch.setattr(syntax, "diff_edit", no_text_comparison)
+    text, cursor = cut(PY)
+    doc = ParsedDocument("python").update(text)
+    later = text.index("return 1")
+    for spans, middles in ([[(cursor, cursor)], ["x = (1 +"]], [[(cursor, cursor + 1)], ["é = 2\n"]],
+                           [[(cursor, cursor), (later, later + 6)], ["total = 9", "yield"]]):
+        filled = doc.parse_filled(spans, middles)
+        expected = text
+        for (a, b), middle in reversed(list(zip(spans, middles))):
+            expected = expected[:a] + middle + expected[b:]
+        assert _shape(filled) == _shape(ParsedDocument("python").update(expected).tree)
