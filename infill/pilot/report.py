@@ -251,6 +251,8 @@ def write_plots(out_dir: Path, summary: dict) -> list[Path]:
         if points:
             axis.plot([p[0] for p in points], [p[1] for p in points], marker="o", color=colors[label], label=label)
     axis.set_xscale("log", base=2)
+    if levels:
+        axis.set_xticks(levels, [str(c) for c in levels])
     axis.set_xlabel("concurrency (worker threads)")
     axis.set_ylabel("completed requests / hour")
     axis.grid(alpha=0.3)
