@@ -65,7 +65,7 @@ def keystroke_encode_ratio(engine: DiffusionEngine, text: str, repeat: int) -> d
         engine.store.put("bench", ids, engine._encode_prompt("bench", ids)[0])  # warm store holds `text`
         edited = text + "x"
         t0 = time.perf_counter()
-        cache, reused = engine._encode_prompt("bench", torch.tensor(engine.prompt_ids(edited)))
+        engine._encode_prompt("bench", torch.tensor(engine.prompt_ids(edited)))
         return (time.perf_counter() - t0) * 1000
 
     with torch.inference_mode():
@@ -87,7 +87,7 @@ def step_over_forward(steps: int, repeat: int) -> dict:
                                                       confidence_threshold=NEVER_CONFIDENT))
         ids = torch.tensor(engine.prompt_ids("def f(x):\n    return x\n" * 20))
         with torch.inference_mode():
-            cache, _ = engine._encode_prompt("step", ids)
+            cache, _, _ = engine._encode_prompt("step", ids)
             canvas = build_canvas([256], [[]], ids.numel(), engine.pad_id, engine.device)
             view = decoder_cache_view(cache, engine.layer_types, engine.sliding_window, 1)
             masks = decoder_masks(canvas, view, engine.layer_types, torch.float32, engine.additive_masks)

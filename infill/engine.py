@@ -27,6 +27,11 @@ from .types import (BackendInfo, CancelToken, Draft, DraftCallback, InfillError,
 log = logging.getLogger(__name__)
 
 _ANONYMOUS = "\0anonymous"
+PREFILL_CHUNK_TOKENS = 512
+
+
+def _should_stop(cancel: CancelToken | None, deadline: float | None) -> bool:
+    return (cancel is not None and cancel.cancelled) or (deadline is not None and time.monotonic() >= deadline)
 
 
 class DiffusionEngine:
@@ -94,7 +99,7 @@ class DiffusionEngine:
 
     def _acquire(self, cancel: CancelToken, deadline: float | None) -> bool:
         while not self._lock.acquire(timeout=0.01):
-            if cancel.cancelled or (deadline is not None and time.monotonic() >= deadline):
+            if _should_stop(cancel, deadline):
                 return False
         if cancel.cancelled:
             self._lock.release()
@@ -140,13 +145,23 @@ class DiffusionEngine:
         fitting = fit_lengths(lengths, gaps, between_total + len(anchor), self.width)
         return fitting or [(self.width - between_total - len(anchor)) // gaps], fixed
 
-    def _encode_prompt(self, key: str, ids: torch.Tensor):
+    def _encode_prompt(self, key: str, ids: torch.Tensor, cancel: CancelToken | None = None,
+                       deadline: float | None = None):
+        """Take the document's cache and encode what it lacks, in chunks so a long prefill still stops for a
+        cancel or the deadline. Returns (cache, reused, encoded_up_to); a stopped prefill keeps its work in the
+        store, so the next keystroke resumes it."""
         cache, reused = self.store.take(key, ids)
-        if reused < ids.numel():
-            tail = ids[reused:].to(self.device)[None]
-            positions = torch.arange(reused, ids.numel(), device=self.device)[None]
-            self.model.model.encoder(input_ids=tail, cache=cache, position_ids=positions)
-        return cache, reused
+        done = reused
+        while done < ids.numel():
+            if done > reused and _should_stop(cancel, deadline):
+                self.store.put(key, ids[:done], cache)
+                break
+            end = min(done + PREFILL_CHUNK_TOKENS, ids.numel())
+            positions = torch.arange(done, end, device=self.device)[None]
+            self.model.model.encoder(input_ids=ids[done:end].to(self.device)[None], cache=cache,
+                                     position_ids=positions)
+            done = end
+        return cache, reused, done
 
     def _infill_locked(self, request: InfillRequest, cancel: CancelToken, deadline: float | None,
                        on_draft: DraftCallback | None, started: float) -> InfillResult:
@@ -156,14 +171,21 @@ class DiffusionEngine:
         lengths, fixed = self._candidate_lengths(request, self._fixed_segments(request))
         key = request.document_id or _ANONYMOUS
         with torch.inference_mode():
-            cache, reused = self._encode_prompt(key, ids)
+            cache, reused, encoded_to = self._encode_prompt(key, ids, cancel, deadline)
+            if encoded_to < ids.numel():
+                outcome = "cancelled" if cancel.cancelled else "cut_short"
+                return self._empty(request, outcome, started, f"stopped during the prefill ({encoded_to} of "
+                                                              f"{ids.numel()} prompt tokens encoded and kept)")
             encoded = time.perf_counter()
             canvas = build_canvas(lengths, fixed, ids.numel(), self.pad_id, self.device)
             view = decoder_cache_view(cache, self.layer_types, self.sliding_window, len(lengths))
             masks = decoder_masks(canvas, view, self.layer_types, self.model.dtype, self.additive_masks)
             seed = request.seed if request.seed is not None else self.config.seed
             generator = torch.Generator(self.device)
-            generator.manual_seed(seed) if seed is not None else generator.seed()
+            if seed is None:
+                generator.seed()
+            else:
+                generator.manual_seed(seed)
             on_step = self._draft_emitter(canvas, on_draft, request) if on_draft else None
             try:
                 out = denoise(self.model, self.config, canvas, view, masks, generator, cancel=cancel,

@@ -63,7 +63,7 @@ def test_fast_loop_matches_reference_semantics(loaded):
 
 def run_denoise(engine, prefix, fixed, lengths, on_step=None, cancel=None, deadline=None, seed=0):
     ids = torch.tensor(engine.prompt_ids(prefix))
-    cache, _ = engine._encode_prompt("test-direct", ids)
+    cache, _, _ = engine._encode_prompt("test-direct", ids)
     canvas = build_canvas(lengths, fixed, ids.numel(), engine.pad_id, engine.device)
     view = decoder_cache_view(cache, engine.layer_types, engine.sliding_window, len(lengths))
     masks = decoder_masks(canvas, view, engine.layer_types, torch.float32, engine.additive_masks)
@@ -162,7 +162,7 @@ def test_kv_reuse_matches_fresh_prefill_and_encodes_only_the_tail(loaded):
     ids = torch.tensor(engine.prompt_ids(edited))
     reused_cache, reused = engine.store.take("doc", ids)
     assert reused == ids.numel()
-    fresh_cache, fresh_reused = fresh._encode_prompt("other", ids)
+    fresh_cache, fresh_reused, _ = fresh._encode_prompt("other", ids)
     assert fresh_reused == 0
     for a, b in zip(reused_cache.layers, fresh_cache.layers):
         assert a.keys.shape == b.keys.shape
@@ -282,3 +282,29 @@ def test_suffix_in_prompt_goes_before_the_prefix_and_keeps_kv_reuse(loaded):
     engine.infill(InfillRequest(prefix=PREFIX, suffix=SUFFIX, document_id="framed"))
     typed = engine.infill(InfillRequest(prefix=PREFIX + "s", suffix=SUFFIX, document_id="framed"))
     assert typed.outcome == "ok" and typed.prompt_tokens - typed.reused_tokens <= 4
+
+
+def test_long_prefill_stops_for_cancel_and_keeps_its_work(loaded):
+    """A prefill is encoded in chunks: a cancel between chunks stops it, and what was encoded stays in the store
+    so the next keystroke resumes instead of starting over."""
+    import infill.engine as engine_module
+
+    engine = engine_with(loaded)
+    text = "".join(f"value_{i} = {i}\n" for i in range(300))
+    token = CancelToken()
+    calls = {"n": 0}
+
+    def cancel_after_first_chunk(module, args, output):
+        calls["n"] += 1
+        token.cancel("typed on")
+
+    hook = engine.model.model.encoder.register_forward_hook(cancel_after_first_chunk)
+    try:
+        stopped = engine.infill(InfillRequest(prefix=text, document_id="long"), cancel=token)
+    finally:
+        hook.remove()
+    assert stopped.outcome == "cancelled" and calls["n"] == 1
+    resumed = engine.infill(InfillRequest(prefix=text, document_id="long"))
+    assert resumed.outcome in ("ok", "empty")
+    assert resumed.reused_tokens == engine_module.PREFILL_CHUNK_TOKENS
+

@@ -61,7 +61,7 @@ def test_fast_decoder_forward_equals_stock_forward(tiny_engine):
     engine = tiny_engine
     model = engine.model
     ids = torch.tensor(engine.prompt_ids("def add(a, b):\n    return a + b\n" * 4))
-    cache, _ = engine._encode_prompt("sampler-test", ids)
+    cache, _, _ = engine._encode_prompt("sampler-test", ids)
     view = decoder_cache_view(cache, engine.layer_types, engine.sliding_window, 1)
     gen = torch.Generator().manual_seed(4)
     canvas = torch.randint(0, 512, (1, 24), generator=gen)
