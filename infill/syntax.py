@@ -134,6 +134,16 @@ def apply_edit(tree, old: bytes, new: bytes, edit: Edit) -> None:
               new_end_point=_point(new, edit.new_end))
 
 
+def apply_fills(text: str, spans: list[tuple[int, int]], middles: list[str]) -> str:
+    """`text` with each `middles[i]` in place of `spans[i]` (sorted, non-overlapping str spans)."""
+    pieces, cursor = [], 0
+    for (a, b), middle in zip(spans, middles):
+        pieces += [text[cursor:a], middle]
+        cursor = b
+    pieces.append(text[cursor:])
+    return "".join(pieces)
+
+
 @dataclass(frozen=True)
 class DocumentSnapshot:
     """One version of a document and its tree, safe to read from any thread (trees are never edited in place
@@ -167,12 +177,7 @@ class DocumentSnapshot:
         parser = new_parser(self.language) if self.tree is not None else None
         if parser is None:
             return None
-        pieces, cursor = [], 0
-        for (a, b), middle in zip(spans, middles):
-            pieces += [self.text[cursor:a], middle]
-            cursor = b
-        pieces.append(self.text[cursor:])
-        filled = "".join(pieces)
+        filled = apply_fills(self.text, spans, middles)
         start, old_end = spans[0][0], spans[-1][1]
         region = ChangedRegion(len(self.text))
         region.add(NotedEdit(start, old_end, filled[start:len(filled) - (len(self.text) - old_end)]))

@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from .context import GapContext
-from .syntax import DocumentSnapshot, ParsedDocument, error_nodes, errors_inside, load_language
+from .syntax import DocumentSnapshot, ParsedDocument, apply_fills, error_nodes, errors_inside, load_language  # noqa: F401
 from .types import InfillError
 
 log = logging.getLogger(__name__)
@@ -180,21 +180,11 @@ def check_comment_only(middle: str, ctx: GapContext) -> Verdict | None:
     return None
 
 
-def apply_fills(text: str, spans: list[tuple[int, int]], middles: list[str]) -> str:
-    pieces, cursor = [], 0
-    for (a, b), middle in zip(spans, middles):
-        pieces += [text[cursor:a], middle]
-        cursor = b
-    pieces.append(text[cursor:])
-    return "".join(pieces)
-
-
 def check_syntax(middles: list[str], spans: list[tuple[int, int]], doc: DocumentSnapshot) -> Verdict | None:
     """The filled document may not have more ERROR/MISSING nodes than the document before the edit (a file that
     already has errors is judged relative to them), and no ERROR node may lie wholly inside a fill."""
     before = error_nodes(doc.tree)
-    filled = apply_fills(doc.text, spans, middles)
-    after_tree = doc.parse_variant(filled)
+    after_tree = doc.parse_filled(spans, middles)
     after = error_nodes(after_tree)
     if after > before:
         return Verdict("syntax", f"{after} error nodes after the fill, {before} before")
