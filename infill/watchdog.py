@@ -3,6 +3,7 @@ broken syntax, broken Markdown tables. A rejected candidate is never shown; its 
 
 from __future__ import annotations
 
+import ast
 import logging
 import re
 import threading
@@ -191,7 +192,25 @@ def check_syntax(middles: list[str], spans: list[tuple[int, int]], doc: Document
     for start, end in _fill_byte_ranges(doc.text, spans, middles):
         if errors_inside(after_tree, start, end):
             return Verdict("syntax", "the fill itself does not parse")
+    if doc.language == "python":
+        return check_python_compiles(doc.text, spans, middles)
     return None
+
+
+def check_python_compiles(text: str, spans: list[tuple[int, int]], middles: list[str]) -> Verdict | None:
+    """tree-sitter-python accepts some code CPython refuses (a block of only comments, an `elif` whose `if` is
+    gone): when the document compiled before the fill, it must compile after it. The original is only parsed
+    when the filled text fails, so a good fill costs one parse."""
+    try:
+        ast.parse(apply_fills(text, spans, middles))
+        return None
+    except (SyntaxError, ValueError) as exc:
+        reason = f"Python would not compile it: {exc.msg if isinstance(exc, SyntaxError) else exc}"
+    try:
+        ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None  # it did not compile before either: tree-sitter's relative judgement stands
+    return Verdict("syntax", reason)
 
 
 def check_fence_syntax(middles: list[str], spans: list[tuple[int, int]], text: str,

@@ -156,3 +156,30 @@ def test_bad_settings_are_refused():
         WatchdogSettings(max_chars=0)
     with pytest.raises(InfillError):
         WatchdogSettings(ngram_repeats=1)
+
+
+@pytest.mark.parametrize("middle,only_cpython", [
+    ("if ready:\n        # nothing yet\n", True),  # a block of only comments: tree-sitter accepts it, CPython not
+    ("elif ready:\n        pass\n", False),  # an elif with no if
+])
+def test_python_fills_must_compile_when_the_document_did(middle, only_cpython):
+    from infill.syntax import ParsedDocument
+    from infill.watchdog import check_syntax
+
+    text = "def f(ready):\n    \n    return ready\n"
+    gap = text.index("    \n") + 4
+    doc = ParsedDocument("python").update(text)
+    verdict = check_syntax([middle], [(gap, gap)], doc)
+    assert verdict is not None and verdict.reason == "syntax"
+    assert ("compile" in verdict.detail) == only_cpython
+    assert check_syntax(["value = ready\n"], [(gap, gap)], doc) is None
+
+
+def test_python_compile_check_is_relative_to_a_broken_document():
+    from infill.syntax import ParsedDocument
+    from infill.watchdog import check_python_compiles
+
+    broken = "def f(:\n    \n"
+    gap = broken.index("    \n") + 4
+    assert ParsedDocument("python").update(broken) is not None
+    assert check_python_compiles(broken, [(gap, gap)], ["elif x:\n"]) is None
