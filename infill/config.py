@@ -24,8 +24,10 @@ class EngineConfig:
     canvas_length: int | None = None  # widest canvas; None: the model's config.canvas_length
     candidate_lengths: tuple[int, ...] = (4, 8, 16, 32, 64)  # middle lengths tried as one batch, capped per request
     suffix_anchor_tokens: int = 16  # suffix tokens clamped at the end of the canvas
-    # Single-line gaps are short: a narrow canvas (3 rows, ≤ 32 slots each) instead of the multi-line one.
-    single_line_lengths: tuple[int, ...] = (6, 12, 24)
+    # Single-line gaps are short: a narrow canvas. None picks by device: three candidate rows on a GPU, where extra
+    # rows at batch 1 are nearly free, one 24-slot row on a CPU, where every row costs compute (the line then ends
+    # at the first newline or EOS). benchmarks/engine.py measures both.
+    single_line_lengths: tuple[int, ...] | None = None
     single_line_anchor_tokens: int = 8
     # Suffix text beyond the canvas anchor can go in the prompt, *before* the prefix (so typing at the cursor only
     # invalidates the prompt's tail): [BOS] frame[0] suffix frame[1] prefix. 0 disables it. Untuned: the
@@ -53,13 +55,19 @@ class EngineConfig:
         need(len(self.candidate_lengths) > 0 and all(isinstance(n, int) and n > 0 for n in self.candidate_lengths),
              "candidate_lengths must be positive integers")
         need(self.suffix_anchor_tokens >= 0 and self.single_line_anchor_tokens >= 0, "anchor tokens must be >= 0")
-        need(len(self.single_line_lengths) > 0 and all(isinstance(n, int) and n > 0 for n in self.single_line_lengths),
-             "single_line_lengths must be positive integers")
+        need(self.single_line_lengths is None or (len(self.single_line_lengths) > 0 and all(
+            isinstance(n, int) and n > 0 for n in self.single_line_lengths)), "single_line_lengths must be positive "
+             "integers (or None: by device)")
         need(self.max_prompt_tokens >= 16, "max_prompt_tokens must be >= 16")
         need(0 <= self.suffix_in_prompt_tokens < self.max_prompt_tokens // 2,
              "suffix_in_prompt_tokens must be >= 0 and below half of max_prompt_tokens")
         need(len(self.suffix_frame) == 2, "suffix_frame is (text before the suffix, text after it)")
         need(self.kv_store_bytes >= 0, "kv_store_bytes must be >= 0")
+
+    def single_line_lengths_for(self, device: str) -> tuple[int, ...]:
+        if self.single_line_lengths is not None:
+            return self.single_line_lengths
+        return (6, 12, 24) if device.startswith("cuda") else (24,)
 
     def describe(self) -> dict:
         """Sampler and stopping parameters, for the versions block of every result."""

@@ -132,7 +132,8 @@ class DiffusionEngine:
 
     def _candidate_lengths(self, request: InfillRequest, fixed: list[list[int]]) -> tuple[list[int], list[list[int]]]:
         cap = min(request.max_middle_tokens, self.width)
-        candidates = self.config.single_line_lengths if request.single_line else self.config.candidate_lengths
+        candidates = (self.config.single_line_lengths_for(str(self.device)) if request.single_line
+                      else self.config.candidate_lengths)
         lengths = sorted({min(n, cap) for n in candidates})
         gaps, between_total = len(fixed), sum(len(f) for f in fixed[:-1])
         if between_total + gaps > self.width:

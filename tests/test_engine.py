@@ -308,3 +308,12 @@ def test_long_prefill_stops_for_cancel_and_keeps_its_work(loaded):
     assert resumed.outcome in ("ok", "empty")
     assert resumed.reused_tokens == engine_module.PREFILL_CHUNK_TOKENS
 
+
+
+def test_single_line_canvas_depends_on_the_device(loaded):
+    assert EngineConfig().single_line_lengths_for("cpu") == (24,)
+    assert EngineConfig().single_line_lengths_for("cuda:0") == (6, 12, 24)
+    assert EngineConfig(single_line_lengths=(4, 8)).single_line_lengths_for("cpu") == (4, 8)
+    result = engine_with(loaded).infill(InfillRequest(prefix="x = compute(", suffix=")\nprint(x)\n",
+                                                     single_line=True))
+    assert result.versions["candidate_lengths"] == [24] and "\n" not in result.middle
