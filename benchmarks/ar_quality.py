@@ -27,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from infill.autoregressive import ARSettings, load_default_backend  # noqa: E402
+from infill.pilot.metrics import edit_similarity, exact_match  # noqa: E402
 from infill.types import InfillRequest  # noqa: E402
 
 PREFIX_CHARS = 8000  # the pipeline's window before the gap
@@ -90,21 +91,6 @@ def cut_holes(packages: list[str], n: int, seed: int) -> list[Hole]:
     return holes
 
 
-def levenshtein(a: str, b: str) -> int:
-    previous = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        current = [i]
-        for j, cb in enumerate(b, 1):
-            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
-        previous = current
-    return previous[-1]
-
-
-def edit_similarity(a: str, b: str) -> float:
-    a, b = a.strip(), b.strip()
-    return 1.0 if not a and not b else 1.0 - levenshtein(a, b) / max(len(a), len(b))
-
-
 def parses(text: str) -> bool:
     try:
         ast.parse(text)
@@ -140,7 +126,7 @@ def quality(backend, holes: list[Hole], max_tokens: int) -> dict:
         else:
             dropped += 1
         shown = fill if keeps_parsing else ""
-        exact += shown.strip() == hole.middle.strip()
+        exact += exact_match(shown, hole.middle)
         similarity.append(edit_similarity(shown, hole.middle))
         print(f"{hole.source:45s} {result.outcome:9s} {result.timings.total_ms:7.0f} ms  want {hole.middle!r:40.40s}"
               f"  got {fill!r:40.40s}{'' if keeps_parsing or not fill.strip() else '  [breaks parse]'}",
