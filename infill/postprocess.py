@@ -16,11 +16,13 @@ _CLOSERS = {")": "(", "]": "[", "}": "{"}
 _OPENERS = {v: k for k, v in _CLOSERS.items()}
 _LIST_ITEM = re.compile(r"^(\s*)([-*+]|\d+[.)])(\s+)")
 _SENTENCE_END = re.compile(r"[.!?][\"')\]]*(?=\s|$)")
+# C0/C1 control characters (tab and newline aside) and U+FFFD from undecodable model bytes: never part of a fill.
+_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ufffd]")
 
 
 def postprocess(middle: str, ctx: GapContext, prefix: str, suffix: str) -> str:
     """All cleaning steps in order. `prefix`/`suffix` are the document text before/after the gap (any length)."""
-    middle = middle.replace("\r\n", "\n")
+    middle = _UNPRINTABLE.sub("", middle.replace("\r\n", "\n"))
     if ctx.single_line:
         middle = middle.lstrip("\n")
         middle = middle.split("\n", 1)[0]

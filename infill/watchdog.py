@@ -197,17 +197,24 @@ def check_syntax(middles: list[str], spans: list[tuple[int, int]], doc: Document
     return None
 
 
+# CPython 3.11's ast.parse is not safe to run in several threads at once ("AST constructor recursion depth
+# mismatch"); completions for several documents can be checked concurrently.
+_AST_LOCK = threading.Lock()
+
+
 def check_python_compiles(text: str, spans: list[tuple[int, int]], middles: list[str]) -> Verdict | None:
     """tree-sitter-python accepts some code CPython refuses (a block of only comments, an `elif` whose `if` is
     gone): when the document compiled before the fill, it must compile after it. The original is only parsed
     when the filled text fails, so a good fill costs one parse."""
     try:
-        ast.parse(apply_fills(text, spans, middles))
+        with _AST_LOCK:
+            ast.parse(apply_fills(text, spans, middles))
         return None
     except (SyntaxError, ValueError) as exc:
         reason = f"Python would not compile it: {exc.msg if isinstance(exc, SyntaxError) else exc}"
     try:
-        ast.parse(text)
+        with _AST_LOCK:
+            ast.parse(text)
     except (SyntaxError, ValueError):
         return None  # it did not compile before either: tree-sitter's relative judgement stands
     return Verdict("syntax", reason)

@@ -132,3 +132,8 @@ def test_code_in_a_markdown_fence_follows_code_rules():
     source = "# Example\n\n```python\ndef f(x):\n§\n```\n"
     # indentation fitted like code, and no sentence trimming of code
     assert clean(source, "markdown", "y = x. z\nreturn y") == "    y = x. z\n    return y"
+
+
+def test_control_characters_and_replacement_chars_never_reach_a_fill():
+    assert clean("The Tenant shall pay § on the first day.\n", "markdown", "the\x06 Rent\ufffd\x1b") == "the Rent"
+    assert clean("x = §\n", "python", "\tvalue\x00") == "\tvalue"
