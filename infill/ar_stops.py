@@ -51,31 +51,11 @@ def _unbalanced_index(text: str, closer: str) -> int | None:
     return None
 
 
-def _first_line_end(text: str) -> tuple[str, bool]:
-    """Up to the first newline outside brackets the fill opened: `f(a,` ends its line only once the call closes."""
+def _scan_balance(text: str):
+    """Walk `text` tracking the brackets and one-line strings the fill itself opens. Yields, after each character,
+    (index, char, balanced, in_string); `balanced` means no bracket opened within `text` is still open (closing
+    brackets of the prefix is fine)."""
     depth, floor, quote = 0, 0, ""
-    for i, ch in enumerate(text):
-        if ch == "\n":
-            if depth <= floor or quote:  # a one-line string cannot go on to the next line either
-                return text[:i], True
-        elif quote:
-            if ch == quote and text[i - 1] != "\\":
-                quote = ""
-        elif _opens_quote(text, i):
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-            floor = min(floor, depth)
-    return text, False
-
-
-def trim_unfinished(text: str, shape: GapShape) -> str:
-    """A fill cut off by the token bound (or EOS) inside brackets or a string it opened would break the line:
-    keep it up to the last point where everything it opened is closed again (whole lines for multi-line gaps),
-    without a dangling operator or comma."""
-    depth, floor, quote, last = 0, 0, "", 0
     for i, ch in enumerate(text):
         if quote:
             if ch == quote and text[i - 1] != "\\":
@@ -86,8 +66,25 @@ def trim_unfinished(text: str, shape: GapShape) -> str:
             depth += 1
         elif ch in ")]}":
             depth -= 1
-            floor = min(floor, depth)  # closing brackets of the prefix is fine; anything opened later is not
-        if not quote and depth <= floor and (shape.single_line or ch == "\n"):
+            floor = min(floor, depth)
+        yield i, ch, depth <= floor, bool(quote)
+
+
+def _first_line_end(text: str) -> tuple[str, bool]:
+    """Up to the first newline outside brackets the fill opened: `f(a,` ends its line only once the call closes."""
+    for i, ch, balanced, in_string in _scan_balance(text):
+        if ch == "\n" and (balanced or in_string):  # a one-line string cannot go on to the next line either
+            return text[:i], True
+    return text, False
+
+
+def trim_unfinished(text: str, shape: GapShape) -> str:
+    """A fill cut off by the token bound (or EOS) inside brackets or a string it opened would break the line:
+    keep it up to the last point where everything it opened is closed again (whole lines for multi-line gaps),
+    without a dangling operator or comma."""
+    last = 0
+    for i, ch, balanced, in_string in _scan_balance(text):
+        if balanced and not in_string and (shape.single_line or ch == "\n"):
             last = i + 1
     if last == len(text):
         return text
