@@ -7,7 +7,8 @@ import sys
 USAGE = """usage: infill-ls [--stdio] [server options]     start the LSP server on stdio
        infill-ls fill PATH (--at L:C | --range L1:C1-L2:C2) [--json] [--model M]
        infill-ls serve [--host 127.0.0.1] [--port N] [--token T]   OpenAI-compatible gateway
-       infill-ls pilot SRC --out DIR [--n N] [--backend ...]       diffusion vs autoregressive pilot
+       infill-ls pilot SRC --out DIR [--n N] [--backend ar|diffusion:DIR|http://HOST/v1[+fallback|+raw]]...
+                       [--concurrency 1,4,16]                  diffusion vs autoregressive pilot
        infill-ls --version"""
 
 
