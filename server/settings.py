@@ -130,32 +130,12 @@ def clean_layer(raw: Any, current: Settings) -> tuple[dict[str, Any], list[str]]
 def parse_settings(raw: Any, base: Settings) -> tuple[Settings, list[str]]:
     """Overlay the client's settings object on `base`. Returns the new settings and the problems found (unknown
     keys, wrong types, out-of-range values), each one line for window/logMessage. Never raises."""
-    if raw is None:
-        return base, []
-    if not isinstance(raw, dict):
-        return base, [f"infill settings must be an object, got {type(raw).__name__}; ignored"]
-    if isinstance(raw.get("infill"), dict):  # some clients nest the section once more
-        raw = {**{k: v for k, v in raw.items() if k != "infill"}, **raw["infill"]}
-    problems: list[str] = []
-    changes: dict[str, Any] = {}
-    for key, value in raw.items():
-        name = _FIELD_OF.get(key)
-        if name is None:
-            problems.append(f"unknown setting infill.{key}; ignored")
-            continue
-        try:
-            changes[name] = _coerce(name, value)
-        except TypeError as exc:
-            problems.append(f"setting infill.{key} must be {exc}, got {value!r}; kept {getattr(base, name)!r}")
-    try:
-        return replace(base, **changes), problems
-    except InfillError:
-        pass
-    # One or more values out of range: apply the valid ones one by one so a single bad key costs only itself.
+    accepted, problems = clean_layer(raw, base)
     settings = base
-    for name, value in changes.items():
+    for key, value in accepted.items():
+        name = _FIELD_OF[key]
         try:
-            settings = replace(settings, **{name: value})
-        except InfillError as exc:
+            settings = replace(settings, **{name: _coerce(name, value)})
+        except InfillError as exc:  # valid alone, but not together with the other settings
             problems.append(f"{exc}; kept {getattr(settings, name)!r}")
     return settings, problems
