@@ -15,6 +15,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from .kv_store import cache_nbytes
+
 
 class LineTokenizer:
     """Tokenises text line by line with a bounded memo of line → ids (no special tokens)."""
@@ -93,28 +95,11 @@ def _starts_with(lines: list[tuple[str, tuple[int, ...]]], k: int, anchor: str) 
     return joined == anchor
 
 
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
 @dataclass
 class KVEntry:
     ids: list[int]  # the tokens whose keys/values the cache holds, in order
     cache: Any  # transformers DynamicCache (full-length layers, so it can be cropped anywhere)
     anchor: str = ""
-
-
-def cache_bytes(cache: Any) -> int:
-    total = 0
-    for layer in getattr(cache, "layers", ()):
-        for tensor in (getattr(layer, "keys", None), getattr(layer, "values", None)):
-            if tensor is not None:
-                total += tensor.numel() * tensor.element_size()
-    return total
 
 
 class PrefixKVStore:
@@ -132,7 +117,7 @@ class PrefixKVStore:
         return None if item is None else item[0]
 
     def put(self, document_id: str | None, entry: KVEntry) -> None:
-        size = cache_bytes(entry.cache)
+        size = cache_nbytes(entry.cache)
         if size > self.max_bytes:
             return
         with self._lock:

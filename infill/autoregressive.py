@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
-from .ar_context import KVEntry, LineTokenizer, PrefixKVStore, common_prefix, fit_prompt
+from .ar_context import KVEntry, LineTokenizer, PrefixKVStore, fit_prompt
+from .kv_store import common_prefix_length
 from .ar_stops import GapShape, comment_only, cut_fill, finish_fill, gap_shape, trim_unfinished
 from .backends import ProgressCallback
 from .gemma_cache import MODEL_ID, PACKAGE, ensure_converted
@@ -267,9 +268,10 @@ class GemmaBackend:
 
     def _reusable_cache(self, entry: KVEntry | None, ids: list[int]) -> tuple[Any, list[int]]:
         """A cache holding the longest reusable prefix of `ids`, and the ids it holds."""
+        import torch
         from transformers import DynamicCache
 
-        reuse = common_prefix(entry.ids, ids) if entry is not None else 0
+        reuse = common_prefix_length(torch.tensor(entry.ids), torch.tensor(ids)) if entry is not None else 0
         reuse = min(reuse, len(ids) - 1)  # at least one token must be fed to get the next-token logits
         if entry is None or reuse <= 0:
             # No config: plain full-length layers on every layer (sliding-window layers could not be cropped back)
