@@ -65,6 +65,13 @@ def open_doc(client: LanguageClient, uri: str, text: str, language: str = "pytho
         text_document=types.TextDocumentItem(uri=uri, language_id=language, version=version, text=text)))
 
 
+async def code_actions(client: LanguageClient, uri: str, selection: types.Range) -> list:
+    """textDocument/codeAction for `selection`, with no diagnostics in the context."""
+    return await client.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), range=selection,
+        context=types.CodeActionContext(diagnostics=[])))
+
+
 def _line_starts(text: str) -> list[int]:
     starts, i = [0], 0
     while i < len(text):

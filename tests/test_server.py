@@ -13,7 +13,7 @@ import pytest_asyncio
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
-from lsp_helpers import apply_edits, open_doc, start, status, utf16_offset, wait_ready
+from lsp_helpers import apply_edits, code_actions, open_doc, start, status, utf16_offset, wait_ready
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -108,9 +108,7 @@ async def test_fill_gap_action_carries_version_and_applies(lsp):
     text = "The area is\n    given by 3.14159 * r * r\n\nfor a circle.\n"
     open_doc(lsp, uri, text, language="plaintext", version=7)
     gap = types.Range(start=types.Position(1, 13), end=types.Position(1, 20))  # "3.14159"
-    actions = await lsp.text_document_code_action_async(types.CodeActionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), range=gap,
-        context=types.CodeActionContext(diagnostics=[])))
+    actions = await code_actions(lsp, uri, gap)
     fill = next(a for a in actions if a.title == "Fill gap")
     assert fill.kind == types.CodeActionKind.RefactorRewrite and fill.edit is None  # listing does no model work
     resolved = await lsp.code_action_resolve_async(fill)
@@ -161,9 +159,7 @@ async def test_markdown_fill_all_gaps(lsp):
     text = "# Letter\n\nDear [[name]],\n\nWe meet on {{date}} at ___ sharp.\n"
     open_doc(lsp, uri, text, language="markdown", version=3)
     whole = types.Range(start=types.Position(0, 0), end=types.Position(0, 0))
-    actions = await lsp.text_document_code_action_async(types.CodeActionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), range=whole,
-        context=types.CodeActionContext(diagnostics=[])))
+    actions = await code_actions(lsp, uri, whole)
     fill_all = next(a for a in actions if a.title.startswith("Fill all gaps"))
     assert fill_all.title == "Fill all gaps (3)"
     resolved = await lsp.code_action_resolve_async(fill_all)

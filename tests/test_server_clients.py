@@ -10,7 +10,7 @@ import pytest
 import pytest_asyncio
 from lsprotocol import types
 
-from lsp_helpers import apply_edits, open_doc, start, status, wait_ready
+from lsp_helpers import apply_edits, code_actions, open_doc, start, status, wait_ready
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -44,9 +44,7 @@ async def test_action_carries_edit_without_resolve_support(plain):
     text = "Alpha beta gamma\ndelta epsilon\n"
     open_doc(plain, uri, text, language="plaintext", version=5)
     gap = types.Range(start=types.Position(0, 6), end=types.Position(0, 10))  # "beta"
-    actions = await plain.text_document_code_action_async(types.CodeActionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), range=gap,
-        context=types.CodeActionContext(diagnostics=[])))
+    actions = await code_actions(plain, uri, gap)
     (fill,) = [a for a in actions if a.title == "Fill gap"]
     assert fill.edit is not None, "\n".join(m.message for m in plain.log_messages)
     (change,) = fill.edit.document_changes

@@ -15,7 +15,7 @@ import pytest_asyncio
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
-from lsp_helpers import open_doc, start, status, wait_ready
+from lsp_helpers import code_actions, open_doc, start, status, wait_ready
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -52,9 +52,7 @@ async def test_edit_while_resolving_yields_no_edit(lsp):
     text = "Shopping list\n\nvalue = compute(1, 2)\nprint(value)\n"
     open_doc(lsp, uri, text, language="plaintext", version=1)
     gap = types.Range(start=types.Position(2, 8), end=types.Position(2, 21))
-    actions = await lsp.text_document_code_action_async(types.CodeActionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), range=gap,
-        context=types.CodeActionContext(diagnostics=[])))
+    actions = await code_actions(lsp, uri, gap)
     fill = next(a for a in actions if a.title == "Fill gap")
     pending = asyncio.ensure_future(lsp.code_action_resolve_async(fill))
     await engine_busy(lsp)
