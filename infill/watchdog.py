@@ -202,22 +202,50 @@ def check_syntax(middles: list[str], spans: list[tuple[int, int]], doc: Document
 _AST_LOCK = threading.Lock()
 
 
-def check_python_compiles(text: str, spans: list[tuple[int, int]], middles: list[str]) -> Verdict | None:
-    """tree-sitter-python accepts some code CPython refuses (a block of only comments, an `elif` whose `if` is
-    gone): when the document compiled before the fill, it must compile after it. The original is only parsed
-    when the filled text fails, so a good fill costs one parse."""
+_CONTINUES_STATEMENT = re.compile(r"[\s#)\]}]|(else|elif|except|finally)\b")
+
+
+def _statement_start(text: str, index: int) -> int:
+    """Start of the line that begins the top-level statement around `index` (a column-0 line that does not
+    continue a statement). A heuristic: where it errs (e.g. a column-0 line inside a string), the region fails to
+    compile before the fill too, and the check stands aside."""
+    line = text.rfind("\n", 0, index) + 1
+    while line > 0 and (not text[line:line + 1] or _CONTINUES_STATEMENT.match(text, line)):
+        line = text.rfind("\n", 0, line - 1) + 1
+    return line
+
+
+def _statement_end(text: str, index: int) -> int:
+    """Start of the next top-level statement after `index` (or the end of the text)."""
+    line = text.find("\n", index)
+    while line != -1:
+        if line + 1 < len(text) and not _CONTINUES_STATEMENT.match(text, line + 1):
+            return line + 1
+        line = text.find("\n", line + 1)
+    return len(text)
+
+
+def _compiles(code: str) -> str | None:
     try:
         with _AST_LOCK:
-            ast.parse(apply_fills(text, spans, middles))
+            ast.parse(code)
         return None
     except (SyntaxError, ValueError) as exc:
-        reason = f"Python would not compile it: {exc.msg if isinstance(exc, SyntaxError) else exc}"
-    try:
-        with _AST_LOCK:
-            ast.parse(text)
-    except (SyntaxError, ValueError):
-        return None  # it did not compile before either: tree-sitter's relative judgement stands
-    return Verdict("syntax", reason)
+        return exc.msg if isinstance(exc, SyntaxError) else str(exc)
+
+
+def check_python_compiles(text: str, spans: list[tuple[int, int]], middles: list[str]) -> Verdict | None:
+    """tree-sitter-python accepts some code CPython refuses (a block of only comments, an `elif` whose `if` is
+    gone): when the top-level statements around the fill compiled before it, they must compile after it. Only
+    those statements are compiled (a whole large file costs tens of milliseconds), and the original only when the
+    filled region fails, so a good fill costs one small parse."""
+    start, end = _statement_start(text, spans[0][0]), _statement_end(text, spans[-1][1])
+    region = text[start:end]
+    local = [(a - start, b - start) for a, b in spans]
+    error = _compiles(apply_fills(region, local, middles))
+    if error is None or _compiles(region) is not None:
+        return None  # fine, or it did not compile before either: tree-sitter's relative judgement stands
+    return Verdict("syntax", f"Python would not compile it: {error}")
 
 
 def check_fence_syntax(middles: list[str], spans: list[tuple[int, int]], text: str,

@@ -183,3 +183,15 @@ def test_python_compile_check_is_relative_to_a_broken_document():
     gap = broken.index("    \n") + 4
     assert ParsedDocument("python").update(broken) is not None
     assert check_python_compiles(broken, [(gap, gap)], ["elif x:\n"]) is None
+
+
+def test_python_compile_check_reads_only_the_statements_around_the_fill():
+    from infill.watchdog import _statement_end, _statement_start, check_python_compiles
+
+    text = "import os\n\n@wrap\ndef f(x):\n    if x:\n        pass\n    else:\n        return 1\n\nbroken = (\n"
+    inside = text.index("return 1")
+    assert text[_statement_start(text, inside):].startswith("def f(x):")
+    assert text[:_statement_end(text, inside)].endswith("return 1\n\n")
+    # the unterminated `broken = (` further down does not hide a fill that breaks f
+    assert check_python_compiles(text, [(inside, inside + len("return 1"))], ["elif:"]) is not None
+    assert check_python_compiles(text, [(inside, inside + len("return 1"))], ["return 2"]) is None
