@@ -32,6 +32,8 @@ _PY_BLOCK = re.compile(r"(async\s+)?(def|class|if|elif|else|for|while|with|try|e
 _UNUSUAL_SPACE = re.compile("[\t\r\x0b\x0c\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
 _LEADING_SPACES = re.compile(r"^ *(?=[^ \n])", re.M)  # the indentation of each non-blank line
 _PLACEHOLDER = re.compile(r"\[\[[^\[\]\n]*\]\]|\{\{[^{}\n]*\}\}|_{3,}")
+# Share of the prefix budget left free when a window start is chosen anew, so it stays put while the user types.
+WINDOW_HEADROOM = 0.1
 
 
 @dataclass(frozen=True)
@@ -102,19 +104,22 @@ class ContextBuilder:
         self._lock = threading.Lock()
 
     def document(self, text: str, language: str | None, document_id: str | None,
-                 version: int | None = None) -> DocumentSnapshot:
+                 version: int | None = None, focus: tuple[int, int] | None = None) -> DocumentSnapshot:
         """A snapshot of this text parsed: the cached tree re-parsed incrementally (from the noted edits up to
-        `version`, or by comparing texts), or a fresh parse."""
+        `version`, or by comparing texts), or a fresh parse. With a `focus` (the span of the gaps), a large
+        document's tree may cover only the part a context for that focus can reach."""
         key = resolve_language(language, document_id)
+        s = self.settings
+        reach = (int(s.prefix_tokens * s.chars_per_token), int(s.suffix_tokens * s.chars_per_token))
         if document_id is None:
-            return ParsedDocument(key).update(text)
+            return ParsedDocument(key).update(text, focus=focus, reach=reach)
         with self._lock:
             doc = self._documents.pop((document_id, key), None) or ParsedDocument(key)
             self._documents[(document_id, key)] = doc
             while len(self._documents) > self.max_documents:
                 self._documents.popitem(last=False)
         with doc.lock:
-            return doc.update(text, version)
+            return doc.update(text, version, focus, reach)
 
     def note_edit(self, document_id: str, start: int, old_end: int, new_text: str,
                   version: int | None = None) -> None:
@@ -144,11 +149,20 @@ class ContextBuilder:
         is_prose = language in PROSE_LANGUAGES or (language is None and _looks_like_prose(text[line_start:line_end]))
         prefix_budget = int(s.prefix_tokens * s.chars_per_token)
         suffix_budget = int(s.suffix_tokens * s.chars_per_token)
+        # The window keeps its start while that still fits, so typing on does not change the start of the prompt
+        # (a backend re-encodes everything after the first changed token); a start chosen again leaves headroom.
+        previous = doc.memo.get("window_start") if doc.memo else None
+        sticky = _sticky_start(text, first, prefix_budget, previous)
+        snap_budget = prefix_budget if previous is None else int(prefix_budget * (1 - WINDOW_HEADROOM))
         node = _node_at(doc, first) if doc.has_grammar else None
         if node is not None:
-            prefix_start, suffix_end, unit = _syntactic_window(doc, node, first, last, prefix_budget, suffix_budget)
+            prefix_start, suffix_end, unit = _syntactic_window(doc, node, first, last, snap_budget, suffix_budget)
         else:
-            (prefix_start, suffix_end), unit = _line_window(text, first, last, prefix_budget, suffix_budget), "lines"
+            (prefix_start, suffix_end), unit = _line_window(text, first, last, snap_budget, suffix_budget), "lines"
+        if sticky is not None:
+            prefix_start = sticky
+        if doc.memo is not None:
+            doc.memo["window_start"] = (prefix_start, text[prefix_start:_line_end(text, prefix_start)])
         in_comment = node is not None and _inside_inline_node(doc, _byte_offset(doc, first))
         fence = None
         if is_prose and node is not None and _inside(node, ("fenced_code_block", "indented_code_block")):
@@ -172,6 +186,16 @@ class ContextBuilder:
         # A "Fill gap" over a selection may need about as much text as it replaces.
         selected = max(b - a for a, b in spans)
         return max(s.multi_line_tokens, min(s.max_gap_tokens, math.ceil(selected / s.chars_per_token * 1.5)))
+
+
+def _sticky_start(text: str, first: int, budget: int, previous: tuple[int, str] | None) -> int | None:
+    """The previous window start, if its line is unchanged, still starts a line, and is still within budget."""
+    if previous is None:
+        return None
+    index, line = previous
+    if not 0 <= first - index <= budget or (index > 0 and text[index - 1] != "\n"):
+        return None
+    return index if text.startswith(line, index) and _line_end(text, index) == index + len(line) else None
 
 
 def _line_end(text: str, index: int) -> int:

@@ -31,7 +31,8 @@ log = logging.getLogger(__name__)
 
 Mode = Literal["inline", "gap", "gaps"]
 _NON_SPACE = re.compile(r"\S")
-__all__ = ["CompletionRequest", "Fill", "Pipeline", "PipelineResult", "PipelineSettings", "find_placeholders"]
+__all__ = ["CompletionRequest", "Fill", "Pipeline", "PipelineResult", "PipelineSettings", "Prepared",
+           "find_placeholders"]
 
 
 @dataclass(frozen=True)
@@ -99,14 +100,24 @@ class PipelineResult:
     route: str = "primary"  # "primary", "fallback" or "none"
     rejections: list[tuple[str, str]] = field(default_factory=list)  # (backend name, reason)
     context_ms: float = 0.0
-    context_cpu_ms: float = 0.0  # the same in CPU time of the calling thread (not inflated by descheduling)
+    context_cpu_ms: float = 0.0  # the same in CPU time of the building thread (not inflated by descheduling)
+    context_ahead: bool = False  # the context was built before `complete` (during the debounce)
+    context_wait_ms: float = 0.0  # how long the caller waited for a context built ahead (set by the server)
     total_ms: float = 0.0
+    backend_cpu_ms: float = 0.0  # CPU time of this thread inside backends (the model's share)
+    checks_cpu_ms: float = 0.0  # CPU time of this thread outside context and backends (cleaning, watchdog)
     version: int | None = None
     costs: dict[str, float] = field(default_factory=dict)  # backend name -> ms spent in it
     single_line: bool = False
     max_middle_tokens: int = 0
     language: str | None = None
     context_unit: str = ""  # the syntactic unit the window was snapped to
+
+    @property
+    def checks_ms(self) -> float:
+        """Wall time in `complete` outside context building and backends: cleaning, the watchdog, routing."""
+        context = 0.0 if self.context_ahead else self.context_ms
+        return max(0.0, self.total_ms - context - sum(self.costs.values()))
 
     def to_log(self) -> dict:
         """One JSON-ready record for the completion log."""
@@ -119,7 +130,8 @@ class PipelineResult:
             "backend": r.backend if r else None, "outcome": r.outcome if r else None,
             "steps": r.steps if r else 0, "prompt_tokens": r.prompt_tokens if r else 0,
             "rejections": [{"backend": b, "reason": reason} for b, reason in self.rejections],
-            "context_ms": round(self.context_ms, 3), "total_ms": round(self.total_ms, 3),
+            "context_ms": round(self.context_ms, 3), "context_ahead": self.context_ahead,
+            "total_ms": round(self.total_ms, 3),
             "costs_ms": {name: round(ms, 3) for name, ms in self.costs.items()},
         }
 
@@ -197,9 +209,13 @@ class Pipeline:
         self.contexts.forget(document_id)
 
     def prepare(self, req: CompletionRequest) -> "Prepared":
-        """Context for a request: the backend request, the gap spans, the parsed document, the gap context(s)."""
+        """Context for a request: the backend request, the gap spans, the parsed document, the gap context(s).
+        Thread-safe: the server builds it on its own thread while the debounce runs, then passes it to
+        `complete`."""
+        t0, cpu0 = time.perf_counter(), time.thread_time()
         spans = _spans(req)
-        doc = self.contexts.document(req.text, req.language, req.document_id, req.version)
+        doc = self.contexts.document(req.text, req.language, req.document_id, req.version,
+                                     focus=(spans[0][0], spans[-1][1]))
         ctx = self.contexts.build(doc, spans, req.mode)
         if req.max_middle_tokens is not None and req.max_middle_tokens < ctx.max_middle_tokens:
             ctx = replace(ctx, max_middle_tokens=req.max_middle_tokens)
@@ -211,19 +227,24 @@ class Pipeline:
                                 between=between, max_middle_tokens=ctx.max_middle_tokens,
                                 single_line=ctx.single_line, language=ctx.language or req.language,
                                 document_id=req.document_id, version=req.version)
-        return Prepared(req, request, spans, doc, ctx, gaps)
+        return Prepared(req, request, spans, doc, ctx, gaps, context_ms=(time.perf_counter() - t0) * 1000,
+                        context_cpu_ms=(time.thread_time() - cpu0) * 1000)
 
     def build_request(self, req: CompletionRequest) -> tuple[InfillRequest, list[tuple[int, int]]]:
         prep = self.prepare(req)
         return prep.request, prep.spans
 
     def complete(self, req: CompletionRequest, *, cancel: CancelToken | None = None, deadline: float | None = None,
-                 on_draft: DraftCallback | None = None) -> PipelineResult:
+                 on_draft: DraftCallback | None = None, prepared: "Prepared | None" = None) -> PipelineResult:
+        """Complete `req`. `prepared` is its context built ahead (by `prepare`, for this very request); without it
+        the context is built here, and its time counts in total_ms."""
         t0, cpu0 = time.perf_counter(), time.thread_time()
-        prep = self.prepare(req)
+        if prepared is not None and prepared.source is not req:
+            raise InfillError("the prepared context belongs to another request")
+        prep = prepared or self.prepare(req)
         ctx = prep.ctx
-        out = PipelineResult(fills=[], result=None, route="none", context_ms=(time.perf_counter() - t0) * 1000,
-                             context_cpu_ms=(time.thread_time() - cpu0) * 1000,
+        out = PipelineResult(fills=[], result=None, route="none", context_ms=prep.context_ms,
+                             context_cpu_ms=prep.context_cpu_ms, context_ahead=prepared is not None,
                              version=req.version, single_line=ctx.single_line,
                              max_middle_tokens=ctx.max_middle_tokens, language=ctx.language,
                              context_unit=ctx.unit)
@@ -235,6 +256,8 @@ class Pipeline:
         with self._routes_lock:
             self.routes[out.route] += 1
         out.total_ms = (time.perf_counter() - t0) * 1000
+        out.checks_cpu_ms = max(0.0, (time.thread_time() - cpu0) * 1000 - out.backend_cpu_ms -
+                                (0.0 if prepared is not None else out.context_cpu_ms))
         return out
 
     @staticmethod
@@ -274,13 +297,14 @@ class Pipeline:
     def _call(self, backend: InfillBackend, request: InfillRequest, cancel, deadline, on_draft,
               out: PipelineResult) -> InfillResult:
         name = _name(backend)
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.thread_time()
         try:
             result = backend.infill(request, cancel=cancel, deadline=deadline, on_draft=on_draft)
         except Exception as exc:  # a failing backend must leave the fallback (and the editor) usable
             log.warning("backend %s failed: %s", name, exc)
             result = InfillResult(middles=(), outcome="error", backend=name, error=str(exc), version=request.version)
         out.costs[name] = out.costs.get(name, 0.0) + (time.perf_counter() - t0) * 1000
+        out.backend_cpu_ms += (time.thread_time() - cpu0) * 1000
         return result
 
     def _judge(self, result: InfillResult, prep: "Prepared", deadline) -> tuple[Verdict, list[str]]:
@@ -323,6 +347,8 @@ class Prepared:
     doc: DocumentSnapshot
     ctx: GapContext  # the whole request's context (windows, budget)
     gaps: list[GapContext]  # one per gap (line context for cleaning and checks)
+    context_ms: float = 0.0  # time `prepare` took
+    context_cpu_ms: float = 0.0
 
 
 def clean_middles(middles, prep: Prepared) -> list[str]:

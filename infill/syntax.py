@@ -10,8 +10,10 @@ import importlib
 import logging
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
+
+from .regions import REGION_MIN_CHARS, ChangedSpan, Cuts, covers, region_for, shift_region
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +155,9 @@ class DocumentSnapshot:
     language: str | None
     text: str
     tree: object | None
+    region: tuple[int, int] | None = None  # the tree covers only text[region[0]:region[1]] (a large document)
+    # The document's own scratch space, kept across versions (the ContextBuilder keeps its last window there).
+    memo: dict | None = field(default=None, compare=False, repr=False)
 
     @property
     def has_grammar(self) -> bool:
@@ -172,31 +177,20 @@ class DocumentSnapshot:
 
     def parse_filled(self, spans: list[tuple[int, int]], middles: list[str]):
         """The tree of this document with each `middles[i]` in place of `spans[i]` (sorted str spans), parsed
-        incrementally from this tree with a private parser. The changed range is known, so unlike
-        `parse_variant` nothing is compared."""
+        incrementally from this tree with a private parser (the changed range is known: nothing is compared)."""
         parser = new_parser(self.language) if self.tree is not None else None
         if parser is None:
             return None
         filled = apply_fills(self.text, spans, middles)
         start, old_end = spans[0][0], spans[-1][1]
-        region = ChangedRegion(len(self.text))
-        region.add(NotedEdit(start, old_end, filled[start:len(filled) - (len(self.text) - old_end)]))
+        change = ChangedSpan(len(self.text))
+        change.add(start, old_end, len(filled) - len(self.text) + old_end - start)
         tree = self.tree.copy()  # type: ignore[union-attr]
-        edit_tree(tree, self.text, filled, region)
+        edit_tree(tree, self.text, filled, change)
+        if self.region is not None:  # the region grows or shrinks with the fill
+            end = self.region[1] + len(filled) - len(self.text)
+            parser.included_ranges = [included_range(filled, self.region[0], end)]
         return parse_text(parser, filled, tree)
-
-    def parse_variant(self, new_text: str):
-        """Parse an edited copy (a candidate fill applied), incrementally from this tree, with a private parser."""
-        parser = new_parser(self.language) if self.tree is not None else None
-        if parser is None:
-            return None
-        data = new_text.encode("utf-8")
-        edit = diff_edit(self.data, data)
-        if edit is None:
-            return self.tree
-        tree = self.tree.copy()  # type: ignore[union-attr]
-        apply_edit(tree, self.data, data, edit)
-        return parser.parse(data, tree)
 
 
 @dataclass(frozen=True)
@@ -210,31 +204,7 @@ class NotedEdit:
     version: int | None = None
 
 
-class ChangedRegion:
-    """Folds a run of noted edits into one changed region, with O(1) work per edit: old text = A + X + B and new
-    text = A + Y + B, with `start` = len(A), `old_end` = len(A + X), `new_end` = len(A + Y) (str offsets). One
-    tree.edit over that region makes the incremental parse give the same tree as a fresh one."""
-
-    def __init__(self, old_length: int) -> None:
-        self.old_length = old_length
-        self.length = old_length  # the text's length after the edits folded so far
-        self.start = self.old_end = self.new_end = -1  # no change yet
-
-    def add(self, edit: NotedEdit) -> None:
-        a, b, inserted = edit.start, edit.old_end, len(edit.new_text)
-        delta = inserted - (b - a)
-        if self.start < 0:
-            start, end = a, a + inserted
-        else:
-            mapped_end = self.new_end + delta if self.new_end >= b else (self.new_end if self.new_end <= a
-                                                                         else a + inserted)
-            start, end = min(self.start, a), max(mapped_end, a + inserted)
-        self.length += delta
-        self.start, self.new_end = start, end
-        self.old_end = self.old_length - (self.length - end)  # the unchanged tail B is as long in both texts
-
-
-def edit_tree(tree, old: str, new: str, region: ChangedRegion) -> None:
+def edit_tree(tree, old: str, new: str, region: ChangedSpan) -> None:
     """tree.edit for a region of str offsets (old[start:old_end] became new[start:new_end]); byte offsets are the
     str offsets for ASCII text, else only the text before the region's end is encoded."""
     ascii_old, ascii_new = old.isascii(), new.isascii()
@@ -271,15 +241,20 @@ class ParsedDocument:
     """One document's latest text and syntax tree. The editor's changes are noted as they arrive (`note_edit`,
     O(1), any thread); `update` folds the notes up to the requested version into one tree.edit and re-parses
     incrementally, only when a context is asked for. Without notes (callers that only pass whole texts) the
-    changed range is found by comparing the old and new text. `update` calls are serialised by the caller
-    (the ContextBuilder holds a per-document lock); notes have their own small lock so they never wait on a parse."""
+    changed range is found by comparing the old and new text. A large ASCII document asked about at a `focus` is
+    parsed only in a region around it (see regions.py). `update` calls are serialised by the caller (the
+    ContextBuilder holds a per-document lock); notes have their own small lock so they never wait on a parse."""
 
     def __init__(self, language: str | None) -> None:
         self.language = language
         self.parser = new_parser(language)
         self.tree = None
         self.text = ""
+        self.region: tuple[int, int] | None = None  # the tree covers only this part of the text
         self.lock = threading.Lock()  # serialises update (held by the ContextBuilder)
+        self._cuts: Cuts | None = None  # top-level statement starts, for choosing regions
+        self.memo: dict = {}  # see DocumentSnapshot.memo
+        self._region_parser = None
         self._notes: list[NotedEdit] = []
         self._notes_dropped = False  # too many notes piled up: the next update compares texts
         self._notes_lock = threading.Lock()
@@ -298,32 +273,78 @@ class ParsedDocument:
                 return
             self._notes.append(edit)
 
-    def update(self, text: str, version: int | None = None) -> "DocumentSnapshot":
+    def update(self, text: str, version: int | None = None, focus: tuple[int, int] | None = None,
+               reach: tuple[int, int] = (0, 0)) -> "DocumentSnapshot":
+        """Bring the tree up to `text` (version `version`). With a `focus` (the gap) and the `reach` of its context
+        (chars before and after), a large ASCII document is parsed only in a region that holds that context."""
         notes = self._take_notes(version)
         dropped = notes is None  # too many notes piled up: only a comparison can tell what changed
         notes = notes or []
-        if self.parser is None or (self.tree is not None and not notes and not dropped and text == self.text):
+        if self.parser is None:
             self.text = text
             return self.snapshot()
-        if self.tree is None:
-            self.tree = self._parse(text, None)
+        use_region = focus is not None and len(text) >= REGION_MIN_CHARS and text.isascii()
+        if self.tree is not None and not notes and not dropped and text == self.text and (
+                self.region is None or (focus is not None and covers(self.region, focus, reach, len(text)))):
+            return self.snapshot()
+        old_tree, span = None, None
+        if self.tree is not None:
+            old_tree = self.tree.copy()  # snapshots may still hold the previous tree: edit a copy
+            span = self._edit(old_tree, text, None if dropped else notes)
+        if self._cuts is not None and self.tree is not None:
+            if span is None:
+                self._cuts = None  # a change known only as a byte range: the cuts are lost
+            elif span.changed:
+                self._cuts.note(span.start, span.old_end, span.new_end - span.start)
+        region = self._choose_region(text, span, focus, reach) if use_region and old_tree is not None else None
+        if region is None:
+            # The whole document; from scratch when the old tree covered only a region.
+            self.tree = parse_text(self.parser, text, old_tree if self.region is None else None)
+            self.region = None
+            if use_region:
+                self._cuts = Cuts(_line_start_children(self.tree, text), len(text))
         else:
-            region = None if dropped else self._fold(notes, len(text))
-            old = self.tree.copy()  # snapshots may still hold the previous tree: edit a copy
-            if region is not None:
-                self._edit(old, text, region)
-            else:  # no usable notes: find the changed range by comparison
-                with self._notes_lock:
-                    self._notes.clear()  # later notes may be relative to another text than this one
-                old_data, data = self.text.encode("utf-8"), text.encode("utf-8")
-                edit = diff_edit(old_data, data)
-                if edit is None:
-                    self.text = text
-                    return self.snapshot()
-                apply_edit(old, old_data, data, edit)
-            self.tree = self._parse(text, old)
+            if self._region_parser is None:
+                self._region_parser = new_parser(self.language)
+            self._region_parser.included_ranges = [included_range(text, *region)]
+            reuse = self.region is not None and span is not None and shift_region(self.region, span) == region
+            self.tree = parse_text(self._region_parser, text, old_tree if reuse else None)
+            self.region = region
         self.text = text
         return self.snapshot()
+
+    def _choose_region(self, text: str, span: "ChangedSpan | None", focus, reach) -> tuple[int, int] | None:
+        """The current region moved with the edits when it still holds the gap's context, else a new one from the
+        cuts (None: parse the whole document, which also renews the cuts)."""
+        if self.region is not None and span is not None:
+            shifted = shift_region(self.region, span)
+            if shifted is not None and covers(shifted, focus, reach, len(text)):
+                return shifted
+        if self._cuts is None:
+            return None
+        return region_for(self._cuts, len(text), focus, reach)
+
+    def _edit(self, tree, text: str, notes: list[NotedEdit] | None) -> "ChangedSpan | None":
+        """Tell `tree` (of self.text) what changed to make `text`: from the notes, or by comparing the texts. The
+        change as a str span, or None when only a byte range is known (non-ASCII text compared)."""
+        span = self._fold(notes, len(text)) if notes else None
+        if span is not None:
+            edit_tree(tree, self.text, text, span)
+            return span
+        with self._notes_lock:
+            self._notes.clear()  # later notes may be relative to another text than this one
+        ascii_text = self.text.isascii() and text.isascii()
+        old_data, data = (self.text.encode("ascii"), text.encode("ascii")) if ascii_text else \
+            (self.text.encode("utf-8"), text.encode("utf-8"))
+        edit = diff_edit(old_data, data)
+        if edit is None:
+            return ChangedSpan(len(text))  # nothing changed
+        apply_edit(tree, old_data, data, edit)
+        if not ascii_text:
+            return None
+        span = ChangedSpan(len(self.text))
+        span.add(edit.start, edit.old_end, edit.new_end - edit.start)
+        return span
 
     def _take_notes(self, version: int | None) -> list[NotedEdit] | None:
         """The notes that lead up to `version` (all of them for an unversioned request); later ones stay.
@@ -341,32 +362,34 @@ class ParsedDocument:
             taken, self._notes = self._notes[:count], self._notes[count:]
         return taken
 
-    def _fold(self, notes: list[NotedEdit], new_length: int) -> ChangedRegion | None:
-        if not notes:
-            return None
-        region = ChangedRegion(len(self.text))
+    def _fold(self, notes: list[NotedEdit], new_length: int) -> ChangedSpan | None:
+        span = ChangedSpan(len(self.text))
         for note in notes:
-            if not 0 <= note.start <= note.old_end <= region.length:
+            if not 0 <= note.start <= note.old_end <= span.length:
                 log.debug("edit %s..%s outside the noted text; comparing texts instead", note.start, note.old_end)
                 return None
-            region.add(note)
-        if region.length != new_length:  # an edit was missed: the notes do not lead to this text
-            log.debug("noted edits give %d chars, the text has %d; comparing texts instead", region.length,
+            span.add(note.start, note.old_end, len(note.new_text))
+        if span.length != new_length:  # an edit was missed: the notes do not lead to this text
+            log.debug("noted edits give %d chars, the text has %d; comparing texts instead", span.length,
                       new_length)
             return None
-        return region
-
-    def _edit(self, tree, text: str, region: ChangedRegion) -> None:
-        edit_tree(tree, self.text, text, region)
-
-    def _parse(self, text: str, old_tree):
-        return parse_text(self.parser, text, old_tree)
+        return span
 
     def snapshot(self) -> DocumentSnapshot:
-        return DocumentSnapshot(self.language, self.text, self.tree)
+        return DocumentSnapshot(self.language, self.text, self.tree, self.region, self.memo)
 
-    def parse_variant(self, new_text: str):
-        return self.snapshot().parse_variant(new_text)
+
+def included_range(text: str, start: int, end: int):
+    """A tree-sitter Range over text[start:end] (ASCII text: str indices are byte offsets)."""
+    import tree_sitter
+
+    return tree_sitter.Range(_point_at(text, start, True), _point_at(text, end, True), start, end)
+
+
+def _line_start_children(tree, text: str) -> list[int]:
+    """Starts of the root's children that begin a line (a statement after `;` is no place to start parsing)."""
+    return [c.start_byte for c in tree.root_node.children
+            if c.start_byte == 0 or text[c.start_byte - 1:c.start_byte] == "\n"]
 
 
 def error_nodes(tree, start_byte: int = 0, end_byte: int | None = None) -> int:

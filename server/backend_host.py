@@ -17,7 +17,7 @@ from typing import Callable
 
 from infill.backends import BackendSpec, open_backend
 from infill.config import EngineConfig
-from infill.pipeline import CompletionRequest, Pipeline, PipelineResult, PipelineSettings
+from infill.pipeline import CompletionRequest, Pipeline, PipelineResult, PipelineSettings, Prepared
 from infill.types import BackendInfo, CancelToken, InfillBackend
 
 from .settings import Settings
@@ -52,6 +52,9 @@ class BackendHost:
         self.error: str | None = None
         self.loaded_key: tuple | None = None
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="infill-model")
+        # Contexts built ahead (during an automatic request's debounce) get their own thread: the model thread
+        # may still be finishing a cancelled run, and parsing must not wait for it.
+        self.context_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="infill-context")
         self.busy = False  # the model thread is inside a pipeline call (status "modelBusy")
 
     # -- state -----------------------------------------------------------------------------------------------------
@@ -136,17 +139,36 @@ class BackendHost:
             loaded.pipeline.settings = replace(loaded.pipeline.settings, max_middle_tokens=tokens)
 
     # -- running ---------------------------------------------------------------------------------------------------
-    def submit(self, pipeline: Pipeline, request: CompletionRequest, cancel: CancelToken,
-               deadline: float) -> Future[PipelineResult]:
-        """Run one completion on the model worker thread. A request cancelled while still queued never starts."""
+    def prepare_ahead(self, pipeline: Pipeline, request: CompletionRequest,
+                      cancel: CancelToken) -> Future[Prepared]:
+        """Build `request`'s context on the context thread (while its debounce still runs), for `submit`."""
+
+        def run() -> Prepared:
+            cancel.raise_if_cancelled()
+            return pipeline.prepare(request)
+
+        return self.context_worker.submit(run)
+
+    def submit(self, pipeline: Pipeline, request: CompletionRequest, cancel: CancelToken, deadline: float,
+               prepared: Future[Prepared] | None = None) -> Future[PipelineResult]:
+        """Run one completion on the model worker thread, with its context from `prepare_ahead` if given. A
+        request cancelled while still queued never starts."""
 
         def run() -> PipelineResult:
             cancel.raise_if_cancelled()
+            waited = 0.0
+            context = None
+            if prepared is not None:
+                started = time.perf_counter()
+                context = prepared.result()  # built during the debounce: normally done already
+                waited = (time.perf_counter() - started) * 1000
             self.busy = True
             try:
-                return pipeline.complete(request, cancel=cancel, deadline=deadline)
+                result = pipeline.complete(request, cancel=cancel, deadline=deadline, prepared=context)
             finally:
                 self.busy = False
+            result.context_wait_ms = waited
+            return result
 
         return self.worker.submit(run)
 
@@ -157,6 +179,7 @@ class BackendHost:
         for backend in loaded.backends if loaded else ():
             _close_quietly(backend)
         self.worker.shutdown(wait=False, cancel_futures=True)
+        self.context_worker.shutdown(wait=False, cancel_futures=True)
 
 
 def _close_quietly(backend: InfillBackend) -> None:

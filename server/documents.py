@@ -87,7 +87,10 @@ class Document:
         self.length = len(text)
         self.oversized = self.max_chars is not None and self.length > self.max_chars
         self.lines = [""] if self.oversized else split_lines(text)
-        self._text: str | None = "" if self.oversized else text
+        # The whole text is kept too, edited by slicing: a request reads it at once, where re-joining thousands of
+        # line objects costs ten times more on a cold cache.
+        self._text = "" if self.oversized else text
+        self._has_nul: bool | None = None  # unknown until asked
         # Line start offsets, correct up to index _valid (an edit invalidates only the lines after it, so typing
         # on one line never re-sums the whole document); the list always has len(lines) + 1 entries.
         self._starts: list[int] = [0] * (len(self.lines) + 1)
@@ -96,9 +99,14 @@ class Document:
     # -- reading ---------------------------------------------------------------------------------------------------
     @property
     def text(self) -> str:
-        if self._text is None:
-            self._text = "".join(self.lines)
         return self._text
+
+    @property
+    def has_nul(self) -> bool:
+        """The text holds a NUL character (a binary file); known from the edits when possible."""
+        if self._has_nul is None:
+            self._has_nul = "\x00" in self._text
+        return self._has_nul
 
     def line_start(self, line: int) -> int:
         if line > self._valid:
@@ -181,7 +189,11 @@ class Document:
             new_lines.pop()  # the chunk ended with a line ending: the next line follows, not an empty last line
         lines[first:last] = new_lines
         self.length += len(chunk) - removed
-        self._text = None
+        self._text = self._text[:replaced[0]] + change.text + self._text[replaced[1]:]
+        if self._has_nul is False and "\x00" in change.text:
+            self._has_nul = True
+        elif self._has_nul:
+            self._has_nul = None  # the edit may have removed it: look again when asked
         if len(new_lines) != last - first:
             self._starts[first + 1:last + 1] = [0] * len(new_lines)
         self._valid = min(self._valid, first)

@@ -21,7 +21,7 @@ def refusal(ls, document: Document | None, uri: str) -> str | None:
     if document.oversized or document.length > settings.max_document_chars:
         return (f"{uri} has {document.length} characters, more than maxDocumentChars={settings.max_document_chars}; "
                 "not sending it to the model")
-    if "\x00" in document.text:
+    if document.has_nul:
         return f"{uri} contains NUL bytes (binary?); not sending it to the model"
     if not ls.host.ready:
         return f"the backend is not ready (state {ls.host.state}{': ' + ls.host.error if ls.host.error else ''})"

@@ -21,6 +21,8 @@ def register(server) -> None:
 
 
 async def complete_inline(ls, params: types.InlineCompletionParams) -> types.InlineCompletionList | None:
+    path = _Clock()  # event-loop work the completion waits for
+    ahead = _Clock(running=False)  # event-loop work done while the debounce runs
     uri = params.text_document.uri
     document = ls.documents.get(uri)
     if (why := refusal(ls, document, uri)) is not None:
@@ -28,23 +30,36 @@ async def complete_inline(ls, params: types.InlineCompletionParams) -> types.Inl
         return None  # at once: no debounce, no model
     invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
     ticket = ls.scheduler.open(uri, "inline")  # supersedes the older inline request for this document
+    debounce = 0.0 if invoked else ls.settings.debounce_ms / 1000
+    debounce_end = asyncio.get_running_loop().time() + debounce  # one deadline: two sleeps overshoot once
     try:
-        if not invoked and ls.settings.debounce_ms > 0:
-            await asyncio.sleep(ls.settings.debounce_ms / 1000)
-        if ticket.stopped:
-            return None  # a newer request or an edit came during the debounce: it wins
+        if debounce > 0:
+            # No work in the first half: a fast typist's next key supersedes this request before anything is built.
+            path.pause()
+            await asyncio.sleep(debounce / 2)
+            if ticket.stopped:
+                return None  # a newer request or an edit came during the debounce: it wins
+            ahead.resume()
         pipeline = ls.host.pipeline
         if pipeline is None:
             return None  # the backend started reloading during the debounce
-        started, cpu_started = time.perf_counter(), time.thread_time()
         version = document.version
         offset = offset_logged(ls, document, params.position)
         request = CompletionRequest(text=document.text, start=offset, mode="inline", language=document.language_id,
                                     document_id=uri, version=version)
+        prepared = None
+        if debounce > 0:
+            # The context is built on its own thread during the second half, so the model starts when it ends.
+            prepared = ls.host.prepare_ahead(pipeline, request, ticket.token)
+            ahead.pause()
+            await asyncio.sleep(max(0.0, debounce_end - asyncio.get_running_loop().time()))
+            if ticket.stopped or ls.host.pipeline is not pipeline:
+                return None
+            path.resume()
+        started = time.perf_counter()  # the completion's own latency counts from here
         budget_ms = ls.settings.invoked_budget_ms if invoked else ls.settings.inline_budget_ms
-        future = ls.host.submit(pipeline, request, ticket.token, deadline_in(budget_ms / 1000))
-        pre_ms = (time.perf_counter() - started) * 1000
-        pre_cpu_ms = (time.thread_time() - cpu_started) * 1000
+        future = ls.host.submit(pipeline, request, ticket.token, deadline_in(budget_ms / 1000), prepared)
+        path.pause()
         result: PipelineResult = await asyncio.wrap_future(future)
     except asyncio.CancelledError:
         ticket.token.cancel("request cancelled by the client")  # the engine stops within one step
@@ -56,27 +71,56 @@ async def complete_inline(ls, params: types.InlineCompletionParams) -> types.Inl
         return None
     finally:
         ls.scheduler.close(ticket)
-    replied, cpu_replied = time.perf_counter(), time.thread_time()
+    reply_clock = _Clock()
     reply = _reply(ls, params, document, version, ticket.stopped, result, started)
-    post_ms, post_cpu_ms = (time.perf_counter() - replied) * 1000, (time.thread_time() - cpu_replied) * 1000
-    _record_overhead(ls, document, pre_ms, result, post_ms)
-    server_cpu_ms = document.last_change_cpu_ms + pre_cpu_ms + post_cpu_ms
-    ls.phases.add("server_cpu", server_cpu_ms)
-    ls.phases.add("context_cpu", result.context_cpu_ms)
-    ls.phases.add("keystroke_cpu", server_cpu_ms + result.context_cpu_ms)
+    reply_clock.pause()
+    _record_overhead(ls, document, path, ahead, reply_clock, result, "invoked" if invoked else "keystroke")
     return reply
 
 
-def _record_overhead(ls, document, pre_ms: float, result: PipelineResult, post_ms: float) -> None:
-    """Per-keystroke server work outside the model: the didChange that preceded this request, request building
-    here, context building in the pipeline (before the backend is called) and reply building. Wall times;
-    "server_cpu" is the event-loop thread's CPU time for the same work, which descheduling does not inflate,
-    "context_cpu" the model thread's CPU time for the context, "keystroke_cpu" their sum."""
-    ls.phases.add("inline_request", pre_ms)
-    ls.phases.add("context", result.context_ms)
-    ls.phases.add("inline_reply", post_ms)
-    ls.phases.add("server", document.last_change_ms + pre_ms + post_ms)  # this package's share
-    ls.phases.add("keystroke", document.last_change_ms + pre_ms + result.context_ms + post_ms)
+class _Clock:
+    """Wall and CPU time of the event-loop thread spent in parts of a handler (resume/pause around each)."""
+
+    def __init__(self, running: bool = True) -> None:
+        self.ms = self.cpu_ms = 0.0
+        if running:
+            self.resume()
+
+    def resume(self) -> None:
+        self._wall, self._cpu = time.perf_counter(), time.thread_time()
+
+    def pause(self) -> None:
+        self.ms += (time.perf_counter() - self._wall) * 1000
+        self.cpu_ms += (time.thread_time() - self._cpu) * 1000
+
+
+def _record_overhead(ls, document, path: _Clock, ahead: _Clock, reply: _Clock, result: PipelineResult,
+                     trigger: str) -> None:
+    """Per-keystroke server work outside the model (benchmarks/server.py reads these from infill.status).
+
+    Phases: the didChange that preceded this request; this handler's event-loop work before the model, on the
+    completion's path ("inline_request": checks, ticket, and after the debounce the submit; for an invoked
+    request also the request building) and during the debounce ("inline_ahead": the request building); the
+    context (on the context thread during the debounce for automatic triggers, else on the model thread); how long
+    the model thread waited for a context built ahead; cleaning and watchdog after the model ("checks"); reply
+    building. "keystroke" is the latency the server adds to an automatic (typing) completion beyond its debounce
+    and its model run: the work on its path, including what the model thread waits for; "invoked" the same for an
+    explicit request (no debounce: its context is on the path). "server" is all event-loop work per request, and
+    "<trigger>_cpu" every CPU millisecond of the request's work wherever it ran, on its path or not."""
+    phases = ls.phases
+    context_on_path = result.context_wait_ms if result.context_ahead else result.context_ms
+    phases.add("inline_request", path.ms)
+    phases.add("inline_ahead", ahead.ms)
+    phases.add("context", result.context_ms)
+    phases.add("context_wait", context_on_path)
+    phases.add("checks", result.checks_ms)
+    phases.add("inline_reply", reply.ms)
+    phases.add("server", document.last_change_ms + path.ms + ahead.ms + reply.ms)
+    phases.add(trigger, document.last_change_ms + path.ms + context_on_path + result.checks_ms + reply.ms)
+    server_cpu_ms = document.last_change_cpu_ms + path.cpu_ms + ahead.cpu_ms + reply.cpu_ms
+    phases.add("server_cpu", server_cpu_ms)
+    phases.add("context_cpu", result.context_cpu_ms)
+    phases.add(f"{trigger}_cpu", server_cpu_ms + result.context_cpu_ms + result.checks_cpu_ms)
 
 
 def _reply(ls, params, document, version, stopped: bool, result: PipelineResult, started: float):

@@ -119,6 +119,7 @@ class InfillServer(LanguageServer):
 
     def status(self) -> dict[str, Any]:
         info = self.host.info
+        self.telemetry.flush()  # what status counts is in the completion log too
         return {
             "ready": self.host.ready, "state": self.host.state,
             "model": info.model if info else self.settings.model, "backend": info.name if info else None,

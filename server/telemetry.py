@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import threading
 import time
 from collections import Counter, deque
@@ -30,7 +31,7 @@ class Telemetry:
         self.counts: Counter[str] = Counter()
         self.latencies_ms: deque[float] = deque(maxlen=window)
         self.log_path = log_path
-        self._lock = threading.Lock()
+        self._writer = LogWriter()
 
     # -- counters --------------------------------------------------------------------------------------------------
     def record_latency(self, ms: float) -> None:
@@ -95,12 +96,54 @@ class Telemetry:
         path = self.log_path
         if not path:
             return
-        line = json.dumps({"time": time.time(), **record}, default=str, ensure_ascii=False)
-        try:
-            with self._lock:
-                directory = os.path.dirname(os.path.abspath(path))
-                os.makedirs(directory, exist_ok=True)
-                with open(path, "a", encoding="utf-8") as handle:
-                    handle.write(line + "\n")
-        except OSError as exc:
-            log.warning("cannot append to completion log %s: %s", path, exc)
+        self._writer.put(path, json.dumps({"time": time.time(), **record}, default=str, ensure_ascii=False))
+
+    def flush(self, timeout: float = 2.0) -> None:
+        """Wait (bounded) until every record appended so far is in the file."""
+        self._writer.flush(timeout)
+
+
+class LogWriter:
+    """Appends lines to log files on its own thread, so the event loop never waits for the disk (opening and
+    appending to a file costs milliseconds on a cold cache, in the reply path of every completion)."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+
+    def put(self, path: str, line: str) -> None:
+        with self._start_lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="infill-log-writer", daemon=True)
+                self._thread.start()
+        self._queue.put((path, line))
+
+    def flush(self, timeout: float) -> None:
+        if self._thread is None:
+            return
+        done = threading.Event()
+        self._queue.put((None, done))
+        done.wait(timeout)
+
+    def _run(self) -> None:
+        handle, open_path = None, None
+        while True:
+            path, line = self._queue.get()
+            if path is None:  # a flush marker: everything before it is written
+                if handle is not None:
+                    handle.flush()
+                line.set()
+                continue
+            try:
+                if path != open_path:
+                    if handle is not None:
+                        handle.close()
+                    handle, open_path = None, None
+                    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+                    handle, open_path = open(path, "a", encoding="utf-8"), path
+                handle.write(line + "\n")
+                if self._queue.empty():
+                    handle.flush()
+            except OSError as exc:
+                log.warning("cannot append to completion log %s: %s", path, exc)

@@ -359,3 +359,31 @@ def test_parse_filled_equals_a_fresh_parse_of_the_filled_text(monkeypatch):
         for (a, b), middle in reversed(list(zip(spans, middles))):
             expected = expected[:a] + middle + expected[b:]
         assert _shape(filled) == _shape(ParsedDocument("python").update(expected).tree)
+
+
+@pytest.mark.parametrize("language", ["python", "plaintext"])  # with a grammar, and line windows without one
+def test_window_start_stays_put_while_typing_so_the_prompt_start_is_stable(language):
+    settings = ContextSettings(prefix_tokens=100, suffix_tokens=20)  # 350 chars before the gap
+    text = "".join(f"x{i} = {i}\n" for i in range(120))
+    cursor = text.index("x90 = 90") + len("x90 = 90")
+    builder = ContextBuilder(settings)
+    uri = "file:///typing.txt"
+    sticky_starts, fresh_starts = [], []
+    for version in range(1, 80):
+        doc = builder.document(text, language, uri, version)
+        ctx = builder.build(doc, [(cursor, cursor)], "inline")
+        assert cursor - ctx.prefix_start <= 350 and (ctx.prefix_start == 0 or text[ctx.prefix_start - 1] == "\n")
+        sticky_starts.append(ctx.prefix_start)
+        fresh = ContextBuilder(settings)  # what a window without memory would do
+        fresh_starts.append(fresh.build(fresh.document(text, language, None), [(cursor, cursor)], "inline")
+                            .prefix_start)
+        builder.note_edit(uri, cursor, cursor, "1", version + 1)  # the next key
+        text, cursor = text[:cursor] + "1" + text[cursor:], cursor + 1
+    assert len(set(fresh_starts)) >= 8  # a window snapped afresh moves every line or so
+    # This one moves only when its start falls out of budget, and then leaves 10% (35 chars) of headroom.
+    moves = [i for i in range(1, len(sticky_starts)) if sticky_starts[i] != sticky_starts[i - 1]]
+    assert len(moves) <= 3 and all(b - a >= 30 for a, b in zip(moves, moves[1:]))
+    assert sticky_starts[0] == fresh_starts[0]  # the first window is the full one
+    # A jump elsewhere gets a window there.
+    doc = builder.document(text, language, uri, 80)
+    assert builder.build(doc, [(200, 200)], "inline").prefix_start == 0

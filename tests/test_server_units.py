@@ -80,6 +80,17 @@ def _valid(text: str, position: P) -> bool:
     return units == position.character or units < position.character
 
 
+def test_nul_bytes_are_tracked_through_edits():
+    doc = Document("file:///a", "abc\ndef\n", 0, "python")
+    assert not doc.has_nul
+    doc.apply(_change(doc.text, P(0, 1), P(0, 1), "\x00"))  # typed (or pasted) a NUL
+    assert doc.has_nul and doc.text == "a\x00bc\ndef\n"
+    doc.apply(_change(doc.text, P(1, 0), P(1, 1), "D"))  # an edit elsewhere keeps it
+    assert doc.has_nul
+    doc.apply(_change(doc.text, P(0, 1), P(0, 2), ""))  # deleted again
+    assert not doc.has_nul and doc.text == "abc\nDef\n"
+
+
 def test_full_change_replaces_text():
     doc = Document("file:///a", "old", 1, None)
     doc.apply(types.TextDocumentContentChangeWholeDocument(text="new\r\ntext"))
