@@ -139,7 +139,10 @@ class ContextBuilder:
             for key in [k for k in self._documents if k[0] == document_id]:
                 del self._documents[key]
 
-    def build(self, doc: DocumentSnapshot, spans: list[tuple[int, int]], mode: str) -> GapContext:
+    def build(self, doc: DocumentSnapshot, spans: list[tuple[int, int]], mode: str,
+              keep_window: bool = True) -> GapContext:
+        """The context for `spans`. With `keep_window`, its window start is kept (in the document's memo) for the
+        next request; per-gap contexts of a multi-gap request pass False."""
         text, s = doc.text, self.settings
         first, last = spans[0][0], spans[-1][1]
         line_start = text.rfind("\n", 0, first) + 1
@@ -151,7 +154,7 @@ class ContextBuilder:
         suffix_budget = int(s.suffix_tokens * s.chars_per_token)
         # The window keeps its start while that still fits, so typing on does not change the start of the prompt
         # (a backend re-encodes everything after the first changed token); a start chosen again leaves headroom.
-        previous = doc.memo.get("window_start") if doc.memo else None
+        previous = doc.memo.get("window_start") if doc.memo and keep_window else None
         sticky = _sticky_start(text, first, prefix_budget, previous)
         snap_budget = prefix_budget if previous is None else int(prefix_budget * (1 - WINDOW_HEADROOM))
         node = _node_at(doc, first) if doc.has_grammar else None
@@ -161,7 +164,7 @@ class ContextBuilder:
             (prefix_start, suffix_end), unit = _line_window(text, first, last, snap_budget, suffix_budget), "lines"
         if sticky is not None:
             prefix_start = sticky
-        if doc.memo is not None:
+        if doc.memo is not None and keep_window:
             doc.memo["window_start"] = (prefix_start, text[prefix_start:_line_end(text, prefix_start)])
         in_comment = node is not None and _inside_inline_node(doc, _byte_offset(doc, first))
         fence = None

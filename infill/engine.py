@@ -97,6 +97,28 @@ class DiffusionEngine:
         finally:
             self._supersession.release(request.document_id, cancel)
 
+    def warm(self, request: InfillRequest, *, cancel: CancelToken | None = None) -> int:
+        """Encode `request`'s prompt into the document's prefix KV now (while an editor's debounce runs), so that
+        its `infill` only denoises. Stops between chunks when cancelled and keeps what it encoded (the next
+        keystroke's prompt shares all of it up to the edit). Returns the prompt tokens now cached. Warming is an
+        optimisation: failures are logged, never raised."""
+        cancel = cancel or CancelToken()
+        if not self._acquire(cancel, None):
+            return 0
+        try:
+            ids = torch.tensor(self.prompt_ids(request.prefix, request.suffix), dtype=torch.long)
+            key = request.document_id or _ANONYMOUS
+            with torch.inference_mode():
+                cache, _, done = self._encode_prompt(key, ids, cancel)
+            if done == ids.numel():  # (a stopped prefill has stored its part already)
+                self.store.put(key, ids, cache)
+            return done
+        except Exception:  # noqa: BLE001 - the infill that follows will meet (and report) the same problem
+            log.exception("warming the prompt cache failed")
+            return 0
+        finally:
+            self._lock.release()
+
     def _acquire(self, cancel: CancelToken, deadline: float | None) -> bool:
         while not self._lock.acquire(timeout=0.01):
             if _should_stop(cancel, deadline):

@@ -129,6 +129,7 @@ class PipelineResult:
             "fill_chars": sum(len(f.text) for f in self.fills),
             "backend": r.backend if r else None, "outcome": r.outcome if r else None,
             "steps": r.steps if r else 0, "prompt_tokens": r.prompt_tokens if r else 0,
+            "reused_tokens": r.reused_tokens if r else 0,
             "rejections": [{"backend": b, "reason": reason} for b, reason in self.rejections],
             "context_ms": round(self.context_ms, 3), "context_ahead": self.context_ahead,
             "total_ms": round(self.total_ms, 3),
@@ -220,7 +221,8 @@ class Pipeline:
         if req.max_middle_tokens is not None and req.max_middle_tokens < ctx.max_middle_tokens:
             ctx = replace(ctx, max_middle_tokens=req.max_middle_tokens)
         # Several gaps each get their own line context (a table cell, a sentence) for cleaning and checks.
-        gaps = [ctx] if len(spans) == 1 else [self.contexts.build(doc, [span], "gap") for span in spans]
+        gaps = [ctx] if len(spans) == 1 else [self.contexts.build(doc, [span], "gap", keep_window=False)
+                                                for span in spans]
         first, last = spans[0][0], spans[-1][1]
         between = tuple(req.text[a_end:b_start] for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
         request = InfillRequest(prefix=req.text[ctx.prefix_start:first], suffix=req.text[last:ctx.suffix_end],
@@ -229,6 +231,12 @@ class Pipeline:
                                 document_id=req.document_id, version=req.version)
         return Prepared(req, request, spans, doc, ctx, gaps, context_ms=(time.perf_counter() - t0) * 1000,
                         context_cpu_ms=(time.thread_time() - cpu0) * 1000)
+
+    def warm(self, prep: "Prepared", cancel: CancelToken | None = None) -> int:
+        """Let the primary backend encode this request's prompt ahead of `complete` (a backend without `warm`,
+        e.g. a remote endpoint, does nothing). Returns the prompt tokens it holds, 0 when it cannot warm."""
+        warm = getattr(self.backend, "warm", None)
+        return warm(prep.request, cancel=cancel) if warm is not None else 0
 
     def build_request(self, req: CompletionRequest) -> tuple[InfillRequest, list[tuple[int, int]]]:
         prep = self.prepare(req)

@@ -149,6 +149,17 @@ class BackendHost:
 
         return self.context_worker.submit(run)
 
+    def warm_ahead(self, pipeline: Pipeline, prepared: Future[Prepared], cancel: CancelToken) -> Future[int]:
+        """Once the context is built, let the backend encode the prompt on the model thread (while the debounce
+        still runs), so the request's model run only denoises. Cancelled with the request's token; a stopped
+        encode keeps its work for the next keystroke."""
+
+        def run() -> int:
+            cancel.raise_if_cancelled()
+            return pipeline.warm(prepared.result(), cancel)
+
+        return self.worker.submit(run)
+
     def submit(self, pipeline: Pipeline, request: CompletionRequest, cancel: CancelToken, deadline: float,
                prepared: Future[Prepared] | None = None) -> Future[PipelineResult]:
         """Run one completion on the model worker thread, with its context from `prepare_ahead` if given. A

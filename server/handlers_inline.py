@@ -49,8 +49,10 @@ async def complete_inline(ls, params: types.InlineCompletionParams) -> types.Inl
                                     document_id=uri, version=version)
         prepared = None
         if debounce > 0:
-            # The context is built on its own thread during the second half, so the model starts when it ends.
+            # During the second half the context is built on its own thread and the model thread encodes the
+            # prompt, so when the debounce ends the model only denoises.
             prepared = ls.host.prepare_ahead(pipeline, request, ticket.token)
+            ls.host.warm_ahead(pipeline, prepared, ticket.token)
             ahead.pause()
             await asyncio.sleep(max(0.0, debounce_end - asyncio.get_running_loop().time()))
             if ticket.stopped or ls.host.pipeline is not pipeline:

@@ -172,6 +172,22 @@ def test_kv_reuse_matches_fresh_prefill_and_encodes_only_the_tail(loaded):
     assert fresh_result.middle == reused_result.middle
 
 
+def test_warm_encodes_the_prompt_ahead_so_the_infill_only_denoises(loaded):
+    engine, fresh = engine_with(loaded), engine_with(loaded)
+    request = InfillRequest(prefix=PREFIX * 20, suffix=SUFFIX, document_id="doc", seed=3)
+    held = engine.warm(request)
+    assert held == len(engine.prompt_ids(request.prefix)) > 200
+    warmed = engine.infill(request)
+    assert warmed.reused_tokens == warmed.prompt_tokens == held  # nothing left to encode
+    assert warmed.middle == fresh.infill(request).middle  # and the same fill as without warming
+    # A cancelled warm encodes nothing more and leaves the cache usable.
+    token = CancelToken()
+    token.cancel()
+    edited = InfillRequest(prefix=request.prefix + "z = 1\n", suffix=SUFFIX, document_id="doc", seed=3)
+    assert engine.warm(edited, cancel=token) == 0
+    assert engine.infill(edited).reused_tokens >= held - 8
+
+
 def test_kv_store_is_bounded(loaded):
     probe = engine_with(loaded)
     probe.infill(InfillRequest(prefix=PREFIX * 10 + "0", document_id="probe"))

@@ -294,3 +294,23 @@ async def test_bad_model_puts_server_in_error_state_and_it_recovers(lsp, tiny_ch
     recovered = await wait_ready(lsp, timeout=60)
     assert recovered["state"] == "ready"
     assert recovered["pipeline"] == counters  # the reloaded pipeline continues the old one's counters
+
+
+async def test_automatic_request_builds_its_context_and_encodes_its_prompt_during_the_debounce(lsp, tmp_path):
+    log_path = tmp_path / "ahead.jsonl"
+    lsp.set_configuration({**CONFIG, "completionLog": str(log_path)}, section="infill")
+    lsp.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
+    await asyncio.sleep(0.3)
+    for uri, kind in (("file:///ahead.txt", types.InlineCompletionTriggerKind.Automatic),
+                      ("file:///invoked.txt", types.InlineCompletionTriggerKind.Invoked)):
+        open_doc(lsp, uri, "Dear team,\n    thanks for the notes on the plan; we will\n", language="plaintext")
+        await lsp.text_document_inline_completion_async(types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(1, 47),
+            context=types.InlineCompletionContext(trigger_kind=kind)))
+    await status(lsp)  # the log is flushed for it
+    records = {r["uri"]: r["pipeline"] for r in map(json.loads, log_path.read_text().splitlines())
+               if r["type"] == "completion"}
+    ahead, invoked = records["file:///ahead.txt"], records["file:///invoked.txt"]
+    # Both documents are new to the engine: only the automatic one had its prompt encoded before its model run.
+    assert ahead["context_ahead"] and ahead["prompt_tokens"] > 0 and ahead["reused_tokens"] == ahead["prompt_tokens"]
+    assert not invoked["context_ahead"] and invoked["prompt_tokens"] > 0 and invoked["reused_tokens"] == 0
