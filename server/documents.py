@@ -15,6 +15,7 @@ from typing import Callable
 from lsprotocol import types
 
 _EOL = re.compile(r"\r\n|\r|\n")
+EAGER_TEXT_CHARS = 1 << 19  # documents up to this size keep their whole text edited in place
 
 
 def split_lines(text: str) -> list[str]:
@@ -88,8 +89,9 @@ class Document:
         self.oversized = self.max_chars is not None and self.length > self.max_chars
         self.lines = [""] if self.oversized else split_lines(text)
         # The whole text is kept too, edited by slicing: a request reads it at once, where re-joining thousands of
-        # line objects costs ten times more on a cold cache.
-        self._text = "" if self.oversized else text
+        # line objects costs ten times more on a cold cache. Past EAGER_TEXT_CHARS two copies per keystroke would
+        # cost more than one join per request: the text is then joined when asked for.
+        self._text: str | None = "" if self.oversized else text
         self._has_nul: bool | None = None  # unknown until asked
         # Line start offsets, correct up to index _valid (an edit invalidates only the lines after it, so typing
         # on one line never re-sums the whole document); the list always has len(lines) + 1 entries.
@@ -99,13 +101,15 @@ class Document:
     # -- reading ---------------------------------------------------------------------------------------------------
     @property
     def text(self) -> str:
+        if self._text is None:
+            self._text = "".join(self.lines)
         return self._text
 
     @property
     def has_nul(self) -> bool:
         """The text holds a NUL character (a binary file); known from the edits when possible."""
         if self._has_nul is None:
-            self._has_nul = "\x00" in self._text
+            self._has_nul = "\x00" in self.text
         return self._has_nul
 
     def line_start(self, line: int) -> int:
@@ -189,7 +193,9 @@ class Document:
             new_lines.pop()  # the chunk ended with a line ending: the next line follows, not an empty last line
         lines[first:last] = new_lines
         self.length += len(chunk) - removed
-        self._text = self._text[:replaced[0]] + change.text + self._text[replaced[1]:]
+        text = self._text
+        self._text = None if text is None or len(text) > EAGER_TEXT_CHARS else \
+            text[:replaced[0]] + change.text + text[replaced[1]:]
         if self._has_nul is False and "\x00" in change.text:
             self._has_nul = True
         elif self._has_nul:

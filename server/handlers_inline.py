@@ -134,9 +134,16 @@ def _reply(ls, params, document, version, stopped: bool, result: PipelineResult,
     ls.telemetry.record_completion(kind="inline", uri=uri, version=version,
                                    position=[params.position.line, params.position.character], outcome=outcome,
                                    result=result, server_ms=server_ms, fills=[f.text for f in fills])
+    if outcome == "discarded":  # the normal fate of a request while the user types: one line per 10 s
+        held_back = ls.discard_log.admit(uri, time.monotonic())
+        if held_back is not None:
+            more = f" ({held_back} more since the last line like this)" if held_back else ""
+            ls.log(f"inline {uri}@{version}: no suggestion ({_why_empty(outcome, result)}){more}",
+                   types.MessageType.Log)
+        return None  # nothing rather than a suggestion for another version
     if outcome != "ok":
         ls.log(f"inline {uri}@{version}: no suggestion ({_why_empty(outcome, result)})", types.MessageType.Log)
-        return None  # nothing rather than a suggestion for another version or a bad one
+        return None  # nothing rather than a bad suggestion
     ls.telemetry.record_latency(server_ms)
     items = [types.InlineCompletionItem(insert_text=f.text,
                                         range=document.range_of(f.start, f.end)) for f in fills]

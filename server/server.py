@@ -19,6 +19,7 @@ from infill import __version__
 
 from .backend_host import BackendHost
 from .documents import DocumentStore
+from .gate import LogThrottle
 from .scheduler import Scheduler
 from .settings import Settings, clean_layer, parse_settings
 from .telemetry import Telemetry
@@ -105,6 +106,7 @@ class InfillServer(LanguageServer):
         self.host = BackendHost(self._on_load_event)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.logged_refusals: set[tuple] = set()  # (uri, version, reason) already logged once
+        self.discard_log = LogThrottle()  # completions superseded or outdated while computing
         self._progress_token: str | None = None
         self._progress_ready: asyncio.Future | None = None
         self._raw_layers: dict[str, dict] = {}  # "init" (initializationOptions) and "config" (workspace config)

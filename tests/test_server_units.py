@@ -277,3 +277,26 @@ def test_did_change_notes_edits_so_the_pipeline_reparses_without_comparing_texts
         fresh = syntax.ParsedDocument("python").update(text)
         assert prep.doc.text == text and str(prep.doc.tree.root_node) == str(fresh.tree.root_node)
     server.host.close()
+
+
+def test_log_throttle_lets_one_line_through_per_window_and_counts_the_rest():
+    from server.gate import LogThrottle
+
+    throttle = LogThrottle(every_s=10)
+    assert throttle.admit("a", 0.0) == 0  # the first line goes out
+    assert throttle.admit("a", 3.0) is None and throttle.admit("a", 9.9) is None  # held back
+    assert throttle.admit("b", 5.0) == 0  # keys are independent
+    assert throttle.admit("a", 10.5) == 2  # the next line says how many were held back
+    assert throttle.admit("a", 11.0) is None
+
+
+def test_large_documents_join_their_text_when_asked_instead_of_copying_it_per_edit(monkeypatch):
+    from server import documents
+
+    monkeypatch.setattr(documents, "EAGER_TEXT_CHARS", 20)
+    doc = Document("file:///a", "line one\nline two\nline three\n", 0, "plaintext")
+    doc.apply(_change(doc.text, P(1, 5), P(1, 8), "2"))
+    assert doc._text is None  # past the limit: nothing copied per edit
+    assert doc.text == "line one\nline 2\nline three\n" and not doc.has_nul
+    doc.apply(_change(doc.text, P(0, 0), P(0, 0), "\x00"))
+    assert doc.has_nul and doc.text.startswith("\x00line one")
