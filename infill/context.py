@@ -34,6 +34,7 @@ _LEADING_SPACES = re.compile(r"^ *(?=[^ \n])", re.M)  # the indentation of each 
 _PLACEHOLDER = re.compile(r"\[\[[^\[\]\n]*\]\]|\{\{[^{}\n]*\}\}|_{3,}")
 # Share of the prefix budget left free when a window start is chosen anew, so it stays put while the user types.
 WINDOW_HEADROOM = 0.1
+INDENT_SAMPLE_CHARS = 2000  # text before the gap read for the indentation step (half that after it)
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,10 @@ class ContextBuilder:
             language = _fence_language(doc, node) or language
             fence = _fence_content(doc, node)
         single = _single_line(mode, text, spans, line_before, line_after, node, is_prose, in_comment, language)
-        unit_indent = _indent_unit(text, prefix_start, suffix_end, language)
+        # The indentation step is read near the gap (enough lines to find it; the whole window costs 3x more).
+        sample_start = prefix_start if first - INDENT_SAMPLE_CHARS <= prefix_start else \
+            text.find("\n", first - INDENT_SAMPLE_CHARS, first) + 1 or prefix_start
+        unit_indent = _indent_unit(text, sample_start, min(suffix_end, last + INDENT_SAMPLE_CHARS // 2), language)
         indent = _block_indent(text, line_start, line_before, unit_indent, language)
         return GapContext(language=language, prefix_start=prefix_start, suffix_end=suffix_end, single_line=single,
                           max_middle_tokens=self._middle_budget(mode, single, text, spans), indent=indent,
