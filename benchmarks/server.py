@@ -24,7 +24,7 @@ Measures
   burst_wait_beyond_debounce_and_its_infill_ms (reply time minus debounce minus that run; the round trip is in
   it) are reported too. Goal: reply after last key <= debounce + one infill.
 
-Usage: python benchmarks/server.py [--keystrokes 100] [--bursts 7] [--denoising-steps 8] [--model DIR]
+Usage: python benchmarks/server.py [--keystrokes 200] [--bursts 7] [--denoising-steps 8] [--model DIR]
 The last line printed is one JSON object.
 """
 
@@ -220,7 +220,7 @@ async def run(args) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="DiffusionGemma checkpoint (default: a fresh tiny random checkpoint)")
-    parser.add_argument("--keystrokes", type=int, default=100)
+    parser.add_argument("--keystrokes", type=int, default=200)
     parser.add_argument("--bursts", type=int, default=7,
                         help="bursts of 20 keys, each paired with one single infill (medians are reported)")
     parser.add_argument("--denoising-steps", type=int, default=8)
