@@ -130,20 +130,23 @@ class LogWriter:
         handle, open_path = None, None
         while True:
             path, line = self._queue.get()
-            if path is None:  # a flush marker: everything before it is written
-                if handle is not None:
-                    handle.flush()
-                line.set()
-                continue
             try:
+                if path is None:  # a flush marker: everything before it is written
+                    if handle is not None:
+                        handle.flush()
+                    continue
                 if path != open_path:
                     if handle is not None:
                         handle.close()
                     handle, open_path = None, None
                     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-                    handle, open_path = open(path, "a", encoding="utf-8"), path
+                    # (a lone surrogate from a client's text must not stop the log)
+                    handle, open_path = open(path, "a", encoding="utf-8", errors="backslashreplace"), path
                 handle.write(line + "\n")
                 if self._queue.empty():
                     handle.flush()
-            except OSError as exc:
-                log.warning("cannot append to completion log %s: %s", path, exc)
+            except Exception as exc:  # noqa: BLE001 - the writer thread must outlive any one bad line or disk
+                log.warning("cannot append to completion log %s: %s", path or open_path, exc)
+            finally:
+                if path is None:
+                    line.set()

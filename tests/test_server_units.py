@@ -300,3 +300,16 @@ def test_large_documents_join_their_text_when_asked_instead_of_copying_it_per_ed
     assert doc.text == "line one\nline 2\nline three\n" and not doc.has_nul
     doc.apply(_change(doc.text, P(0, 0), P(0, 0), "\x00"))
     assert doc.has_nul and doc.text.startswith("\x00line one")
+
+
+def test_log_writer_survives_bad_lines_and_paths_and_flush_waits_for_the_file(tmp_path):
+    from server.telemetry import LogWriter
+
+    writer = LogWriter()
+    good = tmp_path / "log" / "a.jsonl"
+    (tmp_path / "a-file").write_text("")
+    writer.put(str(tmp_path / "a-file" / "x.jsonl"), "lost")  # its folder cannot be made: a file is there
+    writer.put(str(good), '{"fill": "\ud800"}')  # a lone surrogate from a client's text
+    writer.put(str(good), '{"n": 2}')
+    writer.flush(5)
+    assert good.read_text().splitlines() == ['{"fill": "\\ud800"}', '{"n": 2}']
