@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from .syntax import (INDENT_LANGUAGES, PROSE_LANGUAGES, DocumentSnapshot, NotedEdit, ParsedDocument,
                      resolve_language)
 from .types import InfillError
+from .windows import (WINDOW_HEADROOM, byte_offset, char_index, line_end, line_window, sticky_start,
+                      syntactic_window)
 
 # Nodes whose children sit one per line (call arguments, literals): an empty line there gets one more element.
 _ONE_PER_LINE = frozenset({
@@ -32,8 +34,6 @@ _PY_BLOCK = re.compile(r"(async\s+)?(def|class|if|elif|else|for|while|with|try|e
 _UNUSUAL_SPACE = re.compile("[\t\r\x0b\x0c\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
 _LEADING_SPACES = re.compile(r"^ *(?=[^ \n])", re.M)  # the indentation of each non-blank line
 _PLACEHOLDER = re.compile(r"\[\[[^\[\]\n]*\]\]|\{\{[^{}\n]*\}\}|_{3,}")
-# Share of the prefix budget left free when a window start is chosen anew, so it stays put while the user types.
-WINDOW_HEADROOM = 0.1
 INDENT_SAMPLE_CHARS = 2000  # text before the gap read for the indentation step (half that after it)
 
 
@@ -89,7 +89,7 @@ def _thematic_break(text: str, match) -> bool:
     if not match.group().startswith("_"):
         return False
     line_start = text.rfind("\n", 0, match.start()) + 1
-    line = text[line_start:_line_end(text, match.end())]
+    line = text[line_start:line_end(text, match.end())]
     return set(line.strip()) <= {"_", " "}
 
 
@@ -147,27 +147,28 @@ class ContextBuilder:
         text, s = doc.text, self.settings
         first, last = spans[0][0], spans[-1][1]
         line_start = text.rfind("\n", 0, first) + 1
-        line_end = _line_end(text, last)
-        line_before, line_after = text[line_start:first], text[last:line_end]
+        gap_line_end = line_end(text, last)
+        line_before, line_after = text[line_start:first], text[last:gap_line_end]
         language = doc.language
-        is_prose = language in PROSE_LANGUAGES or (language is None and _looks_like_prose(text[line_start:line_end]))
+        is_prose = language in PROSE_LANGUAGES or (language is None and
+                                                   _looks_like_prose(text[line_start:gap_line_end]))
         prefix_budget = int(s.prefix_tokens * s.chars_per_token)
         suffix_budget = int(s.suffix_tokens * s.chars_per_token)
         # The window keeps its start while that still fits, so typing on does not change the start of the prompt
         # (a backend re-encodes everything after the first changed token); a start chosen again leaves headroom.
         previous = doc.memo.get("window_start") if doc.memo and keep_window else None
-        sticky = _sticky_start(text, first, prefix_budget, previous)
+        sticky = sticky_start(text, first, prefix_budget, previous)
         snap_budget = prefix_budget if previous is None else int(prefix_budget * (1 - WINDOW_HEADROOM))
         node = _node_at(doc, first) if doc.has_grammar else None
         if node is not None:
-            prefix_start, suffix_end, unit = _syntactic_window(doc, node, first, last, snap_budget, suffix_budget)
+            prefix_start, suffix_end, unit = syntactic_window(doc, node, first, last, snap_budget, suffix_budget)
         else:
-            (prefix_start, suffix_end), unit = _line_window(text, first, last, snap_budget, suffix_budget), "lines"
+            (prefix_start, suffix_end), unit = line_window(text, first, last, snap_budget, suffix_budget), "lines"
         if sticky is not None:
             prefix_start = sticky
         if doc.memo is not None and keep_window:
-            doc.memo["window_start"] = (prefix_start, text[prefix_start:_line_end(text, prefix_start)])
-        in_comment = node is not None and _inside_inline_node(doc, _byte_offset(doc, first))
+            doc.memo["window_start"] = (prefix_start, text[prefix_start:line_end(text, prefix_start)])
+        in_comment = node is not None and _inside_inline_node(doc, byte_offset(doc, first))
         fence = None
         if is_prose and node is not None and _inside(node, ("fenced_code_block", "indented_code_block")):
             is_prose = False  # code in a Markdown fence follows code rules, of the fence's language if named
@@ -195,38 +196,15 @@ class ContextBuilder:
         return max(s.multi_line_tokens, min(s.max_gap_tokens, math.ceil(selected / s.chars_per_token * 1.5)))
 
 
-def _sticky_start(text: str, first: int, budget: int, previous: tuple[int, str] | None) -> int | None:
-    """The previous window start, if its line is unchanged, still starts a line, and is still within budget."""
-    if previous is None:
-        return None
-    index, line = previous
-    if not 0 <= first - index <= budget or (index > 0 and text[index - 1] != "\n"):
-        return None
-    return index if text.startswith(line, index) and _line_end(text, index) == index + len(line) else None
-
-
-def _line_end(text: str, index: int) -> int:
-    end = text.find("\n", index)
-    return len(text) if end < 0 else end
-
-
 def _looks_like_prose(line: str) -> bool:
     words = line.split()
     return len(words) >= 4 and sum(w.isalpha() for w in words) >= 0.75 * len(words)
 
 
-def _byte_offset(doc: DocumentSnapshot, index: int) -> int:
-    return index if doc.is_ascii else len(doc.text[:index].encode("utf-8"))
-
-
-def _char_index(doc: DocumentSnapshot, offset: int) -> int:
-    return offset if doc.is_ascii else len(doc.data[:offset].decode("utf-8", "ignore"))
-
-
 def _node_at(doc: DocumentSnapshot, index: int):
     if doc.tree is None:
         return None
-    offset = _byte_offset(doc, index)
+    offset = byte_offset(doc, index)
     return doc.tree.root_node.descendant_for_byte_range(offset, offset)
 
 
@@ -268,7 +246,7 @@ def _fence_content(doc: DocumentSnapshot, node) -> tuple[int, int] | None:
         content = node
     if content is None:
         return None
-    return _char_index(doc, content.start_byte), _char_index(doc, content.end_byte)
+    return char_index(doc, content.start_byte), char_index(doc, content.end_byte)
 
 
 def _inside(node, types) -> bool:
@@ -277,82 +255,6 @@ def _inside(node, types) -> bool:
             return True
         node = node.parent
     return False
-
-
-def _syntactic_window(doc: DocumentSnapshot, node, first: int, last: int, prefix_budget: int,
-                      suffix_budget: int) -> tuple[int, int, str]:
-    """Prefer the farthest start / end of a whole unit (an enclosing node or one of its children) in budget."""
-    begin, finish = _byte_offset(doc, first), _byte_offset(doc, last)
-    starts, ends, unit = [], [], "document"
-    ancestor = node
-    while ancestor is not None:
-        if ancestor.start_byte <= begin:
-            starts.append(ancestor.start_byte)
-        ends.append(ancestor.end_byte)
-        if ancestor.parent is not None and unit == "document" and ancestor.end_byte - ancestor.start_byte > 1 \
-                and ancestor.is_named and ancestor.start_byte < begin:
-            unit = ancestor.type
-        for child in _children_near(ancestor, begin - prefix_budget, finish + suffix_budget):
-            if child.start_byte <= begin:
-                starts.append(child.start_byte)
-            if child.end_byte >= finish:
-                ends.append(child.end_byte)
-        ancestor = ancestor.parent
-    text = doc.text
-    # Only boundaries at line starts / line ends count: a window never begins or ends mid-line.
-    # The farthest candidate that passes is taken, so candidates are tried from the farthest on (byte offsets and
-    # str indices are in the same order).
-    start_ok = (i for i in (_char_index(doc, b) for b in sorted(set(starts)) if begin - b <= prefix_budget)
-                if text[text.rfind("\n", 0, i) + 1:i].strip() == "")
-    end_ok = (i for i in (_char_index(doc, b) for b in sorted(set(ends), reverse=True) if b - finish <= suffix_budget)
-              if text[i:_line_end(text, i)].strip() == "")
-    farthest_start, farthest_end = next(start_ok, None), next(end_ok, None)
-    fallback = _line_window(text, first, last, prefix_budget, suffix_budget)
-    prefix_start = _snap_to_line_start(text, farthest_start) if farthest_start is not None else fallback[0]
-    suffix_end = _snap_to_line_end(text, farthest_end) if farthest_end is not None else fallback[1]
-    return min(prefix_start, first), max(suffix_end, last), unit
-
-
-def _children_near(node, low: int, high: int):
-    """The children of `node` that can give a window boundary within budget: those ending after `low` and
-    starting at or before `high` (siblings are ordered and do not overlap). A module of thousands of top-level
-    definitions is not walked whole on every keystroke."""
-    if node.child_count <= 16:
-        yield from node.children
-        return
-    cursor = node.walk()
-    found = cursor.goto_first_child() if low <= 0 else cursor.goto_first_child_for_byte(low - 1) is not None
-    if not found:
-        return
-    while cursor.node.start_byte <= high:
-        yield cursor.node
-        if not cursor.goto_next_sibling():
-            return
-
-
-def _snap_to_line_start(text: str, index: int) -> int:
-    line_start = text.rfind("\n", 0, index) + 1
-    return line_start if text[line_start:index].strip() == "" else index
-
-
-def _snap_to_line_end(text: str, index: int) -> int:
-    end = _line_end(text, index)
-    if text[index:end].strip() == "":
-        return min(len(text), end + 1)
-    return index
-
-
-def _line_window(text: str, first: int, last: int, prefix_budget: int, suffix_budget: int) -> tuple[int, int]:
-    """Whole lines within budget on each side (the partial lines at the gap are always kept)."""
-    lo = max(0, first - prefix_budget)
-    if lo > 0:
-        newline = text.find("\n", lo, first)
-        lo = first if newline < 0 else newline + 1
-    hi = min(len(text), last + suffix_budget)
-    if hi < len(text):
-        newline = text.rfind("\n", last, hi)
-        hi = _line_end(text, last) if newline < 0 else newline + 1
-    return lo, hi
 
 
 def _single_line(mode: str, text: str, spans, line_before: str, line_after: str, node, is_prose: bool,

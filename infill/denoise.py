@@ -85,6 +85,7 @@ def denoise(model, config: EngineConfig, canvas: Canvas, view, masks: dict, gene
     score = torch.zeros(rows, device=device)
     soft: torch.Tensor | None = None  # fast path: self-conditioning embeddings
     prev_logits: torch.Tensor | None = None  # reference path: previous processed logits
+    prev_probs: torch.Tensor | None = None  # fast path: previous probabilities (finished rows keep them)
     steps, outcome, any_finished = 0, "ok", False
     n = config.max_denoising_steps
     for remaining in range(n, 0, -1):

@@ -293,22 +293,24 @@ def test_a_missed_edit_falls_back_to_comparing_texts():
 
 
 def test_window_over_thousands_of_top_level_definitions_matches_a_full_scan(monkeypatch):
-    from infill import context
+    from infill import windows
 
     text = "".join(f"def f{i}(a):\n    return a + {i}\n\n" for i in range(1500))
     cursor = text.index("def f700") + len("def f700(a):\n    ")
     builder = ContextBuilder()
     doc = builder.document(text, "python", "file:///many.py")
-    near = builder.build(doc, [(cursor, cursor)], "inline")
-    monkeypatch.setattr(context, "_children_near", lambda node, low, high: node.children)
-    full = builder.build(doc, [(cursor, cursor)], "inline")
+
+    def both(span):  # windowed scan, then every child (each without a kept start: fresh windows compared)
+        monkeypatch.undo()
+        near = builder.build(doc, span, "inline", keep_window=False)
+        monkeypatch.setattr(windows, "_children_near", lambda node, low, high: node.children)
+        return near, builder.build(doc, span, "inline", keep_window=False)
+
+    near, full = both([(cursor, cursor)])
     assert near == full and near.prefix_start < cursor - 5000 and near.suffix_end > cursor + 1000
     for start in range(0, len(text), 997):  # and for the gap anywhere, budgets reaching the file's ends
-        span = [(start, start)]
-        monkeypatch.undo()
-        near = builder.build(doc, span, "inline")
-        monkeypatch.setattr(context, "_children_near", lambda node, low, high: node.children)
-        assert builder.build(doc, span, "inline") == near
+        near, full = both([(start, start)])
+        assert near == full
 
 
 def test_indent_unit_fast_path_counts_like_the_line_loop(monkeypatch):

@@ -5,7 +5,6 @@ should with it (accept inserts it, accept-word inserts one word of it, dismiss r
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 

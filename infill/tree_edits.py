@@ -1,0 +1,104 @@
+"""Telling a tree-sitter tree what changed, and handing it text: byte/str ranges, points, included ranges.
+
+Kept apart from syntax.py (documents, grammars, error counting) because these are the mechanics of incremental
+parsing: an edit must be described to the old tree exactly (start, old end, new end, as bytes and points) for the
+next parse to reuse it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .regions import ChangedSpan
+
+_READ_CHUNK = 16384  # bytes handed to tree-sitter per read of an ASCII document
+
+
+def _point(data: bytes, offset: int) -> tuple[int, int]:
+    row = data.count(b"\n", 0, offset)
+    line_start = data.rfind(b"\n", 0, offset) + 1
+    return row, offset - line_start
+
+
+def common_affixes(old: bytes, new: bytes) -> tuple[int, int]:
+    """Lengths of the common prefix and (non-overlapping) common suffix of two byte strings.
+    Binary search over slice equality keeps the comparisons in C (memcmp), fast on large files."""
+    limit = min(len(old), len(new))
+    lo, hi = 0, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if old[:mid] == new[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    head = lo
+    lo, hi = 0, limit - head
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if old[len(old) - mid:] == new[len(new) - mid:]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return head, lo
+
+
+@dataclass(frozen=True)
+class Edit:
+    start: int  # byte offsets
+    old_end: int
+    new_end: int
+
+
+def diff_edit(old: bytes, new: bytes) -> Edit | None:
+    """The single changed range turning `old` into `new` (None when equal)."""
+    if old == new:
+        return None
+    head, tail = common_affixes(old, new)
+    return Edit(head, len(old) - tail, len(new) - tail)
+
+
+def apply_edit(tree, old: bytes, new: bytes, edit: Edit) -> None:
+    """Tell `tree` (parsed from `old`) about an edit, so the next parse with it as old tree is incremental."""
+    tree.edit(start_byte=edit.start, old_end_byte=edit.old_end, new_end_byte=edit.new_end,
+              start_point=_point(old, edit.start), old_end_point=_point(old, edit.old_end),
+              new_end_point=_point(new, edit.new_end))
+
+
+def edit_tree(tree, old: str, new: str, region: ChangedSpan) -> None:
+    """tree.edit for a region of str offsets (old[start:old_end] became new[start:new_end]); byte offsets are the
+    str offsets for ASCII text, else only the text before the region's end is encoded."""
+    ascii_old, ascii_new = old.isascii(), new.isascii()
+    if ascii_old and ascii_new:
+        start_byte, old_end_byte, new_end_byte = region.start, region.old_end, region.new_end
+    else:
+        start_byte = len(old[:region.start].encode("utf-8"))
+        old_end_byte = start_byte + len(old[region.start:region.old_end].encode("utf-8"))
+        new_end_byte = start_byte + len(new[region.start:region.new_end].encode("utf-8"))
+    tree.edit(start_byte=start_byte, old_end_byte=old_end_byte, new_end_byte=new_end_byte,
+              start_point=_point_at(old, region.start, ascii_old),
+              old_end_point=_point_at(old, region.old_end, ascii_old),
+              new_end_point=_point_at(new, region.new_end, ascii_new))
+
+
+def parse_text(parser, text: str, old_tree=None):
+    if text.isascii():
+        # Read what the parser asks for: an incremental parse reads little beyond the edit, so the whole
+        # document is never encoded.
+        source = lambda offset, _point: text[offset:offset + _READ_CHUNK].encode("ascii")  # noqa: E731
+    else:
+        source = text.encode("utf-8")
+    return parser.parse(source) if old_tree is None else parser.parse(source, old_tree)
+
+
+def _point_at(text: str, index: int, ascii_text: bool) -> tuple[int, int]:
+    """Tree-sitter point (row, UTF-8 byte column) of a str index; rows end at "\n" only."""
+    line_start = text.rfind("\n", 0, index) + 1
+    column = index - line_start if ascii_text else len(text[line_start:index].encode("utf-8"))
+    return text.count("\n", 0, index), column
+
+
+def included_range(text: str, start: int, end: int):
+    """A tree-sitter Range over text[start:end] (ASCII text: str indices are byte offsets)."""
+    import tree_sitter
+
+    return tree_sitter.Range(_point_at(text, start, True), _point_at(text, end, True), start, end)
