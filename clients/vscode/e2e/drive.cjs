@@ -3,7 +3,7 @@
 'use strict';
 const fs = require('node:fs');
 const path = require('node:path');
-const { chromium } = require(process.env.PLAYWRIGHT_CORE);
+const { openWorkbench } = require('./workbench.cjs');
 
 const URL = process.env.URL;
 const FILE = process.env.FILE;
@@ -60,20 +60,8 @@ async function fillGap(page, editorLines, line3) {
 }
 
 async function main() {
-  const browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-dev-shm-usage'],
-  });
-  const page = await browser.newPage({ viewport: { width: 1200, height: 700 } });
+  const { browser, page } = await openWorkbench(URL);
   try {
-    for (let i = 0; i < 60; i++) {
-      try { await page.goto(URL, { waitUntil: 'domcontentloaded', timeout: 10000 }); break; } catch (e) {
-        if (i === 59) throw e;
-        await page.waitForTimeout(1000);
-      }
-    }
-    await page.waitForSelector('.monaco-workbench', { timeout: 120000 });
     log('workbench loaded');
     await page.waitForSelector('.statusbar', { timeout: 60000 });
     await page.locator('.explorer-folders-view .monaco-list-row', { hasText: 'notes.txt' }).first()

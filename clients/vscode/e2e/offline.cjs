@@ -1,23 +1,11 @@
 // With a server command that does not exist: the extension shows one clear error and "infill: offline".
 'use strict';
 const path = require('node:path');
-const { chromium } = require(process.env.PLAYWRIGHT_CORE);
+const { openWorkbench } = require('./workbench.cjs');
 
 async function main() {
-  const browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-dev-shm-usage'],
-  });
-  const page = await browser.newPage({ viewport: { width: 1200, height: 700 } });
+  const { browser, page } = await openWorkbench(process.env.URL);
   try {
-    for (let i = 0; i < 60; i++) {
-      try { await page.goto(process.env.URL, { waitUntil: 'domcontentloaded', timeout: 10000 }); break; } catch (e) {
-        if (i === 59) throw e;
-        await page.waitForTimeout(1000);
-      }
-    }
-    await page.waitForSelector('.monaco-workbench', { timeout: 120000 });
     await page.waitForFunction(() => document.querySelector('.statusbar')?.textContent?.includes('infill: offline'),
       undefined, { timeout: 60000, polling: 500 });
     const toasts = page.locator('.notification-toast', { hasText: 'could not start the server' });
