@@ -314,3 +314,34 @@ async def test_automatic_request_builds_its_context_and_encodes_its_prompt_durin
     # Both documents are new to the engine: only the automatic one had its prompt encoded before its model run.
     assert ahead["context_ahead"] and ahead["prompt_tokens"] > 0 and ahead["reused_tokens"] == ahead["prompt_tokens"]
     assert not invoked["context_ahead"] and invoked["prompt_tokens"] > 0 and invoked["reused_tokens"] == 0
+
+
+async def test_typing_in_a_large_file_parses_a_region_and_answers_every_request(lsp, tmp_path):
+    """5,000 lines (past the region-parsing threshold): keys typed with automatic requests each get an answer for
+    their own version, with the context built and the prompt encoded during the debounce, and nothing fails."""
+    log_path = tmp_path / "big.jsonl"
+    lsp.set_configuration({**CONFIG, "completionLog": str(log_path)}, section="infill")
+    lsp.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
+    await asyncio.sleep(0.3)
+    uri = "file:///big_module.py"
+    lines = [line for i in range(1250) for line in (f"def f{i}(a, b):", f"    total = a + b * {i}", "    return total",
+                                                    "")]
+    open_doc(lsp, uri, "\n".join(lines) + "\n")
+    row, column = 2501, len(lines[2501])
+    automatic = types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic)
+    for version in range(2, 8):
+        lsp.text_document_did_change(types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+            content_changes=[types.TextDocumentContentChangePartial(
+                range=types.Range(start=types.Position(row, column), end=types.Position(row, column)), text="x")]))
+        column += 1
+        await lsp.text_document_inline_completion_async(types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(row, column),
+            context=automatic))
+    await status(lsp)
+    records = [r for r in map(json.loads, log_path.read_text().splitlines())
+               if r["type"] == "completion" and r["uri"] == uri]
+    assert [r["version"] for r in records] == list(range(2, 8))
+    assert all(r["pipeline"]["context_ahead"] for r in records)
+    assert all(r["pipeline"]["prompt_tokens"] == r["pipeline"]["reused_tokens"] > 1000 for r in records)
+    assert "failed" not in _messages(lsp)
