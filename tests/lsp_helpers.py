@@ -60,6 +60,11 @@ async def wait_ready(client: LanguageClient, timeout: float = 90.0, state: str =
         await asyncio.sleep(0.1)
 
 
+def log_text(client: LanguageClient) -> str:
+    """Every window/logMessage the server sent so far, one per line."""
+    return "\n".join(m.message for m in client.log_messages)
+
+
 def open_doc(client: LanguageClient, uri: str, text: str, language: str = "python", version: int = 1) -> None:
     client.text_document_did_open(types.DidOpenTextDocumentParams(
         text_document=types.TextDocumentItem(uri=uri, language_id=language, version=version, text=text)))

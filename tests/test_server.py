@@ -13,7 +13,7 @@ import pytest_asyncio
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
-from lsp_helpers import apply_edits, code_actions, open_doc, start, status, utf16_offset, wait_ready
+from lsp_helpers import apply_edits, code_actions, log_text, open_doc, start, status, utf16_offset, wait_ready
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -43,10 +43,6 @@ async def lsp(tiny_checkpoint):
     await client.stop()
 
 
-def _messages(client) -> str:
-    return "\n".join(m.message for m in client.log_messages)
-
-
 async def test_capabilities(lsp):
     caps = lsp.init_result.capabilities
     assert caps.inline_completion_provider is not None and caps.inline_completion_provider is not False
@@ -72,7 +68,7 @@ async def test_startup_progress_and_status(lsp):
 
 
 async def test_unknown_and_ill_typed_settings_are_logged(lsp):
-    text = _messages(lsp)
+    text = log_text(lsp)
     assert "unknown setting infill.bogusKey" in text
     assert "infill.enabled must be true or false" in text
     # Pushed settings (Neovim style: settings.infill) are applied as they are, ill-typed keys logged.
@@ -80,7 +76,7 @@ async def test_unknown_and_ill_typed_settings_are_logged(lsp):
         settings={"infill": {**CONFIG, "debounceMs": "slow"}}))
     await status(lsp)  # a round trip: the notification before it has been handled
     assert "infill.debounceMs must be an integer, got 'slow'; kept 40 (from didChangeConfiguration)" in \
-        _messages(lsp)
+        log_text(lsp)
 
 
 async def test_inline_item_range_on_line_with_surrogate_pairs_and_crlf(lsp):
@@ -93,7 +89,7 @@ async def test_inline_item_range_on_line_with_surrogate_pairs_and_crlf(lsp):
     reply = await lsp.text_document_inline_completion_async(types.InlineCompletionParams(
         text_document=types.TextDocumentIdentifier(uri=uri), position=position,
         context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)))
-    assert reply is not None and reply.items, _messages(lsp)[-2000:]
+    assert reply is not None and reply.items, log_text(lsp)[-2000:]
     item = reply.items[0]
     assert item.range.start == position and item.range.end == position
     assert item.insert_text.strip()
@@ -112,7 +108,7 @@ async def test_fill_gap_action_carries_version_and_applies(lsp):
     fill = next(a for a in actions if a.title == "Fill gap")
     assert fill.kind == types.CodeActionKind.RefactorRewrite and fill.edit is None  # listing does no model work
     resolved = await lsp.code_action_resolve_async(fill)
-    assert resolved.edit is not None, _messages(lsp)[-2000:]
+    assert resolved.edit is not None, log_text(lsp)[-2000:]
     (change,) = resolved.edit.document_changes
     assert change.text_document.uri == uri and change.text_document.version == 7
     (edit,) = change.edits
@@ -163,7 +159,7 @@ async def test_markdown_fill_all_gaps(lsp):
     fill_all = next(a for a in actions if a.title.startswith("Fill all gaps"))
     assert fill_all.title == "Fill all gaps (3)"
     resolved = await lsp.code_action_resolve_async(fill_all)
-    assert resolved.edit is not None, _messages(lsp)[-2000:]
+    assert resolved.edit is not None, log_text(lsp)[-2000:]
     (change,) = resolved.edit.document_changes
     assert change.text_document.version == 3
     ranges = [(e.range.start.line, e.range.start.character, e.range.end.line, e.range.end.character)
@@ -196,7 +192,7 @@ async def test_toggle_disables_and_enables(lsp):
     assert await lsp.text_document_inline_completion_async(types.InlineCompletionParams(
         text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(0, 9),
         context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked))) is None
-    assert time.monotonic() - started < 1.0 and "completions are disabled" in _messages(lsp)
+    assert time.monotonic() - started < 1.0 and "completions are disabled" in log_text(lsp)
     assert any(getattr(c, "enabled", None) is False for c in lsp.status_changes)
     on = await lsp.workspace_execute_command_async(types.ExecuteCommandParams(command="infill.toggle",
                                                                               arguments=[True]))
@@ -216,7 +212,7 @@ async def test_bad_input_does_not_kill_the_server(lsp):
     # A position far beyond the document: clamped (logged), never an exception.
     await lsp.text_document_inline_completion_async(types.InlineCompletionParams(
         text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(999, 999), context=invoked))
-    assert "clamped" in _messages(lsp)
+    assert "clamped" in log_text(lsp)
     # A document that was never opened.
     assert await lsp.text_document_inline_completion_async(types.InlineCompletionParams(
         text_document=types.TextDocumentIdentifier(uri="file:///never.py"), position=types.Position(0, 0),
@@ -228,7 +224,7 @@ async def test_bad_input_does_not_kill_the_server(lsp):
         assert await lsp.text_document_inline_completion_async(types.InlineCompletionParams(
             text_document=types.TextDocumentIdentifier(uri=big), position=types.Position(0, 1),
             context=invoked)) is None
-    text = _messages(lsp)
+    text = log_text(lsp)
     assert "NUL bytes" in text and "maxDocumentChars" in text
     # A selection spanning the whole file: no "Fill gap" (nothing around it), and the server answers.
     actions = await lsp.text_document_code_action_async(types.CodeActionParams(
@@ -344,4 +340,4 @@ async def test_typing_in_a_large_file_parses_a_region_and_answers_every_request(
     assert [r["version"] for r in records] == list(range(2, 8))
     assert all(r["pipeline"]["context_ahead"] for r in records)
     assert all(r["pipeline"]["prompt_tokens"] == r["pipeline"]["reused_tokens"] > 1000 for r in records)
-    assert "failed" not in _messages(lsp)
+    assert "failed" not in log_text(lsp)

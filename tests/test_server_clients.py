@@ -10,7 +10,7 @@ import pytest
 import pytest_asyncio
 from lsprotocol import types
 
-from lsp_helpers import apply_edits, code_actions, open_doc, start, status, wait_ready
+from lsp_helpers import apply_edits, code_actions, log_text, open_doc, start, status, wait_ready
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -46,7 +46,7 @@ async def test_action_carries_edit_without_resolve_support(plain):
     gap = types.Range(start=types.Position(0, 6), end=types.Position(0, 10))  # "beta"
     actions = await code_actions(plain, uri, gap)
     (fill,) = [a for a in actions if a.title == "Fill gap"]
-    assert fill.edit is not None, "\n".join(m.message for m in plain.log_messages)
+    assert fill.edit is not None, log_text(plain)
     (change,) = fill.edit.document_changes
     assert change.text_document.version == 5 and change.edits[0].range == gap
     applied = apply_edits(text, change.edits)

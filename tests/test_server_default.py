@@ -7,7 +7,7 @@ import pytest
 import pytest_asyncio
 from lsprotocol import types
 
-from lsp_helpers import apply_edits, open_doc, start, utf16_offset, wait_ready
+from lsp_helpers import apply_edits, log_text, open_doc, start, utf16_offset, wait_ready
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
@@ -38,7 +38,7 @@ async def test_inline_suggestion_from_the_default_model(default):
     reply = await default.text_document_inline_completion_async(types.InlineCompletionParams(
         text_document=types.TextDocumentIdentifier(uri=uri), position=position,
         context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)))
-    assert reply is not None and reply.items, "\n".join(m.message for m in default.log_messages)
+    assert reply is not None and reply.items, log_text(default)
     item = reply.items[0]
     assert item.range.start == position and item.insert_text.strip()
     applied = apply_edits(text, [types.TextEdit(range=item.range, new_text=item.insert_text)])

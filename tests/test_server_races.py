@@ -15,7 +15,7 @@ import pytest_asyncio
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
-from lsp_helpers import code_actions, open_doc, start, status, wait_ready
+from lsp_helpers import code_actions, log_text, open_doc, start, status, wait_ready
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -43,10 +43,6 @@ async def engine_busy(client, timeout: float = 20.0) -> None:
         await asyncio.sleep(0.02)
 
 
-def _messages(client) -> str:
-    return "\n".join(m.message for m in client.log_messages)
-
-
 async def test_edit_while_resolving_yields_no_edit(lsp):
     uri = "file:///race.txt"
     text = "Shopping list\n\nvalue = compute(1, 2)\nprint(value)\n"
@@ -64,7 +60,7 @@ async def test_edit_while_resolving_yields_no_edit(lsp):
     resolved = await asyncio.wait_for(pending, 30)
     assert resolved.edit is None
     assert time.monotonic() - changed_at < 5.0  # the engine stopped at its next step, not after the full budget
-    assert "race.txt changed while the fill was computed (was version 1)" in _messages(lsp)
+    assert "race.txt changed while the fill was computed (was version 1)" in log_text(lsp)
 
 
 async def test_cancel_request_is_answered_promptly(lsp):
@@ -111,7 +107,7 @@ async def test_newer_request_stops_a_running_one_within_a_step(lsp):
     edited = time.monotonic()
     assert await asyncio.wait_for(newer, 10) is None
     assert time.monotonic() - edited < 2.0
-    assert "superseded or the document changed" in _messages(lsp)
+    assert "superseded or the document changed" in log_text(lsp)
 
 
 async def test_cancelled_fill_command_applies_nothing(lsp):
