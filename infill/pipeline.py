@@ -112,6 +112,7 @@ class PipelineResult:
     max_middle_tokens: int = 0
     language: str | None = None
     context_unit: str = ""  # the syntactic unit the window was snapped to
+    syntax_region: tuple[int, int] | None = None  # the part of a large document that was parsed (None: all of it)
 
     @property
     def checks_ms(self) -> float:
@@ -126,6 +127,7 @@ class PipelineResult:
             "route": self.route, "version": self.version, "language": self.language,
             "single_line": self.single_line, "max_middle_tokens": self.max_middle_tokens,
             "context_unit": self.context_unit, "fills": len(self.fills),
+            "syntax_region": list(self.syntax_region) if self.syntax_region else None,
             "fill_chars": sum(len(f.text) for f in self.fills),
             "backend": r.backend if r else None, "outcome": r.outcome if r else None,
             "steps": r.steps if r else 0, "prompt_tokens": r.prompt_tokens if r else 0,
@@ -255,7 +257,7 @@ class Pipeline:
                              context_cpu_ms=prep.context_cpu_ms, context_ahead=prepared is not None,
                              version=req.version, single_line=ctx.single_line,
                              max_middle_tokens=ctx.max_middle_tokens, language=ctx.language,
-                             context_unit=ctx.unit)
+                             context_unit=ctx.unit, syntax_region=prep.doc.region)
         if self._nothing_to_go_on(req, prep.spans):
             self.watchdog.record(Verdict("empty_prefix", "no text before the gap"), "pipeline")
             out.rejections.append(("pipeline", "empty_prefix"))

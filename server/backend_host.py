@@ -56,6 +56,7 @@ class BackendHost:
         # may still be finishing a cancelled run, and parsing must not wait for it.
         self.context_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="infill-context")
         self.busy = False  # the model thread is inside a pipeline call (status "modelBusy")
+        self._max_middle_tokens = Settings().max_middle_tokens
 
     # -- state -----------------------------------------------------------------------------------------------------
     @property
@@ -85,6 +86,7 @@ class BackendHost:
             self._generation += 1
             generation = self._generation
             self.state, self.error = "loading", None
+            self._max_middle_tokens = settings.max_middle_tokens
         self.loaded_key = settings.backend_key()
         thread = threading.Thread(target=self._load, args=(settings, generation), name="infill-load", daemon=True)
         thread.start()
@@ -115,26 +117,32 @@ class BackendHost:
                 self.state, self.error = "error", message
             self._listener("error", message, None)
             return
-        pipeline = Pipeline(primary, fallback=fallback,
-                            settings=PipelineSettings(max_middle_tokens=settings.max_middle_tokens))
         with self._lock:
-            if generation != self._generation:  # a newer load was asked for meanwhile
-                stale = backends
-            else:
-                stale = self._loaded.backends if self._loaded else ()
+            current = generation == self._generation
+            if current:
+                # (a maxMiddleTokens change made while this was loading is in self._max_middle_tokens)
+                pipeline = Pipeline(primary, fallback=fallback,
+                                    settings=PipelineSettings(max_middle_tokens=self._max_middle_tokens))
+                replaced = self._loaded.backends if self._loaded else ()
                 if self._loaded is not None:
                     pipeline.carry_counters_from(self._loaded.pipeline)
                 self._loaded = Loaded(pipeline, backends)
                 self.state, self.error = "ready", None
+        if not current:  # a newer load (or shutdown) came meanwhile: these never served anything
+            for backend in backends:
+                _close_quietly(backend)
+            return
         # Close on the worker so a request still running on the old backend finishes first.
-        for backend in stale:
+        for backend in replaced:
             self.worker.submit(_close_quietly, backend)
-        if generation == self._generation:
-            seconds = time.perf_counter() - started
-            self._listener("ready", f"{primary.info.label or primary.info.name} ready in {seconds:.1f} s", 1.0)
+        seconds = time.perf_counter() - started
+        self._listener("ready", f"{primary.info.label or primary.info.name} ready in {seconds:.1f} s", 1.0)
 
     def set_max_middle_tokens(self, tokens: int) -> None:
-        loaded = self._loaded
+        """Applies to the loaded pipeline and to one still loading."""
+        with self._lock:
+            self._max_middle_tokens = tokens
+            loaded = self._loaded
         if loaded is not None:
             loaded.pipeline.settings = replace(loaded.pipeline.settings, max_middle_tokens=tokens)
 
@@ -184,12 +192,14 @@ class BackendHost:
         return self.worker.submit(run)
 
     def close(self) -> None:
+        """Shut down: the backends are closed on the model thread after what it is running (requests were
+        cancelled first, so queued ones return at once); a load still running closes its own when it ends."""
         with self._lock:
             self._generation += 1
             loaded, self._loaded = self._loaded, None
         for backend in loaded.backends if loaded else ():
-            _close_quietly(backend)
-        self.worker.shutdown(wait=False, cancel_futures=True)
+            self.worker.submit(_close_quietly, backend)
+        self.worker.shutdown(wait=False)
         self.context_worker.shutdown(wait=False, cancel_futures=True)
 
 

@@ -73,8 +73,10 @@ async def complete_inline(ls, params: types.InlineCompletionParams) -> types.Inl
         return None
     finally:
         ls.scheduler.close(ticket)
+        stopped = ticket.stopped  # superseded or edited while computing
+        ticket.token.cancel("request ended")  # nothing queued for it (context, warm) may run on after it
     reply_clock = _Clock()
-    reply = _reply(ls, params, document, version, ticket.stopped, result, started)
+    reply = _reply(ls, params, document, version, stopped, result, started)
     reply_clock.pause()
     _record_overhead(ls, document, path, ahead, reply_clock, result, "invoked" if invoked else "keystroke")
     return reply

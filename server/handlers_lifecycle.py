@@ -42,6 +42,7 @@ def register(server) -> None:
     def shutdown(ls, params: Any) -> None:
         ls.scheduler.cancel_all("server shutting down")
         ls.host.close()
+        ls.telemetry.flush()  # the completion log's queued records reach the file before exit
 
 
 def _client_has_configuration(ls) -> bool:

@@ -121,7 +121,6 @@ class InfillServer(LanguageServer):
 
     def status(self) -> dict[str, Any]:
         info = self.host.info
-        self.telemetry.flush()  # what status counts is in the completion log too
         return {
             "ready": self.host.ready, "state": self.host.state,
             "model": info.model if info else self.settings.model, "backend": info.name if info else None,
@@ -143,6 +142,8 @@ class InfillServer(LanguageServer):
         return pipeline.stats()
 
     def notify_status(self) -> None:
+        if self.loop is None:
+            return  # not initialized yet (nothing may precede the InitializeResult); start_loading will send it
         self.protocol.notify(STATUS_CHANGED, self.status())
 
     # -- settings --------------------------------------------------------------------------------------------------
@@ -193,24 +194,32 @@ class InfillServer(LanguageServer):
             self._progress_token = None
             return
         if self._progress_token is not None:  # a reload while the previous load still reports
-            self.work_done_progress.end(self._progress_token, types.WorkDoneProgressEnd(message="superseded"))
+            asyncio.ensure_future(self._end_progress(self._progress_token, self._progress_ready, "superseded"))
         token = f"infill-load-{uuid.uuid4().hex[:8]}"
         self._progress_token = token
         ready: asyncio.Future = asyncio.get_running_loop().create_future()
         self._progress_ready = ready
 
         async def create_then_begin() -> None:
+            begun = False
             try:
                 await self.work_done_progress.create_async(token)
                 self.work_done_progress.begin(token, types.WorkDoneProgressBegin(
                     title="infill: loading model", message="starting", percentage=0, cancellable=False))
+                begun = True
             except Exception as exc:  # noqa: BLE001 - a client refusing progress is not an error for us
                 log.info("work-done progress not available: %s", exc)
-                self._progress_token = None
+                if self._progress_token == token:  # (a newer load's token stays)
+                    self._progress_token = None
             finally:
-                ready.set_result(None)
+                ready.set_result(begun)
 
         asyncio.ensure_future(create_then_begin())
+
+    async def _end_progress(self, token: str, ready: asyncio.Future | None, message: str) -> None:
+        """End a progress once its begin went out (a reload can supersede it before that)."""
+        if ready is None or await ready:
+            self.work_done_progress.end(token, types.WorkDoneProgressEnd(message=message))
 
     def _on_load_event(self, state: str, message: str, fraction: float | None) -> None:
         """Called on the loader thread: hop to the event loop."""

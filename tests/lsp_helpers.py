@@ -4,6 +4,7 @@ apply TextEdits the way an editor would (UTF-16 positions), independently of the
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import sys
@@ -58,6 +59,16 @@ async def wait_ready(client: LanguageClient, timeout: float = 90.0, state: str =
         if current["state"] == state or time.monotonic() > end:
             return current
         await asyncio.sleep(0.1)
+
+
+async def log_records(path, done, timeout: float = 10.0) -> list[dict]:
+    """The JSON records of a completion log once `done(records)` holds (the server writes it on its own thread)."""
+    end = time.monotonic() + timeout
+    while True:
+        records = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+        if done(records) or time.monotonic() > end:
+            return records
+        await asyncio.sleep(0.05)
 
 
 def log_text(client: LanguageClient) -> str:

@@ -5,7 +5,6 @@ One server for the whole module; each test uses its own document URIs."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 
 import pytest
@@ -13,7 +12,8 @@ import pytest_asyncio
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
-from lsp_helpers import apply_edits, code_actions, log_text, open_doc, start, status, utf16_offset, wait_ready
+from lsp_helpers import (apply_edits, code_actions, log_records, log_text, open_doc, start, status, utf16_offset,
+                         wait_ready)
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -259,7 +259,7 @@ async def test_telemetry_counted_and_logged(lsp, tmp_path):
     after = (await status(lsp))["telemetry"]
     assert after["shown"] == before["shown"] + 1 and after["rejected"] == before["rejected"] + 1
     assert after["accepted_partial"] == before["accepted_partial"] + 1
-    records = [json.loads(line) for line in log_path.read_text().splitlines()]
+    records = await log_records(log_path, lambda rs: any(r["type"] == "completion" for r in rs))
     assert [r["event"] for r in records if r["type"] == "telemetry"] == ["shown", "accepted", "rejected"]
     (completion,) = [r for r in records if r["type"] == "completion"]
     assert completion["uri"] == uri and completion["version"] == 1 and "denoise" in completion["latency_ms"]
@@ -303,9 +303,8 @@ async def test_automatic_request_builds_its_context_and_encodes_its_prompt_durin
         await lsp.text_document_inline_completion_async(types.InlineCompletionParams(
             text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(1, 47),
             context=types.InlineCompletionContext(trigger_kind=kind)))
-    await status(lsp)  # the log is flushed for it
-    records = {r["uri"]: r["pipeline"] for r in map(json.loads, log_path.read_text().splitlines())
-               if r["type"] == "completion"}
+    logged = await log_records(log_path, lambda rs: sum(r["type"] == "completion" for r in rs) >= 2)
+    records = {r["uri"]: r["pipeline"] for r in logged if r["type"] == "completion"}
     ahead, invoked = records["file:///ahead.txt"], records["file:///invoked.txt"]
     # Both documents are new to the engine: only the automatic one had its prompt encoded before its model run.
     assert ahead["context_ahead"] and ahead["prompt_tokens"] > 0 and ahead["reused_tokens"] == ahead["prompt_tokens"]
@@ -313,8 +312,9 @@ async def test_automatic_request_builds_its_context_and_encodes_its_prompt_durin
 
 
 async def test_typing_in_a_large_file_parses_a_region_and_answers_every_request(lsp, tmp_path):
-    """5,000 lines (past the region-parsing threshold): keys typed with automatic requests each get an answer for
-    their own version, with the context built and the prompt encoded during the debounce, and nothing fails."""
+    """5,000 lines (past the region-parsing threshold): keys typed with automatic requests are each computed for
+    their own version (none discarded), from a region of the file after its first whole parse, with the context
+    built and the prompt encoded during the debounce, and nothing fails."""
     log_path = tmp_path / "big.jsonl"
     lsp.set_configuration({**CONFIG, "completionLog": str(log_path)}, section="infill")
     lsp.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
@@ -334,10 +334,13 @@ async def test_typing_in_a_large_file_parses_a_region_and_answers_every_request(
         await lsp.text_document_inline_completion_async(types.InlineCompletionParams(
             text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(row, column),
             context=automatic))
-    await status(lsp)
-    records = [r for r in map(json.loads, log_path.read_text().splitlines())
+    records = [r for r in await log_records(log_path, lambda rs: sum(r.get("uri") == uri for r in rs) >= 6)
                if r["type"] == "completion" and r["uri"] == uri]
     assert [r["version"] for r in records] == list(range(2, 8))
+    assert all(r["outcome"] != "discarded" for r in records)
+    size = len("\n".join(lines)) + 1
+    assert records[0]["pipeline"]["syntax_region"] is None  # the first parse is whole (it finds the cuts)
+    assert all(0 < b - a < size / 2 for a, b in (r["pipeline"]["syntax_region"] for r in records[1:]))
     assert all(r["pipeline"]["context_ahead"] for r in records)
     assert all(r["pipeline"]["prompt_tokens"] == r["pipeline"]["reused_tokens"] > 1000 for r in records)
     assert "failed" not in log_text(lsp)
