@@ -11,6 +11,7 @@ and the deadline, so a cancelled or late request returns at once even while the 
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import re
@@ -89,7 +90,10 @@ class RemoteBackend:
         self._model_lock = threading.Lock()
         token = token if token is not None else os.environ.get(TOKEN_ENV) or None
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._client = httpx.Client(headers=headers, follow_redirects=False)
+        # A proxy from the environment (HTTP_PROXY, ALL_PROXY) is used for remote hosts only: code for an endpoint
+        # on this machine must not travel through a proxy, with the token, unless NO_PROXY happens to say so.
+        self._client = httpx.Client(headers=headers, follow_redirects=False,
+                                    trust_env=not _is_loopback(urlsplit(self.endpoint).hostname))
         self._closed = False
 
     # -- InfillBackend ------------------------------------------------------------------------------------------
@@ -314,3 +318,14 @@ def _count(value) -> int:
 
 def _ms(value) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else 0.0
+
+
+def _is_loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -285,6 +285,18 @@ def test_token_from_the_environment(scripted, monkeypatch):
     assert [r[2]["Authorization"] for r in server.requests] == ["Bearer from-env", "Bearer explicit"]
 
 
+def test_a_proxy_in_the_environment_never_sees_a_local_endpoints_code(scripted, monkeypatch):
+    proxy = scripted(lambda s, m, p, b: (502, b"{}"))
+    server = scripted(lambda s, m, p, b: (200, completion("x")))
+    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.setenv(name, proxy.url)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    result = RemoteBackend(server.url, model="m", token=TOKEN).infill(InfillRequest(prefix="API_KEY = "))
+    assert result.outcome == "ok" and result.middle == "x"
+    assert proxy.requests == [] and server.requests[0][3]["prompt"] == "API_KEY = "
+
+
 # -- failures, in bounded time -----------------------------------------------------------------------------------
 
 def test_dead_endpoint_is_an_error_result(caplog):
