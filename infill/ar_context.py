@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .kv_store import cache_nbytes
+from .tokens import clean_text
 
 
 class LineTokenizer:
@@ -33,9 +34,10 @@ class LineTokenizer:
             if ids is not None:
                 self._memo.move_to_end(line)
                 return ids
-        ids = tuple(self.tokenizer(line, add_special_tokens=False).input_ids)
-        if self.tokenizer.decode(ids) != line:  # never seen on Gemma's tokenizer; keep prompts exact regardless
-            raise ValueError(f"line tokenisation does not round-trip: {line!r}")
+        text = clean_text(line)  # a lone surrogate becomes U+FFFD (the tokenizer cannot take it)
+        ids = tuple(self.tokenizer(text, add_special_tokens=False).input_ids)
+        if self.tokenizer.decode(ids) != text:  # never seen on Gemma's tokenizer; keep prompts exact regardless
+            raise ValueError(f"line tokenisation does not round-trip: {text!r}")
         with self._lock:
             self._memo[line] = ids
             while len(self._memo) > self.memo_lines:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from .syntax import (INDENT_LANGUAGES, PROSE_LANGUAGES, DocumentSnapshot, NotedEdit, ParsedDocument,
                      resolve_language)
+from .tokens import clean_text
 from .types import InfillError
 from .windows import (WINDOW_HEADROOM, byte_offset, char_index, line_end, line_window, sticky_start,
                       syntactic_window)
@@ -110,6 +111,8 @@ class ContextBuilder:
         `version`, or by comparing texts), or a fresh parse. With a `focus` (the span of the gaps), a large
         document's tree may cover only the part a context for that focus can reach."""
         key = resolve_language(language, document_id)
+        if not text.isascii():
+            text = clean_text(text)  # a lone surrogate (U+FFFD after, same length) cannot be encoded for the parser
         s = self.settings
         reach = (int(s.prefix_tokens * s.chars_per_token), int(s.suffix_tokens * s.chars_per_token))
         if document_id is None:

@@ -16,8 +16,9 @@ _CLOSERS = {")": "(", "]": "[", "}": "{"}
 _OPENERS = {v: k for k, v in _CLOSERS.items()}
 _LIST_ITEM = re.compile(r"^(\s*)([-*+]|\d+[.)])(\s+)")
 _SENTENCE_END = re.compile(r"[.!?][\"')\]]*(?=\s|$)")
-# C0/C1 control characters (tab and newline aside) and U+FFFD from undecodable model bytes: never part of a fill.
-_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ufffd]")
+# C0/C1 control characters (tab and newline aside), U+FFFD from undecodable model bytes, and lone surrogates (a
+# remote endpoint's JSON can carry them): never part of a fill.
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ufffd\ud800-\udfff]")
 
 
 def postprocess(middle: str, ctx: GapContext, prefix: str, suffix: str) -> str:

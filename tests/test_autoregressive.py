@@ -273,6 +273,8 @@ def test_line_tokens_round_trip_and_are_memoised(ar_backend):
     ids = lines.encode(text)
     assert ar_backend._tokenizer.decode(ids) == text
     assert lines.line_ids("    return ") is lines.line_ids("    return ")
+    # A lone surrogate (from a client's text) is tokenised as U+FFFD instead of failing the request.
+    assert ar_backend._tokenizer.decode(lines.line_ids("s = '\udcff'\n")) == "s = '\ufffd'\n"
 
 
 @pytest.mark.slow

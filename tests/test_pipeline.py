@@ -14,6 +14,7 @@ import time
 import pytest
 
 from infill.pipeline import CompletionRequest, Pipeline, PipelineSettings, find_placeholders
+from infill.postprocess import postprocess
 from infill.syntax import ParsedDocument, error_nodes
 from infill.types import BackendInfo, CancelToken, InfillError, InfillResult
 
@@ -290,3 +291,16 @@ def test_real_offline_model_never_returns_a_fill_that_breaks_the_parse(ar_backen
             shown += 1
     assert shown >= 1  # the real model does fill these holes; every fill it shows parses
     assert shown + sum(pipeline.watchdog.counts.values()) >= len(cursors)
+
+
+@pytest.mark.parametrize("language", ["python", "markdown"])
+def test_a_lone_surrogate_in_the_document_or_the_fill_is_no_crash(warm_engine, language):
+    """A client can send a lone surrogate (LSP text is UTF-16); the parser gets U+FFFD in its place (same length, so
+    offsets hold), and a fill carrying one (a remote endpoint's JSON can) loses it in cleaning."""
+    text = "s = '\udcff'\nnote = "
+    pipeline = Pipeline(warm_engine)
+    out = pipeline.complete(CompletionRequest(text, len(text), language=language, document_id=f"lone.{language}"))
+    assert out.result is not None and out.result.outcome != "error", out.result
+    assert all("\udcff" not in f.text and f.start == len(text) for f in out.fills)
+    prep = pipeline.prepare(CompletionRequest(text, len(text), language=language, document_id=f"lone.{language}"))
+    assert postprocess("a\ud800b", prep.ctx, text, "") == "ab"
