@@ -84,8 +84,7 @@ def denoise(model, config: EngineConfig, canvas: Canvas, view, masks: dict, gene
     argmax = current
     score = torch.zeros(rows, device=device)
     soft: torch.Tensor | None = None  # fast path: self-conditioning embeddings
-    prev_logits: torch.Tensor | None = None  # reference path: previous processed logits
-    prev_probs: torch.Tensor | None = None  # fast path: previous probabilities (finished rows keep them)
+    prev_logits: torch.Tensor | None = None  # reference path: previous processed logits (self-conditioning)
     steps, outcome, any_finished = 0, "ok", False
     n = config.max_denoising_steps
     for remaining in range(n, 0, -1):
@@ -113,17 +112,15 @@ def denoise(model, config: EngineConfig, canvas: Canvas, view, masks: dict, gene
         nxt = torch.where(free, torch.where(accepted, out.sample, noise), fixed)
         new_argmax = torch.where(free, out.argmax, fixed)
         new_score = _join_score(at_tokens, canvas.anchor)
-        if any_finished:  # finished rows keep their state, as in transformers
+        if any_finished:  # finished rows keep their tokens and score, as in transformers
+            # (not their probabilities: rows never see each other, so what a finished row's next forward reads
+            # changes nothing; keeping them cost a full-vocabulary copy per step)
             keep = finished[:, None]
             new_argmax, nxt = torch.where(keep, argmax, new_argmax), torch.where(keep, current, nxt)
             new_score = torch.where(finished, score, new_score)
-            if out.probs is not None:
-                out.probs = torch.where(keep[..., None], prev_probs, out.probs)
-            else:
-                out.processed_logits = torch.where(keep[..., None], prev_logits, out.processed_logits)
         finished = finished | stop(new_argmax, entropy, free)
         current, argmax, score = nxt, new_argmax, new_score
-        prev_probs, prev_logits = out.probs, out.processed_logits
+        prev_logits = out.processed_logits
         if out.probs is not None:
             soft = self_conditioning_embeddings(model, out.probs, clamp_embeddings, free)
         steps += 1

@@ -8,11 +8,14 @@ lets the engine encode only the new tail. Memory is bounded in bytes; least rece
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -43,6 +46,7 @@ class PrefixKVStore:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._warned: set[str] = set()  # keys whose prompt was too large to keep (logged once)
 
     @property
     def nbytes(self) -> int:
@@ -70,6 +74,11 @@ class PrefixKVStore:
         entry = _Entry(ids.detach().to("cpu", torch.long), cache, cache_nbytes(cache))
         self._entries.pop(key, None)
         if entry.nbytes > self.max_bytes:
+            if key not in self._warned:  # once per document: it happens on every keystroke
+                self._warned.add(key)
+                log.warning("prompt cache for %s not kept: %d tokens need %.0f MiB, over kv_store_bytes (%.0f MiB); "
+                            "every request re-encodes the whole prompt", key, entry.ids.numel(),
+                            entry.nbytes / 2**20, self.max_bytes / 2**20)
             return
         self._entries[key] = entry
         while self.nbytes > self.max_bytes:

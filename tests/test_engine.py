@@ -11,7 +11,7 @@ import torch
 from infill.canvas import build_canvas, decoder_cache_view, decoder_masks
 from infill.config import EngineConfig
 from infill.denoise import denoise
-from infill.engine import DiffusionEngine
+from infill.engine import PREFILL_CHUNK_TOKENS, DiffusionEngine
 from infill.types import CancelToken, InfillRequest
 
 PREFIX = "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = "
@@ -104,8 +104,8 @@ def test_padded_row_computes_what_it_would_alone(loaded):
     run_denoise(engine, PREFIX, [anchor], [4], on_step=grab("alone"))
     batched_score, alone_score = captured["batched"][1][0], captured["alone"][1][0]
     assert torch.allclose(batched_score, alone_score, atol=1e-4)
-    width = 4 + len(anchor)
-    assert torch.equal(captured["batched"][0][0, :width][4:], captured["alone"][0][0, 4:width])
+    width = 4 + len(anchor)  # the 4 free slots and the clamped anchor after them
+    assert torch.equal(captured["batched"][0][0, :width], captured["alone"][0][0, :width])
 
 
 def test_cancellation_stops_within_one_step(loaded):
@@ -186,6 +186,25 @@ def test_warm_encodes_the_prompt_ahead_so_the_infill_only_denoises(loaded):
     edited = InfillRequest(prefix=request.prefix + "z = 1\n", suffix=SUFFIX, document_id="doc", seed=3)
     assert engine.warm(edited, cancel=token) == 0
     assert engine.infill(edited).reused_tokens >= held - 8
+    # Cancelled between prefill chunks: it stops after the first chunk and keeps it for the next request.
+    long = InfillRequest(prefix=PREFIX * 40, suffix=SUFFIX, document_id="long", seed=3)
+    assert engine.warm(long, cancel=CancelAfterChecks(1)) == PREFILL_CHUNK_TOKENS < len(engine.prompt_ids(long.prefix))
+    assert engine.infill(long).reused_tokens == PREFILL_CHUNK_TOKENS
+
+
+class CancelAfterChecks(CancelToken):
+    """A token that reads as cancelled from its (n+1)-th check on: the moment a client's cancel would land."""
+
+    __slots__ = ("_left",)
+
+    def __init__(self, checks: int) -> None:
+        super().__init__()
+        self._left = checks
+
+    @property
+    def cancelled(self) -> bool:
+        self._left -= 1
+        return self._left < 0
 
 
 def test_kv_store_is_bounded(loaded):
@@ -197,6 +216,17 @@ def test_kv_store_is_bounded(loaded):
         engine.infill(InfillRequest(prefix=PREFIX * 10 + str(doc), document_id=f"doc{doc}"))
     assert engine.store.nbytes <= one_entry * 2.5
     assert len(engine.store) == 2  # the two most recent documents; older ones were evicted
+
+
+def test_a_prompt_too_large_for_the_kv_store_is_said_once(loaded, caplog):
+    probe = engine_with(loaded)
+    probe.infill(InfillRequest(prefix=PREFIX * 10, document_id="probe"))
+    engine = engine_with(loaded, kv_store_bytes=probe.store.nbytes // 2)
+    with caplog.at_level("WARNING", logger="infill.kv_store"):
+        for key in ("x", "y", "y"):
+            engine.infill(InfillRequest(prefix=PREFIX * 10 + key, document_id="big"))
+    assert len(engine.store) == 0
+    assert [r.getMessage().startswith("prompt cache for big not kept") for r in caplog.records] == [True]
 
 
 def test_multi_gap_fills_every_gap(loaded):
@@ -218,14 +248,19 @@ def test_supersession_cancels_the_older_request(loaded):
         first_running.set()
         release.wait(5)
 
+    first_token = CancelToken()
     first = threading.Thread(target=lambda: results.setdefault(
-        "first", engine.infill(InfillRequest(prefix=PREFIX, document_id="same"), on_draft=first_draft)))
+        "first", engine.infill(InfillRequest(prefix=PREFIX, document_id="same"), cancel=first_token,
+                               on_draft=first_draft)))
     first.start()
     assert first_running.wait(10)
     second = threading.Thread(target=lambda: results.setdefault(
         "second", engine.infill(InfillRequest(prefix=PREFIX + "z", document_id="same"))))
     second.start()
-    time.sleep(0.05)
+    for _ in range(500):  # the second request registers and cancels the first (no fixed sleep)
+        if first_token.cancelled:
+            break
+        time.sleep(0.01)
     release.set()
     first.join(10)
     second.join(10)
