@@ -116,7 +116,7 @@ class ContextBuilder:
         s = self.settings
         reach = (int(s.prefix_tokens * s.chars_per_token), int(s.suffix_tokens * s.chars_per_token))
         if document_id is None:
-            return ParsedDocument(key).update(text, focus=focus, reach=reach)
+            return ParsedDocument(key).update(text)  # parsed once and dropped: a region would cost more
         with self._lock:
             doc = self._documents.pop((document_id, key), None) or ParsedDocument(key)
             self._documents[(document_id, key)] = doc

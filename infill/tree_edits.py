@@ -74,10 +74,12 @@ def edit_tree(tree, old: str, new: str, region: ChangedSpan) -> None:
         start_byte = len(old[:region.start].encode("utf-8"))
         old_end_byte = start_byte + len(old[region.start:region.old_end].encode("utf-8"))
         new_end_byte = start_byte + len(new[region.start:region.new_end].encode("utf-8"))
+    # Rows are counted from the document start once; the edit's other points count only across the edit.
+    start_point = _point_at(old, region.start, ascii_old)
     tree.edit(start_byte=start_byte, old_end_byte=old_end_byte, new_end_byte=new_end_byte,
-              start_point=_point_at(old, region.start, ascii_old),
-              old_end_point=_point_at(old, region.old_end, ascii_old),
-              new_end_point=_point_at(new, region.new_end, ascii_new))
+              start_point=start_point,
+              old_end_point=_point_at(old, region.old_end, ascii_old, (region.start, start_point[0])),
+              new_end_point=_point_at(new, region.new_end, ascii_new, (region.start, start_point[0])))
 
 
 def parse_text(parser, text: str, old_tree=None):
@@ -90,15 +92,17 @@ def parse_text(parser, text: str, old_tree=None):
     return parser.parse(source) if old_tree is None else parser.parse(source, old_tree)
 
 
-def _point_at(text: str, index: int, ascii_text: bool) -> tuple[int, int]:
-    """Tree-sitter point (row, UTF-8 byte column) of a str index; rows end at "\n" only."""
+def _point_at(text: str, index: int, ascii_text: bool, known: tuple[int, int] = (0, 0)) -> tuple[int, int]:
+    """Tree-sitter point (row, UTF-8 byte column) of a str index; rows end at "\n" only. `known` is an earlier
+    (index, row) pair to count rows from."""
     line_start = text.rfind("\n", 0, index) + 1
     column = index - line_start if ascii_text else len(text[line_start:index].encode("utf-8"))
-    return text.count("\n", 0, index), column
+    return known[1] + text.count("\n", known[0], index), column
 
 
 def included_range(text: str, start: int, end: int):
     """A tree-sitter Range over text[start:end] (ASCII text: str indices are byte offsets)."""
     import tree_sitter
 
-    return tree_sitter.Range(_point_at(text, start, True), _point_at(text, end, True), start, end)
+    start_point = _point_at(text, start, True)
+    return tree_sitter.Range(start_point, _point_at(text, end, True, (start, start_point[0])), start, end)

@@ -36,6 +36,9 @@ def syntactic_window(doc: DocumentSnapshot, node, first: int, last: int, prefix_
                      suffix_budget: int) -> tuple[int, int, str]:
     """Prefer the farthest start / end of a whole unit (an enclosing node or one of its children) in budget."""
     begin, finish = byte_offset(doc, first), byte_offset(doc, last)
+    # Budgets are in characters; tree offsets are bytes (the same numbers for ASCII text).
+    low = byte_offset(doc, max(0, first - prefix_budget)) if not doc.is_ascii else begin - prefix_budget
+    high = byte_offset(doc, min(len(doc.text), last + suffix_budget)) if not doc.is_ascii else finish + suffix_budget
     starts, ends, unit = [], [], "document"
     ancestor = node
     while ancestor is not None:
@@ -45,7 +48,7 @@ def syntactic_window(doc: DocumentSnapshot, node, first: int, last: int, prefix_
         if ancestor.parent is not None and unit == "document" and ancestor.end_byte - ancestor.start_byte > 1 \
                 and ancestor.is_named and ancestor.start_byte < begin:
             unit = ancestor.type
-        for child in _children_near(ancestor, begin - prefix_budget, finish + suffix_budget):
+        for child in _children_near(ancestor, low, high):
             if child.start_byte <= begin:
                 starts.append(child.start_byte)
             if child.end_byte >= finish:
@@ -55,9 +58,9 @@ def syntactic_window(doc: DocumentSnapshot, node, first: int, last: int, prefix_
     # Only boundaries at line starts / line ends count: a window never begins or ends mid-line.
     # The farthest candidate that passes is taken, so candidates are tried from the farthest on (byte offsets and
     # str indices are in the same order).
-    start_ok = (i for i in (char_index(doc, b) for b in sorted(set(starts)) if begin - b <= prefix_budget)
+    start_ok = (i for i in (char_index(doc, b) for b in sorted(set(starts)) if b >= low)
                 if text[text.rfind("\n", 0, i) + 1:i].strip() == "")
-    end_ok = (i for i in (char_index(doc, b) for b in sorted(set(ends), reverse=True) if b - finish <= suffix_budget)
+    end_ok = (i for i in (char_index(doc, b) for b in sorted(set(ends), reverse=True) if b <= high)
               if text[i:line_end(text, i)].strip() == "")
     farthest_start, farthest_end = next(start_ok, None), next(end_ok, None)
     fallback = line_window(text, first, last, prefix_budget, suffix_budget)

@@ -389,3 +389,20 @@ def test_window_start_stays_put_while_typing_so_the_prompt_start_is_stable(langu
     # A jump elsewhere gets a window there.
     doc = builder.document(text, language, uri, 80)
     assert builder.build(doc, [(200, 200)], "inline").prefix_start == 0
+
+
+def test_window_budgets_count_characters_not_bytes():
+    """The same file with comments in Japanese instead of English (as many characters, three times the bytes) gets
+    the same window."""
+    def module(comment: str) -> str:
+        return "".join(f"def f{i}(a):\n    # {comment}\n    return a + {i}\n\n" for i in range(40))
+
+    settings = ContextSettings(prefix_tokens=100, suffix_tokens=30)
+    windows = []
+    for comment in ("abcdefghij", "日本語のコメントです"):
+        text = module(comment)
+        cursor = text.index("return a + 30") + len("return a + 30")
+        builder = ContextBuilder(settings)
+        ctx = builder.build(builder.document(text, "python", None), [(cursor, cursor)], "inline")
+        windows.append((cursor - ctx.prefix_start, ctx.suffix_end - cursor))
+    assert windows[0] == windows[1] and windows[0][0] > 250
