@@ -282,7 +282,8 @@ def check_table_rows(middles: list[str], spans: list[tuple[int, int]], text: str
         above = text[above_start:line_start - 1]
         if not above.lstrip().startswith("|"):
             continue
-        row = text[line_start:a] + middle + text[b:line_end]
-        if "\n" in middle or row.count("|") > above.count("|"):
+        # Only the pipes the fill adds count: a row may hold more already (a `|` in a code span).
+        allowed = max(0, above.count("|") - text[line_start:a].count("|") - text[b:line_end].count("|"))
+        if "\n" in middle or middle.count("|") > allowed:
             return Verdict("structure", "the fill breaks the table row's cells")
     return None

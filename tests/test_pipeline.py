@@ -209,6 +209,10 @@ def test_concurrent_requests_for_one_document_each_judge_their_own_version():
     for n, size, out in results:
         assert out.version == n and out.route == "primary"
         assert out.fills == [type(out.fills[0])(size, size, "value = 1")]
+    # Each backend request was built from its own version's text (its own number of `y = 2` lines before the gap).
+    prompts = {request.version: request.prefix for request, _ in pipeline.backend.requests}
+    assert sorted(prompts) == list(range(24))
+    assert all(prefix.endswith("def g():\n" + "    y = 2\n" * n + "    ") for n, prefix in prompts.items())
 
 
 def test_settings_replaced_after_construction_apply_to_the_next_request():
