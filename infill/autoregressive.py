@@ -353,14 +353,16 @@ class GemmaBackend:
             tally.steps += 1
             fill, stop = cut_fill(self._tokenizer.decode(generated)[len(healed):], shape)
             if on_draft is not None:
-                on_draft(Draft(step=step, middles=tuple(tally.middles) + (fill,), confidence=tuple(confidence)))
+                later = ("",) * (request.gap_count - len(tally.middles) - 1)  # gaps not reached yet
+                on_draft(Draft(step=step, middles=tuple(tally.middles) + (fill,) + later,
+                               confidence=tuple(confidence)))
             if stop:
                 return fill
             if step == request.max_middle_tokens - 1:
                 break
             token.raise_if_cancelled()
             if deadline is not None and time.monotonic() >= deadline:
-                raise _DeadlineReached(finish_fill(fill, shape))
+                raise _DeadlineReached(finish_fill(trim_unfinished(fill, shape), shape))
             logits = self._forward([next_id], cache)
             fed.append(next_id)
         return trim_unfinished(fill, shape)  # the token bound or EOS ended it, not a stop rule

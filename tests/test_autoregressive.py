@@ -183,9 +183,11 @@ def test_real_holes_are_filled_deterministically(ar_backend):
 def test_empty_prefix_and_multi_gap(ar_backend):
     empty = ar_backend.infill(InfillRequest(prefix=" \n\t", suffix="x = 1\n"))
     assert empty.outcome == "empty" and "empty prefix" in empty.error and empty.middles == ("",)
+    drafts = []
     gaps = ar_backend.infill(InfillRequest(prefix='person = {"name": "', between=('", "city": "',),
-                                           suffix='"}\n', max_middle_tokens=10))
+                                           suffix='"}\n', max_middle_tokens=10), on_draft=drafts.append)
     assert gaps.outcome == "ok" and len(gaps.middles) == 2
+    assert drafts and all(len(d.middles) == 2 for d in drafts)  # the gap not reached yet drafts as ""
     assert '"city"' not in gaps.middles[0] and gaps.middles[0].strip()
 
 
@@ -296,10 +298,12 @@ def test_prompt_longer_than_the_context_keeps_the_near_end(ar_backend):
     assert second.reused_tokens >= second.prompt_tokens - 4  # the cut stays put while typing, so KV is reused
 
 
-def test_single_line_gap_runs_on_while_a_call_it_opened_is_open():
+def test_single_line_gap_ends_at_its_first_newline_without_what_it_left_open():
+    """The pipeline shows only a single-line fill's first line: a call continued on the next line is cut back."""
     shape = gap_shape("    console.", "\n    return 0\n", single_line=True, language="python")
-    assert cut_fill("print(a,\n", shape) == ("print(a,\n", False)
-    assert cut_fill("print(a,\n        b)\n    x", shape) == ("print(a,\n        b)", True)
+    assert cut_fill("print(a, b", shape) == ("print(a, b", False)  # the line is not over yet
+    assert cut_fill("print(a,\n", shape) == ("print", True)
+    assert cut_fill("print(a,\n        b)\n    x", shape) == ("print", True)
     assert cut_fill("print('it''s')\n", shape) == ("print('it''s')", True)
 
 
@@ -315,7 +319,7 @@ def test_trimming_counts_brackets_opened_after_closing_the_prefix_ones():
     shape = gap_shape("    x = (qs >> 4) & (", "\n", single_line=True, language="python")
     assert trim_unfinished(" np.uint32(0x0F)).reshape((n_blocks, 1,", shape) == " np.uint32(0x0F)).reshape"
     assert trim_unfinished("m_vals = [\n    'a',", shape) == "m_vals"
-    assert cut_fill("a)).b(\n  c)\n", shape) == ("a)).b(\n  c)", True)
+    assert cut_fill("a)).b(\n  c)\n", shape) == ("a)).b", True)  # `))` closes the prefix's, `(` is its own
 
 
 def test_kv_store_is_bounded_in_bytes_and_evicts_the_least_recently_used():
