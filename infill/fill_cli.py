@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .backends import BackendSpec, open_backend
 from .config import EngineConfig
+from .lines import line_content, split_lines
 from .pipeline import CompletionRequest, Pipeline, PipelineSettings
 from .types import InfillError, deadline_in
 
@@ -31,11 +32,11 @@ def parse_point(text: str) -> tuple[int, int]:
 
 
 def offset_of(text: str, line: int, col: int) -> int:
-    lines = text.splitlines(keepends=True) or [""]
-    if line > len(lines) + (1 if text.endswith("\n") else 0):
-        raise InfillError(f"line {line} is past the end of the file ({len(lines)} lines)")
+    lines = split_lines(text)  # lines as an editor counts them (str.splitlines also breaks at form feeds, U+2028)
+    if line > len(lines):
+        raise InfillError(f"line {line} is past the end of the file ({len(lines) - (lines[-1] == '')} lines)")
     start = sum(len(x) for x in lines[: line - 1])
-    body = lines[line - 1].rstrip("\r\n") if line <= len(lines) else ""
+    body = line_content(lines[line - 1])
     if col > len(body) + 1:
         raise InfillError(f"column {col} is past the end of line {line} ({len(body)} characters)")
     return start + col - 1

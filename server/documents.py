@@ -8,38 +8,15 @@ Line endings are what LSP says they are: "\\n", "\\r\\n" and "\\r" (not the extr
 from __future__ import annotations
 
 import itertools
-import re
 from dataclasses import dataclass
 from typing import Callable
 
 from lsprotocol import types
 
-_EOL = re.compile(r"\r\n|\r|\n")
+from infill.lines import line_content as _content
+from infill.lines import split_lines
+
 EAGER_TEXT_CHARS = 1 << 19  # documents up to this size keep their whole text edited in place
-
-
-def split_lines(text: str) -> list[str]:
-    """Lines with their endings kept; the last element has no ending (possibly empty), so the position just past
-    a final newline is a valid line."""
-    if "\r" not in text:  # the common case, at C speed
-        parts = text.split("\n")
-        last = parts.pop()
-        return [part + "\n" for part in parts] + [last]
-    lines, start = [], 0
-    for match in _EOL.finditer(text):
-        lines.append(text[start:match.end()])
-        start = match.end()
-    lines.append(text[start:])
-    return lines
-
-
-def _content(line: str) -> str:
-    """The line without its ending."""
-    if line.endswith("\r\n"):
-        return line[:-2]
-    if line.endswith(("\n", "\r")):
-        return line[:-1]
-    return line
 
 
 def utf16_to_index(line: str, units: int) -> int:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from lsprotocol import types
 
 from infill.context import find_placeholders
+from infill.syntax import resolve_language
 from infill.pipeline import CompletionRequest, PipelineResult
 from infill.types import Cancelled, deadline_in
 
@@ -24,7 +25,8 @@ class FillOutcome:
 
 
 def is_markdown(uri: str, language_id: str | None) -> bool:
-    return language_id == "markdown" or uri.lower().endswith((".md", ".markdown"))
+    """As the pipeline will see it (languageId first, with its aliases; the file extension when there is none)."""
+    return resolve_language(language_id, uri) == "markdown"
 
 
 def gap_spans(text: str, start: int, end: int, mode: str) -> tuple[list[tuple[int, int]], str]:

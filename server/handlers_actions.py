@@ -10,6 +10,7 @@ from lsprotocol import types
 
 from .fills import compute_fill, gap_spans, is_markdown
 from .gate import refusal
+from .settings import plain_json
 
 KIND = types.CodeActionKind.RefactorRewrite
 TITLES = {"gap": "Fill gap", "gaps": "Fill all gaps"}
@@ -95,7 +96,7 @@ def _parse_data(data: Any) -> tuple[str, str, int | None, types.Range] | None:
 
 
 async def resolve(ls, action: types.CodeAction) -> types.CodeAction:
-    parsed = _parse_data(action.data if isinstance(action.data, dict) else _as_dict(action.data))
+    parsed = _parse_data(action.data if isinstance(action.data, dict) else plain_json(action.data))
     if parsed is None:
         ls.log(f"codeAction/resolve: not an infill action or malformed data: {action.data!r}",
                types.MessageType.Warning)
@@ -133,8 +134,8 @@ async def run_fill_command(ls, args: tuple, mode: str) -> dict:
 
 
 def _command_target(args: tuple) -> tuple[str | None, types.Range | None]:
-    if len(args) == 1 and isinstance(_as_dict(args[0]), dict):
-        target = _as_dict(args[0])
+    if len(args) == 1 and isinstance(plain_json(args[0]), dict):
+        target = plain_json(args[0])
         uri, raw_range = target.get("uri"), target.get("range")
     elif args:
         uri, raw_range = args[0], (args[1] if len(args) > 1 else None)
@@ -144,16 +145,10 @@ def _command_target(args: tuple) -> tuple[str | None, types.Range | None]:
         return None, None
     if raw_range is None:
         return uri, None
-    r = _as_dict(raw_range)
+    r = plain_json(raw_range)
     try:
-        start, end = _as_dict(r["start"]), _as_dict(r["end"])
+        start, end = plain_json(r["start"]), plain_json(r["end"])
         return uri, types.Range(types.Position(int(start["line"]), int(start["character"])),
                                 types.Position(int(end["line"]), int(end["character"])))
     except (KeyError, TypeError, ValueError):
         return None, None
-
-
-def _as_dict(value: Any) -> Any:
-    if hasattr(value, "_asdict"):
-        return {k: _as_dict(v) for k, v in value._asdict().items()}
-    return value

@@ -7,13 +7,14 @@ from typing import Any
 from lsprotocol import types
 
 from .server import TELEMETRY
+from .settings import plain_json
 
 
 def register(server) -> None:
     @server.feature(types.INITIALIZE)
     def initialize(ls, params: types.InitializeParams) -> None:
         if params.initialization_options is not None:
-            ls.apply_settings(_plain(params.initialization_options), "initializationOptions", layer="init")
+            ls.apply_settings(plain_json(params.initialization_options), "initializationOptions", layer="init")
 
     @server.feature(types.INITIALIZED)
     async def initialized(ls, params: types.InitializedParams) -> None:
@@ -22,7 +23,7 @@ def register(server) -> None:
 
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
     async def did_change_configuration(ls, params: types.DidChangeConfigurationParams) -> None:
-        settings = _plain(params.settings)
+        settings = plain_json(params.settings)
         if isinstance(settings, dict) and isinstance(settings.get("infill"), dict):
             ls.apply_settings(settings["infill"], "didChangeConfiguration")
         elif _client_has_configuration(ls):
@@ -32,7 +33,7 @@ def register(server) -> None:
 
     @server.feature(TELEMETRY)
     def telemetry(ls, params: Any) -> None:
-        event = _plain(params)
+        event = plain_json(params)
         problem = ls.telemetry.record_event(event) if isinstance(event, dict) else \
             f"infill/telemetry: params must be an object, got {event!r}; ignored"
         if problem:
@@ -60,15 +61,4 @@ async def fetch_configuration(ls) -> None:
         ls.log(f"workspace/configuration failed: {exc}; keeping current settings", types.MessageType.Warning)
         return
     if items and items[0] is not None:
-        ls.apply_settings(_plain(items[0]), "workspace/configuration")
-
-
-def _plain(value: Any) -> Any:
-    """JSON-like Python values from whatever pygls produced for an untyped payload (dicts, namedtuples, attrs)."""
-    if hasattr(value, "_asdict"):
-        return {k: _plain(v) for k, v in value._asdict().items()}
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
+        ls.apply_settings(plain_json(items[0]), "workspace/configuration")

@@ -139,3 +139,14 @@ def parse_settings(raw: Any, base: Settings) -> tuple[Settings, list[str]]:
         except InfillError as exc:  # valid alone, but not together with the other settings
             problems.append(f"{exc}; kept {getattr(settings, name)!r}")
     return settings, problems
+
+
+def plain_json(value: Any) -> Any:
+    """JSON-like Python values from whatever pygls produced for an untyped payload (dicts, namedtuples, attrs)."""
+    if hasattr(value, "_asdict"):
+        return {k: plain_json(v) for k, v in value._asdict().items()}
+    if isinstance(value, dict):
+        return {k: plain_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain_json(v) for v in value]
+    return value

@@ -101,3 +101,13 @@ def test_fill_cli_prints_json(tiny_checkpoint, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "infill.cli", "fill", str(source), "--at", "9:1", "--model",
                           str(tiny_checkpoint)], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "past the end of the file" in bad.stderr
+
+
+def test_fill_positions_count_lines_as_an_editor_does():
+    from infill.fill_cli import offset_of
+
+    text = 's = "a\u2028b"\x0c\ny = 2\r\nz = 3\rw'  # U+2028 and a form feed inside lines; CRLF and CR endings
+    assert text[offset_of(text, 2, 1):].startswith("y = 2")
+    assert text[offset_of(text, 3, 1):].startswith("z = 3") and text[offset_of(text, 4, 2):] == ""
+    with pytest.raises(InfillError, match="past the end"):
+        offset_of(text, 5, 1)
