@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from infill.autoregressive import ARSettings, load_default_backend  # noqa: E402
 from infill.pilot.metrics import edit_similarity, exact_match  # noqa: E402
+from infill.stats import percentile  # noqa: E402
 from infill.types import InfillRequest  # noqa: E402
 
 PREFIX_CHARS = 8000  # the pipeline's window before the gap
@@ -99,13 +100,6 @@ def parses(text: str) -> bool:
         return False
 
 
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def quality(backend, holes: list[Hole], max_tokens: int) -> dict:
     exact, similarity, parse_ok, empty, dropped, latencies = 0, [], 0, 0, 0, []
     decode_ms, steps, prefill_ms, prompt_tokens = 0.0, 0, 0.0, 0
@@ -136,7 +130,7 @@ def quality(backend, holes: list[Hole], max_tokens: int) -> dict:
     return {"holes": n, "exact_match": exact / n, "edit_similarity": statistics.mean(similarity),
             "parse_ok_of_non_empty": parse_ok / non_empty if non_empty else float("nan"),
             "empty_rate": empty / n, "empty_rate_after_parse_drop": (empty + dropped) / n,
-            "cold_p50_ms": percentile(latencies, 0.5), "cold_p95_ms": percentile(latencies, 0.95),
+            "cold_p50_ms": percentile(latencies, 50), "cold_p95_ms": percentile(latencies, 95),
             "decode_ms_per_token": decode_ms / max(1, steps),
             "prefill_ms_per_prompt_token": prefill_ms / max(1, prompt_tokens),
             "mean_prompt_tokens": prompt_tokens / n}
@@ -163,11 +157,11 @@ def keystrokes(backend, holes: list[Hole], typed: int, max_tokens: int) -> dict:
                     figures[mode]["new"].append(result.prompt_tokens - result.reused_tokens)
     out = {}
     for mode, series in figures.items():
-        out.update({f"keystroke_{mode}_p50_ms": percentile(series["total"], 0.5),
-                    f"keystroke_{mode}_p95_ms": percentile(series["total"], 0.95),
-                    f"keystroke_{mode}_encode_p50_ms": percentile(series["encode"], 0.5),
+        out.update({f"keystroke_{mode}_p50_ms": percentile(series["total"], 50),
+                    f"keystroke_{mode}_p95_ms": percentile(series["total"], 95),
+                    f"keystroke_{mode}_encode_p50_ms": percentile(series["encode"], 50),
                     f"keystroke_{mode}_reused_share": statistics.mean(series["reused"]),
-                    f"keystroke_{mode}_encoded_tokens_p50": percentile(series["new"], 0.5)})
+                    f"keystroke_{mode}_encoded_tokens_p50": percentile(series["new"], 50)})
     out["keystrokes"] = len(figures["reuse"]["total"])
     return out
 

@@ -13,17 +13,11 @@ from collections import Counter, deque
 from typing import Any
 
 from infill.pipeline import PipelineResult
+from infill.stats import percentile
 
 log = logging.getLogger(__name__)
 
 EVENTS = ("shown", "accepted", "rejected")
-
-
-def percentile(values: list[float], fraction: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
 
 
 class Telemetry:
@@ -39,7 +33,7 @@ class Telemetry:
 
     def latency_summary(self) -> dict:
         values = list(self.latencies_ms)
-        p50, p95 = percentile(values, 0.5), percentile(values, 0.95)
+        p50, p95 = percentile(values, 50), percentile(values, 95)
         return {"p50_ms": None if p50 is None else round(p50, 1), "p95_ms": None if p95 is None else round(p95, 1),
                 "count": len(values)}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 
-from .telemetry import percentile
+from infill.stats import percentile
 
 
 class PhaseTimes:
@@ -19,6 +19,6 @@ class PhaseTimes:
         out = {}
         for phase, values in self._values.items():
             data = list(values)
-            out[phase] = {"p50_ms": round(percentile(data, 0.5) or 0.0, 4),
-                          "p95_ms": round(percentile(data, 0.95) or 0.0, 4), "count": len(data)}
+            out[phase] = {"p50_ms": round(percentile(data, 50) or 0.0, 4),
+                          "p95_ms": round(percentile(data, 95) or 0.0, 4), "count": len(data)}
         return out

@@ -7,9 +7,10 @@ import json
 import pytest
 
 from infill.pilot.metrics import (AcceptRule, cost_per_accepted, edit_similarity, exact_match, levenshtein, normalise,
-                                  percentile, throughput_per_hour)
+                                  throughput_per_hour)
 from infill.pilot.summary import summarise_backend
 from infill.pilot.syntax import syntax_valid
+from infill.stats import percentile
 from infill.types import InfillError
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -50,20 +49,6 @@ def edit_similarity(predicted: str, expected: str) -> float:
 
 def exact_match(predicted: str, expected: str) -> bool:
     return normalise(predicted) == normalise(expected)
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """The q-th percentile (0..100) with linear interpolation between closest ranks (numpy's default); None when
-    there are no values."""
-    if not 0 <= q <= 100:
-        raise InfillError(f"percentile must be within 0..100, got {q}")
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 @dataclass(frozen=True)

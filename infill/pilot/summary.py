@@ -7,7 +7,8 @@ import json
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from .metrics import cost_per_accepted, mean, percentile, share, throughput_per_hour
+from ..stats import percentile
+from .metrics import cost_per_accepted, mean, share, throughput_per_hour
 
 FAILED_OUTCOMES = ("exception", "error")
 
