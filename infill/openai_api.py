@@ -59,6 +59,7 @@ class CompletionParams:
     mode: str
     language: str | None
     budget_ms: float | None  # `infill_budget_ms`: the caller's remaining time (RemoteBackend sends it)
+    document: str | None = None  # `infill_document`: an opaque document key; a newer request for it stops older ones
 
 
 # -- request validation -----------------------------------------------------------------------------------------
@@ -101,9 +102,13 @@ def parse_completion_params(body: object, settings: GatewaySettings) -> Completi
     budget_ms = _optional(body, "infill_budget_ms", (int, float), "a number of milliseconds")
     if budget_ms is not None and budget_ms <= 0:
         raise HttpError(400, "infill_budget_ms must be > 0", param="infill_budget_ms")
+    document = _optional(body, "infill_document", str, "a string")
+    if document is not None and not 1 <= len(document) <= 128:
+        raise HttpError(400, "infill_document must be 1 to 128 characters", param="infill_document")
     return CompletionParams(prompt=prompt, suffix=suffix, max_tokens=max_tokens, stop=_parse_stop(body.get("stop")),
                             stream=bool(_optional(body, "stream", bool, "true or false")), mode=mode,
-                            language=_optional(body, "language", str, "a string"), budget_ms=budget_ms)
+                            language=_optional(body, "language", str, "a string"), budget_ms=budget_ms,
+                            document=document)
 
 
 def _parse_stop(stop: object) -> tuple[str, ...]:
@@ -123,7 +128,8 @@ def run_completion(pipeline: Pipeline, params: CompletionParams, settings: Gatew
     """Run one completion; returns (infill extension object, text, finish_reason)."""
     start = len(params.prompt)
     request = CompletionRequest(text=params.prompt + params.suffix, start=start, end=start, mode=params.mode,
-                                language=params.language, max_middle_tokens=params.max_tokens)  # type: ignore[arg-type]
+                                language=params.language, max_middle_tokens=params.max_tokens,  # type: ignore[arg-type]
+                                document_id=f"remote:{params.document}" if params.document else None)
     budget_s = settings.request_timeout_s
     if params.budget_ms is not None:
         budget_s = min(budget_s, params.budget_ms / 1000)

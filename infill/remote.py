@@ -11,6 +11,7 @@ and the deadline, so a cancelled or late request returns at once even while the 
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import logging
 import os
@@ -167,6 +168,11 @@ class RemoteBackend:
             body["language"] = request.language
         if self.send_budget:
             body["infill_budget_ms"] = max(1, int((end - time.monotonic()) * 1000))
+            if request.document_id:
+                # `infill-ls serve` lets a newer request for the same document stop an older one (a keystroke
+                # cancelled here cannot reach it otherwise); a hash, so no file path leaves the machine.
+                key = hashlib.sha256(request.document_id.encode("utf-8", "replace")).hexdigest()
+                body["infill_document"] = key[:24]
         return body
 
     def _parse_completion(self, data: dict) -> _GapAnswer:

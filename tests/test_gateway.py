@@ -305,3 +305,28 @@ def test_cli_reports_a_port_in_use(gateway, capsys):
 
     assert main(["--port", str(gateway.server_port)]) == 2
     assert "in use" in capsys.readouterr().err.lower()
+
+
+def test_a_newer_request_for_the_same_document_stops_the_older_one(tiny_engine):
+    """`infill_document`: a client's cancel cannot reach the gateway, so a newer request for the same document
+    stops the one still running (otherwise stale requests would hold the model until their own deadline)."""
+    from infill.config import EngineConfig
+    from infill.engine import DiffusionEngine
+
+    slow = DiffusionEngine(tiny_engine.loaded, EngineConfig(max_denoising_steps=1024, confidence_threshold=1e-9))
+    server = make_server(Pipeline(slow), "127.0.0.1", 0)
+    thread = serve(server)
+    try:
+        with httpx.Client(base_url=server.url, timeout=60) as http:
+            body = {"prompt": "Dear team,\nthe plan", "suffix": "", "max_tokens": 8, "infill_document": "doc-1"}
+            older = {}
+            first = threading.Thread(target=lambda: older.setdefault("r", http.post("/v1/completions", json=body)))
+            first.start()
+            time.sleep(1.0)  # the first is denoising (1,024 steps take far longer)
+            started = time.monotonic()
+            newer = http.post("/v1/completions", json={**body, "prompt": "Dear team,\nthe plans"})
+            first.join(30)
+            assert older["r"].json()["infill"]["outcome"] == "cancelled"
+            assert newer.status_code == 200 and time.monotonic() - started < 30
+    finally:
+        stop(server, thread)

@@ -239,6 +239,16 @@ def test_request_fields_model_discovery_and_gaps_left_to_right(scripted):
     assert backend.info.model == "team-model" and backend.info.kind == "remote"
 
 
+def test_the_document_travels_as_a_hash_so_the_gateway_can_supersede(scripted):
+    server = scripted(lambda s, m, p, b: (200, completion("x")))
+    backend = RemoteBackend(server.url, model="m")
+    for document in ("file:///home/me/secret/plan.py", "file:///home/me/secret/plan.py", None):
+        backend.infill(InfillRequest(prefix="a", document_id=document))
+    keys = [r[3].get("infill_document") for r in server.requests]
+    assert keys[0] == keys[1] and len(keys[0]) == 24 and keys[2] is None
+    assert "secret" not in json.dumps([r[3] for r in server.requests])
+
+
 def test_no_models_route_and_no_token_sends_neither(scripted):
     server = scripted(lambda s, m, p, b: (404, b'{"error": "not found"}') if p == "/v1/models"
                       else (200, completion("ok")))
