@@ -70,6 +70,14 @@ def _scan_balance(text: str):
         yield i, ch, depth <= floor, bool(quote)
 
 
+def _first_line_end(text: str) -> tuple[str, bool]:
+    """Up to the first newline outside brackets the fill opened: `f(a,` ends its line only once the call closes."""
+    for i, ch, balanced, in_string in _scan_balance(text):
+        if ch == "\n" and (balanced or in_string):  # a one-line string cannot go on to the next line either
+            return text[:i], True
+    return text, False
+
+
 def trim_unfinished(text: str, shape: GapShape) -> str:
     """A fill cut off by the token bound (or EOS) inside brackets or a string it opened would break the line:
     keep it up to the last point where everything it opened is closed again (whole lines for multi-line gaps),
@@ -134,11 +142,9 @@ def cut_fill(text: str, shape: GapShape) -> tuple[str, bool]:
             end = _unbalanced_index(head, shape.after_line[0])
             if end is not None:  # `f(|)`, `{"a": |, ...}`, `... is |.`: the model wrote on past the gap
                 return head[:end], True
-        if shape.after_line or not newline:
+        if shape.after_line:
             return head, bool(newline)
-        # The line ends here: whatever the fill opened and did not close on it is cut back (the pipeline shows
-        # a single-line fill's first line only, so a call continued on the next line would show broken).
-        return trim_unfinished(head, shape), True
+        return _first_line_end(text)
     if shape.prose and "\n\n" in text.lstrip("\n"):
         start = len(text) - len(text.lstrip("\n"))
         return text[:text.index("\n\n", start)], True
