@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from ..pipeline import CompletionRequest, Pipeline, PipelineResult
+from ..syntax import apply_fills
 from ..types import CancelToken
 from .holes import Hole
 from .metrics import AcceptRule, edit_similarity, exact_match
@@ -22,12 +23,6 @@ def completion_request(hole: Hole, document_id: str) -> CompletionRequest:
                              version=1)
 
 
-def apply_fills(text: str, outcome: PipelineResult) -> str:
-    for fill in sorted(outcome.fills, key=lambda f: f.start, reverse=True):
-        text = text[:fill.start] + fill.text + text[fill.end:]
-    return text
-
-
 def predicted_middle(hole: Hole, filled: str, outcome: PipelineResult) -> tuple[str, bool]:
     """What now stands between the prefix and the suffix, and whether a fill changed the fixed text around the
     gap (then the fills' own texts are scored)."""
@@ -39,7 +34,9 @@ def predicted_middle(hole: Hole, filled: str, outcome: PipelineResult) -> tuple[
 
 def score(hole: Hole, outcome: PipelineResult, rule: AcceptRule) -> dict:
     shown = bool(outcome.fills) and any(f.text for f in outcome.fills)
-    filled = apply_fills(hole.text_without_middle, outcome) if shown else hole.text_without_middle
+    fills = sorted(outcome.fills, key=lambda f: f.start)
+    filled = apply_fills(hole.text_without_middle, [(f.start, f.end) for f in fills], [f.text for f in fills]) \
+        if shown else hole.text_without_middle
     predicted, touched_fixed = predicted_middle(hole, filled, outcome) if shown else ("", False)
     similarity = edit_similarity(predicted, hole.middle)
     syntax_ok = syntax_valid(hole.language, hole.prefix + hole.middle + hole.suffix, filled) if shown else None

@@ -5,49 +5,15 @@ from __future__ import annotations
 
 import ast
 import functools
-import importlib
 import warnings
 
-_GRAMMARS = {
-    "python": ("tree_sitter_python", "language"), "javascript": ("tree_sitter_javascript", "language"),
-    "typescript": ("tree_sitter_typescript", "language_typescript"),
-    "tsx": ("tree_sitter_typescript", "language_tsx"), "go": ("tree_sitter_go", "language"),
-    "rust": ("tree_sitter_rust", "language"), "json": ("tree_sitter_json", "language"),
-    "markdown": ("tree_sitter_markdown", "language"),
-}
-
-
-@functools.lru_cache(maxsize=None)
-def _language(name: str):
-    from tree_sitter import Language
-
-    module_name, attr = _GRAMMARS[name]
-    return Language(getattr(importlib.import_module(module_name), attr)())
-
+from ..syntax import error_nodes, new_parser, resolve_language
 
 def parse_tree(language: str, text: str):
-    """A tree-sitter tree, or None when no grammar is installed for `language`. A fresh Parser per call: parsers
-    are not shared between threads."""
-    if language not in _GRAMMARS:
-        return None
-    from tree_sitter import Parser
-
-    try:
-        return Parser(_language(language)).parse(text.encode("utf-8"))
-    except (ImportError, AttributeError, ValueError):
-        return None
-
-
-def error_count(tree) -> int:
-    """ERROR and MISSING nodes, descending only into subtrees that contain one."""
-    count = 0
-    stack = [tree.root_node]
-    while stack:
-        node = stack.pop()
-        if node.type == "ERROR" or node.is_missing:
-            count += 1
-        stack.extend(child for child in node.children if child.has_error)
-    return count
+    """A tree-sitter tree from the project's grammars (infill.syntax), or None when `language` has none. A fresh
+    parser per call: parsers are not shared between threads."""
+    parser = new_parser(resolve_language(language))
+    return None if parser is None else parser.parse(text.encode("utf-8"))
 
 
 def _python_parses(text: str) -> bool:
@@ -66,7 +32,7 @@ def _baseline(language: str, original: str) -> int | None:
     if language == "python":
         return 0 if _python_parses(original) else None  # an unparsable original gives no baseline
     tree = parse_tree(language, original)
-    return None if tree is None else error_count(tree)
+    return None if tree is None else error_nodes(tree)
 
 
 def syntax_valid(language: str, original: str, filled: str) -> bool | None:
@@ -77,4 +43,4 @@ def syntax_valid(language: str, original: str, filled: str) -> bool | None:
     if language == "python":
         return _python_parses(filled)
     tree = parse_tree(language, filled)
-    return None if tree is None else error_count(tree) <= baseline
+    return None if tree is None else error_nodes(tree) <= baseline
