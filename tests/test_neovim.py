@@ -136,6 +136,17 @@ def test_dismiss_clears_the_extmarks_and_reports_a_rejection(nvim, tmp_path):
     nvim.wait("return T.telemetry_above('rejected', ...)", before["rejected"], timeout_ms=5000)
 
 
+def test_leaving_insert_mode_with_ctrl_c_clears_the_ghost_text(nvim, tmp_path):
+    prose_buffer(nvim, tmp_path)
+    before = nvim.lua(SERVER_STATUS)["telemetry"]
+    type_and_wait_for_ghost(nvim, "A warm")
+    nvim.input("<C-c>")  # leaves Insert mode without InsertLeave
+    nvim.wait(NO_GHOST, timeout_ms=5000)
+    assert nvim.lua("return vim.api.nvim_get_mode().mode") == "n"
+    assert nvim.lua("return require('infill.suggest').current() == nil")
+    nvim.wait("return T.telemetry_above('rejected', ...)", before["rejected"], timeout_ms=5000)
+
+
 def test_fill_gap_code_action_replaces_the_visual_selection(nvim, tmp_path):
     lines = ["Once upon a time", "the dragon was very sleepy and old.", "The end."]
     open_file(nvim, tmp_path / "story.txt", lines)
@@ -283,6 +294,38 @@ def test_a_crashing_server_is_restarted_with_back_off_then_given_up_on(tmp_path)
         assert state["crashes"] == 3 and "exit code 3" in state["last_exit"]
         infill_notes = [n for n in notes(editor) if n.startswith("infill:")]
         assert len(infill_notes) == 1 and "not restarting" in infill_notes[0]
+    finally:
+        editor.close()
+
+
+DIES_AFTER_INITIALIZE = r"""
+import json, sys
+def read():
+    length = 0
+    while (line := sys.stdin.buffer.readline().strip()):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    return json.loads(sys.stdin.buffer.read(length))
+while True:
+    message = read()
+    if message.get("method") == "initialize":
+        body = json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": {"capabilities": {}}}).encode()
+        sys.stdout.buffer.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        sys.stdout.buffer.flush()
+    elif message.get("method") == "initialized":
+        sys.exit(4)  # as when the model load is killed for memory
+"""
+
+
+def test_a_server_that_dies_after_initializing_is_given_up_on_too(tmp_path):
+    editor = standalone([sys.executable, "-c", DIES_AFTER_INITIALIZE], restart_base_ms=20, restart_max=2)
+    try:
+        (tmp_path / "a.txt").write_text("text\n")
+        editor.lua("vim.cmd.edit(...)", str(tmp_path / "a.txt"))
+        state = editor.wait("local s = require('infill.lsp').state; return s.gave_up and s", timeout_ms=30000)
+        assert state["crashes"] == 3 and "exit code 4" in state["last_exit"]
+        editor.lua("vim.wait(300)")  # no restart after giving up
+        assert editor.lua("return require('infill.lsp').state.crashes") == 3
     finally:
         editor.close()
 

@@ -20,6 +20,7 @@ local M = {}
 ---@field max_buffer_bytes integer   larger buffers get no automatic suggestions
 ---@field restart_max integer        restarts after crashes before giving up
 ---@field restart_base_ms integer    first restart delay; doubles on each crash
+---@field restart_stable_ms integer  a server up this long before it exits starts the crash count afresh
 ---@field keymaps infill.Keymaps
 ---@field telemetry boolean          send infill/telemetry notifications
 M.defaults = {
@@ -32,6 +33,7 @@ M.defaults = {
   max_buffer_bytes = 1024 * 1024,
   restart_max = 5,
   restart_base_ms = 500,
+  restart_stable_ms = 30000,
   keymaps = {
     accept = '<Tab>',
     accept_word = '<M-Right>',
@@ -69,7 +71,8 @@ local function validate(cfg)
   vim.validate('settings', cfg.settings, 'table')
   vim.validate('auto_trigger', cfg.auto_trigger, 'boolean')
   vim.validate('telemetry', cfg.telemetry, 'boolean')
-  for _, key in ipairs({ 'debounce_ms', 'max_buffer_bytes', 'restart_max', 'restart_base_ms' }) do
+  local numbers = { 'debounce_ms', 'max_buffer_bytes', 'restart_max', 'restart_base_ms', 'restart_stable_ms' }
+  for _, key in ipairs(numbers) do
     vim.validate(key, cfg[key], 'number')
     if cfg[key] < 0 then
       error(('infill: %s must be >= 0'):format(key))

@@ -90,12 +90,23 @@ local function set_autocmds()
       suggest.refresh()
     end),
   })
-  api.nvim_create_autocmd({ 'InsertLeave', 'BufLeave', 'BufUnload' }, {
+  api.nvim_create_autocmd({ 'BufLeave', 'BufUnload' }, {
     group = group,
     callback = function()
       suggest.dismiss()
     end,
   })
+  -- Leaving Insert mode by any key (<C-c> fires no InsertLeave); insert-completion modes (ic, ix) stay.
+  api.nvim_create_autocmd('ModeChanged', {
+    group = group,
+    pattern = 'i:*',
+    callback = function()
+      if not vim.v.event.new_mode:match('^i') then
+        suggest.dismiss()
+      end
+    end,
+  })
+  api.nvim_create_autocmd('ColorScheme', { group = group, callback = define_highlights })
 end
 
 --- Configures and starts the client. See |infill-config|.
@@ -103,7 +114,6 @@ end
 function M.setup(opts)
   config.apply(opts)
   define_highlights()
-  api.nvim_create_autocmd('ColorScheme', { group = group, callback = define_highlights })
   set_autocmds()
   set_keymaps(config.current.keymaps)
   lsp.start()

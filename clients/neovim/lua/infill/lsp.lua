@@ -11,7 +11,8 @@ M.state = {
   enabled = false, -- setup() ran and the server can be started
   start_error = nil, ---@type string|nil  why the server cannot start at all
   status = nil, ---@type table|nil         last infill/statusChanged payload
-  crashes = 0, -- consecutive crashes, reset once a client initializes
+  crashes = 0, -- consecutive crashes (a server that stayed up restart_stable_ms starts them afresh)
+  up_since = nil, ---@type integer|nil  when the running server initialized (vim.uv.now())
   gave_up = false,
   exiting = false,
   last_exit = nil, ---@type string|nil
@@ -99,13 +100,20 @@ local function on_exit(code, signal, client_id)
   if code == 0 and signal == 0 then
     return
   end
+  -- Only a server that stayed up a while counts as recovered: one that dies after initializing (killed for memory
+  -- while loading its model, say) must still run into restart_max instead of restarting forever.
+  local up_ms = M.state.up_since and (vim.uv.now() - M.state.up_since) or 0
+  M.state.up_since = nil
+  if up_ms >= config.current.restart_stable_ms then
+    M.state.crashes = 0
+  end
   M.state.crashes = M.state.crashes + 1
   M.state.last_exit = ('exit code %d, signal %d'):format(code, signal)
   vim.schedule(schedule_restart)
 end
 
 local function on_init(_client, _result)
-  M.state.crashes = 0
+  M.state.up_since = vim.uv.now()
   M.state.gave_up = false
 end
 
