@@ -202,7 +202,7 @@ function M.telemetry(client, payload)
   client:notify('infill/telemetry', payload)
 end
 
-local watched = {} ---@type table<integer, boolean>
+local watched = {} ---@type table<integer, table>  buffer -> the token of its one live watcher
 
 --- Detaches the infill client from `bufnr` for good (until it is reopened) and says why, once.
 local function detach(bufnr, why)
@@ -214,15 +214,18 @@ local function detach(bufnr, why)
 end
 
 --- Watches changed lines of a served buffer: invalid UTF-8 pasted in later detaches the server from it. Registered
---- before vim.lsp attaches, this callback runs first, so the bytes never go out in a didChange.
+--- before vim.lsp attaches, this callback runs first, so the bytes never go out in a didChange. One watcher per
+--- buffer for the buffer's life: not tied to a client (on a restart the old client's LspDetach can arrive after the
+--- new one attached, and clearing then left the buffer unwatched).
 function watch_buffer(bufnr)
   if watched[bufnr] then
     return
   end
-  watched[bufnr] = true
+  local token = {} -- a watcher whose token was replaced (a restart watches again) stops at its next call
+  watched[bufnr] = token
   vim.api.nvim_buf_attach(bufnr, false, {
     on_lines = function(_, buf, _, first, _, last_new)
-      if not watched[buf] then
+      if watched[buf] ~= token then
         return true -- stop watching
       end
       local text = table.concat(vim.api.nvim_buf_get_lines(buf, first, last_new, false), '\n')
@@ -237,22 +240,14 @@ function watch_buffer(bufnr)
       end
     end,
     on_detach = function(_, buf)
-      watched[buf] = nil
+      if watched[buf] == token then
+        watched[buf] = nil
+      end
     end,
   })
 end
 
 local group = vim.api.nvim_create_augroup('infill.lsp', { clear = true })
-
-vim.api.nvim_create_autocmd('LspDetach', {
-  group = group,
-  callback = function(args)
-    local client = vim.lsp.get_client_by_id(args.data.client_id)
-    if client and client.name == M.name then
-      watched[args.buf] = nil
-    end
-  end,
-})
 
 vim.api.nvim_create_autocmd('VimLeavePre', {
   group = group,

@@ -1,18 +1,27 @@
 -- Small text and buffer helpers shared by the suggestion and code-action code.
 local M = {}
 
---- Whether `text` is valid UTF-8: removing every well-formed multi-byte sequence leaves no high byte.
---- (Close enough for our purpose; overlong forms and surrogates are not singled out.)
+--- Whether `text` is valid UTF-8: every high byte starts a well-formed sequence, read left to right.
+--- (Overlong forms and surrogates are not singled out.)
 ---@param text string
 ---@return boolean
 function M.is_utf8_text(text)
-  if not text:find('[\128-\255]') then
-    return true
+  local i = text:find('[\128-\255]')
+  while i do
+    local c = text:byte(i)
+    local len = (c >= 194 and c <= 223) and 2 or (c >= 224 and c <= 239) and 3 or (c >= 240 and c <= 244) and 4 or 0
+    if len == 0 then
+      return false
+    end
+    for k = 1, len - 1 do
+      local b = text:byte(i + k)
+      if not b or b < 128 or b > 191 then
+        return false
+      end
+    end
+    i = text:find('[\128-\255]', i + len)
   end
-  local rest = text:gsub('[\240-\244][\128-\191][\128-\191][\128-\191]', '')
-  rest = rest:gsub('[\224-\239][\128-\191][\128-\191]', '')
-  rest = rest:gsub('[\194-\223][\128-\191]', '')
-  return not rest:find('[\128-\255]')
+  return true
 end
 
 ---@param bufnr integer
