@@ -366,6 +366,16 @@ def test_ghost_text_hides_while_the_completion_menu_is_open_and_returns_after(nv
     assert nvim.wait("return vim.fn.pumvisible() == 0 and T.ghost()", timeout_ms=5000)[0] == ghost
 
 
+def test_settings_changed_at_run_time_are_what_a_restarted_server_starts_with(nvim, tmp_path):
+    prose_buffer(nvim, tmp_path, "settings.txt")
+    nvim.lua("require('infill').update_settings({ maxMiddleTokens = 48 })")
+    try:
+        started_with = nvim.lua("local c = vim.lsp.config.infill; return {c.init_options, c.settings.infill}")
+        assert all(layer.get("maxMiddleTokens") == 48 for layer in started_with)
+    finally:
+        nvim.lua("require('infill').update_settings({ maxMiddleTokens = 64 })")
+
+
 def test_toggle_stops_automatic_requests_and_tells_the_server(nvim, tmp_path):
     prose_buffer(nvim, tmp_path, "toggle.txt")
     nvim.lua("require('infill').toggle(false)")

@@ -184,8 +184,13 @@ function M.get_client(bufnr)
   return nil
 end
 
---- Sends workspace/didChangeConfiguration with the current settings.
+--- Sends workspace/didChangeConfiguration with the current settings, and keeps them in the vim.lsp config so a
+--- server restarted after a crash starts with them too.
 function M.push_settings()
+  if M.state.enabled then
+    local settings = settings_object(config.current.settings)
+    vim.lsp.config(M.name, { init_options = settings, settings = { infill = settings } })
+  end
   for _, client in ipairs(vim.lsp.get_clients({ name = M.name })) do
     client.settings = { infill = settings_object(config.current.settings) }
     client:notify('workspace/didChangeConfiguration', { settings = client.settings })
