@@ -54,9 +54,9 @@ def decoder_logits(model, canvas_ids: torch.Tensor, soft: torch.Tensor | None, v
     return model.lm_head(decoder.norm(hidden)).float()
 
 
-def _one_hot_logits(logits: torch.Tensor, tokens: torch.Tensor, free: torch.Tensor) -> torch.Tensor:
+def _one_hot_logits(logits: torch.Tensor, tokens: torch.Tensor, free: torch.Tensor, all_free: bool) -> torch.Tensor:
     """Self-conditioning for the reference path: clamped slots get logits whose softmax is one-hot."""
-    if bool(free.all()):
+    if all_free:
         return logits
     one_hot = torch.full_like(logits, -1e4).scatter_(-1, tokens[..., None], 0.0)
     return torch.where(free[..., None], logits, one_hot)
@@ -85,6 +85,7 @@ def denoise(model, config: EngineConfig, canvas: Canvas, view, masks: dict, gene
     score = torch.zeros(rows, device=device)
     soft: torch.Tensor | None = None  # fast path: self-conditioning embeddings
     prev_logits: torch.Tensor | None = None  # reference path: previous processed logits (self-conditioning)
+    all_free = config.sampler == "reference" and bool(free.all())  # (once: `free` never changes)
     steps, outcome, any_finished = 0, "ok", False
     n = config.max_denoising_steps
     for remaining in range(n, 0, -1):
@@ -100,7 +101,7 @@ def denoise(model, config: EngineConfig, canvas: Canvas, view, masks: dict, gene
                             generator)
             at_tokens = out.probs.gather(-1, fixed[..., None]).squeeze(-1)
         else:
-            sc = None if prev_logits is None else _one_hot_logits(prev_logits, fixed, free)
+            sc = None if prev_logits is None else _one_hot_logits(prev_logits, fixed, free, all_free)
             logits = model(decoder_input_ids=current, cache=view, self_conditioning_logits=sc,
                            decoder_attention_mask=None if masks[next(iter(masks))] is None else masks,
                            decoder_position_ids=canvas.position_ids).logits

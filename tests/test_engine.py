@@ -36,13 +36,16 @@ def until_stop(ids: list[int], stop: set[int]) -> list[int]:
 
 def test_reference_loop_reproduces_generate(loaded):
     """With an empty suffix, one canvas-wide row and a fixed seed, our loop (reference sampler) yields exactly the
-    tokens of transformers' own model.generate() for a plain continuation."""
+    tokens of transformers' own model.generate() for a plain continuation. The prompt is longer than the sliding
+    window, so the decoder's trimmed view of the full-history cache is what is compared."""
     engine = engine_with(loaded, sampler="reference", candidate_lengths=(64,), seed=1234)
-    request = InfillRequest(prefix=PREFIX, max_middle_tokens=64)
+    prefix = PREFIX * 8
+    assert len(engine.prompt_ids(prefix)) > loaded.model.config.text_config.sliding_window
+    request = InfillRequest(prefix=prefix, max_middle_tokens=64)
     result = engine.infill(request)
     assert result.outcome in ("ok", "empty") and result.steps >= 1
 
-    prompt = torch.tensor([engine.prompt_ids(PREFIX)])
+    prompt = torch.tensor([engine.prompt_ids(prefix)])
     torch.manual_seed(1234)
     out = loaded.model.generate(prompt, max_new_tokens=64, max_denoising_steps=8)
     theirs = until_stop(out.sequences[0, prompt.shape[1]:].tolist(), engine.stop_ids)
