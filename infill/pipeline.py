@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 Mode = Literal["inline", "gap", "gaps"]
 _NON_SPACE = re.compile(r"\S")
 __all__ = ["CompletionRequest", "Fill", "Pipeline", "PipelineResult", "PipelineSettings", "Prepared",
-           "find_placeholders"]
+           "find_placeholders", "has_text"]
 
 
 @dataclass(frozen=True)
@@ -273,9 +273,8 @@ class Pipeline:
     @staticmethod
     def _nothing_to_go_on(req: CompletionRequest, spans: list[tuple[int, int]]) -> bool:
         """Inline completion needs text before the cursor; a gap fill needs text on at least one side."""
-        # A search for the first non-space character, not a copy of the whole text before the gap.
-        has_before = _NON_SPACE.search(req.text, 0, spans[0][0]) is not None
-        return not has_before and (req.mode == "inline" or _NON_SPACE.search(req.text, spans[-1][1]) is None)
+        has_before = has_text(req.text, 0, spans[0][0])
+        return not has_before and (req.mode == "inline" or not has_text(req.text, spans[-1][1], len(req.text)))
 
     def _route(self, out: PipelineResult, prep: "Prepared", cancel, deadline, on_draft) -> None:
         s = self.settings
@@ -371,6 +370,11 @@ def clean_middles(middles, prep: Prepared) -> list[str]:
             middle += "\n"  # a selection of whole lines is replaced by whole lines
         cleaned.append(middle)
     return cleaned
+
+
+def has_text(text: str, start: int, end: int) -> bool:
+    """Whether text[start:end] holds a non-space character: a search, not a copy of a possibly huge slice."""
+    return _NON_SPACE.search(text, start, end) is not None
 
 
 def _name(backend: InfillBackend) -> str:

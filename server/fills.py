@@ -11,7 +11,7 @@ from lsprotocol import types
 
 from infill.context import find_placeholders
 from infill.syntax import resolve_language
-from infill.pipeline import CompletionRequest, PipelineResult
+from infill.pipeline import CompletionRequest, PipelineResult, has_text
 from infill.types import Cancelled, deadline_in
 
 from .gate import offset_logged, refusal
@@ -34,7 +34,7 @@ def gap_spans(text: str, start: int, end: int, mode: str) -> tuple[list[tuple[in
     if mode == "gap":
         if start >= end:
             return [], "the selection is empty: select the gap to fill"
-        if not text[:start].strip() and not text[end:].strip():
+        if not has_text(text, 0, start) and not has_text(text, end, len(text)):
             return [], "the selection covers the whole document: there is no context to fill between"
         return [(start, end)], ""
     spans = find_placeholders(text, start, end) if start < end else find_placeholders(text, 0, len(text))
