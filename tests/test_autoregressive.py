@@ -77,11 +77,15 @@ def test_cache_dir_follows_env(monkeypatch, tmp_path):
 
 
 @pytest.mark.slow
-def test_second_load_uses_the_safetensors_cache_without_converting(ar_backend):
+def test_second_load_uses_the_safetensors_cache_without_converting(ar_backend, monkeypatch):
     messages = []
     directory = gemma_cache.ensure_converted("bfloat16", progress=lambda m, f: messages.append(m))
     assert messages == []  # nothing converted: the cache the session fixture loaded from is intact
     assert gemma_cache.check_cache(directory, "bfloat16") is None
+    # Once hashed, a start reads the files' size and mtime only.
+    hashed = []
+    monkeypatch.setattr(gemma_cache, "_sha256", lambda path: hashed.append(path.name))
+    assert gemma_cache.check_cache(directory, "bfloat16") is None and hashed == []
     names = {p.name for p in directory.iterdir()}
     assert {"model.safetensors", "tokenizer.json", "config.json", gemma_cache.MANIFEST} <= names
     assert not any(name.endswith(".gguf") for name in names)
