@@ -79,7 +79,15 @@ async function runFill(host: Host, command: string, args: unknown[]): Promise<un
 async function toggle(): Promise<void> {
   const config = vscode.workspace.getConfiguration('infill');
   const on = !config.get<boolean>('enabled', true);
-  await config.update('enabled', on, vscode.ConfigurationTarget.Global);
+  // Write where the effective value comes from: a workspace setting would otherwise override a user-level write.
+  const where = config.inspect<boolean>('enabled');
+  const target =
+    where?.workspaceFolderValue !== undefined
+      ? vscode.ConfigurationTarget.WorkspaceFolder
+      : where?.workspaceValue !== undefined
+        ? vscode.ConfigurationTarget.Workspace
+        : vscode.ConfigurationTarget.Global;
+  await config.update('enabled', on, target);
   void vscode.window.setStatusBarMessage(`infill: inline suggestions ${on ? 'on' : 'off'}`, 3000);
 }
 
