@@ -154,23 +154,25 @@ COUNT_UTF8_CHECKS = """
 """
 
 
-def test_utf8_check_reads_each_sequence_and_the_buffer_stays_watched_across_restarts(nvim, tmp_path):
-    check = "return require('infill.util').is_utf8_text(string.char(...))"
-    assert nvim.lua(check, *"héllo €😀".encode()) is True
-    # A stray lead byte, then a valid "€", then a stray continuation byte: removing "€" must not make them a pair.
-    assert nvim.lua(check, 120, 195, 226, 130, 172, 169, 121) is False
-    prose_buffer(nvim, tmp_path, "watched.txt")
-    for _ in range(2):  # after each restart one watcher checks each edit: not none (a late LspDetach), not two
-        nvim.lua("vim.cmd.InfillRestart(); vim.wait(300)")
-        nvim.wait("local c = require('infill.lsp').get_client(0); return c and c.initialized or nil", timeout_ms=60000)
-        # Ready again (the model reloads), so the tests after this one meet a serving server.
-        nvim.wait("local s = require('infill.lsp').state.status; return s and s.ready or nil", timeout_ms=60000)
-        nvim.lua(COUNT_UTF8_CHECKS)
-        try:
-            nvim.lua("vim.api.nvim_buf_set_lines(0, -1, -1, false, {'€'}); vim.wait(200)")
-            assert nvim.lua("return T.utf8_checks") == 1
-        finally:
-            nvim.lua("require('infill.util').is_utf8_text = T.real_check")
+def test_utf8_check_reads_each_sequence_and_the_buffer_stays_watched_across_restarts(tiny_checkpoint, tmp_path):
+    # Its own editor and server: restarting the shared one would disturb the tests after this one.
+    editor = standalone(server_cmd(tiny_checkpoint), settings=SETTINGS, debounce_ms=30)
+    try:
+        check = "return require('infill.util').is_utf8_text(string.char(...))"
+        assert editor.lua(check, *"héllo €😀".encode()) is True
+        # A stray lead byte, a valid "€", a stray continuation byte: removing "€" must not make the strays a pair.
+        assert editor.lua(check, 120, 195, 226, 130, 172, 169, 121) is False
+        prose_buffer(editor, tmp_path, "watched.txt")
+        for _ in range(2):  # after each restart one watcher checks each edit: not none (a late LspDetach), not two
+            editor.lua("vim.cmd.InfillRestart(); vim.wait(300)")
+            editor.wait("local c = require('infill.lsp').get_client(0); return c and c.initialized or nil",
+                        timeout_ms=READY_MS)
+            editor.lua(COUNT_UTF8_CHECKS)
+            editor.lua("vim.api.nvim_buf_set_lines(0, -1, -1, false, {'€'}); vim.wait(200)")
+            assert editor.lua("return T.utf8_checks") == 1
+            editor.lua("require('infill.util').is_utf8_text = T.real_check")
+    finally:
+        editor.close()
 
 
 def test_fill_gap_code_action_replaces_the_visual_selection(nvim, tmp_path):
