@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from infill.autoregressive import ARSettings, load_default_backend  # noqa: E402
+from infill.backends.gemma import ARSettings, load_default_backend  # noqa: E402
 from infill.pilot.metrics import edit_similarity, exact_match  # noqa: E402
 from infill.stats import percentile  # noqa: E402
 from infill.types import InfillRequest  # noqa: E402

@@ -25,12 +25,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from infill.canvas import build_canvas, decoder_cache_view, decoder_masks  # noqa: E402
-from infill.config import EngineConfig  # noqa: E402
-from infill.denoise import denoise  # noqa: E402
-from infill.engine import DiffusionEngine  # noqa: E402
-from infill.loading import load_diffusion_model  # noqa: E402
-from infill.tiny import write_tiny_checkpoint  # noqa: E402
+from infill.engine.canvas import build_canvas, decoder_cache_view, decoder_masks  # noqa: E402
+from infill.engine.config import EngineConfig  # noqa: E402
+from infill.engine.denoise import denoise  # noqa: E402
+from infill.engine.diffusion import DiffusionEngine  # noqa: E402
+from infill.engine.loading import load_diffusion_model  # noqa: E402
+from infill.testing.tiny_checkpoint import write_tiny_checkpoint  # noqa: E402
 from infill.types import InfillRequest  # noqa: E402
 
 NEVER_CONFIDENT = 1e-12  # disables early stopping so both sides run exactly the same number of steps

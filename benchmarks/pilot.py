@@ -31,7 +31,7 @@ def _with_defaults(argv: list[str], scratch: Path) -> list[str]:
     if "--out" not in argv:
         argv += ["--out", str(scratch / "pilot")]
     if "--backend" not in argv:
-        from infill.tiny import write_tiny_checkpoint
+        from infill.testing.tiny_checkpoint import write_tiny_checkpoint
 
         argv += ["--backend", f"diffusion:{write_tiny_checkpoint(scratch / 'tiny-diffusiongemma')}"]
     for flag, value in DEFAULTS.items():

@@ -165,12 +165,12 @@ def last_completion_ms(log_path: Path) -> float | None:
 async def run(args) -> dict:
     model = args.model
     if model is None:
-        from infill.tiny import write_tiny_checkpoint
+        from infill.testing.tiny_checkpoint import write_tiny_checkpoint
 
         model = str(write_tiny_checkpoint(Path(tempfile.mkdtemp(prefix="bench-tiny-"))))
     log_path = Path(tempfile.mkdtemp(prefix="bench-log-")) / "completions.jsonl"
     client = make_client()
-    await client.start_io(sys.executable, "-m", "infill.cli", "--model", model,
+    await client.start_io(sys.executable, "-m", "server.cli", "--model", model,
                           "--denoising-steps", str(args.denoising_steps), "--log-level", "WARNING")
     await client.initialize_async(types.InitializeParams(
         capabilities=types.ClientCapabilities(), process_id=None,

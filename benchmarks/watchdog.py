@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from infill.pipeline import CompletionRequest, Pipeline, PipelineSettings  # noqa: E402
 from infill.stats import percentile  # noqa: E402
-from infill.watchdog import check_syntax  # noqa: E402
+from infill.checks.watchdog import check_syntax  # noqa: E402
 
 _LANG_BY_EXT = {".py": "python", ".md": "markdown", ".js": "javascript", ".json": "json"}
 
@@ -171,10 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     # Windows smaller than the editor default keep the run short on a shared CPU; the checks are the same.
     settings = PipelineSettings(prefix_tokens=args.prefix_tokens, suffix_tokens=args.prefix_tokens // 4)
     figures["prefix_tokens"] = args.prefix_tokens
-    from infill.config import EngineConfig
-    from infill.engine import DiffusionEngine
-    from infill.loading import load_diffusion_model
-    from infill.tiny import write_tiny_checkpoint
+    from infill.engine.config import EngineConfig
+    from infill.engine.diffusion import DiffusionEngine
+    from infill.engine.loading import load_diffusion_model
+    from infill.testing.tiny_checkpoint import write_tiny_checkpoint
 
     with tempfile.TemporaryDirectory() as tmp:
         engine = DiffusionEngine(load_diffusion_model(str(write_tiny_checkpoint(Path(tmp)))),
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         engine.close()
     print("tiny engine:", json.dumps(figures["tiny_engine"]))
     if args.ar:
-        from infill.autoregressive import load_default_backend
+        from infill.backends.gemma import load_default_backend
 
         backend = load_default_backend()
         figures["ar"] = run_holes(Pipeline(backend, settings=settings), holes[: args.ar_holes], budget_s=None)

@@ -12,11 +12,11 @@ import sys
 import time
 from pathlib import Path
 
-from .backends import BackendSpec, open_backend
-from .config import EngineConfig
-from .lines import line_content, split_lines
-from .pipeline import CompletionRequest, Pipeline, PipelineSettings
-from .types import InfillError, deadline_in
+from infill.backends.choose import BackendSpec, open_backend
+from infill.engine.config import EngineConfig
+from infill.context.lines import line_content, split_lines
+from infill.pipeline import CompletionRequest, Pipeline, PipelineSettings
+from infill.types import InfillError, deadline_in
 
 MAX_FILE_BYTES = 10 * 2**20
 

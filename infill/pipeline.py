@@ -21,11 +21,11 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from .context import ContextBuilder, ContextSettings, GapContext, find_placeholders
-from .postprocess import postprocess
-from .syntax import DocumentSnapshot
-from .types import (CancelToken, Draft, DraftCallback, InfillBackend, InfillError, InfillRequest, InfillResult)
-from .watchdog import Verdict, Watchdog, WatchdogSettings, check_length, check_repetition
+from infill.context.builder import ContextBuilder, ContextSettings, GapContext, find_placeholders
+from infill.checks.postprocess import postprocess
+from infill.context.syntax import DocumentSnapshot
+from infill.types import (CancelToken, Draft, DraftCallback, InfillBackend, InfillError, InfillRequest, InfillResult)
+from infill.checks.watchdog import Verdict, Watchdog, WatchdogSettings, check_length, check_repetition
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from .types import InfillError
+from infill.types import InfillError
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

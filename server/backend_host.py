@@ -15,8 +15,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from infill.backends import BackendSpec, open_backend
-from infill.config import EngineConfig
+from infill.backends.choose import BackendSpec, open_backend
+from infill.engine.config import EngineConfig
 from infill.pipeline import CompletionRequest, Pipeline, PipelineResult, PipelineSettings, Prepared
 from infill.types import BackendInfo, CancelToken, InfillBackend
 

@@ -15,7 +15,7 @@ USAGE = """usage: infill-ls [--stdio] [server options]     start the LSP server 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] in (["--version"], ["-V"]):
-        from . import __version__
+        from infill import __version__
 
         print(f"infill-ls {__version__}")
         return 0
@@ -25,11 +25,11 @@ def main(argv: list[str] | None = None) -> int:
     command = argv[0] if argv and not argv[0].startswith("-") else "lsp"
     rest = argv[1:] if command != "lsp" else argv
     if command == "fill":
-        from .fill_cli import main as run
+        from infill.fill_cli import main as run
     elif command == "serve":
-        from .gateway import main as run
+        from infill.gateway.server import main as run
     elif command == "pilot":
-        from .pilot.cli import main as run
+        from infill.pilot.cli import main as run
     elif command == "lsp":
         from server.main import main as run
     else:

@@ -13,8 +13,8 @@ from typing import Callable
 
 from lsprotocol import types
 
-from infill.lines import line_content as _content
-from infill.lines import split_lines
+from infill.context.lines import line_content as _content
+from infill.context.lines import split_lines
 
 EAGER_TEXT_CHARS = 1 << 19  # documents up to this size keep their whole text edited in place
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from lsprotocol import types
 
-from infill.context import find_placeholders
-from infill.syntax import resolve_language
+from infill.context.builder import find_placeholders
+from infill.context.syntax import resolve_language
 from infill.pipeline import CompletionRequest, PipelineResult, has_text
 from infill.types import Cancelled, deadline_in
 

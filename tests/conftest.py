@@ -9,7 +9,7 @@ import pytest
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory):
     """Directory of a complete tiny DiffusionGemma checkpoint (config, safetensors, tokenizer, generation config)."""
-    from infill.tiny import write_tiny_checkpoint
+    from infill.testing.tiny_checkpoint import write_tiny_checkpoint
 
     return write_tiny_checkpoint(tmp_path_factory.mktemp("tiny-diffusiongemma"))
 
@@ -17,9 +17,9 @@ def tiny_checkpoint(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_engine(tiny_checkpoint):
     """The real DiffusionEngine over the tiny checkpoint, loaded through the same path as a real checkpoint."""
-    from infill.config import EngineConfig
-    from infill.engine import DiffusionEngine
-    from infill.loading import load_diffusion_model
+    from infill.engine.config import EngineConfig
+    from infill.engine.diffusion import DiffusionEngine
+    from infill.engine.loading import load_diffusion_model
 
     engine = DiffusionEngine(load_diffusion_model(str(tiny_checkpoint)), EngineConfig(max_denoising_steps=8))
     yield engine
@@ -29,7 +29,7 @@ def tiny_engine(tiny_checkpoint):
 @pytest.fixture(scope="session")
 def ar_backend():
     """The real offline default: Gemma 3 270M, converted once to a local safetensors cache."""
-    from infill.autoregressive import load_default_backend
+    from infill.backends.gemma import load_default_backend
 
     backend = load_default_backend()
     yield backend

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def server_command(*args: str) -> list[str]:
     exe = shutil.which("infill-ls", path=str(Path(sys.executable).parent))
-    return [exe, *args] if exe else [sys.executable, "-m", "infill.cli", *args]
+    return [exe, *args] if exe else [sys.executable, "-m", "server.cli", *args]
 
 
 def capabilities(*, resolve_edit: bool = True, progress: bool = True) -> types.ClientCapabilities:

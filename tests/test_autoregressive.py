@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from infill import gemma_cache
-from infill.ar_context import KVEntry, LineTokenizer, PrefixKVStore, fit_prompt
-from infill.ar_stops import comment_only, cut_fill, finish_fill, gap_shape, trim_unfinished
-from infill.autoregressive import ARSettings, GemmaBackend
+from infill.backends import gemma_cache
+from infill.cache.prompt_fit import KVEntry, LineTokenizer, PrefixKVStore, fit_prompt
+from infill.backends.gemma_stops import comment_only, cut_fill, finish_fill, gap_shape, trim_unfinished
+from infill.backends.gemma import ARSettings, GemmaBackend
 from infill.types import CancelToken, InfillBackend, InfillError, InfillRequest
 
 REAL_SOURCE = Path(__file__).resolve().parents[1] / "infill" / "types.py"
@@ -129,7 +129,7 @@ def test_corrupt_cache_is_detected_removed_and_rebuilt(ar_backend, tmp_path, mon
         fh.write(b"\xff" * 64)
     assert "sha256" in gemma_cache.check_cache(copy, "bfloat16")
     progress = []
-    with caplog.at_level(logging.WARNING, logger="infill.gemma_cache"):
+    with caplog.at_level(logging.WARNING, logger="infill.backends.gemma_cache"):
         rebuilt = gemma_cache.ensure_converted("bfloat16", progress=lambda m, f: progress.append((m, f)))
     fractions = [f for _, f in progress if f is not None]
     assert fractions == sorted(fractions) and fractions[-1] == 1.0 and len(progress) >= 4

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from infill import syntax
-from infill.context import ContextBuilder, ContextSettings, find_placeholders
-from infill.syntax import ParsedDocument, error_nodes, resolve_language
+from infill.context import syntax
+from infill.context.builder import ContextBuilder, ContextSettings, find_placeholders
+from infill.context.syntax import ParsedDocument, error_nodes, resolve_language
 from infill.types import InfillError
 
 PY = '''import os
@@ -174,7 +174,7 @@ def test_grammar_that_fails_to_load_falls_back_with_one_log_line(monkeypatch, ca
     monkeypatch.setitem(syntax._GRAMMARS, "brokenlang", ("tree_sitter_does_not_exist", "language"))
     syntax.load_language.cache_clear()
     try:
-        with caplog.at_level(logging.WARNING, logger="infill.syntax"):
+        with caplog.at_level(logging.WARNING, logger="infill.context.syntax"):
             _, _, ctx = build("a = 1\nb = §\n", "brokenlang")
             _, _, ctx2 = build("a = 1\nb = §\n", "brokenlang")
         assert ctx.unit == "lines" and ctx2.unit == "lines"
@@ -293,7 +293,7 @@ def test_a_missed_edit_falls_back_to_comparing_texts():
 
 
 def test_window_over_thousands_of_top_level_definitions_matches_a_full_scan(monkeypatch):
-    from infill import windows
+    from infill.context import windows
 
     text = "".join(f"def f{i}(a):\n    return a + {i}\n\n" for i in range(1500))
     cursor = text.index("def f700") + len("def f700(a):\n    ")
@@ -314,7 +314,7 @@ def test_window_over_thousands_of_top_level_definitions_matches_a_full_scan(monk
 
 
 def test_indent_unit_fast_path_counts_like_the_line_loop(monkeypatch):
-    from infill import context
+    from infill.context import builder as context
 
     class AlwaysUnusual:  # forces the general line-by-line loop, the reference
         def search(self, window):

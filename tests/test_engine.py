@@ -8,10 +8,10 @@ import time
 import pytest
 import torch
 
-from infill.canvas import build_canvas, decoder_cache_view, decoder_masks
-from infill.config import EngineConfig
-from infill.denoise import denoise
-from infill.engine import PREFILL_CHUNK_TOKENS, DiffusionEngine
+from infill.engine.canvas import build_canvas, decoder_cache_view, decoder_masks
+from infill.engine.config import EngineConfig
+from infill.engine.denoise import denoise
+from infill.engine.diffusion import PREFILL_CHUNK_TOKENS, DiffusionEngine
 from infill.types import CancelToken, InfillRequest
 
 PREFIX = "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = "
@@ -225,7 +225,7 @@ def test_a_prompt_too_large_for_the_kv_store_is_said_once(loaded, caplog):
     probe = engine_with(loaded)
     probe.infill(InfillRequest(prefix=PREFIX * 10, document_id="probe"))
     engine = engine_with(loaded, kv_store_bytes=probe.store.nbytes // 2)
-    with caplog.at_level("WARNING", logger="infill.kv_store"):
+    with caplog.at_level("WARNING", logger="infill.cache.kv_store"):
         for key in ("x", "y", "y"):
             engine.infill(InfillRequest(prefix=PREFIX * 10 + key, document_id="big"))
     assert len(engine.store) == 0
@@ -342,7 +342,7 @@ def test_suffix_in_prompt_goes_before_the_prefix_and_keeps_kv_reuse(loaded):
 def test_long_prefill_stops_for_cancel_and_keeps_its_work(loaded):
     """A prefill is encoded in chunks: a cancel between chunks stops it, and what was encoded stays in the store
     so the next keystroke resumes instead of starting over."""
-    import infill.engine as engine_module
+    import infill.engine.diffusion as engine_module
 
     engine = engine_with(loaded)
     text = "".join(f"value_{i} = {i}\n" for i in range(300))

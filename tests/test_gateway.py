@@ -16,7 +16,7 @@ import time
 import httpx
 import pytest
 
-from infill.gateway import make_server
+from infill.gateway.server import make_server
 from infill.pipeline import CompletionRequest, Pipeline
 
 PROMPT = "def add(a, b):\n    return"
@@ -261,7 +261,7 @@ def test_concurrent_requests_are_all_answered(client, expected):
 def test_cli_serve_loads_the_model_in_the_background(tiny_checkpoint):
     """`infill-ls serve --port 0 --model DIR` as a user runs it: logs its URL, answers once loaded."""
     env = dict(os.environ, INFILL_GATEWAY_TOKEN=TOKEN)
-    process = subprocess.Popen([sys.executable, "-m", "infill.cli", "serve", "--port", "0", "--model",
+    process = subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--port", "0", "--model",
                                 str(tiny_checkpoint), "--device", "cpu"], env=env, stderr=subprocess.PIPE,
                                text=True)
     try:
@@ -294,14 +294,14 @@ def test_cli_serve_loads_the_model_in_the_background(tiny_checkpoint):
     (["--request-timeout-s", "0"], "request_timeout_s must be"),
 ])
 def test_cli_refuses_bad_settings_with_a_message(argv, fragment, capsys):
-    from infill.gateway import main
+    from infill.gateway.server import main
 
     assert main(argv) == 2
     assert fragment in capsys.readouterr().err
 
 
 def test_cli_reports_a_port_in_use(gateway, capsys):
-    from infill.gateway import main
+    from infill.gateway.server import main
 
     assert main(["--port", str(gateway.server_port)]) == 2
     assert "in use" in capsys.readouterr().err.lower()
@@ -310,8 +310,8 @@ def test_cli_reports_a_port_in_use(gateway, capsys):
 def test_a_newer_request_for_the_same_document_stops_the_older_one(tiny_engine):
     """`infill_document`: a client's cancel cannot reach the gateway, so a newer request for the same document
     stops the one still running (otherwise stale requests would hold the model until their own deadline)."""
-    from infill.config import EngineConfig
-    from infill.engine import DiffusionEngine
+    from infill.engine.config import EngineConfig
+    from infill.engine.diffusion import DiffusionEngine
 
     slow = DiffusionEngine(tiny_engine.loaded, EngineConfig(max_denoising_steps=1024, confidence_threshold=1e-9))
     server = make_server(Pipeline(slow), "127.0.0.1", 0)

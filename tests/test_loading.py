@@ -11,9 +11,9 @@ import sys
 import pytest
 import torch
 
-from infill.backends import BackendSpec, open_backend
-from infill.loading import choose_dtype, load_diffusion_model
-from infill.tokens import ChunkedTokenizer, split_chunks
+from infill.backends.choose import BackendSpec, open_backend
+from infill.engine.loading import choose_dtype, load_diffusion_model
+from infill.cache.tokens import ChunkedTokenizer, split_chunks
 from infill.types import InfillError, InfillRequest
 
 
@@ -90,7 +90,7 @@ def test_chunked_tokenisation_round_trips_and_memoises(tiny_checkpoint):
 def test_fill_cli_prints_json(tiny_checkpoint, tmp_path):
     source = tmp_path / "demo.py"
     source.write_text("def add(a, b):\n    return a + b\n\nprint(add(1, 2))\n")
-    run = subprocess.run([sys.executable, "-m", "infill.cli", "fill", str(source), "--at", "2:12", "--json",
+    run = subprocess.run([sys.executable, "-m", "server.cli", "fill", str(source), "--at", "2:12", "--json",
                           "--model", str(tiny_checkpoint), "--steps", "4"], capture_output=True, text=True,
                          timeout=120)
     assert run.returncode == 0, run.stderr
@@ -98,7 +98,7 @@ def test_fill_cli_prints_json(tiny_checkpoint, tmp_path):
     for key in ("middle", "latency_ms", "steps", "tokens_per_forward", "cut_short", "model"):
         assert key in out
     assert out["model"] == str(tiny_checkpoint) and 1 <= out["steps"] <= 4
-    bad = subprocess.run([sys.executable, "-m", "infill.cli", "fill", str(source), "--at", "9:1", "--model",
+    bad = subprocess.run([sys.executable, "-m", "server.cli", "fill", str(source), "--at", "9:1", "--model",
                           str(tiny_checkpoint)], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "past the end of the file" in bad.stderr
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from infill.gateway import make_server
+from infill.gateway.server import make_server
 from infill.pilot.cli import main as pilot_main
 from infill.pilot.files import discover
 from infill.pilot.holes import CutSettings, cut_holes

@@ -14,8 +14,8 @@ import time
 import pytest
 
 from infill.pipeline import CompletionRequest, Pipeline, PipelineSettings, find_placeholders
-from infill.postprocess import postprocess
-from infill.syntax import ParsedDocument, error_nodes
+from infill.checks.postprocess import postprocess
+from infill.context.syntax import ParsedDocument, error_nodes
 from infill.types import BackendInfo, CancelToken, InfillError, InfillResult
 
 NOTES = "Shopping list for the weekend trip and other things to remember:\nbring the "
@@ -52,7 +52,7 @@ def warm_engine(tiny_engine):
 @pytest.fixture
 def refused_endpoint():
     """A real RemoteBackend aimed at a local port nothing listens on: every request fails with an error."""
-    from infill.remote import RemoteBackend
+    from infill.backends.remote import RemoteBackend
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from infill.context import ContextBuilder
-from infill.postprocess import postprocess, trim_suffix_overlap
+from infill.context.builder import ContextBuilder
+from infill.checks.postprocess import postprocess, trim_suffix_overlap
 
 
 def clean(source: str, language: str, middle: str) -> str:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import random
 
-from infill import regions
-from infill.context import ContextBuilder
-from infill.regions import ChangedSpan, Cuts
-from infill.syntax import ParsedDocument
-from infill.watchdog import check_syntax
+from infill.context import regions
+from infill.context.builder import ContextBuilder
+from infill.context.regions import ChangedSpan, Cuts
+from infill.context.syntax import ParsedDocument
+from infill.checks.watchdog import check_syntax
 
 URI = "file:///big.py"
 

@@ -11,10 +11,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from infill.backends import BackendSpec, open_backend
-from infill.gateway import make_server
+from infill.backends.choose import BackendSpec, open_backend
+from infill.gateway.server import make_server
 from infill.pipeline import CompletionRequest, Pipeline
-from infill.remote import RemoteBackend
+from infill.backends.remote import RemoteBackend
 from infill.types import CancelToken, InfillError, InfillRequest, deadline_in
 
 PROMPT = "def add(a, b):\n    return"
@@ -311,7 +311,7 @@ def test_a_proxy_in_the_environment_never_sees_a_local_endpoints_code(scripted, 
 
 def test_dead_endpoint_is_an_error_result(caplog):
     backend = RemoteBackend(dead_url(), model="m")
-    with caplog.at_level("WARNING", logger="infill.remote"):
+    with caplog.at_level("WARNING", logger="infill.backends.remote"):
         result, elapsed = timed(backend, gap_request(version=3), deadline=deadline_in(5))
     assert result.outcome == "error" and "cannot connect" in result.error and result.version == 3
     assert elapsed < BOUND_S

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from infill.canvas import decoder_cache_view
-from infill.denoise import decoder_logits, self_conditioning_embeddings
-from infill.sampler import entropy_bound_accept, fast_step, reference_step, sample_inverse_cdf
+from infill.engine.canvas import decoder_cache_view
+from infill.engine.denoise import decoder_logits, self_conditioning_embeddings
+from infill.engine.sampler import entropy_bound_accept, fast_step, reference_step, sample_inverse_cdf
 from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSampler, EntropyBoundSamplerConfig
 
 

@@ -177,7 +177,7 @@ def _refused_remote():
     """A real RemoteBackend aimed at a local port nothing listens on (every request fails at once)."""
     import socket
 
-    from infill.remote import RemoteBackend
+    from infill.backends.remote import RemoteBackend
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -242,7 +242,7 @@ def test_did_close_drops_the_pipelines_syntax_tree():
 
 
 def test_did_change_notes_edits_so_the_pipeline_reparses_without_comparing_texts(monkeypatch):
-    from infill import syntax
+    from infill.context import syntax
     from infill.pipeline import CompletionRequest, Pipeline
     from server.backend_host import Loaded
     from server.main import create_server

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from infill.context import ContextBuilder
+from infill.context.builder import ContextBuilder
 from infill.types import InfillError
-from infill.watchdog import Watchdog, WatchdogSettings
+from infill.checks.watchdog import Watchdog, WatchdogSettings
 
 
 def judge(source: str, language: str | None, middle: str, watchdog: Watchdog | None = None, deadline=None,
@@ -146,7 +146,7 @@ def test_unknown_language_skips_syntax_but_keeps_other_checks():
 
 def test_rejections_are_counted_and_logged(caplog):
     watchdog = Watchdog()
-    with caplog.at_level(logging.INFO, logger="infill.watchdog"):
+    with caplog.at_level(logging.INFO, logger="infill.checks.watchdog"):
         judge("def f(x):\n    §\n", "python", "foo foo foo", watchdog)
         judge("def f(x):\n    §\n", "python", "return (x", watchdog)
         judge("def f(x):\n    §\n", "python", "return x", watchdog)
@@ -167,8 +167,8 @@ def test_bad_settings_are_refused():
     ("elif ready:\n        pass\n", False),  # an elif with no if
 ])
 def test_python_fills_must_compile_when_the_document_did(middle, only_cpython):
-    from infill.syntax import ParsedDocument
-    from infill.watchdog import check_syntax
+    from infill.context.syntax import ParsedDocument
+    from infill.checks.watchdog import check_syntax
 
     text = "def f(ready):\n    \n    return ready\n"
     gap = text.index("    \n") + 4
@@ -180,8 +180,8 @@ def test_python_fills_must_compile_when_the_document_did(middle, only_cpython):
 
 
 def test_python_compile_check_is_relative_to_a_broken_document():
-    from infill.syntax import ParsedDocument, error_nodes
-    from infill.watchdog import check_python_compiles
+    from infill.context.syntax import ParsedDocument, error_nodes
+    from infill.checks.watchdog import check_python_compiles
 
     broken = "def f(:\n    \n"
     gap = broken.index("    \n") + 4
@@ -190,7 +190,7 @@ def test_python_compile_check_is_relative_to_a_broken_document():
 
 
 def test_python_compile_check_reads_only_the_statements_around_the_fill():
-    from infill.watchdog import _statement_end, _statement_start, check_python_compiles
+    from infill.checks.watchdog import _statement_end, _statement_start, check_python_compiles
 
     text = "import os\n\n@wrap\ndef f(x):\n    if x:\n        pass\n    else:\n        return 1\n\nbroken = (\n"
     inside = text.index("return 1")

@@ -7,8 +7,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .config import EngineConfig
-from .types import InfillBackend
+from infill.engine.config import EngineConfig
+from infill.types import InfillBackend
 
 ProgressCallback = Callable[[str, "float | None"], None]  # (message, fraction 0..1 or None)
 
@@ -43,19 +43,19 @@ def open_backend(spec: BackendSpec, progress: ProgressCallback | None = None) ->
         # On a small or shared CPU one or two threads beat torch's default oversubscription.
         torch.set_num_threads(spec.threads)
     if spec.endpoint:
-        from .remote import RemoteBackend
+        from infill.backends.remote import RemoteBackend
 
         return RemoteBackend(spec.endpoint, model=spec.endpoint_model, token=spec.endpoint_token,
                              fim_template=spec.endpoint_fim_template)
     if spec.model:
-        from .engine import DiffusionEngine
-        from .loading import load_diffusion_model
+        from infill.engine.diffusion import DiffusionEngine
+        from infill.engine.loading import load_diffusion_model
 
         if progress:
             progress(f"loading DiffusionGemma from {spec.model}", None)
         loaded = load_diffusion_model(spec.model, revision=spec.revision, device=spec.device, dtype=spec.dtype,
                                       load_format=spec.load_format)  # type: ignore[arg-type]
         return DiffusionEngine(loaded, spec.engine)
-    from .autoregressive import load_default_backend
+    from infill.backends.gemma import load_default_backend
 
     return load_default_backend(device=spec.device, dtype=spec.dtype, progress=progress)

@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
-from .ar_context import KVEntry, LineTokenizer, PrefixKVStore, fit_prompt
-from .kv_store import common_prefix_length
-from .ar_stops import GapShape, comment_only, cut_fill, finish_fill, gap_shape, trim_unfinished
-from .backends import ProgressCallback
-from .gemma_cache import MODEL_ID, PACKAGE, ensure_converted
-from .types import (BackendInfo, CancelToken, Cancelled, Draft, DraftCallback, InfillError, InfillRequest,
+from infill.cache.prompt_fit import KVEntry, LineTokenizer, PrefixKVStore, fit_prompt
+from infill.cache.kv_store import common_prefix_length
+from infill.backends.gemma_stops import GapShape, comment_only, cut_fill, finish_fill, gap_shape, trim_unfinished
+from infill.backends.choose import ProgressCallback
+from infill.backends.gemma_cache import MODEL_ID, PACKAGE, ensure_converted
+from infill.types import (BackendInfo, CancelToken, Cancelled, Draft, DraftCallback, InfillError, InfillRequest,
                     InfillResult, Supersession, Timings)
 
 log = logging.getLogger(__name__)
@@ -150,7 +150,7 @@ class GemmaBackend:
         self._versions = self._describe_versions(dtype)
 
     def _describe_versions(self, dtype: str) -> dict:
-        from .gemma_cache import CACHE_FORMAT, MODULE
+        from infill.backends.gemma_cache import CACHE_FORMAT, MODULE
 
         try:
             import importlib

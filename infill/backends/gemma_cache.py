@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .types import InfillError
+from infill.types import InfillError
 
 log = logging.getLogger(__name__)
 

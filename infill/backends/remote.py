@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from .types import (BackendInfo, CancelToken, Cancelled, Draft, DraftCallback, InfillError, InfillRequest,
+from infill.types import (BackendInfo, CancelToken, Cancelled, Draft, DraftCallback, InfillError, InfillRequest,
                     InfillResult, Timings)
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from .kv_store import cache_nbytes
-from .tokens import clean_text
+from infill.cache.kv_store import cache_nbytes
+from infill.cache.tokens import clean_text
 
 
 class LineTokenizer:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 
-from .context import GapContext, opens_block
-from .syntax import INDENT_LANGUAGES
+from infill.context.builder import GapContext, opens_block
+from infill.context.syntax import INDENT_LANGUAGES
 
 _CLOSERS = {")": "(", "]": "[", "}": "{"}
 _OPENERS = {v: k for k, v in _CLOSERS.items()}

@@ -11,9 +11,9 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from .context import GapContext
-from .syntax import DocumentSnapshot, ParsedDocument, apply_fills, error_nodes, errors_inside, load_language  # noqa: F401
-from .types import InfillError
+from infill.context.builder import GapContext
+from infill.context.syntax import DocumentSnapshot, ParsedDocument, apply_fills, error_nodes, errors_inside, load_language  # noqa: F401
+from infill.types import InfillError
 
 log = logging.getLogger(__name__)
 

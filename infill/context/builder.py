@@ -14,11 +14,11 @@ import threading
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
-from .syntax import (INDENT_LANGUAGES, PROSE_LANGUAGES, DocumentSnapshot, NotedEdit, ParsedDocument,
+from infill.context.syntax import (INDENT_LANGUAGES, PROSE_LANGUAGES, DocumentSnapshot, NotedEdit, ParsedDocument,
                      resolve_language)
-from .tokens import clean_text
-from .types import InfillError
-from .windows import (WINDOW_HEADROOM, byte_offset, char_index, line_end, line_window, sticky_start,
+from infill.cache.tokens import clean_text
+from infill.types import InfillError
+from infill.context.windows import (WINDOW_HEADROOM, byte_offset, char_index, line_end, line_window, sticky_start,
                       syntactic_window)
 
 # Nodes whose children sit one per line (call arguments, literals): an empty line there gets one more element.

@@ -13,8 +13,8 @@ import threading
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
-from .regions import REGION_MIN_CHARS, ChangedSpan, Cuts, covers, region_for, shift_region
-from .tree_edits import apply_edit, diff_edit, edit_tree, included_range, parse_text
+from infill.context.regions import REGION_MIN_CHARS, ChangedSpan, Cuts, covers, region_for, shift_region
+from infill.context.tree_edits import apply_edit, diff_edit, edit_tree, included_range, parse_text
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .regions import ChangedSpan
+from infill.context.regions import ChangedSpan
 
 _READ_CHUNK = 16384  # bytes handed to tree-sitter per read of an ASCII document
 

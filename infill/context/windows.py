@@ -3,7 +3,7 @@ units (or whole lines without a grammar), with a start kept while the user types
 
 from __future__ import annotations
 
-from .syntax import DocumentSnapshot
+from infill.context.syntax import DocumentSnapshot
 
 # Share of the prefix budget left free when a window start is chosen anew, so it stays put while the user types.
 WINDOW_HEADROOM = 0.1

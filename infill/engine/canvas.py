@@ -16,7 +16,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from .types import InfillError
+from infill.types import InfillError
 
 
 @dataclass(frozen=True)

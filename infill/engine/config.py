@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Literal
 
-from .types import InfillError
+from infill.types import InfillError
 
 SamplerKind = Literal["fast", "reference"]
 

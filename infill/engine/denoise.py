@@ -14,10 +14,10 @@ from typing import Callable
 
 import torch
 
-from .canvas import Canvas
-from .config import EngineConfig
-from .sampler import StableConfidentStop, entropy_bound_accept, fast_step, reference_step, temperature
-from .types import CancelToken
+from infill.engine.canvas import Canvas
+from infill.engine.config import EngineConfig
+from infill.engine.sampler import StableConfidentStop, entropy_bound_accept, fast_step, reference_step, temperature
+from infill.types import CancelToken
 
 
 @dataclass

@@ -15,13 +15,13 @@ import time
 import torch
 import transformers
 
-from .canvas import build_canvas, decoder_cache_view, decoder_masks, fit_lengths
-from .config import EngineConfig
-from .denoise import DenoiseOutput, denoise
-from .kv_store import PrefixKVStore
-from .loading import LoadedModel
-from .tokens import ChunkedTokenizer
-from .types import (BackendInfo, CancelToken, Draft, DraftCallback, InfillError, InfillRequest, InfillResult,
+from infill.engine.canvas import build_canvas, decoder_cache_view, decoder_masks, fit_lengths
+from infill.engine.config import EngineConfig
+from infill.engine.denoise import DenoiseOutput, denoise
+from infill.cache.kv_store import PrefixKVStore
+from infill.engine.loading import LoadedModel
+from infill.cache.tokens import ChunkedTokenizer
+from infill.types import (BackendInfo, CancelToken, Draft, DraftCallback, InfillError, InfillRequest, InfillResult,
                     Supersession, Timings)
 
 log = logging.getLogger(__name__)

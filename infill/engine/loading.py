@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from .types import InfillError
+from infill.types import InfillError
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from .pipeline import CompletionRequest, Pipeline, PipelineResult
-from .types import InfillError
+from infill.pipeline import CompletionRequest, Pipeline, PipelineResult
+from infill.types import InfillError
 
 MAX_STOP_SEQUENCES = 4
 

@@ -21,9 +21,9 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
-from .openai_api import GatewaySettings, HttpError, completion_body, parse_completion_params, run_completion
-from .pipeline import Pipeline
-from .types import InfillError
+from infill.gateway.openai_api import GatewaySettings, HttpError, completion_body, parse_completion_params, run_completion
+from infill.pipeline import Pipeline
+from infill.types import InfillError
 
 log = logging.getLogger(__name__)
 
@@ -263,7 +263,7 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def _load_in_background(server: GatewayServer, spec, holder: list) -> None:
-    from .backends import open_backend
+    from infill.backends.choose import open_backend
 
     try:
         backend = open_backend(spec, progress=lambda message, fraction: log.info("%s", message))
@@ -279,7 +279,7 @@ def _load_in_background(server: GatewayServer, spec, holder: list) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(list(sys.argv[1:] if argv is None else argv))
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from .backends import BackendSpec
+    from infill.backends.choose import BackendSpec
 
     token = args.token or os.environ.get("INFILL_GATEWAY_TOKEN") or None
     try:

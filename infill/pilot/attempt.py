@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import time
 
-from ..pipeline import CompletionRequest, Pipeline, PipelineResult
-from ..syntax import apply_fills
-from ..types import CancelToken
-from .holes import Hole
-from .metrics import AcceptRule, edit_similarity, exact_match
-from .syntax import syntax_valid
+from infill.pipeline import CompletionRequest, Pipeline, PipelineResult
+from infill.context.syntax import apply_fills
+from infill.types import CancelToken
+from infill.pilot.holes import Hole
+from infill.pilot.metrics import AcceptRule, edit_similarity, exact_match
+from infill.pilot.syntax import syntax_valid
 
 # LSP language ids (what an editor sends) for the pilot's language names.
 LSP_LANGUAGE = {"tsx": "typescriptreact"}

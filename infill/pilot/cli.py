@@ -12,17 +12,17 @@ import shlex
 import sys
 from pathlib import Path
 
-from ..config import EngineConfig
-from ..pipeline import PipelineSettings
-from ..types import InfillError
-from .files import DiscoverySettings, discover
-from .holes import CutSettings, cut_holes, write_holes
-from .metrics import AcceptRule
-from .report import write_plots, write_report
-from .runner import Progress, RunSettings, run_pilot
-from .spans import KINDS
-from .summary import summarise
-from .targets import parse_target
+from infill.engine.config import EngineConfig
+from infill.pipeline import PipelineSettings
+from infill.types import InfillError
+from infill.pilot.files import DiscoverySettings, discover
+from infill.pilot.holes import CutSettings, cut_holes, write_holes
+from infill.pilot.metrics import AcceptRule
+from infill.pilot.report import write_plots, write_report
+from infill.pilot.runner import Progress, RunSettings, run_pilot
+from infill.pilot.spans import KINDS
+from infill.pilot.summary import summarise
+from infill.pilot.targets import parse_target
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..types import InfillError
+from infill.types import InfillError
 
 LANGUAGE_BY_SUFFIX = {
     ".py": "python", ".pyi": "python",

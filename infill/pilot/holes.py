@@ -10,9 +10,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable
 
-from ..types import InfillError
-from .files import Discovery, SourceFile
-from .spans import CUTTERS, KINDS, Span
+from infill.types import InfillError
+from infill.pilot.files import Discovery, SourceFile
+from infill.pilot.spans import CUTTERS, KINDS, Span
 
 # Kinds that complete the rest of a line from a cursor use the editor's inline mode; the others are selected gaps.
 MODE_BY_KIND = {"single-line": "inline"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..types import InfillError
+from infill.types import InfillError
 
 
 def normalise(text: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .summary import latencies, read_jsonl
+from infill.pilot.summary import latencies, read_jsonl
 
 PLOTS = {"quality_vs_latency.png": "Quality vs p95 latency", "latency_cdf.png": "Latency CDF",
          "throughput.png": "Throughput vs concurrency"}

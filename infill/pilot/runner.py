@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, TextIO
 
-from ..config import EngineConfig
-from ..pipeline import PipelineSettings
-from ..types import CancelToken, InfillError
-from .attempt import run_attempt
-from .holes import Hole
-from .metrics import AcceptRule
-from .targets import OpenedTarget, TargetPool, TargetSpec
+from infill.engine.config import EngineConfig
+from infill.pipeline import PipelineSettings
+from infill.types import CancelToken, InfillError
+from infill.pilot.attempt import run_attempt
+from infill.pilot.holes import Hole
+from infill.pilot.metrics import AcceptRule
+from infill.pilot.targets import OpenedTarget, TargetPool, TargetSpec
 
 JOIN_POLL_S = 0.1
 CANCEL_GRACE_S = 30.0  # after a stop, how long in-flight attempts get to return before their threads are abandoned

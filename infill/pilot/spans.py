@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from .files import SourceFile
+from infill.pilot.files import SourceFile
 
 KINDS = ("single-line", "multi-line", "function-body", "sentence", "json-value")
 CODE_LANGUAGES = frozenset({"python", "javascript", "typescript", "tsx", "go", "rust"})
@@ -122,7 +122,7 @@ _TS_FUNCTIONS["typescript"] = _TS_FUNCTIONS["tsx"] = _TS_FUNCTIONS["javascript"]
 
 def _tree_sitter_bodies(source: SourceFile) -> list[tuple[int, int]]:
     """Braced function bodies: the lines strictly between a line ending with "{" and a line starting with "}"."""
-    from .syntax import parse_tree
+    from infill.pilot.syntax import parse_tree
 
     tree = parse_tree(source.language, source.text)
     if tree is None:
@@ -213,7 +213,7 @@ def json_value(source: SourceFile) -> list[Span]:
     """The value of an object member or an array element: scalars, and arrays/objects on one short line."""
     if source.language != "json":
         return []
-    from .syntax import parse_tree
+    from infill.pilot.syntax import parse_tree
 
     tree = parse_tree("json", source.text)
     if tree is None or tree.root_node.has_error:

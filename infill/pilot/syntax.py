@@ -7,7 +7,7 @@ import ast
 import functools
 import warnings
 
-from ..syntax import error_nodes, new_parser, resolve_language
+from infill.context.syntax import error_nodes, new_parser, resolve_language
 
 def parse_tree(language: str, text: str):
     """A tree-sitter tree from the project's grammars (infill.syntax), or None when `language` has none. A fresh

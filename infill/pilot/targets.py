@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
-from ..backends import BackendSpec, open_backend
-from ..config import EngineConfig
-from ..pipeline import CompletionRequest, Fill, Pipeline, PipelineResult, PipelineSettings
-from ..types import InfillBackend, InfillError, InfillResult
+from infill.backends.choose import BackendSpec, open_backend
+from infill.engine.config import EngineConfig
+from infill.pipeline import CompletionRequest, Fill, Pipeline, PipelineResult, PipelineSettings
+from infill.types import InfillBackend, InfillError, InfillResult
 
 ENGINES = ("ar", "diffusion", "diffusion-dummy", "remote")
 TINY_HIDDEN_SIZE = 512  # a DiffusionGemma below this width is a test checkpoint, not a model

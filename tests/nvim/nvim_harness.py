@@ -91,9 +91,9 @@ SERVER_STATUS = "return T.server_status()"
 
 
 def server_cmd(checkpoint) -> list[str]:
-    """The real server: the venv's `infill-ls` script, or the same CLI dispatch through `python -m infill.cli`."""
+    """The real server: the venv's `infill-ls` script, or the same CLI dispatch through `python -m server.cli`."""
     script = Path(sys.executable).parent / "infill-ls"
-    launcher = [str(script)] if script.exists() else [sys.executable, "-m", "infill.cli"]
+    launcher = [str(script)] if script.exists() else [sys.executable, "-m", "server.cli"]
     return [*launcher, "--stdio", "--model", str(checkpoint)]
 
 

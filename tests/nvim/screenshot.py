@@ -19,7 +19,7 @@ sys.path.insert(0, str(REPO))
 
 from nvim_harness import NVIM, SETTINGS, Nvim, open_file, server_cmd, setup_plugin  # noqa: E402
 
-from infill.tiny import write_tiny_checkpoint  # noqa: E402
+from infill.testing.tiny_checkpoint import write_tiny_checkpoint  # noqa: E402
 
 LINES = [
     "# Release notes",

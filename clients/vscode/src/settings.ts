@@ -41,12 +41,12 @@ export function serverSettings(config = vscode.workspace.getConfiguration('infil
   return settings;
 }
 
-/** `<pythonPath> -m infill.cli --stdio <args>` when a Python is configured, else `<command> --stdio <args>`. */
+/** `<pythonPath> -m server.cli --stdio <args>` when a Python is configured, else `<command> --stdio <args>`. */
 export function serverCommand(config = vscode.workspace.getConfiguration('infill')): ServerCommand {
   const pythonPath = (config.get<string>('server.pythonPath') ?? '').trim();
   const extra = (config.get<string[]>('server.args') ?? []).filter((a) => typeof a === 'string');
   if (pythonPath !== '') {
-    return { command: pythonPath, args: ['-m', 'infill.cli', '--stdio', ...extra] };
+    return { command: pythonPath, args: ['-m', 'server.cli', '--stdio', ...extra] };
   }
   const command = (config.get<string>('server.command') ?? '').trim() || 'infill-ls';
   return { command, args: ['--stdio', ...extra] };

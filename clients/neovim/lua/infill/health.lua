@@ -19,7 +19,7 @@ function M.check()
   else
     health.error(('server command %q is not executable'):format(cmd[1]), {
       'pip install infill-ls (puts infill-ls on PATH), or',
-      'require("infill").setup{ cmd = { "/path/to/python", "-m", "infill.cli", "--stdio" } }',
+      'require("infill").setup{ cmd = { "/path/to/python", "-m", "server.cli", "--stdio" } }',
     })
   end
   if not lsp.state.enabled then
