@@ -1,10 +1,13 @@
 """textDocument/inlineCompletion: debounced (automatic triggers), superseded per document, cancelled by edits and
-$/cancelRequest, computed on the model thread under a latency budget, and never returned for an older version."""
+$/cancelRequest, computed on the model thread under a runaway guard (server/budget.py), and never returned for an
+older version. Two cheap answers skip the model: the rest of a suggestion the person is typing through
+(server/typed_through.py), and an identical request joining the model run already in flight for it."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 
 from lsprotocol import types
 
@@ -12,6 +15,7 @@ from infill.pipeline import CompletionRequest, PipelineResult
 from infill.types import Cancelled, deadline_in
 
 from .gate import log_refusal, offset_logged, refusal
+from .scheduler import Ticket
 
 
 def register(server) -> None:
@@ -21,15 +25,82 @@ def register(server) -> None:
 
 
 async def complete_inline(ls, params: types.InlineCompletionParams) -> types.InlineCompletionList | None:
-    path = _Clock()  # event-loop work the completion waits for
-    ahead = _Clock(running=False)  # event-loop work done while the debounce runs
     uri = params.text_document.uri
     document = ls.documents.get(uri)
     if (why := refusal(ls, document, uri)) is not None:
         log_refusal(ls, uri, document.version if document else None, why)
         return None  # at once: no debounce, no model
     invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
-    ticket = ls.scheduler.open(uri, "inline")  # supersedes the older inline request for this document
+    offset = offset_logged(ls, document, params.position)
+    if (typed := ls.typed_through.answer(uri, document.text, offset)) is not None:
+        ls.scheduler.close(ls.scheduler.open(uri, "inline"))  # a newer request: an older one in flight stops
+        return _typed_through_reply(ls, params, document, typed)
+    key = (uri, document.version, offset, invoked)
+    job = ls.inline_jobs.get(uri)
+    if job is None or job.key != key or job.ticket.stopped:
+        job = _Job(key, ls.scheduler.open(uri, "inline"))  # supersedes the older inline request for this document
+        job.task = asyncio.ensure_future(_run(ls, params, document, job, invoked))
+        ls.inline_jobs[uri] = job
+    else:
+        ls.joined += 1  # the same request as the one in flight (a client re-asking): wait for its answer
+    job.waiters += 1
+    try:
+        ran: _Ran | None = await asyncio.shield(job.task)
+    except asyncio.CancelledError:
+        job.waiters -= 1
+        if job.waiters == 0:  # let an identical request that comes right after the cancel join it
+            asyncio.get_running_loop().call_later(JOIN_GRACE_S, job.release)
+        raise
+    finally:
+        if ls.inline_jobs.get(uri) is job and job.task.done():
+            del ls.inline_jobs[uri]
+    if ran is None:
+        return None
+    reply_clock = _Clock()
+    reply = _reply(ls, params, document, ran)
+    reply_clock.pause()
+    if not job.recorded:  # one record per model run, whoever waited for it
+        job.recorded = True
+        _record_overhead(ls, document, ran.path, ran.ahead, reply_clock, ran.result,
+                         "invoked" if invoked else "keystroke")
+    return reply
+
+
+JOIN_GRACE_S = 0.05  # a client cancels and re-asks in one go; a model run with no one waiting stops after this
+
+
+@dataclass(eq=False)
+class _Job:
+    """One model run for (document, version, cursor, trigger), awaited by every identical request."""
+
+    key: tuple
+    ticket: Ticket
+    task: asyncio.Future | None = None
+    waiters: int = 0
+    recorded: bool = False
+
+    def release(self) -> None:
+        if self.waiters == 0 and self.task is not None and not self.task.done():
+            self.ticket.token.cancel("request cancelled by the client")  # the engine stops within one step
+            self.task.cancel()
+
+
+@dataclass
+class _Ran:
+    result: PipelineResult
+    version: int
+    stopped: bool  # superseded or edited while computing
+    started: float
+    cursor: int
+    path: "_Clock"
+    ahead: "_Clock"
+
+
+async def _run(ls, params, document, job: _Job, invoked: bool) -> _Ran | None:
+    """Debounce, context, model: the existing path of one inline request, run once per _Job."""
+    path = _Clock()  # event-loop work the completion waits for
+    ahead = _Clock(running=False)  # event-loop work done while the debounce runs
+    ticket, uri = job.ticket, document.uri
     debounce = 0.0 if invoked else ls.settings.debounce_ms / 1000
     debounce_end = asyncio.get_running_loop().time() + debounce  # one deadline: two sleeps overshoot once
     try:
@@ -44,9 +115,8 @@ async def complete_inline(ls, params: types.InlineCompletionParams) -> types.Inl
         if pipeline is None:
             return None  # the backend started reloading during the debounce
         version = document.version
-        offset = offset_logged(ls, document, params.position)
-        request = CompletionRequest(text=document.text, start=offset, mode="inline", language=document.language_id,
-                                    document_id=uri, version=version)
+        request = CompletionRequest(text=document.text, start=job.key[2], mode="inline",
+                                    language=document.language_id, document_id=uri, version=version)
         prepared = None
         if debounce > 0:
             # During the second half the context is built on its own thread and the model thread encodes the
@@ -59,8 +129,9 @@ async def complete_inline(ls, params: types.InlineCompletionParams) -> types.Inl
                 return None
             path.resume()
         started = time.perf_counter()  # the completion's own latency counts from here
-        budget_ms = ls.settings.invoked_budget_ms if invoked else ls.settings.inline_budget_ms
-        future = ls.host.submit(pipeline, request, ticket.token, deadline_in(budget_ms / 1000), prepared)
+        setting = ls.settings.invoked_budget_ms if invoked else ls.settings.inline_budget_ms
+        future = ls.host.submit(pipeline, request, ticket.token, deadline_in(ls.budget.budget_ms(setting) / 1000),
+                                prepared)
         path.pause()
         result: PipelineResult = await asyncio.wrap_future(future)
     except asyncio.CancelledError:
@@ -75,11 +146,23 @@ async def complete_inline(ls, params: types.InlineCompletionParams) -> types.Inl
         ls.scheduler.close(ticket)
         stopped = ticket.stopped  # superseded or edited while computing
         ticket.token.cancel("request ended")  # nothing queued for it (context, warm) may run on after it
-    reply_clock = _Clock()
-    reply = _reply(ls, params, document, version, stopped, result, started)
-    reply_clock.pause()
-    _record_overhead(ls, document, path, ahead, reply_clock, result, "invoked" if invoked else "keystroke")
-    return reply
+    _time_fill(ls, result, started)
+    return _Ran(result, version, stopped, started, job.key[2], path, ahead)
+
+
+def _time_fill(ls, result: PipelineResult, started: float) -> None:
+    """A run that reached its end (not cancelled) is one of this machine's fill times (server/budget.py)."""
+    outcome = result.result.outcome if result.result is not None else None
+    if outcome in ("ok", "empty", "cut_short") and ls.budget.record_fill((time.perf_counter() - started) * 1000):
+        ls.notify_status()  # the machine just became (or stopped being) too slow for automatic suggestions
+
+
+def _typed_through_reply(ls, params, document, typed) -> types.InlineCompletionList:
+    ls.telemetry.record_completion(kind="inline", uri=document.uri, version=document.version,
+                                   position=[params.position.line, params.position.character], outcome="ok",
+                                   result=None, server_ms=0.0, fills=[typed.insert])
+    item = types.InlineCompletionItem(insert_text=typed.insert, range=document.range_of(typed.cursor, typed.end))
+    return types.InlineCompletionList(items=[item])
 
 
 class _Clock:
@@ -127,8 +210,9 @@ def _record_overhead(ls, document, path: _Clock, ahead: _Clock, reply: _Clock, r
     phases.add(f"{trigger}_cpu", server_cpu_ms + result.context_cpu_ms + result.checks_cpu_ms)
 
 
-def _reply(ls, params, document, version, stopped: bool, result: PipelineResult, started: float):
-    server_ms = (time.perf_counter() - started) * 1000
+def _reply(ls, params, document, ran: _Ran):
+    version, stopped, result = ran.version, ran.stopped, ran.result
+    server_ms = (time.perf_counter() - ran.started) * 1000
     uri = params.text_document.uri
     current = ls.documents.get(uri) is document and document.version == version
     fills = [f for f in result.fills if f.text.strip()]
@@ -149,6 +233,7 @@ def _reply(ls, params, document, version, stopped: bool, result: PipelineResult,
     ls.telemetry.record_latency(server_ms)
     items = [types.InlineCompletionItem(insert_text=f.text,
                                         range=document.range_of(f.start, f.end)) for f in fills]
+    ls.typed_through.remember(uri, document.text, ran.cursor, fills[0].start, fills[0].end, fills[0].text)
     return types.InlineCompletionList(items=items)
 
 
