@@ -25,8 +25,13 @@ Mode --gateway: `infill-ls serve` on a free local port; per pause the same typin
 `language` field, as a generic FIM client sends after its debounce; the reply time runs from the request to its
 answer (the client's own debounce is not counted); shown = a non-empty `text`.
 
+Each pause starts with the model idle (the benchmark waits for the server to finish what it gave up on).
+`--baseline DIR` runs a second server from another source tree (e.g. `git archive main | tar -x -C DIR`) on the
+same pauses, alternating with this tree's pause by pause, so machine load hits both alike: its figures come
+under "baseline" in the same JSON object.
+
 Usage: python benchmarks/typing.py [--gateway] [--pauses 24] [--per-file 3] [--keys 4] [--seed 12]
-                                   [--settings '{"inlineBudgetMs": 8000}'] [--model DIR]
+                                   [--settings '{"inlineBudgetMs": 8000}'] [--model DIR] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -185,6 +190,7 @@ class Editor:
                 text_document=types.TextDocumentIdentifier(uri=self.uri), position=position,
                 context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic)),
             msg_id=msg_id))
+        future.add_done_callback(lambda done: done.cancelled() or done.exception())  # cancelled ones: expected
         self.pending = (msg_id, future)
         return future
 
@@ -194,21 +200,26 @@ def offset_of(text: str, line: int, column: int) -> int:
     return sum(len(x) + 1 for x in text.split("\n")[:line]) + column
 
 
-def server_command(*args: str) -> list[str]:
-    exe = Path(sys.executable).parent / "infill-ls"
-    return [str(exe), *args] if exe.exists() else [sys.executable, "-m", "server.cli", *args]
+def server_command(tree: Path, *args: str) -> list[str]:
+    """The server of the source tree `tree` (run from it, so its own packages are imported), this venv's Python."""
+    return [sys.executable, "-m", "server.cli", *args]
+
+
+def tree_env(tree: Path) -> dict:
+    return {**os.environ, "PYTHONPATH": str(tree)}
 
 
 async def lsp_status(client: LanguageClient) -> dict:
     return await client.workspace_execute_command_async(types.ExecuteCommandParams(command="infill.status"))
 
 
-async def run_lsp(args, pauses: list[Pause], settings: dict) -> tuple[list[dict], dict]:
+async def start_lsp(args, settings: dict, tree: Path) -> LanguageClient:
     client = LanguageClient("infill-typing-bench", "1")
     for method in (types.WINDOW_LOG_MESSAGE, "infill/statusChanged", types.PROGRESS):
         client.feature(method)(lambda *a: None)
     extra = ["--model", args.model] if args.model else []
-    await client.start_io(*server_command("--stdio", *extra))
+    await client.start_io(*server_command(tree, "--stdio", "--log-file", os.devnull, *extra), cwd=str(tree),
+                          env=tree_env(tree))
     await client.initialize_async(types.InitializeParams(capabilities=types.ClientCapabilities(),
                                                          initialization_options=settings))
     client.initialized(types.InitializedParams())
@@ -216,55 +227,77 @@ async def run_lsp(args, pauses: list[Pause], settings: dict) -> tuple[list[dict]
     while (status := await lsp_status(client))["state"] == "loading" and time.monotonic() < end:
         await asyncio.sleep(0.5)
     if status["state"] != "ready":
-        raise SystemExit(f"server not ready: {status}")
-    records = []
-    editors: dict[str, Editor] = {}
+        raise SystemExit(f"server in {tree} not ready: {status}")
+    return client
+
+
+async def settle(client: LanguageClient, limit_s: float = 90.0) -> None:
+    """Wait until the server runs nothing (a request the benchmark gave up on may still run): each pause starts
+    from an idle model, as after a person's pause, and one server's leftovers never slow the other's pause."""
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        status = await lsp_status(client)
+        if not status.get("modelBusy") and not status.get("running"):
+            return
+        await asyncio.sleep(0.2)
+
+
+async def lsp_pause(args, client: LanguageClient, editors: dict, index: int, pause: Pause) -> dict:
+    original = Path(pause.path).read_text(encoding="utf-8")
+    if pause.path not in editors:
+        editors[pause.path] = Editor(client, f"file:///bench/{index}/{Path(pause.path).name}", original)
+    editor = editors[pause.path]
+    line = original.split("\n")[pause.line]
+    editor.replace_line(pause.line, line[:pause.keep])  # the jump: no request
+    await asyncio.sleep(0.5)
+    column, future, last_key = pause.keep, None, 0.0
+    for char in pause.typed:
+        editor.type_char(pause.line, column, char)
+        column += 1
+        last_key = time.perf_counter()
+        future = editor.ask(types.Position(pause.line, column))
+        await asyncio.sleep(KEY_GAP_S)
+    try:
+        reply = await asyncio.wait_for(future, args.wait_s)
+    except Exception:  # noqa: BLE001 - timed out, cancelled or failed: nothing shown
+        reply = None
+    reply_ms = (time.perf_counter() - last_key) * 1000
+    offset = offset_of(editor.text, pause.line, column)
+    before, after, fill = editor.text[:offset], editor.text[offset:], ""
+    if reply is not None and reply.items and reply.items[0].insert_text.strip():
+        item = reply.items[0]
+        start = offset_of(editor.text, item.range.start.line, item.range.start.character)
+        end = offset_of(editor.text, item.range.end.line, item.range.end.character)
+        filled = editor.text[:start] + item.insert_text + editor.text[end:]
+        # As a fill at the cursor (an item may also rewrite typed text before it, or text after it).
+        tail = len(editor.text) - max(end, offset)
+        fill, after = filled[offset:len(filled) - tail], editor.text[len(editor.text) - tail:]
+        before = filled[:offset]
+    record = _record(original, pause, before, after, fill, reply_ms)
+    editor.replace_line(pause.line, line)  # restore
+    await settle(client)
+    return record
+
+
+async def run_lsp(args, pauses: list[Pause], settings: dict, trees: list[Path]) -> list[tuple[list[dict], dict]]:
+    clients = [await start_lsp(args, settings, tree) for tree in trees]
+    records: list[list[dict]] = [[] for _ in trees]
+    editors: list[dict] = [{} for _ in trees]
     for index, pause in enumerate(pauses):
-        original = Path(pause.path).read_text(encoding="utf-8")
-        if pause.path not in editors:
-            editors[pause.path] = Editor(client, f"file:///bench/{index}/{Path(pause.path).name}", original)
-        editor = editors[pause.path]
-        line = original.split("\n")[pause.line]
-        editor.replace_line(pause.line, line[:pause.keep])  # the jump: no request
-        await asyncio.sleep(0.5)
-        column = pause.keep
-        future = None
-        last_key = 0.0
-        for char in pause.typed:
-            editor.type_char(pause.line, column, char)
-            column += 1
-            last_key = time.perf_counter()
-            future = editor.ask(types.Position(pause.line, column))
-            await asyncio.sleep(KEY_GAP_S)
-        try:
-            reply = await asyncio.wait_for(future, args.wait_s)
-        except asyncio.TimeoutError:
-            reply = None
-        except Exception:  # noqa: BLE001 - a cancelled/errored request shows nothing
-            reply = None
-        reply_ms = (time.perf_counter() - last_key) * 1000
-        offset = offset_of(editor.text, pause.line, column)
-        before, after, fill = editor.text[:offset], editor.text[offset:], ""
-        if reply is not None and reply.items and reply.items[0].insert_text.strip():
-            item = reply.items[0]
-            start = offset_of(editor.text, item.range.start.line, item.range.start.character)
-            end = offset_of(editor.text, item.range.end.line, item.range.end.character)
-            filled = editor.text[:start] + item.insert_text + editor.text[end:]
-            # As a fill at the cursor (an item may also rewrite typed text before it, or text after it).
-            tail = len(editor.text) - max(end, offset)
-            fill, after = filled[offset:len(filled) - tail], editor.text[len(editor.text) - tail:]
-            before = filled[:offset]
-        records.append(_record(original, pause, before, after, fill, reply_ms))
-        editor.replace_line(pause.line, line)  # restore
-        await asyncio.sleep(0.3)
-        if args.verbose:
-            print(json.dumps(records[-1]), file=sys.stderr, flush=True)
-    final = await lsp_status(client)
-    await client.shutdown_async(None)
-    client.exit(None)
-    await client.stop()
-    return records, {"pipeline": final.get("pipeline"), "server_latencies": final.get("latencies"),
-                     **{k: final[k] for k in ("budget",) if k in final}}
+        order = list(range(len(trees)))
+        for k in order if index % 2 == 0 else order[::-1]:  # alternating: drift hits both alike
+            records[k].append(await lsp_pause(args, clients[k], editors[k], index, pause))
+            if args.verbose:
+                print(json.dumps({"tree": str(trees[k]), **records[k][-1]}), file=sys.stderr, flush=True)
+    out = []
+    for client, recs in zip(clients, records):
+        final = await lsp_status(client)
+        await client.shutdown_async(None)
+        client.exit(None)
+        await client.stop()
+        out.append((recs, {"pipeline": final.get("pipeline"), "server_latencies": final.get("latencies"),
+                           **{k: final[k] for k in ("budget", "cheapAnswers") if k in final}}))
+    return out
 
 
 def _record(original: str, pause: Pause, before: str, after: str, fill: str, reply_ms: float) -> dict:
@@ -290,47 +323,60 @@ def post(url: str, body: dict, timeout: float) -> dict:
         return json.loads(response.read())
 
 
-def run_gateway(args, pauses: list[Pause]) -> tuple[list[dict], dict]:
+def start_gateway(args, tree: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     extra = ["--model", args.model] if args.model else []
-    log_file = open(os.devnull, "w")
-    process = subprocess.Popen(server_command("serve", "--port", str(port), *extra), stdout=log_file,
-                               stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    process = subprocess.Popen(server_command(tree, "serve", "--port", str(port), "--log-level", "WARNING", *extra),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=str(tree),
+                               env=tree_env(tree))
     base = f"http://127.0.0.1:{port}"
+    end = time.monotonic() + 600
+    while True:
+        try:
+            with urllib.request.urlopen(base + "/health", timeout=5) as response:
+                if json.loads(response.read()).get("status") == "ready":
+                    return process, base
+        except OSError:
+            pass
+        if time.monotonic() > end or process.poll() is not None:
+            process.kill()
+            raise SystemExit(f"gateway in {tree} did not become ready")
+        time.sleep(0.5)
+
+
+def gateway_pause(args, base: str, pause: Pause) -> dict:
+    original = Path(pause.path).read_text(encoding="utf-8")
+    lines = original.split("\n")
+    offset = sum(len(x) + 1 for x in lines[:pause.line]) + pause.keep + len(pause.typed)
+    line_end = sum(len(x) + 1 for x in lines[:pause.line]) + len(lines[pause.line])
+    before, after = original[:offset], original[line_end:]
+    time.sleep(KEY_GAP_S * len(pause.typed))  # the typing, as the client sees it: nothing sent
+    started = time.perf_counter()
     try:
-        end = time.monotonic() + 600
-        while True:
-            try:
-                with urllib.request.urlopen(base + "/health", timeout=5) as response:
-                    if json.loads(response.read()).get("status") == "ready":
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > end or process.poll() is not None:
-                raise SystemExit("gateway did not become ready")
-            time.sleep(0.5)
-        records = []
-        for pause in pauses:
-            original = Path(pause.path).read_text(encoding="utf-8")
-            lines = original.split("\n")
-            offset = sum(len(x) + 1 for x in lines[:pause.line]) + pause.keep + len(pause.typed)
-            line_end = sum(len(x) + 1 for x in lines[:pause.line]) + len(lines[pause.line])
-            before, after = original[:offset], original[line_end:]
-            time.sleep(KEY_GAP_S * len(pause.typed))  # the typing, as the client sees it: nothing sent
-            started = time.perf_counter()
-            try:
-                body = post(base + "/v1/completions", {"prompt": before, "suffix": after, "max_tokens": 64},
-                            args.wait_s)
-                fill = body["choices"][0]["text"]
-            except OSError:
-                fill = ""
-            records.append(_record(original, pause, before, after, fill, (time.perf_counter() - started) * 1000))
-            if args.verbose:
-                print(json.dumps(records[-1]), file=sys.stderr, flush=True)
-        return records, {}
+        body = post(base + "/v1/completions", {"prompt": before, "suffix": after, "max_tokens": 64}, args.wait_s)
+        fill = body["choices"][0]["text"]
+    except OSError:
+        fill = ""
+    return _record(original, pause, before, after, fill, (time.perf_counter() - started) * 1000)
+
+
+def run_gateway(args, pauses: list[Pause], trees: list[Path]) -> list[tuple[list[dict], dict]]:
+    servers = []
+    try:
+        for tree in trees:
+            servers.append(start_gateway(args, tree))
+        records: list[list[dict]] = [[] for _ in trees]
+        for index, pause in enumerate(pauses):
+            order = list(range(len(trees)))
+            for k in order if index % 2 == 0 else order[::-1]:
+                records[k].append(gateway_pause(args, servers[k][1], pause))
+                if args.verbose:
+                    print(json.dumps({"tree": str(trees[k]), **records[k][-1]}), file=sys.stderr, flush=True)
+        return [(recs, {}) for recs in records]
     finally:
-        process.terminate()
-        process.wait(30)
+        for process, _ in servers:
+            process.terminate()
+            process.wait(30)
 
 
 # -- report -----------------------------------------------------------------------------------------------------
@@ -354,7 +400,7 @@ def cpu_flags() -> list[str]:
     return []
 
 
-def summary(records: list[dict], args, settings: dict, extra: dict, seconds: float) -> dict:
+def summary(records: list[dict], extra: dict, args, settings: dict, seconds: float) -> dict:
     shown = [r for r in records if r["shown"]]
     replies = [r["reply_ms"] for r in shown]
     share = lambda part, whole: round(len(part) / len(whole), 3) if whole else None  # noqa: E731
@@ -379,21 +425,29 @@ def main() -> None:
     parser.add_argument("--per-file", type=int, default=3)
     parser.add_argument("--keys", type=int, default=4)
     parser.add_argument("--seed", type=int, default=12)
-    parser.add_argument("--wait-s", type=float, default=30.0, help="longest wait for one answer")
+    parser.add_argument("--wait-s", type=float, default=None,
+                        help="longest wait for one answer (default 30 s; the gateway: 90 s, past its own 60 s)")
     parser.add_argument("--settings", default="{}", help="initializationOptions (JSON) for the LSP server")
     parser.add_argument("--model", default=None)
+    parser.add_argument("--baseline", default=None, help="another source tree (e.g. an export of main): its "
+                        "server gets the same pauses, alternating with this one's; reported under 'baseline'")
     parser.add_argument("--verbose", action="store_true", help="one JSON line per pause on stderr")
     args = parser.parse_args()
     settings = json.loads(args.settings)
+    args.wait_s = args.wait_s or (90.0 if args.gateway else 30.0)
     pauses = pick_pauses(args.pauses, args.per_file, args.keys, args.seed)
+    trees = [ROOT] + ([Path(args.baseline).resolve()] if args.baseline else [])
     started = time.perf_counter()
     if args.gateway:
-        records, extra = run_gateway(args, pauses)
+        runs = run_gateway(args, pauses, trees)
         settings = {}
     else:
-        records, extra = asyncio.run(run_lsp(args, pauses, settings))
-    print(json.dumps(summary(records, args, settings, extra, time.perf_counter() - started)))
-
+        runs = asyncio.run(run_lsp(args, pauses, settings, trees))
+    seconds = time.perf_counter() - started
+    report = summary(*runs[0], args, settings, seconds)
+    if args.baseline:
+        report["baseline"] = {"tree": str(trees[1]), **summary(*runs[1], args, settings, seconds)}
+    print(json.dumps(report))
 
 if __name__ == "__main__":
     main()
