@@ -42,27 +42,27 @@ async def complete_inline(ls, params: types.InlineCompletionParams) -> types.Inl
         job.task = asyncio.ensure_future(_run(ls, params, document, job, invoked))
         ls.inline_jobs[uri] = job
     else:
-        ls.joined += 1  # the same request as the one in flight (a client re-asking): wait for its answer
-    job.waiters += 1
+        ls.joined += 1  # the same request as the one in flight (a client re-asking): take over its model run
+    mine = job.take_over()
     try:
-        ran: _Ran | None = await asyncio.shield(job.task)
+        await asyncio.wait({job.task, mine}, return_when=asyncio.FIRST_COMPLETED)  # (wait never cancels the run)
     except asyncio.CancelledError:
-        job.waiters -= 1
-        if job.waiters == 0:  # let an identical request that comes right after the cancel join it
+        if job.leave(mine):  # no one waits for the run now: stop it, unless an identical request joins first
             asyncio.get_running_loop().call_later(JOIN_GRACE_S, job.release)
         raise
     finally:
         if ls.inline_jobs.get(uri) is job and job.task.done():
             del ls.inline_jobs[uri]
+    if not job.task.done() or mine.done():
+        job.leave(mine)
+        return None  # a newer identical request took the run over: the newest request gets the answer, as ever
+    ran: _Ran | None = job.task.result()
     if ran is None:
         return None
     reply_clock = _Clock()
     reply = _reply(ls, params, document, ran)
     reply_clock.pause()
-    if not job.recorded:  # one record per model run, whoever waited for it
-        job.recorded = True
-        _record_overhead(ls, document, ran.path, ran.ahead, reply_clock, ran.result,
-                         "invoked" if invoked else "keystroke")
+    _record_overhead(ls, document, ran.path, ran.ahead, reply_clock, ran.result, "invoked" if invoked else "keystroke")
     return reply
 
 
@@ -71,16 +71,28 @@ JOIN_GRACE_S = 0.05  # a client cancels and re-asks in one go; a model run with 
 
 @dataclass(eq=False)
 class _Job:
-    """One model run for (document, version, cursor, trigger), awaited by every identical request."""
+    """One model run for (document, version, cursor, trigger). A newer identical request takes it over instead of
+    starting it again; the request it replaces gets nothing, as a superseded one does."""
 
     key: tuple
     ticket: Ticket
     task: asyncio.Future | None = None
-    waiters: int = 0
-    recorded: bool = False
+    waiter: asyncio.Future | None = None  # set when a newer request takes the run over from this one
+
+    def take_over(self) -> asyncio.Future:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+        self.waiter = asyncio.get_running_loop().create_future()
+        return self.waiter
+
+    def leave(self, waiter: asyncio.Future) -> bool:
+        """`waiter` stops waiting; whether the run is now awaited by no one."""
+        if self.waiter is waiter:
+            self.waiter = None
+        return self.waiter is None
 
     def release(self) -> None:
-        if self.waiters == 0 and self.task is not None and not self.task.done():
+        if self.waiter is None and self.task is not None and not self.task.done():
             self.ticket.token.cancel("request cancelled by the client")  # the engine stops within one step
             self.task.cancel()
 
@@ -231,9 +243,12 @@ def _reply(ls, params, document, ran: _Ran):
         ls.log(f"inline {uri}@{version}: no suggestion ({_why_empty(outcome, result)})", types.MessageType.Log)
         return None  # nothing rather than a bad suggestion
     ls.telemetry.record_latency(server_ms)
-    items = [types.InlineCompletionItem(insert_text=f.text,
-                                        range=document.range_of(f.start, f.end)) for f in fills]
-    ls.typed_through.remember(uri, document.text, ran.cursor, fills[0].start, fills[0].end, fills[0].text)
+    return _items(ls, document, ran, fills)
+
+
+def _items(ls, document, ran: _Ran, fills) -> types.InlineCompletionList:
+    items = [types.InlineCompletionItem(insert_text=f.text, range=document.range_of(f.start, f.end)) for f in fills]
+    ls.typed_through.remember(document.uri, document.text, ran.cursor, fills[0].start, fills[0].end, fills[0].text)
     return types.InlineCompletionList(items=items)
 
 

@@ -58,9 +58,9 @@ def test_budget_settings_default_to_measured_and_accept_null_or_a_number():
 
 # -- through the real server ------------------------------------------------------------------------------------
 
-# 256 denoising steps: a fill of the tiny engine takes about a second or more on a shared 2-core machine, longer
+# 64 denoising steps: a fill of the tiny engine takes about a second or more on a shared 2-core machine, longer
 # than the old 600 ms default (and well inside the guard's cap).
-SLOW_ARGS = ["--denoising-steps", "256"]
+SLOW_ARGS = ["--denoising-steps", "64"]
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -136,3 +136,18 @@ def test_typed_through_unit_rules():
     assert memory.answer("u", "x = compute(a, b)\n", 17) is None  # all typed: nothing left
     memory.remember("u", text, 12, 11, 12, "(a)")  # a fill that rewrites text before the cursor
     assert memory.answer("u", text, 12) is None
+
+
+async def test_an_identical_request_without_a_cancel_takes_the_run_over(lsp):
+    """A client that re-asks without cancelling: the newest request gets the run's answer, the older one nothing
+    (as a superseded request), and the model ran once."""
+    uri, text = "file:///takeover.txt", "The train leaves at noon, so "
+    open_doc(lsp, uri, text, language="plaintext")
+    runs = await _model_runs(lsp)
+    position = types.Position(0, len(text))
+    older = asyncio.ensure_future(_ask(lsp, uri, position, invoked=True))
+    await asyncio.sleep(0.01)
+    newer = await _ask(lsp, uri, position, invoked=True)
+    assert await older is None
+    assert newer is not None and newer.items, log_text(lsp)
+    assert await _model_runs(lsp) == runs + 1
