@@ -58,19 +58,24 @@ def test_budget_settings_default_to_measured_and_accept_null_or_a_number():
 
 # -- through the real server ------------------------------------------------------------------------------------
 
-# 64 denoising steps: a fill of the tiny engine takes about a second or more on a shared 2-core machine, longer
-# than the old 600 ms default (and well inside the guard's cap).
-SLOW_ARGS = ["--denoising-steps", "64"]
+# 128 denoising steps: a fill of the tiny engine takes a second or more on a 2-core machine, longer than the old
+# 600 ms default, and well inside the guard's cap (unless the machine is loaded many times over).
+SLOW_ARGS = ["--denoising-steps", "128"]
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def slow_lsp(tiny_checkpoint):
     client, _ = await start(["--model", str(tiny_checkpoint), *SLOW_ARGS],
-                            init_options={"enabledLanguages": ["plaintext"]})
+                            init_options={"enabledLanguages": ["plaintext"], "invokedBudgetMs": 120000})
     client.status_changes = []
     client.feature("infill/statusChanged")(lambda params: client.status_changes.append(params))
     ready = await wait_ready(client)
     assert ready["state"] == "ready", ready
+    # One invoked fill (explicit budget) first: the first run's one-time costs are not what the tests are about.
+    open_doc(client, "file:///warm.txt", "Warm up ", language="plaintext")
+    await client.text_document_inline_completion_async(types.InlineCompletionParams(
+        text_document=types.TextDocumentIdentifier(uri="file:///warm.txt"), position=types.Position(0, 8),
+        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)))
     yield client
     await client.shutdown_session()
     await client.stop()
@@ -89,13 +94,16 @@ async def test_a_slow_model_still_shows_its_suggestion_with_default_settings(slo
         uri = f"file:///slow-{index}.txt"
         open_doc(slow_lsp, uri, text, language="plaintext")
         reply = await _automatic(slow_lsp, uri, types.Position(0, len(text)))
+        if reply is None and (await status(slow_lsp))["budget"]["fillP50Ms"] >= 0.9 * GUARD_CAP_MS:
+            pytest.skip("this machine is loaded past the guard's cap: fills take longer than "
+                        f"{GUARD_CAP_MS / 1000:.0f} s (nothing can show then, by design)")
         assert reply is not None and reply.items and reply.items[0].insert_text.strip(), log_text(slow_lsp)
-        if index == 0:  # the first fill ran under the cap: nothing was timed before it
+        if index == 0:  # it ran under the cap: only the warm-up fill was timed before it
             first = (await status(slow_lsp))["budget"]
-            assert first["samples"] == 1 and first["source"]["inline"] == "cap", first
+            assert first["samples"] == 2 and first["source"]["inline"] == "cap", first
     after = await status(slow_lsp)
     budget = after["budget"]
-    assert budget["samples"] == len(texts), budget
+    assert budget["samples"] == len(texts) + 1, budget
     if budget["fillP50Ms"] <= 600:
         pytest.skip(f"fills took {budget['fillP50Ms']} ms here: not slower than the old 600 ms default")
     assert budget["source"]["inline"] == "measured"
@@ -107,7 +115,8 @@ async def test_a_slow_model_still_shows_its_suggestion_with_default_settings(slo
 @pytest.mark.asyncio(loop_scope="module")
 async def test_status_says_when_the_machine_is_too_slow_for_automatic_suggestions(slow_lsp):
     current = (await status(slow_lsp))["budget"]
-    assert current["samples"] >= MIN_SAMPLES
+    if current["samples"] < MIN_SAMPLES:
+        pytest.skip("the fills before this test did not all run (see the test before)")
     slow = current["fillP50Ms"] > TOO_SLOW_P50_MS
     assert current["tooSlowForTyping"] is slow
     if slow:  # the notification went out when the verdict flipped
@@ -129,3 +138,24 @@ async def test_an_explicit_inline_budget_wins(slow_lsp):
     assert reply is None  # cut short by the person's own budget: nothing shown
     await asyncio.sleep(0)
     assert (await status(slow_lsp))["pipeline"]["rejected"].get("cut_short", 0) >= 1
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio(loop_scope="function")
+async def test_the_default_model_shows_ghost_text_with_default_settings():
+    """Issue 12's first report: `return ` after `def area(width, height):` showed nothing in VS Code with default
+    settings (cut short at 600 ms) on a 2-core CPU. An automatic request now gets the default model's answer."""
+    client, _ = await start([])
+    client.feature("infill/statusChanged")(lambda params: None)
+    try:
+        assert (await wait_ready(client, timeout=600))["state"] == "ready"
+        uri, text = "file:///area.py", "def area(width, height):\n    return \n"
+        open_doc(client, uri, text)
+        reply = await _automatic(client, uri, types.Position(1, 11))
+        assert reply is not None and reply.items and reply.items[0].insert_text.strip(), log_text(client)
+        filled = text[:len("def area(width, height):\n    return ")] + reply.items[0].insert_text + "\n"
+        compile(filled, "area.py", "exec")
+        assert (await status(client))["budget"]["source"]["inline"] == "cap"  # the first fill: nothing timed yet
+    finally:
+        await client.shutdown_session()
+        await client.stop()
