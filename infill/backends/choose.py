@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Callable
 
+from infill.device import set_threads, threads_from_env
 from infill.engine.config import EngineConfig
-from infill.types import InfillBackend
-
-ProgressCallback = Callable[[str, "float | None"], None]  # (message, fraction 0..1 or None)
+from infill.types import InfillBackend, ProgressCallback
 
 
 @dataclass(frozen=True)
@@ -29,19 +27,13 @@ class BackendSpec:
 
     @classmethod
     def from_env(cls, **overrides) -> "BackendSpec":
-        threads = os.environ.get("INFILL_THREADS", "")
-        values = {"model": os.environ.get("INFILL_MODEL") or None,
-                  "threads": int(threads) if threads.isdigit() and int(threads) > 0 else None}
+        values = {"model": os.environ.get("INFILL_MODEL") or None, "threads": threads_from_env()}
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
 
 def open_backend(spec: BackendSpec, progress: ProgressCallback | None = None) -> InfillBackend:
-    if spec.threads:
-        import torch
-
-        # On a small or shared CPU one or two threads beat torch's default oversubscription.
-        torch.set_num_threads(spec.threads)
+    set_threads(spec.threads)
     if spec.endpoint:
         from infill.backends.remote import RemoteBackend
 

@@ -41,9 +41,6 @@ _EXTENSIONS = {
 # Notes kept for a document nobody asks a context for (completions disabled, language refused): past this many,
 # they are dropped and the next context compares texts instead, so memory stays bounded.
 MAX_PENDING_NOTES = 1000
-PROSE_LANGUAGES = frozenset({"markdown", "plaintext", "text"})
-# Languages whose blocks are delimited by indentation rather than braces.
-INDENT_LANGUAGES = frozenset({"python"})
 
 
 def resolve_language(language: str | None, document_id: str | None = None) -> str | None:
