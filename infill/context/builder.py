@@ -15,7 +15,8 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
 from infill.checks.rules import PROSE_LANGUAGES, opens_block
-from infill.context.syntax import DocumentSnapshot, NotedEdit, ParsedDocument, resolve_language
+from infill.context.edits import Edit
+from infill.context.syntax import DocumentSnapshot, ParsedDocument, resolve_language
 from infill.cache.tokens import clean_text
 from infill.types import InfillError
 from infill.context.windows import (WINDOW_HEADROOM, byte_offset, char_index, line_end, line_window, sticky_start,
@@ -130,11 +131,11 @@ class ContextBuilder:
         first request parses them whole)."""
         if start < 0 or old_end < start:
             raise InfillError(f"edit {start}..{old_end} is not a range")
-        note = NotedEdit(start, old_end, new_text, version)
+        edit = Edit.replacing(start, old_end, new_text)
         with self._lock:
             docs = [doc for (doc_id, _), doc in self._documents.items() if doc_id == document_id]
         for doc in docs:
-            doc.note_edit(note)
+            doc.note_edit(edit, version)
 
     def forget(self, document_id: str) -> None:
         with self._lock:
