@@ -119,3 +119,18 @@ def test_gemma_reads_what_the_pipeline_knows_about_the_gap():
     shape = gap_shape(request.prefix, request.suffix, request.single_line, request.language, request.gap)
     assert not comment_only("# Example", shape)
     assert comment_only("# Example", gap_shape(request.prefix, request.suffix, request.single_line, "python"))
+
+
+def test_gemma_ends_a_block_where_the_pipeline_says_the_block_is():
+    # The cursor dedented to the `if`'s level: the pipeline's indentation for later lines is the cursor's; Gemma
+    # alone read the deeper line above and cut the fill after its first line.
+    text = "def f(x):\n    if x:\n        return 1\n    \n"
+    at = len(text) - 1
+    backend = _Echo()
+    Pipeline(backend).complete(CompletionRequest(text=text, start=at, end=at, mode="inline", language="python"))
+    request = backend.requests[0]
+    assert request.gap.indent == "    " and not request.single_line
+    fill = "y = 2\n    return y\n\ndef g():\n"
+    with_facts = gap_shape(request.prefix, request.suffix, False, "python", request.gap)
+    assert cut_fill(fill, with_facts) == ("y = 2\n    return y\n", True)  # ends where the function ends
+    assert cut_fill(fill, gap_shape(request.prefix, request.suffix, False, "python")) == ("y = 2", True)

@@ -56,22 +56,26 @@ class GapShape:
 def gap_shape(before: str, after: str, single_line: bool, language: str | None,
               facts: GapFacts | None = None) -> GapShape:
     """The shape of the gap between `before` and `after`. `facts` (from the pipeline's context, for the first
-    gap) say what the text alone cannot: prose or code, inside a comment, and the gap's whole line when the prompt
-    window cut it; without them (a bare request, a later gap) they are read from the text."""
-    cursor_line = facts.line_before if facts is not None else before.rsplit("\n", 1)[-1]
-    reference = cursor_line
-    if not cursor_line.strip():
-        earlier = before[:len(before) - len(before.rsplit("\n", 1)[-1])].rstrip().rsplit("\n", 1)[-1]
-        reference = earlier if earlier.strip() else ""
+    gap) say what the text alone cannot: prose or code, inside a comment, the block's indentation, and the gap's
+    whole line when the prompt window cut it; without them (a bare request, a later gap) they are read from the
+    text."""
     after_line, _, after_rest = after.partition("\n")
-    if facts is not None:
-        after_line = facts.line_after
     after_next = next((line.strip() for line in after_rest.split("\n") if line.strip()), "")
-    prose = facts.is_prose if facts is not None else rules.is_prose_language(language)
-    return GapShape(single_line=single_line or bool(after_line.strip()), block_indent=rules.indent_width(reference),
-                    opener=reference.rstrip().endswith(_OPENERS), cursor_line=cursor_line,
-                    after_line=after_line.strip(), after_next=after_next, prose=prose, language=language,
-                    in_comment=facts is not None and facts.in_comment)
+    if facts is not None:
+        # A line left of the indentation the pipeline chose for the fill's later lines leaves the block.
+        cursor_line, after_line, prose = facts.line_before, facts.line_after, facts.is_prose
+        block_indent, opener = len(facts.indent), False
+    else:
+        # The line that sets the block: the cursor's, or the last non-blank one above (a body line must be deeper
+        # than one that opens a block).
+        cursor_line = before.rsplit("\n", 1)[-1]
+        reference = cursor_line if cursor_line.strip() else \
+            before[:len(before) - len(cursor_line)].rstrip().rsplit("\n", 1)[-1]
+        block_indent, opener = rules.indent_width(reference), reference.rstrip().endswith(_OPENERS)
+        prose = rules.is_prose_language(language)
+    return GapShape(single_line=single_line or bool(after_line.strip()), block_indent=block_indent, opener=opener,
+                    cursor_line=cursor_line, after_line=after_line.strip(), after_next=after_next, prose=prose,
+                    language=language, in_comment=facts is not None and facts.in_comment)
 
 
 def cut_fill(text: str, shape: GapShape) -> tuple[str, bool]:

@@ -105,18 +105,30 @@ def _closes_quote(text: str, i: int, quote: str) -> bool:
     return text[i] == quote and (i == 0 or text[i - 1] != "\\")
 
 
-def first_unopened(text: str, closers: str) -> int | None:
-    """Index of the first character of `closers` that stands outside every bracket and string opened within
-    `text` (a bracket closed that `text` never opened, a separator at the fill's own level), if any."""
-    stack: list[str] = []
+def _strings(text: str):
+    """Yields (index, char, code, in_string) per character: `code` is False for a string's quotes and contents,
+    `in_string` says whether a string is still open after this character."""
     quote = ""
     for i, ch in enumerate(text):
         if quote:
             if _closes_quote(text, i, quote):
                 quote = ""
+            yield i, ch, False, bool(quote)
         elif opens_quote(text, i):
             quote = ch
-        elif ch in _PAIRS:
+            yield i, ch, False, True
+        else:
+            yield i, ch, True, False
+
+
+def first_unopened(text: str, closers: str) -> int | None:
+    """Index of the first character of `closers` that stands outside every bracket and string opened within
+    `text` (a bracket closed that `text` never opened, a separator at the fill's own level), if any."""
+    stack: list[str] = []
+    for i, ch, code, _ in _strings(text):
+        if not code:
+            continue
+        if ch in _PAIRS:
             stack.append(_PAIRS[ch])
         elif stack and ch == stack[-1]:
             stack.pop()
@@ -129,19 +141,14 @@ def balance_points(text: str):
     """Walk `text` tracking the brackets and strings the fill itself opens. Yields, after each character,
     (index, char, balanced, in_string); `balanced` means no bracket opened within `text` is still open (closing
     brackets of the prefix is fine)."""
-    depth, floor, quote = 0, 0, ""
-    for i, ch in enumerate(text):
-        if quote:
-            if _closes_quote(text, i, quote):
-                quote = ""
-        elif opens_quote(text, i):
-            quote = ch
-        elif ch in "([{":
+    depth, floor = 0, 0
+    for i, ch, code, in_string in _strings(text):
+        if code and ch in "([{":
             depth += 1
-        elif ch in ")]}":
+        elif code and ch in ")]}":
             depth -= 1
             floor = min(floor, depth)
-        yield i, ch, depth <= floor, bool(quote)
+        yield i, ch, depth <= floor, in_string
 
 
 # -- Python's own parser ----------------------------------------------------------------------------------------
@@ -152,24 +159,22 @@ def balance_points(text: str):
 AST_LOCK = threading.Lock()
 
 
-def python_error(code: str) -> str | None:
-    """Why CPython would not parse `code`, or None when it parses."""
+def _parse_python(code: str) -> tuple[ast.Module | None, str | None]:
     try:
         with AST_LOCK, warnings.catch_warnings():
             warnings.simplefilter("ignore")  # invalid escape sequences in old files are not a syntax error
-            ast.parse(code)
-        return None
+            return ast.parse(code), None
     except SyntaxError as exc:
-        return exc.msg
+        return None, exc.msg
     except (ValueError, RecursionError, MemoryError) as exc:
-        return str(exc) or type(exc).__name__
+        return None, str(exc) or type(exc).__name__
+
+
+def python_error(code: str) -> str | None:
+    """Why CPython would not parse `code`, or None when it parses."""
+    return _parse_python(code)[1]
 
 
 def python_tree(code: str) -> ast.Module | None:
     """The module's AST, or None when it does not parse."""
-    try:
-        with AST_LOCK, warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return ast.parse(code)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
+    return _parse_python(code)[0]
