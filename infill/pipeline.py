@@ -24,7 +24,8 @@ from typing import Literal
 from infill.context.builder import ContextBuilder, ContextSettings, GapContext, find_placeholders
 from infill.checks.postprocess import postprocess
 from infill.context.syntax import DocumentSnapshot
-from infill.types import (CancelToken, Draft, DraftCallback, InfillBackend, InfillError, InfillRequest, InfillResult)
+from infill.types import (CancelToken, Draft, DraftCallback, GapFacts, InfillBackend, InfillError, InfillRequest,
+                          InfillResult)
 from infill.checks.watchdog import Verdict, Watchdog, WatchdogSettings, check_length, check_repetition
 
 log = logging.getLogger(__name__)
@@ -230,7 +231,7 @@ class Pipeline:
         request = InfillRequest(prefix=req.text[ctx.prefix_start:first], suffix=req.text[last:ctx.suffix_end],
                                 between=between, max_middle_tokens=ctx.max_middle_tokens,
                                 single_line=ctx.single_line, language=ctx.language or req.language,
-                                document_id=req.document_id, version=req.version)
+                                document_id=req.document_id, version=req.version, gap=_gap_facts(gaps[0]))
         return Prepared(req, request, spans, doc, ctx, gaps, context_ms=(time.perf_counter() - t0) * 1000,
                         context_cpu_ms=(time.thread_time() - cpu0) * 1000)
 
@@ -382,3 +383,8 @@ def _name(backend: InfillBackend) -> str:
         return backend.info.name
     except Exception:
         return type(backend).__name__
+
+
+def _gap_facts(ctx: GapContext) -> GapFacts:
+    return GapFacts(line_before=ctx.line_before, line_after=ctx.line_after, indent=ctx.indent,
+                    is_prose=ctx.is_prose, in_comment=ctx.in_comment)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, TextIO
 
-from infill.engine.config import EngineConfig
+from infill.backends.choose import BackendSpec
 from infill.pipeline import PipelineSettings
 from infill.types import CancelToken, InfillError
 from infill.pilot.attempt import run_attempt
@@ -34,7 +34,9 @@ class RunSettings:
     accept: AcceptRule = field(default_factory=AcceptRule)
     pipeline: PipelineSettings = field(default_factory=PipelineSettings)
     warmup: bool = True  # one unrecorded attempt per backend first, so lazy initialisation is not in p95
-    engine: EngineConfig = field(default_factory=EngineConfig)  # in-process DiffusionGemma engines
+    # Model options for every engine opened (device, dtype, threads, DiffusionGemma's engine config); which model
+    # each backend runs comes from its TargetSpec.
+    backend: BackendSpec = field(default_factory=BackendSpec)
 
     def __post_init__(self) -> None:
         if not self.concurrency or any(not isinstance(c, int) or c < 1 for c in self.concurrency):
@@ -235,7 +237,7 @@ def run_pilot(holes: list[Hole], specs: list[TargetSpec], settings: RunSettings,
         raise InfillError("no holes to run")
     progress = progress or Progress()
     own_pool = pool is None
-    pool = pool or TargetPool(settings.pipeline, engine=settings.engine)
+    pool = pool or TargetPool(settings.pipeline, base=settings.backend)
     run = PilotRun()
     run_started = time.monotonic()
     attempts, cells = JsonlWriter(out_dir / "attempts.jsonl"), JsonlWriter(out_dir / "cells.jsonl")
