@@ -20,7 +20,6 @@ from infill import __version__
 from .backend_host import BackendHost
 from .documents import DocumentStore
 from .gate import LogThrottle
-from .scheduler import Scheduler
 from .settings import Settings, clean_layer, parse_settings
 from .telemetry import Telemetry
 from .timing import PhaseTimes
@@ -100,10 +99,10 @@ class InfillServer(LanguageServer):
         self.base_settings = base  # command-line options; client settings overlay them
         self.settings = base
         self.documents = DocumentStore()
-        self.scheduler = Scheduler()
         self.telemetry = Telemetry(base.completion_log)
         self.phases = PhaseTimes()
         self.host = BackendHost(self._on_load_event)
+        self.scheduler = self.host.worker.claims  # per-document tickets live with the model worker
         self.loop: asyncio.AbstractEventLoop | None = None
         self.logged_refusals: set[tuple] = set()  # (uri, version, reason) already logged once
         self.discard_log = LogThrottle()  # completions superseded or outdated while computing

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from infill.gateway.openai_api import GatewaySettings, HttpError, completion_body, parse_completion_params, run_completion
 from infill.pipeline import Pipeline
 from infill.types import InfillError
+from infill.worker import ModelWorker, OnWorker
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,8 @@ class GatewayServer(ThreadingHTTPServer):
         self._pipeline = pipeline
         self._load_error: str | None = None
         self._state_lock = threading.Lock()
+        # Every completion runs on this one thread; a newer request for the same document stops the older one.
+        self.worker = ModelWorker("infill-gateway-model")
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind resolves the host's FQDN (a DNS lookup); the name is never used here.
@@ -56,6 +59,10 @@ class GatewayServer(ThreadingHTTPServer):
     def url(self) -> str:
         host = self.server_name if ":" not in str(self.server_name) else f"[{self.server_name}]"
         return f"http://{host}:{self.server_port}"
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.worker.shutdown()
 
     def set_pipeline(self, pipeline: Pipeline) -> None:
         with self._state_lock:
@@ -154,7 +161,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _completions(self) -> None:
         params = parse_completion_params(self._read_json(), self.server.settings)
         pipeline = self.server.ready_pipeline()
-        extension, text, finish = run_completion(pipeline, params, self.server.settings)
+        on_worker = OnWorker(pipeline, self.server.worker)
+        extension, text, finish = run_completion(on_worker, params, self.server.settings)
         body = completion_body(self.server.model_name(pipeline), text, finish, extension)
         if params.stream:
             # Diffusion drafts replace the whole middle, so they cannot be streamed as appended deltas: one chunk
