@@ -42,13 +42,14 @@ class GatewayServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], settings: GatewaySettings, pipeline: Pipeline | None) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
+        # Every completion runs on this one thread; a newer request for the same document stops the older one.
+        # (Made first: a failed bind calls server_close, which stops it.)
+        self.worker = ModelWorker("infill-gateway-model")
         super().__init__(address, _Handler)
         self.settings = settings
         self._pipeline = pipeline
         self._load_error: str | None = None
         self._state_lock = threading.Lock()
-        # Every completion runs on this one thread; a newer request for the same document stops the older one.
-        self.worker = ModelWorker("infill-gateway-model")
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind resolves the host's FQDN (a DNS lookup); the name is never used here.
