@@ -176,15 +176,12 @@ class BackendHost:
         Supersession needs nothing here: the request's ticket (`worker.claims`) claimed its document already."""
 
         def run() -> PipelineResult:
-            waited = 0.0
             context = None
             if prepared is not None:
                 started = time.perf_counter()
                 context = prepared.result()  # built during the debounce: normally done already
-                waited = (time.perf_counter() - started) * 1000
-            result = pipeline.complete(request, cancel=cancel, deadline=deadline, prepared=context)
-            result.context_wait_ms = waited
-            return result
+                context.trace.add("context_wait", (time.perf_counter() - started) * 1000)
+            return pipeline.complete(request, cancel=cancel, deadline=deadline, prepared=context)
 
         return self.worker.submit(run, cancel=cancel, deadline=deadline)
 

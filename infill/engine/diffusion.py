@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Callable
 
 import torch
 import transformers
 
-from infill.engine.canvas import build_canvas, decoder_cache_view, decoder_masks, fit_lengths
+from infill.engine.canvas import build_canvas, decoder_masks, fit_lengths
 from infill.engine.config import EngineConfig
 from infill.engine.denoise import DenoiseOutput, denoise
+from infill.engine.model import decoder_cache_view, encode, shape_of
 from infill.cache.kv_store import PrefixKVStore
 from infill.engine.loading import LoadedModel
 from infill.cache.tokens import ChunkedTokenizer
@@ -35,22 +37,24 @@ def _should_stop(cancel: CancelToken | None, deadline: float | None) -> bool:
 
 
 class DiffusionEngine:
-    def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None) -> None:
+    def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None, *,
+                 denoiser: Callable[..., DenoiseOutput] = denoise) -> None:
         self.loaded = loaded
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
         self.config = config or EngineConfig()
-        text = self.model.config.text_config
-        self.layer_types = list(text.layer_types)
-        self.sliding_window = text.sliding_window
-        self.width = self.config.canvas_length or self.model.config.canvas_length
-        self.max_prompt = min(self.config.max_prompt_tokens, text.max_position_embeddings - self.width - 1)
+        self.denoiser = denoiser  # tests swap in transformers' exact sampler (tests/reference_sampler.py)
+        shape = shape_of(self.model)
+        self.layer_types = list(shape.layer_types)
+        self.sliding_window = shape.sliding_window
+        self.width = self.config.canvas_length or shape.canvas_length
+        self.max_prompt = min(self.config.max_prompt_tokens, shape.max_positions - self.width - 1)
         gen = self.model.generation_config
         self.bos_id, self.eos_id, self.pad_id = gen.bos_token_id, gen.eos_token_id, gen.pad_token_id
         self.stop_ids = {i for i in (self.eos_id if isinstance(self.eos_id, list) else [self.eos_id]) if i is not None}
         self.stop_ids.add(self.pad_id)
-        self.additive_masks = text._attn_implementation == "eager"
-        self.device = next(self.model.parameters()).device
+        self.additive_masks = shape.additive_masks
+        self.device = shape.device
         self.tokens = ChunkedTokenizer(self.tokenizer)
         self.store = PrefixKVStore(self.config.kv_store_bytes)
         self._info = BackendInfo(name=f"diffusiongemma:{loaded.model_id}", kind="diffusion", model=loaded.model_id,
@@ -157,9 +161,7 @@ class DiffusionEngine:
                 self.store.put(key, ids[:done], cache)
                 break
             end = min(done + PREFILL_CHUNK_TOKENS, ids.numel())
-            positions = torch.arange(done, end, device=self.device)[None]
-            self.model.model.encoder(input_ids=ids[done:end].to(self.device)[None], cache=cache,
-                                     position_ids=positions)
+            encode(self.model, ids[done:end].to(self.device), cache, done)
             done = end
         return cache, reused, done
 
@@ -188,8 +190,8 @@ class DiffusionEngine:
                 generator.manual_seed(seed)
             on_step = self._draft_emitter(canvas, on_draft, request) if on_draft else None
             try:
-                out = denoise(self.model, self.config, canvas, view, masks, generator, cancel=cancel,
-                              deadline=deadline, on_step=on_step)
+                out = self.denoiser(self.model, self.config, canvas, view, masks, generator, cancel=cancel,
+                                    deadline=deadline, on_step=on_step)
             finally:
                 self.store.put(key, ids, cache)  # the decoder never writes the cache: it still matches `ids`
         done = time.perf_counter()
