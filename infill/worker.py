@@ -7,7 +7,9 @@ a `CancelToken` and a deadline (`time.monotonic()`):
 - newest wins: a claim of kind "inline" on a document cancels the older inline claim's token, whether its job is
   queued or running (a running backend stops within one step; a queued job is dropped at once);
 - a queued job never starts once its token is cancelled or its deadline has passed: its future fails with
-  `NotRun` (a `Cancelled`) whose `outcome` says "cancelled" or "cut_short";
+  `NotRun` (a `Cancelled`) whose `outcome` says "cancelled" or "cut_short", at once (a cancel through the claims,
+  a deadline reached while another job holds the thread: a small watcher thread answers those; it never runs
+  model work) or when the thread reaches it (a token cancelled directly);
 - a document change (`Claims.document_changed`) cancels every claim on that document, of any kind.
 
 `Claims` is the registry of live requests per document (a `Ticket` each, from the moment a request arrives, so a
@@ -125,13 +127,15 @@ class ModelWorker:
     """One daemon thread running submitted jobs in order (see the module docstring for the rules)."""
 
     def __init__(self, name: str = "infill-model") -> None:
-        self.claims = Claims(on_cancel=self._drop_stopped)
+        self.claims = Claims(on_cancel=self._drop_unrunnable)
         self._cond = threading.Condition()
         self._queue: deque[_Job] = deque()
         self._closed = False
         self.busy = False  # a job is running (status "modelBusy")
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
+        self._watcher = threading.Thread(target=self._watch_deadlines, name=f"{name}-deadlines", daemon=True)
+        self._watcher.start()
 
     def submit(self, run: Callable[[], T], *, key: str | None = None, cancel: CancelToken | None = None,
                deadline: float | None = None, kind: str | None = None) -> "Future[T]":
@@ -144,14 +148,14 @@ class ModelWorker:
             if self._closed:
                 raise RuntimeError("the model worker is shut down")
             self._queue.append(job)
-            self._cond.notify()
+            self._cond.notify_all()  # the thread, and the deadline watcher (a new earliest deadline)
         return job.future
 
     def shutdown(self, wait: bool = False) -> None:
         """Run what is queued (cancelled jobs return at once), then stop the thread."""
         with self._cond:
             self._closed = True
-            self._cond.notify()
+            self._cond.notify_all()
         if wait:
             self._thread.join()
 
@@ -190,16 +194,30 @@ class ModelWorker:
             if job.ticket is not None:
                 self.claims.close(job.ticket)
 
-    def _drop_stopped(self) -> None:
-        """Fail queued jobs that can no longer run now, not when the thread reaches them."""
+    def _watch_deadlines(self) -> None:
+        """Answer queued jobs at their deadline, not when the thread gets to them."""
+        while True:
+            with self._cond:
+                if self._closed and not self._queue:
+                    return
+                deadlines = [job.deadline for job in self._queue if job.deadline is not None]
+                wait = min(deadlines) - time.monotonic() if deadlines else None
+                if wait is None or wait > 0:
+                    self._cond.wait(wait)
+                    continue
+            self._drop_unrunnable()
+
+    def _drop_unrunnable(self) -> None:
+        """Fail queued jobs that can no longer run (cancelled, out of time) now."""
         with self._cond:
-            dropped = [job for job in self._queue if job.token.cancelled]
+            verdicts = [(job, _why_not_run(job)) for job in self._queue]
+            dropped = [(job, why) for job, why in verdicts if why is not None]
             if not dropped:
                 return
-            self._queue = deque(job for job in self._queue if not job.token.cancelled)
-        for job in dropped:
+            self._queue = deque(job for job, why in verdicts if why is None)
+        for job, why in dropped:
             if job.future.set_running_or_notify_cancel():
-                job.future.set_exception(_why_not_run(job) or NotRun("cancelled", "cancelled"))
+                job.future.set_exception(why)
             if job.ticket is not None:
                 self.claims.close(job.ticket)
 
