@@ -141,11 +141,15 @@ class ModelWorker:
                deadline: float | None = None, kind: str | None = None) -> "Future[T]":
         """Queue `run` (which should honour `cancel` and `deadline` itself once started). With `kind`, the job
         claims `key` for its lifetime; kind "inline" supersedes the document's older inline request."""
+        if self._closed:
+            raise RuntimeError("the model worker is shut down")
         token = cancel or CancelToken()
         ticket = self.claims.open(key, kind, token) if key is not None and kind is not None else None
         job = _Job(run, Future(), token, deadline, ticket)
         with self._cond:
-            if self._closed:
+            if self._closed:  # (shut down meanwhile)
+                if ticket is not None:
+                    self.claims.close(ticket)
                 raise RuntimeError("the model worker is shut down")
             self._queue.append(job)
             self._cond.notify_all()  # the thread, and the deadline watcher (a new earliest deadline)
@@ -158,11 +162,6 @@ class ModelWorker:
             self._cond.notify_all()
         if wait:
             self._thread.join()
-
-    @property
-    def queued(self) -> int:
-        with self._cond:
-            return len(self._queue)
 
     # -- the thread ---------------------------------------------------------------------------------------------
     def _loop(self) -> None:
