@@ -179,26 +179,3 @@ class InfillBackend(Protocol):
 
     def close(self) -> None: ...
 
-
-class Supersession:
-    """Per-document "newest request wins": registering a request cancels the one still running for that document."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._running: dict[str, CancelToken] = {}
-
-    def register(self, document_id: str | None, token: CancelToken) -> None:
-        if document_id is None:
-            return
-        with self._lock:
-            older = self._running.get(document_id)
-            self._running[document_id] = token
-        if older is not None and older is not token:
-            older.cancel("superseded by a newer request for the same document")
-
-    def release(self, document_id: str | None, token: CancelToken) -> None:
-        if document_id is None:
-            return
-        with self._lock:
-            if self._running.get(document_id) is token:
-                del self._running[document_id]

@@ -11,7 +11,6 @@ keystrokes (infill/ar_context.py).
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -24,7 +23,7 @@ from infill.device import resolve_device_dtype, set_threads
 from infill.types import ProgressCallback
 from infill.backends.gemma_cache import MODEL_ID, PACKAGE, ensure_converted
 from infill.types import (BackendInfo, CancelToken, Cancelled, Draft, DraftCallback, InfillError, InfillRequest,
-                    InfillResult, Supersession, Timings)
+                    InfillResult, Timings)
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +93,8 @@ class _Tally:
 
 
 class GemmaBackend:
-    """One model, one lock: requests from several threads run one at a time; a newer request for the same
-    document cancels the older one (Supersession) before queueing for the lock."""
+    """Single-threaded and lock-free: callers run it on the model worker (infill/worker.py), which serialises
+    requests and supersedes per document."""
 
     def __init__(self, model: Any, tokenizer: Any, *, device: str, dtype: str, settings: ARSettings) -> None:
         self._model = model
@@ -104,8 +103,6 @@ class GemmaBackend:
         self.settings = settings
         self._lines = LineTokenizer(tokenizer)
         self.kv_store = PrefixKVStore(settings.kv_store_bytes)
-        self._lock = threading.Lock()
-        self._supersession = Supersession()
         self._closed = False
         self._bos = tokenizer.bos_token_id
         self._vocab: list[str] | None = None  # token id -> its text, for token healing
@@ -134,18 +131,16 @@ class GemmaBackend:
         """Pay one-time costs (kernel setup, the token-healing vocabulary) at load, not on the first keystroke."""
         from transformers import DynamicCache
 
-        with self._lock:
-            self._vocab_texts()
-            self._forward(self._lines.encode("def main():\n    return 0\n"), DynamicCache())
+        self._vocab_texts()
+        self._forward(self._lines.encode("def main():\n    return 0\n"), DynamicCache())
 
     @property
     def info(self) -> BackendInfo:
         return self._info
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            self.kv_store.clear()
+        self._closed = True
+        self.kv_store.clear()
 
     def infill(self, request: InfillRequest, *, cancel: CancelToken | None = None, deadline: float | None = None,
                on_draft: DraftCallback | None = None) -> InfillResult:
@@ -153,18 +148,13 @@ class GemmaBackend:
             raise InfillError(f"expected an InfillRequest, got {type(request).__name__}")
         started = time.perf_counter()
         token = cancel if cancel is not None else CancelToken()
-        self._supersession.register(request.document_id, token)
         tally = _Tally()
-        try:
-            if not request.prefix.strip():
-                return self._result(request, tally, "empty", started, "empty prefix: nothing to continue")
-            with self._lock:
-                if self._closed:
-                    raise InfillError("the offline backend is closed")
-                outcome, error = self._fill_gaps(request, token, deadline, on_draft, tally)
-            return self._result(request, tally, outcome, started, error)
-        finally:
-            self._supersession.release(request.document_id, token)
+        if not request.prefix.strip():
+            return self._result(request, tally, "empty", started, "empty prefix: nothing to continue")
+        if self._closed:
+            raise InfillError("the offline backend is closed")
+        outcome, error = self._fill_gaps(request, token, deadline, on_draft, tally)
+        return self._result(request, tally, outcome, started, error)
 
     def _result(self, request: InfillRequest, tally: _Tally, outcome: str, started: float,
                 error: str | None = None) -> InfillResult:

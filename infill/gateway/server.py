@@ -25,6 +25,7 @@ from infill.backends.choose import add_model_options, spec_from_args
 from infill.gateway.openai_api import GatewaySettings, HttpError, completion_body, parse_completion_params, run_completion
 from infill.pipeline import Pipeline
 from infill.types import InfillError
+from infill.worker import ModelWorker, OnWorker
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,9 @@ class GatewayServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], settings: GatewaySettings, pipeline: Pipeline | None) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
+        # Every completion runs on this one thread; a newer request for the same document stops the older one.
+        # (Made first: a failed bind calls server_close, which stops it.)
+        self.worker = ModelWorker("infill-gateway-model")
         super().__init__(address, _Handler)
         self.settings = settings
         self._pipeline = pipeline
@@ -57,6 +61,10 @@ class GatewayServer(ThreadingHTTPServer):
     def url(self) -> str:
         host = self.server_name if ":" not in str(self.server_name) else f"[{self.server_name}]"
         return f"http://{host}:{self.server_port}"
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.worker.shutdown()
 
     def set_pipeline(self, pipeline: Pipeline) -> None:
         with self._state_lock:
@@ -155,7 +163,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _completions(self) -> None:
         params = parse_completion_params(self._read_json(), self.server.settings)
         pipeline = self.server.ready_pipeline()
-        extension, text, finish = run_completion(pipeline, params, self.server.settings)
+        on_worker = OnWorker(pipeline, self.server.worker)
+        extension, text, finish = run_completion(on_worker, params, self.server.settings)
         body = completion_body(self.server.model_name(pipeline), text, finish, extension)
         if params.stream:
             # Diffusion drafts replace the whole middle, so they cannot be streamed as appended deltas: one chunk
