@@ -1,8 +1,12 @@
-"""A backend that asks a remote OpenAI-compatible completions endpoint to fill gaps.
+"""A backend that asks a remote completions endpoint to fill gaps.
 
-Speaks `POST {endpoint}/v1/completions` with `prompt` (text before the gap) and `suffix` (text after it), as vLLM,
-llama.cpp's server and `infill-ls serve` accept. It exists only when the user configured an endpoint, so nothing
-leaves the machine otherwise.
+Two protocols (`protocol`, "auto" by default):
+- "openai": `POST {endpoint}/v1/completions` with `prompt` (text before the gap) and `suffix` (text after it), as
+  llama.cpp's server and `infill-ls serve` accept, or the model's FIM template as `prompt` alone.
+- "vllm-diffusion": vLLM serving DiffusionGemma, spoken natively (vllm_diffusion.py): the suffix is pinned in the
+  canvas, one canvas per candidate middle length, the best join wins. "auto" picks it when `/v1/models` says vLLM
+  and vLLM's own validation answers like a diffusion server, or when a diffusion server refuses the OpenAI route.
+It exists only when the user configured an endpoint, so nothing leaves the machine otherwise.
 
 Every failure (endpoint down, slow, HTTP error, garbage JSON) becomes an `InfillResult` with outcome "error" and a
 message; nothing escapes `infill`. The HTTP exchange runs in a daemon thread while the caller polls the cancel token
@@ -15,6 +19,7 @@ import hashlib
 import ipaddress
 import logging
 import os
+import random
 import re
 import threading
 import time
@@ -23,6 +28,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from infill.backends import vllm_diffusion as vd
+from infill.engine.config import EngineConfig
 from infill.types import (BackendInfo, CancelToken, Cancelled, Draft, DraftCallback, InfillError, InfillRequest,
                     InfillResult, Timings)
 
@@ -34,8 +41,19 @@ SUFFIX_HINT = ("; this server does not take `suffix` (stock vLLM answers so): pu
                "the model, or give RemoteBackend a fim_template")
 
 
+PROTOCOLS = ("auto", "openai", "vllm-diffusion")
+
+
 class RemoteFailure(Exception):
     """One failed exchange with the endpoint; the message says what happened and where."""
+
+
+class RemoteHTTPError(RemoteFailure):
+    """The server answered with an error status; `detail` is its own message."""
+
+    def __init__(self, message: str, status: int, detail: str) -> None:
+        super().__init__(message)
+        self.status, self.detail = status, detail
 
 
 @dataclass
@@ -70,14 +88,28 @@ class RemoteBackend:
 
     def __init__(self, endpoint: str, model: str | None = None, token: str | None = None, *,
                  timeout_s: float = 30.0, connect_timeout_s: float = 5.0, send_budget: bool = True,
-                 fim_template: str | None = None) -> None:
+                 fim_template: str | None = None, protocol: str = "auto",
+                 engine: EngineConfig | None = None) -> None:
         if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
             raise InfillError(f"timeout_s must be > 0, got {timeout_s!r}")
         if not (isinstance(connect_timeout_s, (int, float)) and connect_timeout_s > 0):
             raise InfillError(f"connect_timeout_s must be > 0, got {connect_timeout_s!r}")
         if fim_template is not None and not ("{prefix}" in fim_template and "{suffix}" in fim_template):
             raise InfillError("fim_template must contain {prefix} and {suffix}")
+        if protocol not in PROTOCOLS:
+            raise InfillError(f"remote protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
         self.endpoint = normalize_endpoint(endpoint)
+        self.protocol = protocol
+        self._route: str | None = None if protocol == "auto" else protocol  # resolved on first use in "auto"
+        self._facts: vd.ServerFacts | None = None  # what a vLLM diffusion server serves (canvas, vocabulary)
+        self._max_model_len: int | None = None
+        self._pins_exact: bool | None = None  # None: not yet seen; False: the server lacks the infill-vllm plugin
+        self._tokens = vd.TokenCache()
+        self._stop_ids: frozenset[int] | None = None  # a middle ends at the first of these (end, padding)
+        self._drop_ids: frozenset[int] = frozenset()  # never shown (beginning-of-text)
+        # Candidate middle lengths and anchor sizes: the in-process engine's, as on a GPU (a team server has one).
+        self.engine = engine or EngineConfig()
+        self._said: set[str] = set()  # messages already logged: a failing server is reported once, not per keystroke
         # For servers that refuse `suffix`: the model's own fill-in-the-middle prompt, e.g.
         # "<|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>", sent as `prompt` alone.
         self.fim_template = fim_template
@@ -116,11 +148,11 @@ class RemoteBackend:
             if cancel is not None:
                 cancel.raise_if_cancelled()
             model = self._discover_model(cancel, end)
-            answers = self._fill_gaps(request, model, cancel, end, on_draft)
+            answers = self._route_fill(request, model, cancel, end, on_draft)
         except Cancelled as exc:
             return self._failed(request, "cancelled", str(exc) or "cancelled", t0)
         except RemoteFailure as exc:
-            log.warning("remote infill via %s failed: %s", self.endpoint, exc)
+            self._say_once(logging.WARNING, f"remote infill via {self.endpoint} failed: {exc}")
             return self._failed(request, "error", str(exc), t0)
         except Exception as exc:  # a bug here must not take the editor's request down with it
             log.exception("remote infill via %s failed unexpectedly", self.endpoint)
@@ -130,6 +162,155 @@ class RemoteBackend:
     def close(self) -> None:
         self._closed = True
         self._client.close()
+
+    # -- routes -------------------------------------------------------------------------------------------------
+
+    def _route_fill(self, request: InfillRequest, model: str | None, cancel: CancelToken | None, end: float,
+                    on_draft: DraftCallback | None) -> list[_GapAnswer]:
+        if self._route == "vllm-diffusion" and not self._native_unusable():
+            return self._native_fill(request, model, cancel, end, on_draft)
+        try:
+            return self._fill_gaps(request, model, cancel, end, on_draft)
+        except RemoteHTTPError as exc:
+            # A diffusion server refuses `suffix`/`temperature`: in "auto", that is how it is recognised when
+            # the model name was configured (no discovery ran).
+            if not (self._route is None and any(r in exc.detail for r in vd.DIFFUSION_REFUSALS)):
+                raise
+            if not self._detect_diffusion(model, cancel, end):
+                raise
+        return self._native_fill(request, model, cancel, end, on_draft)
+
+    def _native_unusable(self) -> bool:
+        """A server without the infill-vllm plugin does not hold the suffix: use the FIM template route when
+        there is one (else keep the native route, whose answers are still checked and flagged)."""
+        return self._pins_exact is False and self.fim_template is not None
+
+    def _detect_diffusion(self, model: str | None, cancel: CancelToken | None, end: float) -> bool:
+        """Ask vLLM's own validation what it serves (two refusals at admission, no model run)."""
+        messages = []
+        for body in vd.probe_bodies(model):
+            try:
+                self._exchange("POST", "/v1/completions", body, cancel, end)
+                messages.append("")
+            except RemoteHTTPError as exc:
+                messages.append(exc.detail)
+        facts = vd.read_probe(messages, self._max_model_len)
+        if facts is None:
+            if self.protocol == "vllm-diffusion":
+                raise RemoteFailure(f"{self.endpoint} does not answer like vLLM serving a diffusion model "
+                                    f"(protocol vllm-diffusion): {messages[0][:200] or 'it ran the probe'}")
+            self._route = "openai"
+            return False
+        self._facts, self._route = facts, "vllm-diffusion"
+        log.info("remote endpoint %s is vLLM serving DiffusionGemma (canvas %d, vocabulary %s): native protocol",
+                 self.endpoint, facts.canvas_length, facts.vocab_size)
+        return True
+
+    # -- the native vLLM DiffusionGemma route ------------------------------------------------------------------
+
+    def _native_fill(self, request: InfillRequest, model: str | None, cancel: CancelToken | None, end: float,
+                     on_draft: DraftCallback | None) -> list[_GapAnswer]:
+        """Every gap in one canvas, one canvas per candidate middle length, sent together; the best join wins."""
+        if self._facts is None:
+            self._detect_diffusion(model, cancel, end)
+        facts = self._facts
+        assert facts is not None
+        anchor_size = (self.engine.single_line_anchor_tokens if request.single_line
+                       else self.engine.suffix_anchor_tokens)
+        head = vd.suffix_head(request.suffix, anchor_size)
+        self._tokenize([*request.between, head, *vd.STOP_TEXTS, *vd.DROP_TEXTS], model, cancel, end)
+        anchor = self._tokens.get(head)
+        if head != request.suffix and len(anchor) > 1:
+            anchor = anchor[:-1]  # the piece may end inside a token that the whole suffix spells differently
+        between = [self._tokens.get(text) for text in request.between]
+        candidates = (self.engine.single_line_lengths_for("cuda") if request.single_line
+                      else self.engine.candidate_lengths)
+        # Free slots start as uniform noise over the vocabulary, as the model was trained (vLLM names its size).
+        rng = random.Random(request.seed)
+        known = sorted({*anchor, *sum(between, [])}) or [0]
+        noise = (lambda: rng.randrange(facts.vocab_size)) if facts.vocab_size else (lambda: rng.choice(known))
+        try:
+            plans = vd.plan_canvases(between, anchor[:anchor_size], candidates, request.max_middle_tokens,
+                                     facts.canvas_length, noise)
+        except InfillError as exc:
+            raise RemoteFailure(str(exc)) from None
+        budget = (facts.max_model_len or self._max_model_len or 0) - max(p.width for p in plans) - 1
+        if budget < 1:
+            budget = -1  # unknown model length: vLLM's own check applies
+        bodies = [vd.completion_body(p, request.prefix, model, budget) for p in plans]
+        replies = self._exchange_many([("POST", "/v1/completions", b) for b in bodies], cancel, end)
+        try:
+            answers = [vd.read_answer(p, r, self.endpoint) for p, r in zip(plans, replies)]
+        except ValueError as exc:
+            raise RemoteFailure(str(exc)) from None
+        best = vd.best_answer(answers)
+        self._note_pins(all(a.held for a in answers))
+        middles = self._detokenize([vd.middle_ids(best, g, self._stop_ids or frozenset())
+                                    for g in range(request.gap_count)], model, cancel, end)
+        if request.single_line:
+            middles = [m.split("\n", 1)[0] for m in middles]
+        extension = {"middle_length": best.plan.length, "candidate_lengths": [p.length for p in plans],
+                     "join_score": round(best.join_score, 4), "suffix_held": best.held,
+                     "pins_exact": bool(self._pins_exact), "canvas_width": best.plan.width}
+        out = [_GapAnswer(text=m, finish_reason="stop", extension=extension) for m in middles]
+        out[0].prompt_tokens = best.prompt_tokens
+        out[0].completion_tokens = sum(len(vd.middle_ids(best, g, self._stop_ids or frozenset()))
+                                       for g in range(request.gap_count))
+        if on_draft is not None:
+            on_draft(Draft(step=1, middles=tuple(middles), confidence=()))
+        return out
+
+    def _tokenize(self, texts: list[str], model: str | None, cancel: CancelToken | None, end: float) -> None:
+        missing = self._tokens.missing(texts)
+        if not missing:
+            return
+        replies = self._exchange_many([("POST", "/tokenize", vd.tokenize_body(t, model)) for t in missing],
+                                      cancel, end)
+        for text, reply in zip(missing, replies):
+            ids = reply.get("tokens")
+            if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+                raise RemoteFailure(f"{self.endpoint}/tokenize answered without tokens")
+            self._tokens.put(text, ids)
+        if self._stop_ids is None:
+            self._stop_ids = self._single_ids(vd.STOP_TEXTS)
+            self._drop_ids = self._single_ids(vd.DROP_TEXTS)
+
+    def _single_ids(self, texts: tuple[str, ...]) -> frozenset[int]:
+        """The ids of special tokens the server's tokenizer has (a text that is not one splits into several)."""
+        singles = [self._tokens.get(t) for t in texts]
+        return frozenset(ids[0] for ids in singles if len(ids) == 1)
+
+    def _detokenize(self, pieces: list[list[int]], model: str | None, cancel: CancelToken | None,
+                    end: float) -> list[str]:
+        pieces = [[i for i in ids if i not in self._drop_ids] for ids in pieces]
+        calls = [("POST", "/detokenize", {"tokens": ids, **({"model": model} if model else {})})
+                 for ids in pieces if ids]
+        texts = iter(self._exchange_many(calls, cancel, end)) if calls else iter(())
+        out = []
+        for ids in pieces:
+            text = next(texts).get("prompt") if ids else ""
+            if not isinstance(text, str):
+                raise RemoteFailure(f"{self.endpoint}/detokenize answered without text")
+            out.append(text)
+        return out
+
+    def _note_pins(self, held: bool) -> None:
+        if held:
+            self._pins_exact = True if self._pins_exact is None else self._pins_exact
+            return
+        self._pins_exact = False
+        then = ("the FIM template route is used from now on" if self.fim_template is not None
+                else "answers are still used, flagged suffix_held=false; set a FIM template to use that route")
+        self._say_once(logging.WARNING, f"{self.endpoint} does not hold pinned canvas positions exactly: the "
+                                        f"server lacks the infill-vllm plugin or runs without "
+                                        f"INFILL_VLLM_EXACT_PINS=1 (see docs/vllm.md); {then}")
+
+    def _say_once(self, level: int, message: str) -> None:
+        if message not in self._said:
+            if len(self._said) > 64:
+                self._said.clear()
+            self._said.add(message)
+            log.log(level, message)
 
     # -- gaps ---------------------------------------------------------------------------------------------------
 
@@ -155,6 +336,8 @@ class RemoteBackend:
                          end: float) -> dict:
         body: dict = {"prompt": prompt, "suffix": suffix, "max_tokens": request.max_middle_tokens,
                       "temperature": 0, "n": 1, "stream": False}
+        if self._facts is not None:  # a diffusion server refuses `temperature` (its schedule is fixed)
+            del body["temperature"]
         if self.fim_template is not None:
             body["prompt"] = render_fim(self.fim_template, prompt, suffix)
             del body["suffix"]
@@ -197,7 +380,10 @@ class RemoteBackend:
         # `infill-ls serve` reports decoder forwards; other servers decode one token per step.
         steps = sum(_count(a.extension.get("steps")) or a.completion_tokens for a in answers)
         remote_versions = [a.extension.get("versions") for a in answers if a.extension.get("versions")]
-        versions = {"endpoint": self.endpoint, "model": model, "remote": remote_versions[0] if remote_versions else {}}
+        versions = {"endpoint": self.endpoint, "model": model, "remote": remote_versions[0] if remote_versions else {},
+                    "protocol": self._route or "openai"}
+        if answers and "canvas_width" in answers[0].extension:  # the native route: which canvas won, pins held
+            versions["canvas"] = answers[0].extension
         return InfillResult(
             middles=middles, outcome=outcome, backend=self.info.name, steps=steps,
             tokens_per_forward=completion_tokens / steps if steps else 0.0,
@@ -230,12 +416,17 @@ class RemoteBackend:
                 self._model_known = True
                 return None
             entries = data.get("data")
-            ids = [e.get("id") for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
-            ids = [i for i in ids if isinstance(i, str) and i]
-            if not ids:
+            entries = [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+            entries = [e for e in entries if isinstance(e.get("id"), str) and e["id"]]
+            if not entries:
                 raise RemoteFailure(f"{self.endpoint}/v1/models lists no models")
-            self._model, self._model_known = ids[0], True
+            first = entries[0]
+            self._model, self._model_known = first["id"], True
+            if isinstance(first.get("max_model_len"), int):
+                self._max_model_len = first["max_model_len"]
             log.info("remote endpoint %s serves %s", self.endpoint, self._model)
+            if self._route is None and first.get("owned_by") == "vllm":
+                self._detect_diffusion(self._model, cancel, end)
             return self._model
         finally:
             self._model_lock.release()
@@ -248,45 +439,57 @@ class RemoteBackend:
 
     def _exchange(self, method: str, path: str, body: dict | None, cancel: CancelToken | None, end: float) -> dict:
         """One request, bounded by `end` (time.monotonic()) and abandoned at once when `cancel` fires."""
-        url = self.endpoint + path
+        return self._exchange_many([(method, path, body)], cancel, end)[0]
+
+    def _exchange_many(self, calls: list, cancel: CancelToken | None, end: float) -> list[dict]:
+        """Requests sent together (a batching server serves them in one step), each in a daemon thread, bounded
+        by `end` and abandoned at once when `cancel` fires. The first failure (in call order) is raised."""
         remaining = end - time.monotonic()
         if remaining <= 0:
-            raise RemoteFailure(f"deadline passed before the request to {url} was sent")
-        box: dict = {}
-        done = threading.Event()
+            raise RemoteFailure(f"deadline passed before the request to {self.endpoint + calls[0][1]} was sent")
+        boxes: list[dict] = [{} for _ in calls]
+        done = [threading.Event() for _ in calls]
         timeout = httpx.Timeout(remaining, connect=min(self.connect_timeout_s, remaining))
 
-        def send() -> None:
+        def send(index: int) -> None:
+            method, path, body = calls[index]
             try:
-                box["response"] = self._client.request(method, url, json=body, timeout=timeout)
+                boxes[index]["response"] = self._client.request(method, self.endpoint + path, json=body,
+                                                                timeout=timeout)
             except BaseException as exc:  # reported to the waiting caller
-                box["error"] = exc
+                boxes[index]["error"] = exc
             finally:
-                done.set()
+                done[index].set()
 
-        # A daemon thread: an abandoned exchange ends by itself within its own timeout.
-        threading.Thread(target=send, name="infill-remote-http", daemon=True).start()
-        while not done.wait(POLL_S):
-            if cancel is not None and cancel.cancelled:
-                raise Cancelled(cancel.reason)
-            if time.monotonic() >= end:
-                raise RemoteFailure(f"no answer from {url} within {remaining:.2f} s")
-        if "error" in box:
-            raise RemoteFailure(_describe_http_error(url, box["error"], remaining))
-        return _decode(url, box["response"])
+        # Daemon threads: an abandoned exchange ends by itself within its own timeout.
+        for index in range(len(calls)):
+            threading.Thread(target=send, args=(index,), name="infill-remote-http", daemon=True).start()
+        for event, (_, path, _) in zip(done, calls):
+            while not event.wait(POLL_S):
+                if cancel is not None and cancel.cancelled:
+                    raise Cancelled(cancel.reason)
+                if time.monotonic() >= end:
+                    raise RemoteFailure(f"no answer from {self.endpoint + path} within {remaining:.2f} s")
+        results = []
+        for box, (_, path, _) in zip(boxes, calls):
+            if "error" in box:
+                raise RemoteFailure(_describe_http_error(self.endpoint + path, box["error"], remaining))
+            results.append(_decode(self.endpoint + path, box["response"]))
+        return results
 
 
-class _NotFound(RemoteFailure):
+class _NotFound(RemoteHTTPError):
     pass
 
 
 def _decode(url: str, response: httpx.Response) -> dict:
     if response.status_code == 404:
-        raise _NotFound(f"HTTP 404 from {url}: {_error_text(response)}")
+        raise _NotFound(f"HTTP 404 from {url}: {_error_text(response)}", 404, _error_text(response))
     if response.status_code != 200:
         message = _error_text(response)
         hint = SUFFIX_HINT if response.status_code == 400 and "suffix" in message.lower() else ""
-        raise RemoteFailure(f"HTTP {response.status_code} from {url}: {message}{hint}")
+        raise RemoteHTTPError(f"HTTP {response.status_code} from {url}: {message}{hint}", response.status_code,
+                              message)
     try:
         data = response.json()
     except ValueError:
