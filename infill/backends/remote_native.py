@@ -86,7 +86,8 @@ class NativeDiffusionRoute:
         extension = {"middle_length": best.plan.length, "candidate_lengths": [p.length for p in plans],
                      "join_score": round(best.join_score, 4), "suffix_held": best.held,
                      "pins_exact": bool(self._pins_exact), "canvas_width": best.plan.width,
-                     "canvases": len(answers), "canvases_held": sum(a.held for a in answers)}
+                     "canvases": len(answers), "canvases_held": sum(a.held for a in answers),
+                     "pinned": len(best.plan.pinned), "pinned_held": best.held_count}
         out = [_GapAnswer(text=m, finish_reason="stop", extension=extension) for m in middles]
         out[0].prompt_tokens = best.prompt_tokens
         out[0].completion_tokens = sum(len(vd.middle_ids(best, g, self._stop_ids or frozenset()))

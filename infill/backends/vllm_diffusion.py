@@ -107,8 +107,12 @@ class CanvasAnswer:
     plan: CanvasPlan
     tokens: tuple[int, ...]
     join_score: float  # mean log-prob of the anchor tokens (0.0 without an anchor)
-    held: bool  # every pinned position came back as sent
+    held_count: int  # pinned positions that came back as sent
     prompt_tokens: int
+
+    @property
+    def held(self) -> bool:
+        return self.held_count == len(self.plan.pinned)
 
 
 def read_answer(plan: CanvasPlan, data: dict, where: str) -> CanvasAnswer:
@@ -123,7 +127,7 @@ def read_answer(plan: CanvasPlan, data: dict, where: str) -> CanvasAnswer:
     if len(tokens) < plan.width:
         raise ValueError(f"response from {where} holds {len(tokens)} canvas tokens, expected {plan.width}")
     tokens = tokens[: plan.width]
-    held = all(tokens[p] == plan.seed[p] for p in plan.pinned)
+    held = sum(tokens[p] == plan.seed[p] for p in plan.pinned)
     score = _join_score(plan, choices[0].get("logprobs")) if plan.anchor else 0.0
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
     prompt_tokens = usage.get("prompt_tokens") if isinstance(usage.get("prompt_tokens"), int) else 0
