@@ -45,4 +45,7 @@ if [ ! -x "$PY" ]; then
   exit 1
 fi
 install_plugin_and_harness || { echo "installing the plugin and CPU harness into $VENV failed" >&2; exit 1; }
+# The plugin against vLLM's own step function (seconds), then the real server (minutes).
+"$VENV/bin/python" tests/vllm/plugin_check.py 2>&1 | grep -v "^WARNING: Location" >&2
+[ "${PIPESTATUS[0]}" -eq 0 ] || { echo "the plugin check failed" >&2; exit 1; }
 exec "$PY" tests/vllm/integration.py --vllm-python "$VENV/bin/python" "$@"
