@@ -35,10 +35,13 @@ class StandInVLLM:
     def __init__(self, exact_pins: bool = True, middle: str = "x + 1", likes: int | None = None) -> None:
         self.exact_pins, self.middle, self.likes = exact_pins, middle, likes
         self.completions: list[dict] = []
+        self.down: str | None = None  # a message: every request answers 503 with it (vLLM restarting)
         self.server = ScriptedServer(self.reply)
         self.url = self.server.url
 
     def reply(self, server, method, path, body):
+        if self.down:
+            return 503, json.dumps({"error": {"message": self.down}}).encode()
         if path == "/v1/models":
             return 200, json.dumps({"data": [{"id": "dg", "owned_by": "vllm", "max_model_len": 512}]}).encode()
         if path == "/tokenize":
@@ -205,3 +208,18 @@ def test_a_refusal_is_logged_once_not_per_keystroke(caplog):
 def test_bad_protocol_is_refused_up_front():
     with pytest.raises(Exception, match="remote protocol"):
         RemoteBackend("http://127.0.0.1:9", protocol="grpc")
+
+
+def test_an_outage_is_logged_once_and_again_after_the_server_came_back_and_failed_anew(vllm, caplog):
+    server = vllm()
+    backend = RemoteBackend(server.url)
+    request = InfillRequest(prefix="a = ", suffix="\n")
+    with caplog.at_level(logging.WARNING, logger="infill.backends.remote"):
+        assert backend.infill(request).outcome == "ok"
+        server.down = "restarting"
+        assert [backend.infill(request).outcome for _ in range(3)] == ["error"] * 3
+        server.down = None
+        assert backend.infill(request).outcome == "ok"
+        server.down = "restarting"
+        assert "restarting" in backend.infill(request).error
+    assert len([r for r in caplog.records if "restarting" in r.message]) == 2

@@ -37,6 +37,7 @@ from infill.types import (BackendInfo, CancelToken, Cancelled, Draft, DraftCallb
 log = logging.getLogger(__name__)
 
 POLL_S = 0.01  # how often the waiting caller looks at its cancel token and deadline
+FAILED = "remote infill via"  # how a failed request's log line starts
 TOKEN_ENV = "INFILL_ENDPOINT_TOKEN"  # bearer token when none is passed (keeps it out of editor settings files)
 
 
@@ -114,11 +115,13 @@ class RemoteBackend(NativeDiffusionRoute):
         except Cancelled as exc:
             return self._failed(request, "cancelled", str(exc) or "cancelled", t0)
         except RemoteFailure as exc:
-            self._say_once(logging.WARNING, f"remote infill via {self.endpoint} failed: {exc}")
+            self._say_once(logging.WARNING, f"{FAILED} {self.endpoint} failed: {exc}")
             return self._failed(request, "error", str(exc), t0)
         except Exception as exc:  # a bug here must not take the editor's request down with it
             log.exception("remote infill via %s failed unexpectedly", self.endpoint)
             return self._failed(request, "error", f"remote backend failed: {type(exc).__name__}: {exc}", t0)
+        # Served again: a later failure is worth one log line again (one per outage, not per keystroke).
+        self._said = {m for m in self._said if not m.startswith(FAILED)}
         return self._result(request, model, answers, t0)
 
     def close(self) -> None:

@@ -72,7 +72,13 @@ class NativeDiffusionRoute:
         if budget < 1:
             budget = -1  # unknown model length: vLLM's own check applies
         bodies = [vd.completion_body(p, request.prefix, model, budget) for p in plans]
-        replies = self._exchange_many([("POST", "/v1/completions", b) for b in bodies], cancel, end, hang_up=True)
+        try:
+            replies = self._exchange_many([("POST", "/v1/completions", b) for b in bodies], cancel, end,
+                                          hang_up=True)
+        except RemoteHTTPError as exc:
+            if "diffusion" in exc.detail:  # restarted with another canvas? the next request asks again
+                self._facts = None
+            raise
         try:
             answers = [vd.read_answer(p, r, self.endpoint) for p, r in zip(plans, replies)]
         except ValueError as exc:
