@@ -128,6 +128,8 @@ def test_native_route_pins_the_suffix_and_sends_nothing_a_diffusion_server_refus
         assert body["prompt"] == "def f(x):\n    return " and body["logprob_token_ids"] == sorted(set(anchor))
     assert sorted(len(b["vllm_xargs"]["diffusion_seed_canvas"]) - len(b["vllm_xargs"]["diffusion_pinned"])
                   for b in bodies) == [4, 8, 16]
+    # the prompt is cut from the left so prompt + the widest canvas fit the server's max_model_len
+    assert {b["truncate_prompt_tokens"] for b in bodies} == {512 - (16 + 14) - 1}
 
 
 def test_the_candidate_that_best_joins_the_suffix_wins(vllm):
@@ -168,6 +170,7 @@ def test_a_configured_model_name_still_finds_the_native_route_when_the_openai_ro
     server = vllm()
     result = RemoteBackend(server.url, model="dg").infill(InfillRequest(prefix="f(", suffix=")"))
     assert result.outcome == "ok" and result.versions["protocol"] == "vllm-diffusion", result.error
+    assert server.completions[-1]["truncate_prompt_tokens"] == 512 - (16 + 1) - 1  # max_model_len from /tokenize
 
 
 def test_long_gaps_and_long_suffixes_fit_the_servers_canvas(vllm):

@@ -30,7 +30,7 @@ class NativeDiffusionRoute:
                 messages.append("")
             except RemoteHTTPError as exc:
                 messages.append(exc.detail)
-        facts = vd.read_probe(messages, self._max_model_len)
+        facts = vd.read_probe(messages)
         if facts is None:
             if self.protocol == "vllm-diffusion":
                 raise RemoteFailure(f"{self.endpoint} does not answer like vLLM serving a diffusion model "
@@ -68,7 +68,7 @@ class NativeDiffusionRoute:
                                      facts.canvas_length, noise)
         except InfillError as exc:
             raise RemoteFailure(str(exc)) from None
-        budget = (facts.max_model_len or self._max_model_len or 0) - max(p.width for p in plans) - 1
+        budget = (self._max_model_len or 0) - max(p.width for p in plans) - 1
         if budget < 1:
             budget = -1  # unknown model length: vLLM's own check applies
         bodies = [vd.completion_body(p, request.prefix, model, budget) for p in plans]
@@ -109,6 +109,8 @@ class NativeDiffusionRoute:
         replies = self._exchange_many([("POST", "/tokenize", vd.tokenize_body(t, model)) for t in missing],
                                       cancel, end)
         for text, reply in zip(missing, replies):
+            if self._max_model_len is None and isinstance(reply.get("max_model_len"), int):
+                self._max_model_len = reply["max_model_len"]  # (no discovery ran when the model was configured)
             ids = reply.get("tokens")
             if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
                 raise RemoteFailure(f"{self.endpoint}/tokenize answered without tokens")

@@ -178,7 +178,6 @@ class ServerFacts:
 
     canvas_length: int
     vocab_size: int | None
-    max_model_len: int | None
 
 
 def probe_bodies(model: str | None) -> list[dict]:
@@ -189,13 +188,13 @@ def probe_bodies(model: str | None) -> list[dict]:
             {**base, "vllm_xargs": {"diffusion_seed_canvas": [2**31 - 1]}}]
 
 
-def read_probe(messages: list[str], max_model_len: int | None) -> ServerFacts | None:
+def read_probe(messages: list[str]) -> ServerFacts | None:
     """Facts from the two probe refusals, or None when the server did not refuse like a diffusion server."""
     canvas = _CANVAS_SAYS.search(messages[0])
     if canvas is None:
         return None
     vocab = _VOCAB_SAYS.search(messages[1])
-    return ServerFacts(int(canvas.group(1)), int(vocab.group(1)) if vocab else None, max_model_len)
+    return ServerFacts(int(canvas.group(1)), int(vocab.group(1)) if vocab else None)
 
 
 class TokenCache:
