@@ -32,8 +32,10 @@ class StandInVLLM:
     `middle`: what the model writes into the gap (then EOS); `likes`: the canvas width whose anchor it scores
     best. `refused` collects every body vLLM would refuse."""
 
-    def __init__(self, exact_pins: bool = True, middle: str = "x + 1", likes: int | None = None) -> None:
+    def __init__(self, exact_pins: bool = True, middle: str = "x + 1", likes: int | None = None,
+                 canvas: int | None = CANVAS) -> None:
         self.exact_pins, self.middle, self.likes = exact_pins, middle, likes
+        self.served_canvas = canvas  # None: started without --diffusion-config (validation cannot check widths)
         self.completions: list[dict] = []
         self.down: str | None = None  # a message: every request answers 503 with it (vLLM restarting)
         self.server = ScriptedServer(self.reply)
@@ -56,8 +58,7 @@ class StandInVLLM:
             return 200, json.dumps({"choices": [{"text": self.middle, "finish_reason": "length"}]}).encode()
         return 200, json.dumps(self.canvas(body)).encode()
 
-    @staticmethod
-    def refusal(body: dict) -> str | None:
+    def refusal(self, body: dict) -> str | None:
         if "suffix" in body:
             return "suffix is only supported for models with FIM completion rendering"
         if any(k in body for k in ("temperature", "seed", "min_tokens", "logit_bias")):
@@ -65,14 +66,18 @@ class StandInVLLM:
                     "sampling parameters are not yet supported with diffusion models.")
         extra = body.get("vllm_xargs") or {}
         width = extra.get("diffusion_canvas_length")
-        if width is not None and not 0 < width <= CANVAS:
+        served = self.served_canvas
+        if width is not None and not (0 < width and (served is None or width <= served)):
             return "diffusion_canvas_length must be a positive integer no larger than the served canvas."
         seed = extra.get("diffusion_seed_canvas")
         if seed is not None:
             if not all(0 <= t < VOCAB for t in seed):
                 return f"diffusion_seed_canvas ids must be in [0, {VOCAB})."
-            if len(seed) != (width or CANVAS):
-                return f"diffusion_seed_canvas must hold exactly {width or CANVAS} ids, got {len(seed)}."
+            expected = width or served
+            if expected is not None and len(seed) != expected:
+                return f"diffusion_seed_canvas must hold exactly {expected} ids, got {len(seed)}."
+            # (vLLM's engine, not its validation, fails on a seed whose width the server does not serve)
+            assert len(seed) == expected, "a seed canvas of unchecked width reached the engine"
         return None
 
     def canvas(self, body: dict) -> dict:
@@ -171,6 +176,13 @@ def test_a_configured_model_name_still_finds_the_native_route_when_the_openai_ro
     result = RemoteBackend(server.url, model="dg").infill(InfillRequest(prefix="f(", suffix=")"))
     assert result.outcome == "ok" and result.versions["protocol"] == "vllm-diffusion", result.error
     assert server.completions[-1]["truncate_prompt_tokens"] == 512 - (16 + 1) - 1  # max_model_len from /tokenize
+
+
+def test_a_server_started_without_a_canvas_is_probed_safely_and_gets_vllms_default_width(vllm):
+    server = vllm(canvas=None)
+    result = RemoteBackend(server.url).infill(InfillRequest(prefix="x", suffix="y", max_middle_tokens=64))
+    assert result.outcome == "ok", result.error
+    assert max(len(b["vllm_xargs"]["diffusion_seed_canvas"]) for b in server.completions) <= 32
 
 
 def test_long_gaps_and_long_suffixes_fit_the_servers_canvas(vllm):

@@ -22,25 +22,32 @@ class NativeDiffusionRoute:
         return self._pins_exact is False and self.fim_template is not None
 
     def _detect_diffusion(self, model: str | None, cancel: CancelToken | None, end: float) -> bool:
-        """Ask vLLM's own validation what it serves (two refusals at admission, no model run)."""
-        messages = []
-        for body in vd.probe_bodies(model):
-            try:
-                self._exchange("POST", "/v1/completions", body, cancel, end)
-                messages.append("")
-            except RemoteHTTPError as exc:
-                messages.append(exc.detail)
-        facts = vd.read_probe(messages)
-        if facts is None:
+        """Ask vLLM's own validation what it serves: up to three requests refused at admission, no model run."""
+        first = self._probe(model, vd.PROBE_WIDTH, cancel, end)
+        if vd.width_is_served(first):  # started with --diffusion-config: it names its canvas and vocabulary
+            canvas = vd.canvas_named(self._probe(model, vd.PROBE_CANVAS, cancel, end))
+            vocab = vd.vocab_named(self._probe(model, vd.PROBE_VOCAB, cancel, end))
+        else:  # no configured canvas: the width passed, the unseen id did not (or this is no diffusion server)
+            vocab = vd.vocab_named(first)
+            canvas = vd.UNCONFIGURED_CANVAS if vocab is not None else None
+        if canvas is None:
             if self.protocol == "vllm-diffusion":
                 raise RemoteFailure(f"{self.endpoint} does not answer like vLLM serving a diffusion model "
-                                    f"(protocol vllm-diffusion): {messages[0][:200] or 'it ran the probe'}")
+                                    f"(protocol vllm-diffusion): {first[:200] or 'it ran the probe'}")
             self._route = "openai"
             return False
-        self._facts, self._route = facts, "vllm-diffusion"
+        self._facts, self._route = vd.ServerFacts(canvas, vocab), "vllm-diffusion"
         log.info("remote endpoint %s is vLLM serving DiffusionGemma (canvas %d, vocabulary %s): native protocol",
-                 self.endpoint, facts.canvas_length, facts.vocab_size)
+                 self.endpoint, canvas, vocab)
         return True
+
+    def _probe(self, model: str | None, xargs: dict, cancel: CancelToken | None, end: float) -> str:
+        """The server's refusal message ("" when it served the probe)."""
+        try:
+            self._exchange("POST", "/v1/completions", vd.probe_body(model, xargs), cancel, end)
+            return ""
+        except RemoteHTTPError as exc:
+            return exc.detail
 
     def _native_fill(self, request: InfillRequest, model: str | None, cancel: CancelToken | None, end: float,
                      on_draft: DraftCallback | None) -> list[_GapAnswer]:

@@ -180,21 +180,37 @@ class ServerFacts:
     vocab_size: int | None
 
 
-def probe_bodies(model: str | None) -> list[dict]:
-    """Two requests vLLM's diffusion validation refuses at admission, naming the served canvas and vocabulary
-    (vllm/utils/diffusion.py); a server that is not serving a diffusion model runs one token instead."""
-    base = {"prompt": "\n", "max_tokens": 1, **({"model": model} if model else {})}
-    return [{**base, "vllm_xargs": {"diffusion_seed_canvas": []}},
-            {**base, "vllm_xargs": {"diffusion_seed_canvas": [2**31 - 1]}}]
+UNSEEN = 2**31 - 1  # an id no vocabulary has: vLLM's validation refuses it, naming its vocabulary size
+UNCONFIGURED_CANVAS = 32  # what vLLM 0.32's DiffusionGemma uses when the server has no --diffusion-config
+_WIDTH_SAYS = "diffusion_canvas_length must be a positive integer no larger than the served canvas"
 
 
-def read_probe(messages: list[str]) -> ServerFacts | None:
-    """Facts from the two probe refusals, or None when the server did not refuse like a diffusion server."""
-    canvas = _CANVAS_SAYS.search(messages[0])
-    if canvas is None:
-        return None
-    vocab = _VOCAB_SAYS.search(messages[1])
-    return ServerFacts(int(canvas.group(1)), int(vocab.group(1)) if vocab else None)
+def probe_body(model: str | None, xargs: dict) -> dict:
+    """A request vLLM's diffusion validation refuses at admission (vllm/utils/diffusion.py), so no model runs; a
+    server that is not serving a diffusion model runs one token instead."""
+    return {"prompt": "\n", "max_tokens": 1, "vllm_xargs": xargs, **({"model": model} if model else {})}
+
+
+# Asked in order; each answer decides the next (see RemoteBackend._detect_diffusion). Never a request that passes
+# validation with a seed canvas of the wrong width: vLLM's engine (not its validation) would fail on it.
+PROBE_WIDTH = {"diffusion_canvas_length": 2**20, "diffusion_seed_canvas": [UNSEEN]}
+PROBE_CANVAS = {"diffusion_seed_canvas": []}
+PROBE_VOCAB = {"diffusion_seed_canvas": [UNSEEN]}
+
+
+def width_is_served(message: str) -> bool:
+    """The probe's huge width was refused: the server was started with a canvas (--diffusion-config)."""
+    return _WIDTH_SAYS in message
+
+
+def canvas_named(message: str) -> int | None:
+    found = _CANVAS_SAYS.search(message)
+    return int(found.group(1)) if found else None
+
+
+def vocab_named(message: str) -> int | None:
+    found = _VOCAB_SAYS.search(message)
+    return int(found.group(1)) if found else None
 
 
 class TokenCache:
