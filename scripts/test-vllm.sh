@@ -29,10 +29,18 @@ build_venv() {
 }
 
 install_plugin_and_harness() {
+  # Reinstalled only when their sources changed (a stamp named by their hash).
+  local sources stamp
+  sources=$(find vllm-plugin tests/vllm_cpu_harness -type f -not -path "*/build/*" \( -name "*.py" -o -name "*.toml" \) | sort)
+  stamp="$VENV/.infill-plugin-$(cat $sources | sha256sum | cut -c1-16)"
+  if [ -f "$stamp" ]; then return 0; fi
+  rm -f "$VENV"/.infill-plugin-*
   # --no-deps: neither pulls anything; the plugin never brings infill-ls's pins into the server's venv.
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --force-reinstall \
     ./vllm-plugin ./tests/vllm_cpu_harness 2>&1 | grep -v "^WARNING: Location" >&2
-  "$VENV/bin/python" -m vllm_cpu_harness.fix_torchvision >&2
+  "$VENV/bin/python" -c "import infill_vllm, vllm_cpu_harness" || return 1
+  "$VENV/bin/python" -m vllm_cpu_harness.fix_torchvision >&2 || return 1
+  touch "$stamp"
 }
 
 if ! build_venv; then
