@@ -164,9 +164,6 @@ def middle_ids(answer: CanvasAnswer, gap: int, stop_ids: frozenset[int]) -> list
 
 # -- talking to the server ------------------------------------------------------------------------------------------
 
-Call = tuple[str, str, "dict | None"]  # (method, path, JSON body)
-Exchange = Callable[[list[Call]], list[dict]]  # all calls at once (a team server batches them); raises on failure
-
 _CANVAS_SAYS = re.compile(r"diffusion_seed_canvas must hold exactly (\d+) ids")
 _VOCAB_SAYS = re.compile(r"diffusion_seed_canvas ids must be in \[0, (\d+)\)")
 DIFFUSION_REFUSALS = ("not yet supported with diffusion models", "suffix is only supported for models with FIM")
