@@ -39,7 +39,8 @@ def spec_for(settings: Settings) -> BackendSpec:
     engine = EngineConfig(max_denoising_steps=settings.denoising_steps) if settings.denoising_steps else None
     return BackendSpec.from_env(model=settings.model, device=settings.device, dtype=settings.dtype,
                                 load_format=settings.load_format, endpoint=settings.remote_endpoint,
-                                endpoint_model=settings.remote_model, engine=engine)
+                                endpoint_model=settings.remote_model, endpoint_protocol=settings.remote_protocol,
+                                engine=engine)
 
 
 class BackendHost:

@@ -23,6 +23,7 @@ class BackendSpec:
     endpoint_model: str | None = None
     endpoint_token: str | None = None
     endpoint_fim_template: str | None = None  # for servers that refuse `suffix` (stock vLLM): see docs/gateway.md
+    endpoint_protocol: str = "auto"  # "openai", "vllm-diffusion" (vLLM serving DiffusionGemma) or "auto"
     engine: EngineConfig = field(default_factory=EngineConfig)
     threads: int | None = None  # torch intra-op threads, process-wide (env INFILL_THREADS); None: torch's default
 
@@ -39,7 +40,7 @@ def open_backend(spec: BackendSpec, progress: ProgressCallback | None = None) ->
         from infill.backends.remote import RemoteBackend
 
         return RemoteBackend(spec.endpoint, model=spec.endpoint_model, token=spec.endpoint_token,
-                             fim_template=spec.endpoint_fim_template)
+                             fim_template=spec.endpoint_fim_template, protocol=spec.endpoint_protocol)
     if spec.model:
         from infill.engine.diffusion import DiffusionEngine
         from infill.engine.loading import load_diffusion_model
