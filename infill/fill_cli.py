@@ -12,8 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from infill.backends.choose import BackendSpec, open_backend
-from infill.engine.config import EngineConfig
+from infill.backends.choose import add_model_options, open_backend, spec_from_args
 from infill.context.lines import line_content, split_lines
 from infill.pipeline import CompletionRequest, Pipeline, PipelineSettings
 from infill.types import InfillError, deadline_in
@@ -61,17 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--at", help="cursor LINE:COL (1-based)")
     where.add_argument("--range", help="selection L1:C1-L2:C2 to replace (1-based, end exclusive)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--model", help="DiffusionGemma checkpoint dir or hub id (default: env INFILL_MODEL, else the "
-                                   "offline Gemma 3 270M fallback)")
-    p.add_argument("--load-format", default="auto", choices=["auto", "dummy"])
-    p.add_argument("--device")
-    p.add_argument("--dtype")
-    p.add_argument("--endpoint", help="remote OpenAI-compatible engine URL")
     p.add_argument("--budget-ms", type=float, default=None, help="latency budget (default: none)")
     p.add_argument("--max-middle-tokens", type=int, default=64)
-    p.add_argument("--steps", type=int, default=None, help="max denoising steps (diffusion)")
     p.add_argument("--language")
     p.add_argument("-v", "--verbose", action="store_true")
+    add_model_options(p)
     return p
 
 
@@ -87,10 +80,7 @@ def main(argv: list[str]) -> int:
             start, end = offset_of(text, *parse_point(first)), offset_of(text, *parse_point(second))
             if end < start:
                 raise InfillError(f"range end {second} is before its start {first}")
-        engine = EngineConfig(**({"max_denoising_steps": args.steps} if args.steps else {}))
-        spec = BackendSpec.from_env(model=args.model, load_format=args.load_format, device=args.device,
-                                    dtype=args.dtype, endpoint=args.endpoint, engine=engine)
-        backend = open_backend(spec, progress=lambda msg, frac: print(msg, file=sys.stderr))
+        backend = open_backend(spec_from_args(args), progress=lambda msg, frac: print(msg, file=sys.stderr))
     except InfillError as exc:
         print(f"infill-ls fill: {exc}", file=sys.stderr)
         return 2
