@@ -238,7 +238,7 @@ def check_python_line_finished(text: str, spans: list[tuple[int, int]], middles:
         return None  # gap fills replace whole selections: the relative checks judge them
     cursor = spans[0][0]
     start, end = _statement_start(text, cursor), _statement_end(text, cursor)
-    error = _compiles(apply_fills(text[start:end], [(cursor - start, cursor - start)], middles))
+    error = rules.python_error(apply_fills(text[start:end], [(cursor - start, cursor - start)], middles))
     if error is None:
         return None
     line_start = text.rfind("\n", 0, cursor) + 1
@@ -247,7 +247,7 @@ def check_python_line_finished(text: str, spans: list[tuple[int, int]], middles:
     indent = text[line_start:cursor][:len(text[line_start:cursor]) - len(text[line_start:cursor].lstrip())]
     after = re.search(r"\n([ \t]*)\S", text[line_end:end])  # the next non-blank line: a body under this one?
     stand_in = indent + ("if 1:" if after and len(after.group(1)) > len(indent) else "pass")
-    if _compiles(text[start:line_start] + stand_in + text[line_end:end]) is not None:
+    if rules.python_error(text[start:line_start] + stand_in + text[line_end:end]) is not None:
         return None
     return Verdict("syntax", f"the fill leaves its statement unfinished: {error}")
 
