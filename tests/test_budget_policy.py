@@ -58,9 +58,10 @@ def test_budget_settings_default_to_measured_and_accept_null_or_a_number():
 
 # -- through the real server ------------------------------------------------------------------------------------
 
-# 128 denoising steps: a fill of the tiny engine takes a second or more on a 2-core machine, longer than the old
-# 600 ms default, and well inside the guard's cap (unless the machine is loaded many times over).
-SLOW_ARGS = ["--denoising-steps", "128"]
+# 256 denoising steps: a fill of the tiny engine takes about a second or more on a quiet 2-core machine, longer
+# than the old 600 ms default, and inside the guard's cap unless the machine is loaded many times over (then the
+# test says so and skips: nothing can show past the cap, by design).
+SLOW_ARGS = ["--denoising-steps", "256"]
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -94,7 +95,7 @@ async def test_a_slow_model_still_shows_its_suggestion_with_default_settings(slo
         uri = f"file:///slow-{index}.txt"
         open_doc(slow_lsp, uri, text, language="plaintext")
         reply = await _automatic(slow_lsp, uri, types.Position(0, len(text)))
-        if reply is None and (await status(slow_lsp))["budget"]["fillP50Ms"] >= 0.9 * GUARD_CAP_MS:
+        if reply is None and (await status(slow_lsp))["budget"]["fillP95Ms"] >= 0.9 * GUARD_CAP_MS:
             pytest.skip("this machine is loaded past the guard's cap: fills take longer than "
                         f"{GUARD_CAP_MS / 1000:.0f} s (nothing can show then, by design)")
         assert reply is not None and reply.items and reply.items[0].insert_text.strip(), log_text(slow_lsp)
