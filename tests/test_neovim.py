@@ -310,7 +310,7 @@ def test_an_answer_for_an_older_version_is_never_shown(nvim, tmp_path):
     nvim.wait("return vim.api.nvim_get_mode().mode == 'i' and T.line_changed(3, 'The weather today is')")
     # Ask, then change the text in the same tick: whatever the server answers was computed for an older text.
     # Automatic triggering is paused so that the only request is the one made for the old text.
-    nvim.lua("require('infill.engine.config').current.auto_trigger = false; require('infill').dismiss();"
+    nvim.lua("require('infill.config').current.auto_trigger = false; require('infill').dismiss();"
              "require('infill.suggest').request(false);"
              "vim.api.nvim_buf_set_lines(0, 3, 4, false, {'Tomorrow it will snow.'})")
     try:
@@ -318,7 +318,7 @@ def test_an_answer_for_an_older_version_is_never_shown(nvim, tmp_path):
         nvim.lua("vim.wait(100)")
         assert nvim.lua("return T.extmarks()") == 0
     finally:
-        nvim.lua("require('infill.engine.config').current.auto_trigger = true")
+        nvim.lua("require('infill.config').current.auto_trigger = true")
 
 
 def test_unnamed_huge_and_invalid_utf8_buffers_are_skipped_with_a_reason(nvim, tmp_path):

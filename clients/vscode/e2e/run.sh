@@ -61,7 +61,7 @@ build_vsix() {
 
 prepare_workspace() {
   rm -rf "$RUN" && mkdir -p "$RUN/user/User" "$RUN/ext" "$RUN/ws"
-  "$PY" -c "import sys; from infill.tiny import write_tiny_checkpoint; write_tiny_checkpoint(sys.argv[1])" \
+  "$PY" -c "import sys; from infill.testing.tiny_checkpoint import write_tiny_checkpoint; write_tiny_checkpoint(sys.argv[1])" \
     "$RUN/tiny" >/dev/null 2>&1
   printf '# Notes\n\nThe weather today is\n' > "$RUN/ws/notes.txt"
   cat > "$RUN/user/User/settings.json" <<JSON
