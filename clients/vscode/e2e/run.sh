@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # End-to-end test of the VS Code extension in a real VS Code: code-server (Node 24) in headless Chromium, driven by
-# playwright-core, against the real infill-ls with a tiny random-weight DiffusionGemma. Opens a file, types, waits
-# for the inline suggestion, accepts it with Tab, checks the saved text and the accept telemetry the server logged,
-# runs "Infill: Fill Gap" on a selection from the command palette; then, with a server command that does not exist,
-# checks for "infill: offline" and exactly one error message. Screenshots go to docs/img/.
+# playwright-core, against the real infill-ls with the real default model (Gemma 3 270M, offline on the CPU) and
+# default settings. In a Python file: types, waits for the inline suggestion, accepts it with Tab, checks the saved
+# text and the accept the server counted, runs "Infill: Fill Gap" on a selection; in examples/contract.md runs
+# "Infill: Fill All Gaps"; then, with a server command that does not exist, checks for "infill: offline" and exactly
+# one error message. The screenshots in docs/img/ come from this run (drive.cjs logs any setting it had to change).
 # Logs of a run (code-server, infill-ls, a failure screenshot) are in $INFILL_E2E_CACHE/run/.
 #
 #   bash clients/vscode/e2e/run.sh            # first run installs what it needs (a few minutes), later runs ~1-2 min
@@ -61,9 +62,22 @@ build_vsix() {
 
 prepare_workspace() {
   rm -rf "$RUN" && mkdir -p "$RUN/user/User" "$RUN/ext" "$RUN/ws"
-  "$PY" -c "import sys; from infill.testing.tiny_checkpoint import write_tiny_checkpoint; write_tiny_checkpoint(sys.argv[1])" \
-    "$RUN/tiny" >/dev/null 2>&1
-  printf '# Notes\n\nThe weather today is\n' > "$RUN/ws/notes.txt"
+  cat > "$RUN/ws/stats.py" <<'PYEOF'
+"""Small statistics helpers."""
+
+import math
+
+
+def circle_area(radius: float) -> float:
+    """Area of a circle of the given radius."""
+    return 
+
+
+def mean(values: list[float]) -> float:
+    """The arithmetic mean of a non-empty list."""
+    return sum(values) / len(values)
+PYEOF
+  cp "$REPO/examples/contract.md" "$RUN/ws/contract.md"
   cat > "$RUN/user/User/settings.json" <<JSON
 {
   "security.workspace.trust.enabled": false,
@@ -76,14 +90,13 @@ prepare_workspace() {
   "editor.inlineSuggest.enabled": true,
   "chat.disableAIFeatures": true,
   "workbench.secondarySideBar.defaultVisibility": "hidden",
+  "workbench.colorTheme": "Default Light Modern",
+  "editor.fontSize": 15,
+  "editor.minimap.enabled": false,
+  "editor.wordWrap": "on",
   "editor.quickSuggestions": {"other": false, "comments": false, "strings": false},
   "infill.server.pythonPath": "$PY",
-  "infill.server.args": ["--model", "$RUN/tiny", "--log-file", "$RUN/infill-ls.log"],
-  "infill.inlineBudgetMs": 20000,
-  "infill.invokedBudgetMs": 20000,
-  "infill.denoisingSteps": 4,
-  "infill.maxMiddleTokens": 12,
-  "infill.debounceMs": 50,
+  "infill.server.args": ["--log-file", "$RUN/infill-ls.log"],
   "infill.completionLog": "$RUN/completions.jsonl"
 }
 JSON
@@ -112,8 +125,9 @@ stop_code_server() {
 
 drive() {
   mkdir -p "$SHOTS"
-  PLAYWRIGHT_CORE="$CS/node_modules/playwright-core" URL="http://127.0.0.1:$PORT/?folder=$RUN/ws" \
-    FILE="$RUN/ws/notes.txt" COMPLETION_LOG="$RUN/completions.jsonl" SHOTS="$SHOTS" "$NODE24/bin/node" "$1"
+  PLAYWRIGHT_CORE="$CS/node_modules/playwright-core" URL="http://127.0.0.1:$PORT/?folder=$RUN/ws" WS="$RUN/ws" \
+    SETTINGS="$RUN/user/User/settings.json" COMPLETION_LOG="$RUN/completions.jsonl" SHOTS="$SHOTS" \
+    "$NODE24/bin/node" "$1"
 }
 
 main() {
