@@ -60,8 +60,7 @@ build_vsix() {
   (cd "$REPO/clients/vscode" && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && npm run -s package >/dev/null)
 }
 
-prepare_workspace() {
-  rm -rf "$RUN" && mkdir -p "$RUN/user/User" "$RUN/ext" "$RUN/ws"
+prepare_files() {  # the files the run edits, as they start
   cat > "$RUN/ws/stats.py" <<'PYEOF'
 """Small statistics helpers."""
 
@@ -78,6 +77,11 @@ def mean(values: list[float]) -> float:
     return sum(values) / len(values)
 PYEOF
   cp "$REPO/examples/contract.md" "$RUN/ws/contract.md"
+}
+
+prepare_workspace() {
+  rm -rf "$RUN" && mkdir -p "$RUN/user/User" "$RUN/ext" "$RUN/ws"
+  prepare_files
   cat > "$RUN/user/User/settings.json" <<JSON
 {
   "security.workspace.trust.enabled": false,
@@ -110,16 +114,16 @@ code_server() {
 start_code_server() {
   PORT="$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
   log "start code-server on 127.0.0.1:$PORT"
-  (cd "$REPO" && PATH="$NODE24/bin:$PATH" exec "$CS/node_modules/.bin/code-server" --user-data-dir "$RUN/user" \
+  (cd "$REPO" && PATH="$NODE24/bin:$PATH" exec setsid "$CS/node_modules/.bin/code-server" --user-data-dir "$RUN/user" \
     --extensions-dir "$RUN/ext" --auth none --bind-addr "127.0.0.1:$PORT" --disable-telemetry \
     --disable-update-check --disable-workspace-trust --disable-getting-started-override "$RUN/ws" \
     >> "$RUN/code-server.log" 2>&1) &
   SERVER_PID=$!
-  trap 'kill "$SERVER_PID" 2>/dev/null || true' EXIT
+  trap 'kill -- -"$SERVER_PID" 2>/dev/null || true' EXIT
 }
 
-stop_code_server() {
-  kill "$SERVER_PID" 2>/dev/null || true
+stop_code_server() {  # its own process group (setsid): the extension host and infill-ls go with it
+  kill -- -"$SERVER_PID" 2>/dev/null || true
   wait "$SERVER_PID" 2>/dev/null || true
 }
 
@@ -140,9 +144,27 @@ main() {
   log "install the extension into code-server"
   code_server --install-extension "$REPO/clients/vscode/infill-ls.vsix" >/dev/null
   start_code_server
-  log "drive VS Code in headless Chromium"
-  drive "$REPO/clients/vscode/e2e/drive.cjs"
+  log "drive VS Code in headless Chromium (default settings)"
+  local rc=0
+  drive "$REPO/clients/vscode/e2e/drive.cjs" || rc=$?
   stop_code_server
+  if [ "$rc" = 3 ]; then
+    log "THE DEFAULT MODEL MISSED A DEFAULT BUDGET HERE: again with inline/invoked 120 s, code actions 900 s"
+    "$PY" - "$RUN/user/User/settings.json" <<'PYEOF'
+import json, sys
+path = sys.argv[1]
+settings = json.load(open(path))
+settings.update({"infill.inlineBudgetMs": 120000, "infill.invokedBudgetMs": 120000,
+                 "infill.codeActionBudgetMs": 900000})
+json.dump(settings, open(path, "w"), indent=2)
+PYEOF
+    prepare_files
+    start_code_server
+    RAISED=1 drive "$REPO/clients/vscode/e2e/drive.cjs"
+    stop_code_server
+  elif [ "$rc" != 0 ]; then
+    exit "$rc"
+  fi
   log "again with a server command that does not exist"
   "$PY" - "$RUN/user/User/settings.json" <<'PYEOF'
 import json, sys
