@@ -68,12 +68,15 @@ async function palette(page, title) {
   await page.keyboard.press('Enter');
 }
 
-/** Saves until the file on disk differs from `before` (the fill is applied asynchronously). */
+/** Saves until the file on disk differs from `before` (the fill is applied asynchronously), read twice alike (a
+ * read during a save can see a half-written file). */
 async function savedChange(page, file, before, seconds) {
   let saved = before;
-  for (let i = 0; i < seconds * 2 && saved === before; i++) {
+  let previous = before;
+  for (let i = 0; i < seconds * 2 && (saved === before || saved !== previous); i++) {
     await page.waitForTimeout(500);
     await page.keyboard.press('Control+S');
+    previous = saved;
     saved = fs.readFileSync(file, 'utf8');
   }
   return saved;
