@@ -74,8 +74,8 @@ async function savedChange(page, file, before, seconds) {
   let saved = before;
   let previous = before;
   for (let i = 0; i < seconds * 2 && (saved === before || saved !== previous); i++) {
-    await page.waitForTimeout(500);
     await page.keyboard.press('Control+S');
+    await page.waitForTimeout(500); // (a read right after the key lands in the save's truncate-then-write)
     previous = saved;
     saved = fs.readFileSync(file, 'utf8');
   }
