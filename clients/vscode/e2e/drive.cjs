@@ -68,20 +68,6 @@ async function palette(page, title) {
   await page.keyboard.press('Enter');
 }
 
-/** Saves until the file on disk differs from `before` (the fill is applied asynchronously), read twice alike (a
- * read during a save can see a half-written file). */
-async function savedChange(page, file, before, seconds) {
-  let saved = before;
-  let previous = before;
-  for (let i = 0; i < seconds * 2 && (saved === before || saved !== previous); i++) {
-    await page.keyboard.press('Control+S');
-    await page.waitForTimeout(500); // (a read right after the key lands in the save's truncate-then-write)
-    previous = saved;
-    saved = fs.readFileSync(file, 'utf8');
-  }
-  return saved;
-}
-
 async function waitForGhost(page, seconds) {
   try {
     await page.waitForSelector('.ghost-text-decoration, .ghost-text', { timeout: seconds * 1000 });
@@ -135,27 +121,54 @@ async function inlineSuggestion(page) {
   return true;
 }
 
-// Select "len(values)" in mean() and run "Infill: Fill Gap": exactly the selection is replaced.
+function completions(kind) {
+  return (fs.existsSync(LOG) ? fs.readFileSync(LOG, 'utf8').split('\n').filter((l) => l.trim()) : [])
+    .map((l) => JSON.parse(l)).filter((r) => r.type === 'completion' && r.kind === kind);
+}
+
+/** Waits for the server's next completion of `kind` (in its log: written before the edit is sent), then saves. */
+async function filled(page, file, kind, seen, seconds) {
+  let done = [];
+  for (let i = 0; i < seconds * 2 && done.length <= seen; i++) {
+    await page.waitForTimeout(500);
+    done = completions(kind);
+  }
+  if (done.length <= seen) return undefined;
+  await page.waitForTimeout(1500); // the edit reaches the editor
+  await page.keyboard.press('Control+S');
+  await page.waitForTimeout(1000); // (a read right after the key lands in the save's truncate-then-write)
+  log(`${kind} fill: ${done[done.length - 1].outcome} ${JSON.stringify(done[done.length - 1].fills)}`);
+  return done[done.length - 1].outcome === 'ok' ? fs.readFileSync(file, 'utf8') : null;
+}
+
+// Select the words of mean()'s docstring and run "Infill: Fill Gap": exactly the selection is replaced.
+const GAP = 'The arithmetic mean of a non-empty list.';
 async function fillGap(page) {
   const before = fs.readFileSync(PY, 'utf8');
-  const row = before.split('\n').findIndex((l) => l.includes('sum(values) / len(values)'));
-  const line = before.split('\n')[row];
+  const lines = before.split('\n');
+  const row = lines.findIndex((l) => l.includes(GAP));
   await page.keyboard.press('Escape');
   await gotoLineEnd(page, row + 1);
-  for (let i = 0; i < 'len(values)'.length; i++) await page.keyboard.press('Shift+ArrowLeft');
+  for (let i = 0; i < 3; i++) await page.keyboard.press('ArrowLeft');
+  for (let i = 0; i < GAP.length; i++) await page.keyboard.press('Shift+ArrowLeft');
   await palette(page, 'Infill: Fill Gap (replace selection)');
-  const saved = await savedChange(page, PY, before, RAISED ? 600 : 60);
-  if (saved === before && !RAISED) {
+  const saved = await filled(page, PY, 'gap', completions('gap').length, RAISED ? 600 : 60);
+  if (saved === undefined && !RAISED) {
     log('Fill Gap gave nothing within the default codeActionBudgetMs');
     return false;
   }
-  const after = saved.split('\n')[row];
-  log(`after Fill Gap: ${JSON.stringify(after)}`);
+  if (!saved) throw new Error('Fill Gap gave no fill');
+  const after = saved.split('\n');
+  log(`after Fill Gap: ${JSON.stringify(after[row])}`);
   await page.waitForTimeout(500);
   await page.screenshot({ path: path.join(SHOTS, 'vscode-fill-gap.png') });
-  const head = line.slice(0, line.length - 'len(values)'.length);
-  if (saved === before || !after.startsWith(head) || saved.split('\n').length !== before.split('\n').length) {
-    throw new Error(`Fill Gap did not replace exactly the selection: ${JSON.stringify(after)}`);
+  const [head, tail] = lines[row].split(GAP);
+  const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
+  const kept = same(after.slice(0, row), lines.slice(0, row)) && same(after.slice(after.length - (lines.length - row - 1)),
+    lines.slice(row + 1));
+  if (!kept || !after[row].startsWith(head) || !after.slice(row, after.length - (lines.length - row - 1)).join('\n')
+    .endsWith(tail)) {
+    throw new Error(`Fill Gap did not replace exactly the selection: ${JSON.stringify(saved)}`);
   }
   log('PASS: Fill Gap replaced exactly the selection');
   return true;
@@ -169,11 +182,12 @@ async function fillAllGaps(page) {
   await page.waitForTimeout(500);
   await page.screenshot({ path: path.join(SHOTS, 'vscode-contract-before.png') });
   await palette(page, 'Infill: Fill All Gaps');
-  const saved = await savedChange(page, CONTRACT, before, RAISED ? 900 : 60);
-  if (saved === before && !RAISED) {
+  const saved = await filled(page, CONTRACT, 'gaps', completions('gaps').length, RAISED ? 900 : 60);
+  if (saved === undefined && !RAISED) {
     log('Fill All Gaps gave nothing within the default codeActionBudgetMs');
     return false;
   }
+  if (!saved) throw new Error('Fill All Gaps gave no fill');
   await page.keyboard.press('Control+Home');
   await page.waitForTimeout(500);
   await page.screenshot({ path: path.join(SHOTS, 'vscode-contract-after.png') });
