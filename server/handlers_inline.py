@@ -13,6 +13,7 @@ from infill.pipeline import CompletionRequest, PipelineResult
 from infill.types import Cancelled, deadline_in
 
 from .gate import log_refusal, offset_logged, refusal
+from .handlers_telemetry import offer
 
 
 def register(server) -> None:
@@ -134,6 +135,7 @@ def _reply(ls, params, document, version, stopped: bool, result: PipelineResult,
     ls.telemetry.record_latency(server_ms)
     items = [types.InlineCompletionItem(insert_text=f.text,
                                         range=document.range_of(f.start, f.end)) for f in fills]
+    offer(ls, document, items, [(f.start, f.end) for f in fills])  # the accept command; inferring what follows
     return types.InlineCompletionList(items=items)
 
 
