@@ -25,7 +25,7 @@ from .telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 
-COMMANDS = ("infill.status", "infill.fillGap", "infill.fillAllGaps", "infill.toggle")
+COMMANDS = ("infill.status", "infill.fillGap", "infill.fillAllGaps", "infill.toggle", "infill.didAcceptCompletion")
 STATUS_CHANGED = "infill/statusChanged"
 TELEMETRY = "infill/telemetry"
 
