@@ -17,6 +17,7 @@ from infill.types import Cancelled, deadline_in
 from infill.worker import Ticket
 
 from .gate import log_refusal, offset_logged, refusal
+from .handlers_telemetry import offer
 
 
 def register(server) -> None:
@@ -174,6 +175,7 @@ def _typed_through_reply(ls, params, document, typed) -> types.InlineCompletionL
                                    position=[params.position.line, params.position.character], outcome="ok",
                                    result=None, server_ms=0.0, fills=[typed.insert])
     item = types.InlineCompletionItem(insert_text=typed.insert, range=document.range_of(typed.cursor, typed.end))
+    offer(ls, document, [item], [(typed.cursor, typed.end)])
     return types.InlineCompletionList(items=[item])
 
 
@@ -232,6 +234,7 @@ def _reply(ls, params, document, ran: _Ran):
 
 def _items(ls, document, ran: _Ran, fills) -> types.InlineCompletionList:
     items = [types.InlineCompletionItem(insert_text=f.text, range=document.range_of(f.start, f.end)) for f in fills]
+    offer(ls, document, items, [(f.start, f.end) for f in fills])  # the accept command; inferring what follows
     ls.typed_through.remember(document.uri, document.text, ran.cursor, fills[0].start, fills[0].end, fills[0].text)
     return types.InlineCompletionList(items=items)
 

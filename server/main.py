@@ -23,13 +23,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def create_server(base: Settings):
-    from . import handlers_actions, handlers_inline, handlers_lifecycle
+    from . import handlers_actions, handlers_inline, handlers_lifecycle, handlers_telemetry
     from .server import InfillServer
 
     server = InfillServer(base)
     handlers_lifecycle.register(server)
     handlers_inline.register(server)
     handlers_actions.register(server)
+    handlers_telemetry.register(server)
     return server
 
 

@@ -27,7 +27,7 @@ from .typed_through import TypedThrough
 
 log = logging.getLogger(__name__)
 
-COMMANDS = ("infill.status", "infill.fillGap", "infill.fillAllGaps", "infill.toggle")
+COMMANDS = ("infill.status", "infill.fillGap", "infill.fillAllGaps", "infill.toggle", "infill.didAcceptCompletion")
 STATUS_CHANGED = "infill/statusChanged"
 TELEMETRY = "infill/telemetry"
 

@@ -134,3 +134,11 @@ def test_gemma_ends_a_block_where_the_pipeline_says_the_block_is():
     with_facts = gap_shape(request.prefix, request.suffix, False, "python", request.gap)
     assert cut_fill(fill, with_facts) == ("y = 2\n    return y\n", True)  # ends where the function ends
     assert cut_fill(fill, gap_shape(request.prefix, request.suffix, False, "python")) == ("y = 2", True)
+
+
+@pytest.mark.parametrize("language", [None, "json", "markdown"])
+def test_no_comment_rule_where_there_is_no_code_language(language):
+    # The watchdog judges comments in code only; Gemma dropped `# ...` fills of documents with no language too.
+    source = "notes\n§\n"
+    assert not gemma_drops(source, language, "# later")
+    assert watchdog_verdict(source, language, "# later").reason != "comment_only"

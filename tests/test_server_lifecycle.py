@@ -27,7 +27,7 @@ async def test_capabilities(lsp):
     assert caps.code_action_provider.resolve_provider is True
     assert list(caps.code_action_provider.code_action_kinds) == [types.CodeActionKind.RefactorRewrite]
     assert set(caps.execute_command_provider.commands) == {"infill.status", "infill.fillGap", "infill.fillAllGaps",
-                                                           "infill.toggle"}
+                                                           "infill.toggle", "infill.didAcceptCompletion"}
 
 
 async def test_startup_progress_and_status(lsp):

@@ -25,8 +25,9 @@ _COMMENT_MARKERS: dict[str, tuple[str, ...]] = {
                                  "java", "c", "cpp", "csharp", "kotlin", "swift", "php", "scala", "dart", "zig")},
     **{lang: ("--",) for lang in ("lua", "sql", "haskell")},
 }
-# A language nobody listed: the markers most languages use.
+# A language nobody listed: the markers most languages use. No language at all, or JSON: no comments to judge.
 _ANY_MARKERS = ("#", "//", "/*", "*")
+_NO_COMMENTS = frozenset({"", "json"})
 
 
 def is_prose_language(language: str | None) -> bool:
@@ -36,7 +37,7 @@ def is_prose_language(language: str | None) -> bool:
 def comment_markers(language: str | None) -> tuple[str, ...]:
     """How a line comment starts in `language` (nothing for prose, where `#` is a heading)."""
     lang = (language or "").lower()
-    if lang in PROSE_LANGUAGES:
+    if lang in PROSE_LANGUAGES or lang in _NO_COMMENTS:
         return ()
     return _COMMENT_MARKERS.get(lang, _ANY_MARKERS)
 

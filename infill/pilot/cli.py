@@ -117,7 +117,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, str]:
     kinds: dict[str, int] = {}
     for hole in holes:
         kinds[hole.kind] = kinds.get(hole.kind, 0) + 1
-    meta = {"src": str(found.root), "from_git": found.from_git, "files": len(found.files),
+    meta = {"src": args.src, "from_git": found.from_git, "files": len(found.files),
             "skipped": dict(found.skipped.most_common()), "holes": len(holes), "hole_kinds": kinds,
             "seed": args.seed, "concurrency": list(settings.concurrency), "max_seconds": settings.max_seconds,
             "deadline_ms": settings.deadline_ms,
