@@ -39,6 +39,8 @@ class ARSettings:
     prefill_chunk_tokens: int = 256  # cancellation and the deadline are checked between prefill chunks
     num_threads: int | None = None  # torch intra-op threads (process-wide); None leaves torch's default
     token_healing: bool = True  # re-choose the prompt's last token (a trailing space or half a word) when decoding
+    draft_tokens: int = 8  # tokens drafted from the context and verified per forward (0: one token per forward)
+    draft_ngram: int = 3  # longest run of last tokens looked up in the context to draft from
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_prompt_tokens, int) or self.max_prompt_tokens < 16:
@@ -47,6 +49,10 @@ class ARSettings:
             raise InfillError(f"kv_store_bytes must be a non-negative integer, got {self.kv_store_bytes!r}")
         if self.num_threads is not None and (not isinstance(self.num_threads, int) or self.num_threads < 1):
             raise InfillError(f"num_threads must be a positive integer or None, got {self.num_threads!r}")
+        if not isinstance(self.draft_tokens, int) or not 0 <= self.draft_tokens <= 64:
+            raise InfillError(f"draft_tokens must be an integer in 0..64, got {self.draft_tokens!r}")
+        if not isinstance(self.draft_ngram, int) or self.draft_ngram < 2:
+            raise InfillError(f"draft_ngram must be an integer >= 2, got {self.draft_ngram!r}")
         if not isinstance(self.prefill_chunk_tokens, int) or self.prefill_chunk_tokens < 1:
             raise InfillError(f"prefill_chunk_tokens must be a positive integer, got {self.prefill_chunk_tokens!r}")
 
@@ -119,6 +125,7 @@ class _Tally:
     """Per-request counters summed over gaps."""
 
     steps: int = 0
+    forwards: int = 0  # decoding forwards after the prefill (fewer than steps when drafts are accepted)
     prompt_tokens: int = 0
     reused_tokens: int = 0
     encode_s: float = 0.0
@@ -207,7 +214,8 @@ class GemmaBackend:
         timings = Timings(encode_ms=tally.encode_s * 1000, denoise_ms=tally.decode_s * 1000,
                           total_ms=(time.perf_counter() - started) * 1000)
         return InfillResult(middles=middles, outcome=outcome, backend=self._info.name,  # type: ignore[arg-type]
-                            steps=tally.steps, tokens_per_forward=1.0, timings=timings,
+                            steps=tally.steps, tokens_per_forward=tally.steps / max(1, tally.forwards + 1),
+                            timings=timings,
                             prompt_tokens=tally.prompt_tokens, reused_tokens=tally.reused_tokens,
                             version=request.version, versions=versions, error=error)
 
@@ -280,13 +288,14 @@ class GemmaBackend:
             entry.cache.crop(-(len(entry.ids) - reuse))
         return entry.cache, entry.ids[:reuse]
 
-    def _forward(self, ids: list[int], cache: Any):
+    def _forward(self, ids: list[int], cache: Any, keep: int = 1):
+        """Logits of the last `keep` positions, one row each."""
         import torch
 
         with torch.inference_mode():
             out = self._model(input_ids=torch.tensor([ids], device=self._device), cache=cache, use_cache=True,
-                              logits_to_keep=1)
-        return out.logits[0, -1]
+                              logits_to_keep=keep)
+        return out.logits[0]
 
     def _prefill(self, ids: list[int], fed: list[int], cache: Any, token: CancelToken, deadline: float | None):
         chunk = self.settings.prefill_chunk_tokens
@@ -335,34 +344,71 @@ class GemmaBackend:
     def _decode(self, logits: Any, fed: list[int], cache: Any, shape: GapShape, healed: str,
                 request: InfillRequest, token: CancelToken, deadline: float | None,
                 on_draft: DraftCallback | None, tally: _Tally) -> str:
-        import torch
-
+        """Greedy decoding. Each forward also verifies tokens drafted from the document (`_step`); a token is
+        handled the same way whether it came from a one-token forward or a verified draft."""
         generated: list[int] = []
         confidence: list[float] = []
         fill = ""
         if healed:
             logits = logits.masked_fill(~self._allowed_after_heal(healed)[: logits.shape[-1]], float("-inf"))
-        for step in range(request.max_middle_tokens):
-            probs = torch.softmax(logits.float(), dim=-1)
-            best_p, best = probs.max(dim=-1)
-            next_id = int(best)
-            if next_id in self._stop_ids:
-                break
-            generated.append(next_id)
-            confidence.append(float(best_p))
-            tally.steps += 1
-            fill, stop = cut_fill(self._tokenizer.decode(generated)[len(healed):], shape)
-            if on_draft is not None:
-                later = ("",) * (request.gap_count - len(tally.middles) - 1)  # gaps not reached yet
-                on_draft(Draft(step=step, middles=tuple(tally.middles) + (fill,) + later,
-                               confidence=tuple(confidence)))
-            if stop:
-                return fill
-            if step == request.max_middle_tokens - 1:
-                break
-            token.raise_if_cancelled()
-            if deadline is not None and time.monotonic() >= deadline:
-                raise _DeadlineReached(finish_fill(trim_unfinished(fill, shape), shape))
-            logits = self._forward([next_id], cache)
-            fed.append(next_id)
-        return trim_unfinished(fill, shape)  # the token bound or EOS ended it, not a stop rule
+        pending = self._pick(logits)
+        while True:
+            for next_id, best_p in pending:
+                if next_id in self._stop_ids:
+                    return trim_unfinished(fill, shape)
+                generated.append(next_id)
+                confidence.append(best_p)
+                tally.steps += 1
+                fill, stop = cut_fill(self._tokenizer.decode(generated)[len(healed):], shape)
+                if on_draft is not None:
+                    later = ("",) * (request.gap_count - len(tally.middles) - 1)  # gaps not reached yet
+                    on_draft(Draft(step=len(generated) - 1, middles=tuple(tally.middles) + (fill,) + later,
+                                   confidence=tuple(confidence)))
+                if stop:
+                    return fill
+                if len(generated) >= request.max_middle_tokens:
+                    return trim_unfinished(fill, shape)  # the token bound ended it, not a stop rule
+                token.raise_if_cancelled()
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise _DeadlineReached(finish_fill(trim_unfinished(fill, shape), shape))
+            pending = self._step(generated[-1], fed, cache, request.max_middle_tokens - len(generated), tally)
+
+    def _pick(self, logits: Any) -> list[tuple[int, float]]:
+        """Greedy choice and its probability for each row of `logits` (one host transfer for all rows)."""
+        import torch
+
+        probs = torch.softmax(logits.float(), dim=-1)
+        best_p, best = probs.max(dim=-1)
+        return list(zip(best.tolist(), best_p.tolist()))
+
+    def _step(self, last: int, fed: list[int], cache: Any, room: int, tally: _Tally) -> list[tuple[int, float]]:
+        """Feed `last` plus up to `room - 1` tokens drafted from the context, and return the greedy tokens the
+        forward confirms: the model's choice after `last`, and after every draft token that matched it. Exactly
+        the tokens one-token forwards would give (a rejected draft only costs its share of this forward); the
+        cache is cropped back to the accepted tokens, so `fed` matches it again."""
+        fed.append(last)
+        draft = draft_from_context(fed, min(self.settings.draft_tokens, room - 1), self.settings.draft_ngram)
+        chosen = self._pick(self._forward([last] + draft, cache, keep=len(draft) + 1))
+        tally.forwards += 1
+        accepted = 0
+        while accepted < len(draft) and chosen[accepted][0] == draft[accepted]:
+            accepted += 1
+        fed.extend(draft[:accepted])
+        if accepted < len(draft):
+            cache.crop(-(len(draft) - accepted))
+        return chosen[:accepted + 1]
+
+
+def draft_from_context(ids: list[int], count: int, max_ngram: int) -> list[int]:
+    """Prompt-lookup drafting: find the latest earlier occurrence of the last `max_ngram` (then fewer, down to 2)
+    tokens of `ids` and propose the `count` tokens that followed it. Code repeats its identifiers and lines, so
+    these guesses are often right, and a wrong one costs little."""
+    if count <= 0:
+        return []
+    for n in range(min(max_ngram, len(ids) - 1), 1, -1):
+        tail = ids[-n:]
+        first = tail[0]
+        for start in range(len(ids) - n - 1, -1, -1):
+            if ids[start] == first and ids[start:start + n] == tail:
+                return ids[start + n:start + n + count]
+    return []
