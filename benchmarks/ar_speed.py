@@ -133,6 +133,39 @@ def profile(backend, holes, max_steps: int = 8) -> dict:
     return medians
 
 
+def dtype_profile(backend, holes, steps: int = 6) -> dict:
+    """Median ms of one decoding forward (body + head) in bf16 and in float32, alternating on the same tokens."""
+    import copy
+
+    import torch
+    from transformers import DynamicCache
+
+    models = {"bfloat16": copy.deepcopy(backend._model).to(torch.bfloat16),
+              "float32": copy.deepcopy(backend._model).to(torch.float32)}
+    times: dict[str, list[float]] = {name: [] for name in models}
+    with torch.inference_mode():
+        for hole in holes:
+            ids = backend.tokens.encode(hole.prefix)[-300:]
+            caches = {name: DynamicCache() for name in models}
+            for name, model in models.items():
+                model(input_ids=torch.tensor([ids]), cache=caches[name], use_cache=True, logits_to_keep=1)
+            for step in range(steps):
+                for name, model in (models.items() if step % 2 else reversed(models.items())):
+                    started = time.perf_counter()
+                    model(input_ids=torch.tensor([[ids[step]]]), cache=caches[name], use_cache=True,
+                          logits_to_keep=1)
+                    times[name].append((time.perf_counter() - started) * 1000)
+    return {f"{name}_forward_ms": statistics.median(values) for name, values in times.items()}
+
+
+def _rounded(value):
+    if isinstance(value, float):
+        return round(value, 4)
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=20, help="holes")
@@ -145,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", nargs="+", default=["plain:draft_tokens=0", "drafts:"],
                         help="name:setting=value,... per mode; the first is the reference")
     parser.add_argument("--profile", action="store_true", help="also time the parts of one fill")
+    parser.add_argument("--dtypes", action="store_true", help="also time one forward in bf16 vs float32")
     args = parser.parse_args(argv)
 
     modes = [parse_mode(m) for m in args.modes]
@@ -158,12 +192,13 @@ def main(argv: list[str] | None = None) -> int:
                      "holes": len(holes), "typed": args.typed, "modes": dict(modes)}
     if args.profile:
         figures["profile_ms"] = profile(backend, holes[: min(8, len(holes))])
+    if args.dtypes:
+        figures["dtype_forward_ms"] = dtype_profile(backend, holes[: min(4, len(holes))])
     figures.update(keystrokes(backend, holes, modes, args.typed, args.max_tokens))
     figures["load_average_end"] = os.getloadavg()[0]
     figures["wall_s"] = time.monotonic() - started
     backend.close()
-    print(json.dumps(figures, indent=1, default=str), file=sys.stderr)
-    print(json.dumps(figures, default=lambda v: round(v, 4) if isinstance(v, float) else str(v)))
+    print(json.dumps(_rounded(figures)))
     return 0
 
 
