@@ -44,6 +44,7 @@ def _holes() -> list[InfillRequest]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # twelve real fills; on a shared 2-core machine at load 15 this took 20 minutes
 def test_drafted_decoding_gives_the_same_text_as_one_token_per_forward(ar_backend):
     original = ar_backend.settings
     try:
