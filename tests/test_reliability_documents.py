@@ -10,7 +10,7 @@ import time
 import pytest
 from lsprotocol import types
 
-from server.documents import DocumentDistrusted, DocumentStore, index_to_utf16, utf16_to_index
+from server.documents import DocumentStore, index_to_utf16, utf16_to_index
 
 from fuzz.rpc import RawServer
 
@@ -41,6 +41,8 @@ def test_change_on_a_line_with_a_lone_surrogate_applies_and_moves_the_version():
 
 
 def test_a_change_that_fails_distrusts_the_document_until_full_text():
+    from server.documents import DocumentDistrusted
+
     store = DocumentStore()
     document = store.open(types.TextDocumentItem(uri="file:///f.txt", language_id="plaintext", version=1,
                                                  text="one\ntwo\n"))
