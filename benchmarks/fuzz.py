@@ -2,6 +2,7 @@
 sessions, requests, crashes, hangs, stale_edits, bad_edits, protocol_errors (and the first problems found).
 
     .venv/bin/python benchmarks/fuzz.py --minutes 30 [--seed 14] [--session-seconds 60]
+    .venv/bin/python benchmarks/fuzz.py --actions    # listing code actions on huge Markdown, and infill.status
 
 The generator and invariants are tests/fuzz/session.py (the suite runs the same for about two minutes)."""
 
@@ -25,12 +26,18 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=5.0)
     parser.add_argument("--seed", type=int, default=14)
     parser.add_argument("--session-seconds", type=float, default=60.0)
+    parser.add_argument("--actions", action="store_true",
+                        help="instead: ms to list code actions on a 2 MB CR-only and a 1 MB one-line Markdown file, "
+                             "and how long infill.status waits meanwhile")
     args = parser.parse_args()
     from fuzz.session import run_fuzz
     from infill.testing.tiny_checkpoint import write_tiny_checkpoint
 
     with tempfile.TemporaryDirectory(prefix="infill-fuzz-") as tmp:
         checkpoint = write_tiny_checkpoint(Path(tmp) / "tiny")
+        if args.actions:
+            print(json.dumps({**time_actions(checkpoint), "cores": os.cpu_count(), "cpu_flags": _cpu_flags()}))
+            return 0
         started = time.monotonic()
         stats = run_fuzz(str(checkpoint), args.minutes * 60, seed=args.seed, session_seconds=args.session_seconds,
                          stderr_dir=tmp)
@@ -41,6 +48,45 @@ def main() -> int:
     summary["cpu_flags"] = _cpu_flags()
     print(json.dumps(summary))
     return 0
+
+
+HUGE = {  # the two shapes of issue 14, fault 2
+    "cr_only_2mb": "Some prose with a ___ blank, and [[a gap]] here.\r___\r\r" * (2_000_000 // 53),
+    "one_line_1mb": "Some prose with a ___ blank, and [[a gap]] here. " * (1_000_000 // 50),
+}
+TIMEOUT_S = 60.0
+
+
+def time_actions(checkpoint) -> dict:
+    """Per document: ms until the code-action listing (cursor at the end, no selection) answers, and ms until an
+    infill.status sent right after it answers (the event loop's wait); TIMEOUT_S * 1000 means no answer by then."""
+    from fuzz.rpc import RawServer
+
+    server = RawServer(["--model", str(checkpoint)], configuration={"enabledLanguages": ["markdown"]})
+    results = {}
+    try:
+        server.initialize()
+        server.wait_ready()
+        for name, text in HUGE.items():
+            uri = f"file:///{name}.md"
+            server.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "markdown",
+                                                                    "version": 1, "text": text}})
+            server.status()  # the open is applied
+            last = text.count("\r")
+            at = {"line": last, "character": 0}
+            sent = time.monotonic()
+            listing = server.request("textDocument/codeAction", {"textDocument": {"uri": uri},
+                                                                 "range": {"start": at, "end": at},
+                                                                 "context": {"diagnostics": []}})
+            status = server.request("workspace/executeCommand", {"command": "infill.status"})
+            answers = {key: server.wait(msg_id, TIMEOUT_S) for key, msg_id in (("list", listing), ("status", status))}
+            results[name] = {f"{key}_ms": round(((reply or {}).get("_at", sent + TIMEOUT_S) - sent) * 1000, 1)
+                             for key, reply in answers.items()}
+            if answers["list"] is None:
+                break  # the loop is still busy with it: a second document would only queue behind
+    finally:
+        server.kill()
+    return results
 
 
 def _cpu_flags() -> str:
