@@ -82,6 +82,9 @@ def time_actions(checkpoint) -> dict:
             answers = {key: server.wait(msg_id, TIMEOUT_S) for key, msg_id in (("list", listing), ("status", status))}
             results[name] = {f"{key}_ms": round(((reply or {}).get("_at", sent + TIMEOUT_S) - sent) * 1000, 1)
                              for key, reply in answers.items()}
+            reply = answers["list"] or {}
+            results[name]["titles"] = [a["title"] for a in reply.get("result") or []] if "result" in reply else \
+                reply.get("error", "no answer")
             if answers["list"] is None:
                 break  # the loop is still busy with it: a second document would only queue behind
     finally:
