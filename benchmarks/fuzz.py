@@ -50,9 +50,10 @@ def main() -> int:
     return 0
 
 
-HUGE = {  # the two shapes of issue 14, fault 2
-    "cr_only_2mb": "Some prose with a ___ blank, and [[a gap]] here.\r___\r\r" * (2_000_000 // 53),
-    "one_line_1mb": "Some prose with a ___ blank, and [[a gap]] here. " * (1_000_000 // 50),
+CR_UNIT, LINE_UNIT = "Some prose with a ___ blank, and [[a gap]] here.\r___\r\r", "A ___ blank and [[a gap]]. "
+HUGE = {  # the two shapes of issue 14, fault 2 (just under the default maxDocumentChars of 2,000,000)
+    "cr_only_2mb": CR_UNIT * (1_999_000 // len(CR_UNIT)),
+    "one_line_1mb": LINE_UNIT * (1_000_000 // len(LINE_UNIT)),
 }
 TIMEOUT_S = 60.0
 
