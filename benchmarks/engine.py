@@ -5,7 +5,7 @@ Prints intermediate lines, then as its LAST line one JSON object with:
   tokenisation + KV crop + encoding the new tail) ÷ a full prefill of it (goal ≤ 0.1);
 - step_over_forward: one engine denoising step ÷ one bare decoder forward (transformers' forward with
   self-conditioning logits), vocabulary 262,144, canvas 256, hidden 64 (goal ≤ 1.3); also transformers' own step
-  (`reference` sampler: multinomial + Categorical entropy) for comparison;
+  (tests/reference_sampler.py: multinomial + Categorical entropy) for comparison;
 - keystroke_vs_generate: median time from a one-character edit to a finished single-line fill through
   `model.generate()` (full re-tokenise + re-prefill, canvas 256) ÷ the same through the engine, same model, same
   number of denoising steps (early stopping disabled on both), 4,096-token prefix (goal ≥ 5).
@@ -24,12 +24,15 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # transformers' own step, for comparison
 
-from infill.engine.canvas import build_canvas, decoder_cache_view, decoder_masks  # noqa: E402
+from infill.engine.canvas import build_canvas, decoder_masks  # noqa: E402
 from infill.engine.config import EngineConfig  # noqa: E402
 from infill.engine.denoise import denoise  # noqa: E402
 from infill.engine.diffusion import DiffusionEngine  # noqa: E402
 from infill.engine.loading import load_diffusion_model  # noqa: E402
+from infill.engine.model import decoder_cache_view  # noqa: E402
+from reference_sampler import reference_denoise  # noqa: E402
 from infill.testing.tiny_checkpoint import write_tiny_checkpoint  # noqa: E402
 from infill.types import InfillRequest  # noqa: E402
 
@@ -82,9 +85,9 @@ def step_over_forward(steps: int, repeat: int) -> dict:
         loaded = load_diffusion_model(tmp)
     model = loaded.model
     figures = {}
-    for sampler in ("fast", "reference"):
-        engine = DiffusionEngine(loaded, EngineConfig(max_denoising_steps=steps, sampler=sampler,
-                                                      confidence_threshold=NEVER_CONFIDENT))
+    for sampler, denoiser in (("fast", denoise), ("reference", reference_denoise)):
+        engine = DiffusionEngine(loaded, EngineConfig(max_denoising_steps=steps, confidence_threshold=NEVER_CONFIDENT),
+                                 denoiser=denoiser)
         ids = torch.tensor(engine.prompt_ids("def f(x):\n    return x\n" * 20))
         with torch.inference_mode():
             cache, _, _ = engine._encode_prompt("step", ids)
@@ -93,7 +96,7 @@ def step_over_forward(steps: int, repeat: int) -> dict:
             masks = decoder_masks(canvas, view, engine.layer_types, torch.float32, engine.additive_masks)
 
             def run():
-                out = denoise(model, engine.config, canvas, view, masks, torch.Generator().manual_seed(0))
+                out = denoiser(model, engine.config, canvas, view, masks, torch.Generator().manual_seed(0))
                 assert out.steps == steps
 
             run()

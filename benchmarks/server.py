@@ -6,7 +6,8 @@ Measures
   event-loop work on the completion's path (checks, ticket, and after the debounce the submit), what the model
   thread waits for a context built during the debounce (the context itself, Pipeline.prepare, runs on the
   context thread while the debounce runs), cleaning and watchdog after the model ("checks"), and reply building.
-  Timed inside the server (phase timings from `infill.status` "overhead"); pygls' JSON parsing/serialisation and
+  Timed inside the server (phase timings, infill/timing.py, switched on for this run, from `infill.status`
+  "overhead"); pygls' JSON parsing/serialisation and
   the stdio transport are not included (idle_round_trip_ms shows their size). Keystrokes come 150 ms apart
   (> debounce) so each one reaches the model and the next keystroke cancels it, as when typing slowly; one
   invoked request before them absorbs the file's first whole parse and first prefill.
@@ -33,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -44,6 +46,8 @@ from pygls.lsp.client import LanguageClient
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from infill import timing  # noqa: E402
 
 URI = "file:///bench/big.py"
 DEBOUNCE_MS = 120
@@ -171,7 +175,8 @@ async def run(args) -> dict:
     log_path = Path(tempfile.mkdtemp(prefix="bench-log-")) / "completions.jsonl"
     client = make_client()
     await client.start_io(sys.executable, "-m", "server.cli", "--model", model,
-                          "--denoising-steps", str(args.denoising_steps), "--log-level", "WARNING")
+                          "--denoising-steps", str(args.denoising_steps), "--log-level", "WARNING",
+                          env={**os.environ, timing.ENV: "1"})  # phase timings (infill/timing.py) on
     await client.initialize_async(types.InitializeParams(
         capabilities=types.ClientCapabilities(), process_id=None,
         initialization_options={"debounceMs": DEBOUNCE_MS, "inlineBudgetMs": 30000, "invokedBudgetMs": 30000}))

@@ -1,6 +1,9 @@
-"""`infill-ls fill PATH --at LINE:COL | --range L1:C1-L2:C2 [--json]`: one fill through the editor pipeline.
+"""`infill-ls fill PATH --at LINE:COL | --range L1:C1-L2:C2 | --all-gaps [--json]`: one fill through the editor
+pipeline.
 
 Lines and columns are 1-based; a range's end is exclusive. Prints the middle, or one JSON object with --json.
+--all-gaps fills every Markdown placeholder ([[...]], {{...}}, ___) jointly, as Fill all gaps does in an editor, and
+prints the whole filled document.
 """
 
 from __future__ import annotations
@@ -12,8 +15,9 @@ import sys
 import time
 from pathlib import Path
 
-from infill.backends.choose import BackendSpec, open_backend
-from infill.engine.config import EngineConfig
+from infill.backends.choose import add_model_options, open_backend, spec_from_args
+from infill.context.builder import find_placeholders
+from infill.context.syntax import apply_fills
 from infill.context.lines import line_content, split_lines
 from infill.pipeline import CompletionRequest, Pipeline, PipelineSettings
 from infill.types import InfillError, deadline_in
@@ -60,18 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--at", help="cursor LINE:COL (1-based)")
     where.add_argument("--range", help="selection L1:C1-L2:C2 to replace (1-based, end exclusive)")
+    where.add_argument("--all-gaps", action="store_true", help="fill every [[...]], {{...}} and ___ placeholder")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--model", help="DiffusionGemma checkpoint dir or hub id (default: env INFILL_MODEL, else the "
-                                   "offline Gemma 3 270M fallback)")
-    p.add_argument("--load-format", default="auto", choices=["auto", "dummy"])
-    p.add_argument("--device")
-    p.add_argument("--dtype")
-    p.add_argument("--endpoint", help="remote OpenAI-compatible engine URL")
     p.add_argument("--budget-ms", type=float, default=None, help="latency budget (default: none)")
     p.add_argument("--max-middle-tokens", type=int, default=64)
-    p.add_argument("--steps", type=int, default=None, help="max denoising steps (diffusion)")
     p.add_argument("--language")
     p.add_argument("-v", "--verbose", action="store_true")
+    add_model_options(p)
     return p
 
 
@@ -80,29 +79,35 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr)
     try:
         text = read_document(args.path)
-        if args.at:
+        spans = find_placeholders(text) if args.all_gaps else []
+        if args.all_gaps and not spans:
+            raise InfillError(f"{args.path} has no placeholders ([[...]], {{{{...}}}} or ___) to fill")
+        if args.all_gaps:
+            start, end = spans[0]
+        elif args.at:
             start = end = offset_of(text, *parse_point(args.at))
         else:
             first, _, second = args.range.partition("-")
             start, end = offset_of(text, *parse_point(first)), offset_of(text, *parse_point(second))
             if end < start:
                 raise InfillError(f"range end {second} is before its start {first}")
-        engine = EngineConfig(**({"max_denoising_steps": args.steps} if args.steps else {}))
-        spec = BackendSpec.from_env(model=args.model, load_format=args.load_format, device=args.device,
-                                    dtype=args.dtype, endpoint=args.endpoint, engine=engine)
-        backend = open_backend(spec, progress=lambda msg, frac: print(msg, file=sys.stderr))
+        backend = open_backend(spec_from_args(args), progress=lambda msg, frac: print(msg, file=sys.stderr))
     except InfillError as exc:
         print(f"infill-ls fill: {exc}", file=sys.stderr)
         return 2
     pipeline = Pipeline(backend, settings=PipelineSettings(max_middle_tokens=args.max_middle_tokens))
     language = args.language or args.path.suffix.lstrip(".") or None
     t0 = time.perf_counter()
-    outcome = pipeline.complete(CompletionRequest(text=text, start=start, end=end, mode="gap" if end > start else
-                                                  "inline", language=language, document_id=str(args.path)),
+    mode = "gaps" if spans else "gap" if end > start else "inline"
+    outcome = pipeline.complete(CompletionRequest(text=text, start=start, end=end, mode=mode, language=language,
+                                                  document_id=str(args.path), spans=tuple(spans)),
                                 deadline=deadline_in(args.budget_ms / 1000 if args.budget_ms else None))
     latency_ms = (time.perf_counter() - t0) * 1000
     result = outcome.result
     middle = outcome.fills[0].text if outcome.fills else ""
+    if spans:  # the whole document, each placeholder replaced by its fill (left as it was when none came)
+        fills = sorted(outcome.fills, key=lambda f: f.start)
+        middle = apply_fills(text, [(f.start, f.end) for f in fills], [f.text for f in fills])
     if args.json:
         print(json.dumps({
             "middle": middle, "latency_ms": round(latency_ms, 1), "steps": result.steps if result else 0,

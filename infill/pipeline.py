@@ -21,10 +21,12 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from infill import timing
 from infill.context.builder import ContextBuilder, ContextSettings, GapContext, find_placeholders
 from infill.checks.postprocess import postprocess
 from infill.context.syntax import DocumentSnapshot
-from infill.types import (CancelToken, Draft, DraftCallback, InfillBackend, InfillError, InfillRequest, InfillResult)
+from infill.types import (CancelToken, Draft, DraftCallback, GapFacts, InfillBackend, InfillError, InfillRequest,
+                          InfillResult)
 from infill.checks.watchdog import Verdict, Watchdog, WatchdogSettings, check_length, check_repetition
 
 log = logging.getLogger(__name__)
@@ -100,12 +102,8 @@ class PipelineResult:
     route: str = "primary"  # "primary", "fallback" or "none"
     rejections: list[tuple[str, str]] = field(default_factory=list)  # (backend name, reason)
     context_ms: float = 0.0
-    context_cpu_ms: float = 0.0  # the same in CPU time of the building thread (not inflated by descheduling)
     context_ahead: bool = False  # the context was built before `complete` (during the debounce)
-    context_wait_ms: float = 0.0  # how long the caller waited for a context built ahead (set by the server)
     total_ms: float = 0.0
-    backend_cpu_ms: float = 0.0  # CPU time of this thread inside backends (the model's share)
-    checks_cpu_ms: float = 0.0  # CPU time of this thread outside context and backends (cleaning, watchdog)
     version: int | None = None
     costs: dict[str, float] = field(default_factory=dict)  # backend name -> ms spent in it
     single_line: bool = False
@@ -113,12 +111,9 @@ class PipelineResult:
     language: str | None = None
     context_unit: str = ""  # the syntactic unit the window was snapped to
     syntax_region: tuple[int, int] | None = None  # the part of a large document that was parsed (None: all of it)
-
-    @property
-    def checks_ms(self) -> float:
-        """Wall time in `complete` outside context building and backends: cleaning, the watchdog, routing."""
-        context = 0.0 if self.context_ahead else self.context_ms
-        return max(0.0, self.total_ms - context - sum(self.costs.values()))
+    # Benchmark phases (infill/timing.py; a no-op trace unless timing is on): "context", and "checks" (everything
+    # in `complete` outside context building and backends: cleaning, the watchdog, routing).
+    trace: timing.Trace = field(default=timing.OFF, repr=False)
 
     def to_log(self) -> dict:
         """One JSON-ready record for the completion log."""
@@ -215,7 +210,8 @@ class Pipeline:
         """Context for a request: the backend request, the gap spans, the parsed document, the gap context(s).
         Thread-safe: the server builds it on its own thread while the debounce runs, then passes it to
         `complete`."""
-        t0, cpu0 = time.perf_counter(), time.thread_time()
+        t0, trace = time.perf_counter(), timing.trace()
+        trace.start("context")
         spans = _spans(req)
         doc = self.contexts.document(req.text, req.language, req.document_id, req.version,
                                      focus=(spans[0][0], spans[-1][1]))
@@ -230,9 +226,10 @@ class Pipeline:
         request = InfillRequest(prefix=req.text[ctx.prefix_start:first], suffix=req.text[last:ctx.suffix_end],
                                 between=between, max_middle_tokens=ctx.max_middle_tokens,
                                 single_line=ctx.single_line, language=ctx.language or req.language,
-                                document_id=req.document_id, version=req.version)
+                                document_id=req.document_id, version=req.version, gap=_gap_facts(gaps[0]))
+        trace.stop("context")
         return Prepared(req, request, spans, doc, ctx, gaps, context_ms=(time.perf_counter() - t0) * 1000,
-                        context_cpu_ms=(time.thread_time() - cpu0) * 1000)
+                        trace=trace)
 
     def warm(self, prep: "Prepared", cancel: CancelToken | None = None) -> int:
         """Let the primary backend encode this request's prompt ahead of `complete` (a backend without `warm`,
@@ -248,16 +245,16 @@ class Pipeline:
                  on_draft: DraftCallback | None = None, prepared: "Prepared | None" = None) -> PipelineResult:
         """Complete `req`. `prepared` is its context built ahead (by `prepare`, for this very request); without it
         the context is built here, and its time counts in total_ms."""
-        t0, cpu0 = time.perf_counter(), time.thread_time()
+        t0 = time.perf_counter()
         if prepared is not None and prepared.source is not req:
             raise InfillError("the prepared context belongs to another request")
         prep = prepared or self.prepare(req)
         ctx = prep.ctx
         out = PipelineResult(fills=[], result=None, route="none", context_ms=prep.context_ms,
-                             context_cpu_ms=prep.context_cpu_ms, context_ahead=prepared is not None,
-                             version=req.version, single_line=ctx.single_line,
+                             context_ahead=prepared is not None, version=req.version, single_line=ctx.single_line,
                              max_middle_tokens=ctx.max_middle_tokens, language=ctx.language,
-                             context_unit=ctx.unit, syntax_region=prep.doc.region)
+                             context_unit=ctx.unit, syntax_region=prep.doc.region, trace=prep.trace)
+        out.trace.start("checks")
         if self._nothing_to_go_on(req, prep.spans):
             self.watchdog.record(Verdict("empty_prefix", "no text before the gap"), "pipeline")
             out.rejections.append(("pipeline", "empty_prefix"))
@@ -265,9 +262,8 @@ class Pipeline:
             self._route(out, prep, cancel, deadline, on_draft)
         with self._routes_lock:
             self.routes[out.route] += 1
+        out.trace.stop("checks")
         out.total_ms = (time.perf_counter() - t0) * 1000
-        out.checks_cpu_ms = max(0.0, (time.thread_time() - cpu0) * 1000 - out.backend_cpu_ms -
-                                (0.0 if prepared is not None else out.context_cpu_ms))
         return out
 
     @staticmethod
@@ -306,14 +302,15 @@ class Pipeline:
     def _call(self, backend: InfillBackend, request: InfillRequest, cancel, deadline, on_draft,
               out: PipelineResult) -> InfillResult:
         name = _name(backend)
-        t0, cpu0 = time.perf_counter(), time.thread_time()
+        out.trace.stop("checks")  # (the backend's time is its own)
+        t0 = time.perf_counter()
         try:
             result = backend.infill(request, cancel=cancel, deadline=deadline, on_draft=on_draft)
         except Exception as exc:  # a failing backend must leave the fallback (and the editor) usable
             log.warning("backend %s failed: %s", name, exc)
             result = InfillResult(middles=(), outcome="error", backend=name, error=str(exc), version=request.version)
         out.costs[name] = out.costs.get(name, 0.0) + (time.perf_counter() - t0) * 1000
-        out.backend_cpu_ms += (time.thread_time() - cpu0) * 1000
+        out.trace.start("checks")
         return result
 
     def _judge(self, result: InfillResult, prep: "Prepared", deadline) -> tuple[Verdict, list[str]]:
@@ -357,7 +354,7 @@ class Prepared:
     ctx: GapContext  # the whole request's context (windows, budget)
     gaps: list[GapContext]  # one per gap (line context for cleaning and checks)
     context_ms: float = 0.0  # time `prepare` took
-    context_cpu_ms: float = 0.0
+    trace: timing.Trace = field(default=timing.OFF, repr=False)  # benchmark phases, continued by `complete`
 
 
 def clean_middles(middles, prep: Prepared) -> list[str]:
@@ -382,3 +379,8 @@ def _name(backend: InfillBackend) -> str:
         return backend.info.name
     except Exception:
         return type(backend).__name__
+
+
+def _gap_facts(ctx: GapContext) -> GapFacts:
+    return GapFacts(line_before=ctx.line_before, line_after=ctx.line_after, indent=ctx.indent,
+                    is_prose=ctx.is_prose, in_comment=ctx.in_comment)

@@ -52,6 +52,21 @@ def deadline_in(seconds: float | None) -> float | None:
     return None if seconds is None else time.monotonic() + seconds
 
 
+ProgressCallback = Callable[[str, "float | None"], None]  # model loading: (message, fraction 0..1 or None)
+
+
+@dataclass(frozen=True)
+class GapFacts:
+    """What the pipeline's context builder already knows about the (first) gap, handed to the backend so it need
+    not guess it again from the prompt text."""
+
+    line_before: str  # the gap's line up to the gap (whole, even when the prompt window starts inside it)
+    line_after: str  # the rest of the gap's line after the gap
+    indent: str  # indentation of the fill's later lines (the enclosing block's)
+    is_prose: bool  # prose rules (Markdown, plain text); code in a Markdown fence is code
+    in_comment: bool  # the gap sits inside a comment or string
+
+
 @dataclass(frozen=True)
 class InfillRequest:
     """Fill the gap(s) between fixed texts.
@@ -71,6 +86,7 @@ class InfillRequest:
     document_id: str | None = None
     version: int | None = None
     seed: int | None = None
+    gap: GapFacts | None = None  # what the pipeline knows about the first gap (None: backends read the text)
 
     @property
     def gap_count(self) -> int:
@@ -163,26 +179,3 @@ class InfillBackend(Protocol):
 
     def close(self) -> None: ...
 
-
-class Supersession:
-    """Per-document "newest request wins": registering a request cancels the one still running for that document."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._running: dict[str, CancelToken] = {}
-
-    def register(self, document_id: str | None, token: CancelToken) -> None:
-        if document_id is None:
-            return
-        with self._lock:
-            older = self._running.get(document_id)
-            self._running[document_id] = token
-        if older is not None and older is not token:
-            older.cancel("superseded by a newer request for the same document")
-
-    def release(self, document_id: str | None, token: CancelToken) -> None:
-        if document_id is None:
-            return
-        with self._lock:
-            if self._running.get(document_id) is token:
-                del self._running[document_id]

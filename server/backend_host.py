@@ -1,5 +1,5 @@
-"""Owns the backend: loads it in a background thread, reports progress and state, and runs every model call on one
-worker thread so the event loop never blocks and the engine never runs two requests at once.
+"""Owns the backend: loads it in a background thread, reports progress and state, and runs every model call on the
+model worker (infill/worker.py) so the event loop never blocks and the backend never runs two requests at once.
 
 State is "loading" | "ready" | "error". A load error keeps the server serving (requests return empty) with the
 message in `infill.status`. Reloads (model or endpoint changed) swap the pipeline only when the new backend is up;
@@ -19,6 +19,7 @@ from infill.backends.choose import BackendSpec, open_backend
 from infill.engine.config import EngineConfig
 from infill.pipeline import CompletionRequest, Pipeline, PipelineResult, PipelineSettings, Prepared
 from infill.types import BackendInfo, CancelToken, InfillBackend
+from infill.worker import ModelWorker
 
 from .settings import Settings
 
@@ -38,7 +39,8 @@ def spec_for(settings: Settings) -> BackendSpec:
     engine = EngineConfig(max_denoising_steps=settings.denoising_steps) if settings.denoising_steps else None
     return BackendSpec.from_env(model=settings.model, device=settings.device, dtype=settings.dtype,
                                 load_format=settings.load_format, endpoint=settings.remote_endpoint,
-                                endpoint_model=settings.remote_model, engine=engine)
+                                endpoint_model=settings.remote_model, endpoint_protocol=settings.remote_protocol,
+                                engine=engine)
 
 
 class BackendHost:
@@ -51,17 +53,21 @@ class BackendHost:
         self.state = "loading"
         self.error: str | None = None
         self.loaded_key: tuple | None = None
-        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="infill-model")
+        self.worker = ModelWorker("infill-model")  # its `claims` are the server's per-document tickets
         # Contexts built ahead (during an automatic request's debounce) get their own thread: the model thread
-        # may still be finishing a cancelled run, and parsing must not wait for it.
+        # may still be finishing a cancelled run, and parsing must not wait for it. (No model work runs there.)
         self.context_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="infill-context")
-        self.busy = False  # the model thread is inside a pipeline call (status "modelBusy")
         self._max_middle_tokens = Settings().max_middle_tokens
 
     # -- state -----------------------------------------------------------------------------------------------------
     @property
     def ready(self) -> bool:
         return self.state == "ready" and self._loaded is not None
+
+    @property
+    def busy(self) -> bool:
+        """The model thread is running a job (status "modelBusy")."""
+        return self.worker.busy
 
     @property
     def info(self) -> BackendInfo | None:
@@ -134,7 +140,7 @@ class BackendHost:
             return
         # Close on the worker so a request still running on the old backend finishes first.
         for backend in replaced:
-            self.worker.submit(_close_quietly, backend)
+            self.worker.submit(lambda backend=backend: _close_quietly(backend))
         seconds = time.perf_counter() - started
         self._listener("ready", f"{primary.info.label or primary.info.name} ready in {seconds:.1f} s", 1.0)
 
@@ -162,34 +168,23 @@ class BackendHost:
         still runs), so the request's model run only denoises. Cancelled with the request's token; a stopped
         encode keeps its work for the next keystroke."""
 
-        def run() -> int:
-            cancel.raise_if_cancelled()
-            return pipeline.warm(prepared.result(), cancel)
-
-        return self.worker.submit(run)
+        return self.worker.submit(lambda: pipeline.warm(prepared.result(), cancel), cancel=cancel)
 
     def submit(self, pipeline: Pipeline, request: CompletionRequest, cancel: CancelToken, deadline: float,
                prepared: Future[Prepared] | None = None) -> Future[PipelineResult]:
-        """Run one completion on the model worker thread, with its context from `prepare_ahead` if given. A
-        request cancelled while still queued never starts."""
+        """Run one completion on the model worker, with its context from `prepare_ahead` if given. A request
+        cancelled (or out of time) while still queued never starts: its future raises `NotRun` (a `Cancelled`).
+        Supersession needs nothing here: the request's ticket (`worker.claims`) claimed its document already."""
 
         def run() -> PipelineResult:
-            cancel.raise_if_cancelled()
-            waited = 0.0
             context = None
             if prepared is not None:
                 started = time.perf_counter()
                 context = prepared.result()  # built during the debounce: normally done already
-                waited = (time.perf_counter() - started) * 1000
-            self.busy = True
-            try:
-                result = pipeline.complete(request, cancel=cancel, deadline=deadline, prepared=context)
-            finally:
-                self.busy = False
-            result.context_wait_ms = waited
-            return result
+                context.trace.add("context_wait", (time.perf_counter() - started) * 1000)
+            return pipeline.complete(request, cancel=cancel, deadline=deadline, prepared=context)
 
-        return self.worker.submit(run)
+        return self.worker.submit(run, cancel=cancel, deadline=deadline)
 
     def close(self) -> None:
         """Shut down: the backends are closed on the model thread after what it is running (requests were
@@ -198,7 +193,7 @@ class BackendHost:
             self._generation += 1
             loaded, self._loaded = self._loaded, None
         for backend in loaded.backends if loaded else ():
-            self.worker.submit(_close_quietly, backend)
+            self.worker.submit(lambda backend=backend: _close_quietly(backend))
         self.worker.shutdown(wait=False)
         self.context_worker.shutdown(wait=False, cancel_futures=True)
 

@@ -8,10 +8,12 @@ import time
 
 from lsprotocol import types
 
+from infill import timing
 from infill.pipeline import CompletionRequest, PipelineResult
 from infill.types import Cancelled, deadline_in
 
 from .gate import log_refusal, offset_logged, refusal
+from .handlers_telemetry import offer
 
 
 def register(server) -> None:
@@ -21,8 +23,8 @@ def register(server) -> None:
 
 
 async def complete_inline(ls, params: types.InlineCompletionParams) -> types.InlineCompletionList | None:
-    path = _Clock()  # event-loop work the completion waits for
-    ahead = _Clock(running=False)  # event-loop work done while the debounce runs
+    phases = timing.trace()  # benchmark phases only (a no-op unless timing is on)
+    phases.start("inline_request")  # event-loop work the completion waits for
     uri = params.text_document.uri
     document = ls.documents.get(uri)
     if (why := refusal(ls, document, uri)) is not None:
@@ -35,11 +37,11 @@ async def complete_inline(ls, params: types.InlineCompletionParams) -> types.Inl
     try:
         if debounce > 0:
             # No work in the first half: a fast typist's next key supersedes this request before anything is built.
-            path.pause()
+            phases.stop("inline_request")
             await asyncio.sleep(debounce / 2)
             if ticket.stopped:
                 return None  # a newer request or an edit came during the debounce: it wins
-            ahead.resume()
+            phases.start("inline_ahead")  # event-loop work done while the debounce runs
         pipeline = ls.host.pipeline
         if pipeline is None:
             return None  # the backend started reloading during the debounce
@@ -53,15 +55,15 @@ async def complete_inline(ls, params: types.InlineCompletionParams) -> types.Inl
             # prompt, so when the debounce ends the model only denoises.
             prepared = ls.host.prepare_ahead(pipeline, request, ticket.token)
             ls.host.warm_ahead(pipeline, prepared, ticket.token)
-            ahead.pause()
+            phases.stop("inline_ahead")
             await asyncio.sleep(max(0.0, debounce_end - asyncio.get_running_loop().time()))
             if ticket.stopped or ls.host.pipeline is not pipeline:
                 return None
-            path.resume()
+            phases.start("inline_request")
         started = time.perf_counter()  # the completion's own latency counts from here
         budget_ms = ls.settings.invoked_budget_ms if invoked else ls.settings.inline_budget_ms
         future = ls.host.submit(pipeline, request, ticket.token, deadline_in(budget_ms / 1000), prepared)
-        path.pause()
+        phases.stop("inline_request")
         result: PipelineResult = await asyncio.wrap_future(future)
     except asyncio.CancelledError:
         ticket.token.cancel("request cancelled by the client")  # the engine stops within one step
@@ -75,31 +77,14 @@ async def complete_inline(ls, params: types.InlineCompletionParams) -> types.Inl
         ls.scheduler.close(ticket)
         stopped = ticket.stopped  # superseded or edited while computing
         ticket.token.cancel("request ended")  # nothing queued for it (context, warm) may run on after it
-    reply_clock = _Clock()
-    reply = _reply(ls, params, document, version, stopped, result, started)
-    reply_clock.pause()
-    _record_overhead(ls, document, path, ahead, reply_clock, result, "invoked" if invoked else "keystroke")
+    with phases.span("inline_reply"):
+        reply = _reply(ls, params, document, version, stopped, result, started)
+    if timing.enabled():
+        _record_overhead(document, phases, result.trace, "invoked" if invoked else "keystroke")
     return reply
 
 
-class _Clock:
-    """Wall and CPU time of the event-loop thread spent in parts of a handler (resume/pause around each)."""
-
-    def __init__(self, running: bool = True) -> None:
-        self.ms = self.cpu_ms = 0.0
-        if running:
-            self.resume()
-
-    def resume(self) -> None:
-        self._wall, self._cpu = time.perf_counter(), time.thread_time()
-
-    def pause(self) -> None:
-        self.ms += (time.perf_counter() - self._wall) * 1000
-        self.cpu_ms += (time.thread_time() - self._cpu) * 1000
-
-
-def _record_overhead(ls, document, path: _Clock, ahead: _Clock, reply: _Clock, result: PipelineResult,
-                     trigger: str) -> None:
+def _record_overhead(document, server: timing.Trace, pipeline: timing.Trace, trigger: str) -> None:
     """Per-keystroke server work outside the model (benchmarks/server.py reads these from infill.status).
 
     Phases: the didChange that preceded this request; this handler's event-loop work before the model, on the
@@ -111,20 +96,21 @@ def _record_overhead(ls, document, path: _Clock, ahead: _Clock, reply: _Clock, r
     and its model run: the work on its path, including what the model thread waits for; "invoked" the same for an
     explicit request (no debounce: its context is on the path). "server" is all event-loop work per request, and
     "<trigger>_cpu" every CPU millisecond of the request's work wherever it ran, on its path or not."""
-    phases = ls.phases
-    context_on_path = result.context_wait_ms if result.context_ahead else result.context_ms
-    phases.add("inline_request", path.ms)
-    phases.add("inline_ahead", ahead.ms)
-    phases.add("context", result.context_ms)
-    phases.add("context_wait", context_on_path)
-    phases.add("checks", result.checks_ms)
-    phases.add("inline_reply", reply.ms)
-    phases.add("server", document.last_change_ms + path.ms + ahead.ms + reply.ms)
-    phases.add(trigger, document.last_change_ms + path.ms + context_on_path + result.checks_ms + reply.ms)
-    server_cpu_ms = document.last_change_cpu_ms + path.cpu_ms + ahead.cpu_ms + reply.cpu_ms
-    phases.add("server_cpu", server_cpu_ms)
-    phases.add("context_cpu", result.context_cpu_ms)
-    phases.add(f"{trigger}_cpu", server_cpu_ms + result.context_cpu_ms + result.checks_cpu_ms)
+    wall, cpu = server.wall | pipeline.wall, server.cpu | pipeline.cpu
+    ms = lambda name: wall.get(name, 0.0)  # noqa: E731
+    context_on_path = ms("context_wait") if "context_wait" in wall else ms("context")
+    event_loop = ms("inline_request") + ms("inline_ahead") + ms("inline_reply")
+    for name in ("inline_request", "inline_ahead", "context", "checks", "inline_reply"):
+        timing.record(name, ms(name))
+    timing.record("context_wait", context_on_path)
+    timing.record("server", document.last_change_ms + event_loop)
+    timing.record(trigger, document.last_change_ms + ms("inline_request") + context_on_path + ms("checks")
+                  + ms("inline_reply"))
+    server_cpu = document.last_change_cpu_ms + sum(cpu.get(n, 0.0) for n in ("inline_request", "inline_ahead",
+                                                                              "inline_reply"))
+    timing.record("server_cpu", server_cpu)
+    timing.record("context_cpu", cpu.get("context", 0.0))
+    timing.record(f"{trigger}_cpu", server_cpu + cpu.get("context", 0.0) + cpu.get("checks", 0.0))
 
 
 def _reply(ls, params, document, version, stopped: bool, result: PipelineResult, started: float):
@@ -149,6 +135,7 @@ def _reply(ls, params, document, version, stopped: bool, result: PipelineResult,
     ls.telemetry.record_latency(server_ms)
     items = [types.InlineCompletionItem(insert_text=f.text,
                                         range=document.range_of(f.start, f.end)) for f in fills]
+    offer(ls, document, items, [(f.start, f.end) for f in fills])  # the accept command; inferring what follows
     return types.InlineCompletionList(items=items)
 
 

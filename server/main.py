@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
+from infill.backends.choose import add_model_options, spec_from_args
 from infill.types import InfillError
 
 from .settings import Settings
@@ -14,24 +16,21 @@ from .settings import Settings
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="infill-ls", description="infill-ls language server (stdio)")
     parser.add_argument("--stdio", action="store_true", help="talk LSP over stdin/stdout (the default)")
-    parser.add_argument("--model", help="DiffusionGemma checkpoint directory or hub id (default: offline model)")
-    parser.add_argument("--load-format", default="auto", choices=("auto", "dummy"))
-    parser.add_argument("--device", help="auto, cpu, cuda, cuda:N")
-    parser.add_argument("--dtype", help="auto, float32, bfloat16, float16")
-    parser.add_argument("--denoising-steps", type=int, help="cap on DiffusionGemma denoising steps per request")
     parser.add_argument("--log-file", help="write the server's own log here (stderr otherwise)")
     parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    add_model_options(parser)
     return parser
 
 
 def create_server(base: Settings):
-    from . import handlers_actions, handlers_inline, handlers_lifecycle
+    from . import handlers_actions, handlers_inline, handlers_lifecycle, handlers_telemetry
     from .server import InfillServer
 
     server = InfillServer(base)
     handlers_lifecycle.register(server)
     handlers_inline.register(server)
     handlers_actions.register(server)
+    handlers_telemetry.register(server)
     return server
 
 
@@ -42,11 +41,14 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("pygls").setLevel(logging.WARNING)  # pygls logs every message at INFO
     try:
-        base = Settings(model=args.model, device=args.device, dtype=args.dtype, load_format=args.load_format,
-                        denoising_steps=args.denoising_steps)
+        spec = spec_from_args(args)
+        base = Settings(model=args.model, device=spec.device, dtype=spec.dtype, load_format=spec.load_format,
+                        denoising_steps=args.denoising_steps, remote_endpoint=spec.endpoint)
     except InfillError as exc:
         print(f"infill-ls: {exc}", file=sys.stderr)
         return 2
+    if args.threads:
+        os.environ["INFILL_THREADS"] = str(args.threads)  # every (re)load reads it, as BackendSpec.from_env does
     # The model thread runs Python between torch ops; with the default 5 ms GIL switch interval the event loop
     # (didChange, request building) can wait that long per keystroke. 0.5 ms keeps the editor side responsive.
     sys.setswitchinterval(0.0005)

@@ -15,20 +15,18 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 
-from infill import __version__
+from infill import __version__, timing
 
 from .backend_host import BackendHost
 from .documents import DocumentDistrusted, DocumentStore
 from .gate import LogThrottle
 from .jsonrpc import GuardedProtocol, public_message
-from .scheduler import Scheduler
 from .settings import Settings, clean_layer, parse_settings
 from .telemetry import Telemetry
-from .timing import PhaseTimes
 
 log = logging.getLogger(__name__)
 
-COMMANDS = ("infill.status", "infill.fillGap", "infill.fillAllGaps", "infill.toggle")
+COMMANDS = ("infill.status", "infill.fillGap", "infill.fillAllGaps", "infill.toggle", "infill.didAcceptCompletion")
 STATUS_CHANGED = "infill/statusChanged"
 TELEMETRY = "infill/telemetry"
 
@@ -71,7 +69,7 @@ class InfillProtocol(GuardedProtocol):
         else:
             document.last_change_ms = (time.perf_counter() - started) * 1000
             document.last_change_cpu_ms = (time.thread_time() - cpu_started) * 1000
-            server.phases.add("did_change", document.last_change_ms)
+            timing.record("did_change", document.last_change_ms)
         if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CHANGE)) is not None:
             yield handler, (params,), None
 
@@ -108,10 +106,9 @@ class InfillServer(LanguageServer):
         self.base_settings = base  # command-line options; client settings overlay them
         self.settings = base
         self.documents = DocumentStore()
-        self.scheduler = Scheduler()
         self.telemetry = Telemetry(base.completion_log)
-        self.phases = PhaseTimes()
         self.host = BackendHost(self._on_load_event)
+        self.scheduler = self.host.worker.claims  # per-document tickets live with the model worker
         self.loop: asyncio.AbstractEventLoop | None = None
         self.logged_refusals: set[tuple] = set()  # (uri, version, reason) already logged once
         self.discard_log = LogThrottle()  # completions superseded or outdated while computing
@@ -161,7 +158,7 @@ class InfillServer(LanguageServer):
             "documents": len(self.documents), "running": self.scheduler.running, "modelBusy": self.host.busy,
             "version": __version__,
             "pipeline": self._pipeline_stats(),
-            "overhead": self.phases.summary(),
+            "overhead": timing.summary(),  # benchmark phases (infill/timing.py), empty unless timing is on
         }
 
     def _pipeline_stats(self) -> dict[str, Any]:

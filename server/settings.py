@@ -30,6 +30,7 @@ class Settings:
     fallback_model: str | None = None
     remote_endpoint: str | None = None
     remote_model: str | None = None
+    remote_protocol: str = "auto"  # "auto", "openai" or "vllm-diffusion" (vLLM serving DiffusionGemma; docs/vllm.md)
     completion_log: str | None = None  # opt-in JSONL log of completions and telemetry; None: nothing written
     max_document_chars: int = 2_000_000  # larger documents are refused politely (bounded work per request)
     denoising_steps: int | None = None  # DiffusionGemma engine step cap; None: the engine's default
@@ -44,6 +45,8 @@ class Settings:
         need(0 <= self.debounce_ms <= 10_000, "debounceMs must be in 0..10000")
         need(1 <= self.max_middle_tokens <= 4096, "maxMiddleTokens must be in 1..4096")
         need(self.load_format in ("auto", "dummy"), "loadFormat must be 'auto' or 'dummy'")
+        need(self.remote_protocol in ("auto", "openai", "vllm-diffusion"),
+             "remoteProtocol must be 'auto', 'openai' or 'vllm-diffusion'")
         need(1 <= self.max_document_chars <= 200_000_000, "maxDocumentChars must be in 1..200000000")
         need(self.denoising_steps is None or 1 <= self.denoising_steps <= 1024, "denoisingSteps must be in 1..1024")
 
@@ -53,7 +56,7 @@ class Settings:
     def backend_key(self) -> tuple:
         """What selects and loads the backend: a change in any of these reloads it."""
         return (self.model, self.device, self.dtype, self.load_format, self.remote_endpoint, self.remote_model,
-                self.fallback_endpoint, self.fallback_model, self.denoising_steps)
+                self.remote_protocol, self.fallback_endpoint, self.fallback_model, self.denoising_steps)
 
 
 def _camel(name: str) -> str:
@@ -77,7 +80,7 @@ def _coerce(name: str, value: Any) -> Any:
         if value is None:
             return None
         raise TypeError("a string")
-    if name == "load_format":
+    if name in ("load_format", "remote_protocol"):
         if isinstance(value, str):
             return value
         raise TypeError("a string")

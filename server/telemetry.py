@@ -1,5 +1,6 @@
-"""Local telemetry: counts of client events (shown / accepted full or partial / rejected), completion latencies,
-and an opt-in JSONL log (setting completionLog) of every completion and event. Nothing is sent anywhere."""
+"""Local telemetry: counts of what became of suggestions (shown / accepted full or partial / rejected / accepted
+characters retained, see acceptance.py), completion latencies, and an opt-in JSONL log (setting completionLog) of
+every completion and event. Nothing is sent anywhere."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from typing import Any
 from infill.pipeline import PipelineResult
 from infill.stats import percentile
 
+from .acceptance import AcceptanceTracker, Suggestion
+
 log = logging.getLogger(__name__)
 
 EVENTS = ("shown", "accepted", "rejected")
@@ -26,6 +29,7 @@ class Telemetry:
         self.latencies_ms: deque[float] = deque(maxlen=window)
         self.log_path = log_path
         self._writer = LogWriter()
+        self.acceptance = AcceptanceTracker(self.count_event)
 
     # -- counters --------------------------------------------------------------------------------------------------
     def record_latency(self, ms: float) -> None:
@@ -42,6 +46,7 @@ class Telemetry:
         kind = event.get("event")
         if kind not in EVENTS:
             return f"infill/telemetry: unknown event {kind!r} (expected one of {', '.join(EVENTS)}); ignored"
+        self.acceptance.inferring = False  # this client reports every event itself: inferring would count twice
         self.counts[kind] += 1
         if kind == "accepted":
             self.counts["accepted_partial" if event.get("partial") else "accepted_full"] += 1
@@ -52,10 +57,32 @@ class Telemetry:
             "event", "uri", "version", "itemId", "acceptedChars", "totalChars", "partial")}})
         return None
 
+    def count_event(self, event: str, suggestion: Suggestion | None, **fields: Any) -> None:
+        """Count one event of acceptance.py and log it. "accepted" counts accept actions (whole or partial),
+        "accepted_chars" the characters they added; "retained_chars" of "retained_of_chars" were still there
+        after the delay ("retained_measured" suggestions)."""
+        if event == "shown":
+            self.counts["shown"] += 1
+        elif event in ("accepted_full", "accepted_partial"):
+            self.counts["accepted"] += 1
+            self.counts[event] += 1
+            self.counts["accepted_chars"] += fields.get("gainedChars", 0)
+        elif event == "rejected":
+            self.counts["rejected"] += 1
+        elif event == "retained":
+            self.counts["retained_measured"] += 1
+            self.counts["retained_of_chars"] += fields["acceptedChars"]
+            self.counts["retained_chars"] += fields["retainedChars"]
+        name = "accepted" if event.startswith("accepted_") else event
+        partial = {"partial": event == "accepted_partial"} if name == "accepted" else {}
+        self.append({"type": "telemetry", "event": name, **partial,
+                     "uri": suggestion.uri if suggestion else None, "itemId": suggestion.id if suggestion else None,
+                     **fields})
+
     def summary(self) -> dict:
         return {key: self.counts.get(key, 0) for key in (
-            "shown", "accepted", "accepted_full", "accepted_partial", "accepted_chars", "rejected", "completions",
-            "empty", "discarded")}
+            "offered", "shown", "accepted", "accepted_full", "accepted_partial", "accepted_chars", "rejected",
+            "retained_measured", "retained_of_chars", "retained_chars", "completions", "empty", "discarded")}
 
     # -- JSONL log -------------------------------------------------------------------------------------------------
     def record_completion(self, *, kind: str, uri: str, version: int | None, position: Any, outcome: str,

@@ -16,6 +16,15 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# The shared server of the test_server_*.py modules (the `lsp` fixture in conftest.py). Budgets are generous: the
+# tiny engine runs on a shared 2-core CPU, and a fill cut short by its deadline is (rightly) not shown. Python text
+# from random weights never parses, so the watchdog rejects it: fills that must produce text use plaintext/Markdown
+# documents.
+INIT_OPTIONS = {"inlineBudgetMs": 400, "debounceMs": 40, "enabled": "yes", "bogusKey": 1}
+CONFIG = {"invokedBudgetMs": 30000, "codeActionBudgetMs": 30000,
+          "enabledLanguages": ["python", "markdown", "plaintext"]}
+SERVER_ARGS = ["--denoising-steps", "8"]
+
 
 def server_command(*args: str) -> list[str]:
     exe = shutil.which("infill-ls", path=str(Path(sys.executable).parent))
@@ -116,3 +125,15 @@ def apply_edits(text: str, edits: list[types.TextEdit]) -> str:
     for start, end, new_text in spans:
         text = text[:start] + new_text + text[end:]
     return text
+
+
+def refused_remote():
+    """A real RemoteBackend aimed at a local port nothing listens on (every request fails at once)."""
+    import socket
+
+    from infill.backends.remote import RemoteBackend
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return RemoteBackend(f"http://127.0.0.1:{port}/v1", model="none", timeout_s=2.0, connect_timeout_s=1.0)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import threading
 import time
 from pathlib import Path
 
@@ -233,26 +232,6 @@ def test_deadline_returns_the_draft_cut_short(ar_backend):
     assert result.outcome == "cut_short"
     assert result.steps == len(drafts) >= 1
     assert result.middle == drafts[-1].middles[0].rstrip()
-
-
-@pytest.mark.slow
-def test_newer_request_for_the_same_document_supersedes_the_older(ar_backend):
-    started = threading.Event()
-    results = {}
-
-    def older():
-        results["older"] = ar_backend.infill(
-            InfillRequest(prefix="def parse(text):\n", max_middle_tokens=48, document_id="doc://s"),
-            on_draft=lambda d: started.set())
-
-    worker = threading.Thread(target=older)
-    worker.start()
-    assert started.wait(60)
-    newer = ar_backend.infill(InfillRequest(prefix="def parse(text):\n    return ", single_line=True,
-                                            max_middle_tokens=6, document_id="doc://s"))
-    worker.join(60)
-    assert results["older"].outcome == "cancelled" and "superseded" in results["older"].error
-    assert newer.outcome == "ok"
 
 
 @pytest.mark.slow

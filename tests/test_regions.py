@@ -7,7 +7,8 @@ import random
 
 from infill.context import regions
 from infill.context.builder import ContextBuilder
-from infill.context.regions import ChangedSpan, Cuts
+from infill.context.edits import ChangedSpan, Edit
+from infill.context.regions import Cuts
 from infill.context.syntax import ParsedDocument
 from infill.checks.watchdog import check_syntax
 
@@ -127,9 +128,9 @@ def test_small_and_non_ascii_documents_are_parsed_whole():
 
 def test_cuts_follow_edits_and_drop_what_an_edit_touched():
     cuts = Cuts([0, 10, 20, 30], 40)
-    cuts.note(12, 15, 0)  # 3 chars deleted inside the second statement
+    cuts.note(Edit(12, 15, 12))  # 3 chars deleted inside the second statement
     assert cuts.current() == [0, 10, 17, 27]
-    cuts.note(17, 17, 5)  # 5 chars typed right at a start: that start is no longer known to be one
+    cuts.note(Edit(17, 17, 22))  # 5 chars typed right at a start: that start is no longer known to be one
     assert cuts.current() == [0, 10, 32]
     assert cuts.bounds(11, 20, 45) == (10, 32) and cuts.bounds(40, 44, 45) == (32, 45)
 
@@ -143,7 +144,7 @@ def test_changed_span_folds_edits_like_applying_them():
             a = rng.randrange(len(text) + 1)
             b = rng.randrange(a, len(text) + 1)
             new = "".join(rng.choice("xy") for _ in range(rng.randrange(3)))
-            span.add(a, b, len(new))
+            span.add(Edit.replacing(a, b, new))
             text = text[:a] + new + text[b:]
         if span.changed:
             assert old[:span.start] + text[span.start:span.new_end] + old[span.old_end:] == text

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from infill.engine.canvas import decoder_cache_view
-from infill.engine.denoise import decoder_logits, self_conditioning_embeddings
-from infill.engine.sampler import entropy_bound_accept, fast_step, reference_step, sample_inverse_cdf
+from infill.engine.model import decoder_cache_view, decoder_logits, self_conditioning_embeddings
+from infill.engine.sampler import entropy_bound_accept, fast_step, logit_scale, sample_inverse_cdf
+from reference_sampler import reference_step
 from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSampler, EntropyBoundSamplerConfig
 
 
@@ -37,7 +37,7 @@ def test_fast_step_agrees_with_transformers_ops():
     cap, temp = 30.0, 0.6
     softcapped = torch.tanh(raw / cap) * cap
     ref = reference_step(softcapped.clone(), 1 / temp, torch.Generator().manual_seed(2))
-    fast = fast_step(raw.clone(), cap, 1 / temp, torch.Generator().manual_seed(2))
+    fast = fast_step(raw.clone(), cap, logit_scale(cap, 1 / temp), torch.rand(2, 16, generator=gen))
     assert torch.equal(fast.argmax, ref.argmax)
     assert torch.allclose(fast.entropy, ref.entropy, atol=1e-4)
     assert torch.allclose(fast.probs, torch.softmax(softcapped / temp, -1), atol=1e-6)

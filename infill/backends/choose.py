@@ -3,14 +3,13 @@ endpoint, or the small offline autoregressive default (Gemma 3 270M from PyPI)."
 
 from __future__ import annotations
 
+import argparse
 import os
 from dataclasses import dataclass, field
-from typing import Callable
 
+from infill.device import set_threads, threads_from_env
 from infill.engine.config import EngineConfig
-from infill.types import InfillBackend
-
-ProgressCallback = Callable[[str, "float | None"], None]  # (message, fraction 0..1 or None)
+from infill.types import InfillBackend, InfillError, ProgressCallback
 
 
 @dataclass(frozen=True)
@@ -24,29 +23,24 @@ class BackendSpec:
     endpoint_model: str | None = None
     endpoint_token: str | None = None
     endpoint_fim_template: str | None = None  # for servers that refuse `suffix` (stock vLLM): see docs/gateway.md
+    endpoint_protocol: str = "auto"  # "openai", "vllm-diffusion" (vLLM serving DiffusionGemma) or "auto"
     engine: EngineConfig = field(default_factory=EngineConfig)
     threads: int | None = None  # torch intra-op threads, process-wide (env INFILL_THREADS); None: torch's default
 
     @classmethod
     def from_env(cls, **overrides) -> "BackendSpec":
-        threads = os.environ.get("INFILL_THREADS", "")
-        values = {"model": os.environ.get("INFILL_MODEL") or None,
-                  "threads": int(threads) if threads.isdigit() and int(threads) > 0 else None}
+        values = {"model": os.environ.get("INFILL_MODEL") or None, "threads": threads_from_env()}
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
 
 def open_backend(spec: BackendSpec, progress: ProgressCallback | None = None) -> InfillBackend:
-    if spec.threads:
-        import torch
-
-        # On a small or shared CPU one or two threads beat torch's default oversubscription.
-        torch.set_num_threads(spec.threads)
+    set_threads(spec.threads)
     if spec.endpoint:
         from infill.backends.remote import RemoteBackend
 
         return RemoteBackend(spec.endpoint, model=spec.endpoint_model, token=spec.endpoint_token,
-                             fim_template=spec.endpoint_fim_template)
+                             fim_template=spec.endpoint_fim_template, protocol=spec.endpoint_protocol)
     if spec.model:
         from infill.engine.diffusion import DiffusionEngine
         from infill.engine.loading import load_diffusion_model
@@ -59,3 +53,33 @@ def open_backend(spec: BackendSpec, progress: ProgressCallback | None = None) ->
     from infill.backends.gemma import load_default_backend
 
     return load_default_backend(device=spec.device, dtype=spec.dtype, progress=progress)
+
+
+def add_model_options(parser: argparse.ArgumentParser, *, choose_model: bool = True) -> None:
+    """The model options every command shares (`infill-ls`, `serve`, `fill`, `pilot`), named and checked alike.
+    `choose_model=False` leaves out which model (the pilot names its backends with --backend)."""
+    group = parser.add_argument_group("model")
+    if choose_model:
+        group.add_argument("--model", help="DiffusionGemma checkpoint directory or hub id (default: env INFILL_MODEL, "
+                                           "else the offline Gemma 3 270M fallback)")
+        group.add_argument("--load-format", default="auto", choices=("auto", "dummy"),
+                           help="dummy: the checkpoint's architecture with random weights")
+        group.add_argument("--endpoint", help="remote OpenAI-compatible engine URL instead of an in-process model")
+    group.add_argument("--device", help="auto, cpu, cuda, cuda:N")
+    group.add_argument("--dtype", help="auto, float32, bfloat16, float16")
+    group.add_argument("--denoising-steps", "--steps", "--diffusion-steps", dest="denoising_steps", type=int,
+                       help=f"cap on DiffusionGemma denoising steps per request "
+                            f"(default {EngineConfig().max_denoising_steps})")
+    group.add_argument("--threads", type=int, help="torch CPU threads (default: env INFILL_THREADS, else torch's)")
+
+
+def spec_from_args(args: argparse.Namespace) -> BackendSpec:
+    """The BackendSpec the options of `add_model_options` describe (env INFILL_MODEL/INFILL_THREADS fill gaps)."""
+    steps, threads = args.denoising_steps, args.threads
+    if steps is not None and steps < 1:
+        raise InfillError(f"--denoising-steps must be a positive integer, got {steps}")
+    if threads is not None and threads < 1:
+        raise InfillError(f"--threads must be a positive integer, got {threads}")
+    return BackendSpec.from_env(model=getattr(args, "model", None), load_format=getattr(args, "load_format", None),
+                                endpoint=getattr(args, "endpoint", None), device=args.device, dtype=args.dtype,
+                                engine=EngineConfig(max_denoising_steps=steps) if steps else None, threads=threads)

@@ -11,8 +11,6 @@ keystrokes (infill/ar_context.py).
 from __future__ import annotations
 
 import logging
-import platform
-import threading
 import time
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -21,10 +19,11 @@ from typing import Any
 from infill.cache.prompt_fit import KVEntry, LineTokenizer, PrefixKVStore, fit_prompt
 from infill.cache.kv_store import common_prefix_length
 from infill.backends.gemma_stops import GapShape, comment_only, cut_fill, finish_fill, gap_shape, trim_unfinished
-from infill.backends.choose import ProgressCallback
+from infill.device import resolve_device_dtype, set_threads
+from infill.types import ProgressCallback
 from infill.backends.gemma_cache import MODEL_ID, PACKAGE, ensure_converted
 from infill.types import (BackendInfo, CancelToken, Cancelled, Draft, DraftCallback, InfillError, InfillRequest,
-                    InfillResult, Supersession, Timings)
+                    InfillResult, Timings)
 
 log = logging.getLogger(__name__)
 
@@ -51,38 +50,6 @@ class ARSettings:
             raise InfillError(f"prefill_chunk_tokens must be a positive integer, got {self.prefill_chunk_tokens!r}")
 
 
-def cpu_supports_bf16() -> bool:
-    """Native bf16 matmuls (AVX512-BF16/AMX on x86, the BF16 extension on Arm); emulated bf16 is slower than fp32."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
-            info = fh.read()
-    except OSError:
-        return platform.system() == "Darwin" and platform.machine() == "arm64"
-    words = set(info.split())
-    return bool({"avx512_bf16", "amx_bf16", "bf16"} & words)
-
-
-def resolve_device_dtype(device: str | None, dtype: str | None) -> tuple[str, str]:
-    import torch
-
-    device = (device or "auto").lower()
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise InfillError(f"device {device!r} was asked for but no CUDA device is available; use --device cpu")
-    if not (device == "cpu" or device.startswith("cuda")):
-        raise InfillError(f"unknown device {device!r}: use auto, cpu, cuda or cuda:N")
-    dtype = (dtype or "auto").lower()
-    if dtype == "float16":  # Gemma 3 overflows in fp16; the setting may be meant for a DiffusionGemma checkpoint
-        log.warning("float16 is not used for Gemma 3 270M (its activations overflow); choosing automatically")
-        dtype = "auto"
-    if dtype == "auto":
-        dtype = "bfloat16" if device != "cpu" or cpu_supports_bf16() else "float32"
-    if dtype not in ("bfloat16", "float32"):
-        raise InfillError(f"unsupported dtype {dtype!r} for the offline default: use auto, bfloat16 or float32")
-    return device, dtype
-
-
 def load_default_backend(device: str | None = None, dtype: str | None = None,
                          progress: ProgressCallback | None = None,
                          settings: ARSettings | None = None) -> "GemmaBackend":
@@ -102,8 +69,7 @@ def load_default_backend(device: str | None = None, dtype: str | None = None,
         raise InfillError(f"could not load the offline model from {directory} ({exc}); delete that directory to "
                           f"convert it again from {PACKAGE}") from exc
     model.to(device).eval()
-    if settings is not None and settings.num_threads:
-        torch.set_num_threads(settings.num_threads)  # on a busy shared CPU one thread beats two oversubscribed
+    set_threads(settings.num_threads if settings is not None else None)
     log.info("loaded %s on %s/%s in %.1f s", LABEL, device, dtype, time.monotonic() - started)
     backend = GemmaBackend(model, tokenizer, device=device, dtype=dtype, settings=settings or ARSettings())
     backend.warm_up()
@@ -127,8 +93,8 @@ class _Tally:
 
 
 class GemmaBackend:
-    """One model, one lock: requests from several threads run one at a time; a newer request for the same
-    document cancels the older one (Supersession) before queueing for the lock."""
+    """Single-threaded and lock-free: callers run it on the model worker (infill/worker.py), which serialises
+    requests and supersedes per document."""
 
     def __init__(self, model: Any, tokenizer: Any, *, device: str, dtype: str, settings: ARSettings) -> None:
         self._model = model
@@ -137,8 +103,6 @@ class GemmaBackend:
         self.settings = settings
         self._lines = LineTokenizer(tokenizer)
         self.kv_store = PrefixKVStore(settings.kv_store_bytes)
-        self._lock = threading.Lock()
-        self._supersession = Supersession()
         self._closed = False
         self._bos = tokenizer.bos_token_id
         self._vocab: list[str] | None = None  # token id -> its text, for token healing
@@ -167,18 +131,16 @@ class GemmaBackend:
         """Pay one-time costs (kernel setup, the token-healing vocabulary) at load, not on the first keystroke."""
         from transformers import DynamicCache
 
-        with self._lock:
-            self._vocab_texts()
-            self._forward(self._lines.encode("def main():\n    return 0\n"), DynamicCache())
+        self._vocab_texts()
+        self._forward(self._lines.encode("def main():\n    return 0\n"), DynamicCache())
 
     @property
     def info(self) -> BackendInfo:
         return self._info
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            self.kv_store.clear()
+        self._closed = True
+        self.kv_store.clear()
 
     def infill(self, request: InfillRequest, *, cancel: CancelToken | None = None, deadline: float | None = None,
                on_draft: DraftCallback | None = None) -> InfillResult:
@@ -186,18 +148,13 @@ class GemmaBackend:
             raise InfillError(f"expected an InfillRequest, got {type(request).__name__}")
         started = time.perf_counter()
         token = cancel if cancel is not None else CancelToken()
-        self._supersession.register(request.document_id, token)
         tally = _Tally()
-        try:
-            if not request.prefix.strip():
-                return self._result(request, tally, "empty", started, "empty prefix: nothing to continue")
-            with self._lock:
-                if self._closed:
-                    raise InfillError("the offline backend is closed")
-                outcome, error = self._fill_gaps(request, token, deadline, on_draft, tally)
-            return self._result(request, tally, outcome, started, error)
-        finally:
-            self._supersession.release(request.document_id, token)
+        if not request.prefix.strip():
+            return self._result(request, tally, "empty", started, "empty prefix: nothing to continue")
+        if self._closed:
+            raise InfillError("the offline backend is closed")
+        outcome, error = self._fill_gaps(request, token, deadline, on_draft, tally)
+        return self._result(request, tally, outcome, started, error)
 
     def _result(self, request: InfillRequest, tally: _Tally, outcome: str, started: float,
                 error: str | None = None) -> InfillResult:
@@ -217,8 +174,8 @@ class GemmaBackend:
         before = request.prefix
         afters = list(request.between) + [request.suffix]
         dropped: list[str] = []
-        for after in afters:
-            shape = gap_shape(before, after, request.single_line, request.language)
+        for i, after in enumerate(afters):
+            shape = gap_shape(before, after, request.single_line, request.language, request.gap if i == 0 else None)
             try:
                 fill = self._fill_gap(before, shape, request, token, deadline, on_draft, tally)
             except Cancelled as exc:

@@ -19,9 +19,9 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
-from infill.types import InfillError
+from infill.types import InfillError, ProgressCallback
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +31,6 @@ MODEL_ID = "google/gemma-3-270m"
 CACHE_FORMAT = 1  # bump when the layout or conversion changes: old caches are then ignored, not misread
 MANIFEST = "infill-manifest.json"
 VERIFIED = "infill-verified.json"  # (size, mtime) of files whose sha256 was checked, so a start need not hash again
-
-Progress = Callable[[str, "float | None"], None]
 
 
 def cache_root() -> Path:
@@ -108,7 +106,7 @@ def _write_stamps(directory: Path, stamps: dict) -> None:
         pass
 
 
-def _report(progress: Progress | None, message: str, fraction: float | None) -> None:
+def _report(progress: ProgressCallback | None, message: str, fraction: float | None) -> None:
     log.info("%s", message)
     if progress is not None:
         progress(message, fraction)
@@ -154,7 +152,7 @@ def _write_manifest(directory: Path, dtype: str, gguf_sha256: str) -> None:
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=1))
 
 
-def _convert_into(work: Path, out: Path, dtype: str, progress: Progress | None) -> None:
+def _convert_into(work: Path, out: Path, dtype: str, progress: ProgressCallback | None) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
@@ -177,7 +175,7 @@ def _convert_into(work: Path, out: Path, dtype: str, progress: Progress | None) 
     _write_manifest(out, dtype, package.EXPECTED_SHA256)
 
 
-def _build(target: Path, dtype: str, progress: Progress | None) -> None:
+def _build(target: Path, dtype: str, progress: ProgressCallback | None) -> None:
     root = target.parent
     work = Path(tempfile.mkdtemp(prefix=".convert-", dir=root))
     try:
@@ -192,7 +190,7 @@ def _build(target: Path, dtype: str, progress: Progress | None) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def ensure_converted(dtype: str, progress: Progress | None = None, root: Path | None = None) -> Path:
+def ensure_converted(dtype: str, progress: ProgressCallback | None = None, root: Path | None = None) -> Path:
     """The directory of an intact safetensors cache for `dtype` ("bfloat16"/"float32"), converting if needed."""
     target = model_cache_dir(dtype, root)
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,12 @@
-"""A backend that asks a remote OpenAI-compatible completions endpoint to fill gaps.
+"""A backend that asks a remote completions endpoint to fill gaps.
 
-Speaks `POST {endpoint}/v1/completions` with `prompt` (text before the gap) and `suffix` (text after it), as vLLM,
-llama.cpp's server and `infill-ls serve` accept. It exists only when the user configured an endpoint, so nothing
-leaves the machine otherwise.
+Two protocols (`protocol`, "auto" by default):
+- "openai": `POST {endpoint}/v1/completions` with `prompt` (text before the gap) and `suffix` (text after it), as
+  llama.cpp's server and `infill-ls serve` accept, or the model's FIM template as `prompt` alone.
+- "vllm-diffusion": vLLM serving DiffusionGemma, spoken natively (vllm_diffusion.py): the suffix is pinned in the
+  canvas, one canvas per candidate middle length, the best join wins. "auto" picks it when `/v1/models` says vLLM
+  and vLLM's own validation answers like a diffusion server, or when a diffusion server refuses the OpenAI route.
+It exists only when the user configured an endpoint, so nothing leaves the machine otherwise.
 
 Every failure (endpoint down, slow, HTTP error, garbage JSON) becomes an `InfillResult` with outcome "error" and a
 message; nothing escapes `infill`. The HTTP exchange runs in a daemon thread while the caller polls the cancel token
@@ -12,72 +16,61 @@ and the deadline, so a cancelled or late request returns at once even while the 
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import logging
 import os
-import re
+import socket
+import ssl
 import threading
 import time
-from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import httpx
 
+from infill.backends import vllm_diffusion as vd
+from infill.backends.remote_http import (RemoteFailure, RemoteHTTPError, _count, _decode, _describe_http_error,
+                                         _GapAnswer, _is_loopback, _ms, _NotFound, normalize_endpoint, render_fim)
+from infill.backends.remote_native import NativeDiffusionRoute
+from infill.engine.config import EngineConfig
 from infill.types import (BackendInfo, CancelToken, Cancelled, Draft, DraftCallback, InfillError, InfillRequest,
                     InfillResult, Timings)
 
 log = logging.getLogger(__name__)
 
 POLL_S = 0.01  # how often the waiting caller looks at its cancel token and deadline
+FAILED = "remote infill via"  # how a failed request's log line starts
 TOKEN_ENV = "INFILL_ENDPOINT_TOKEN"  # bearer token when none is passed (keeps it out of editor settings files)
-SUFFIX_HINT = ("; this server does not take `suffix` (stock vLLM answers so): put `infill-ls serve` in front of "
-               "the model, or give RemoteBackend a fim_template")
 
 
-class RemoteFailure(Exception):
-    """One failed exchange with the endpoint; the message says what happened and where."""
+PROTOCOLS = ("auto", "openai", "vllm-diffusion")
 
 
-@dataclass
-class _GapAnswer:
-    text: str
-    finish_reason: str | None
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    extension: dict = field(default_factory=dict)  # the `infill` object `infill-ls serve` adds, if any
-
-
-def normalize_endpoint(endpoint: str) -> str:
-    """`http://host:8000`, `http://host:8000/` and `http://host:8000/v1` all mean the same server root."""
-    if not isinstance(endpoint, str) or not endpoint.strip():
-        raise InfillError("remote endpoint must be a non-empty URL")
-    base = endpoint.strip().rstrip("/")
-    parts = urlsplit(base)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise InfillError(f"remote endpoint must be an http(s) URL like http://host:8000/v1, got {endpoint!r}")
-    if base.endswith("/v1"):
-        base = base[: -len("/v1")]
-    return base
-
-
-def render_fim(template: str, prefix: str, suffix: str) -> str:
-    """One pass over the template (not str.format: code is full of braces, and may contain "{suffix}")."""
-    return re.sub(r"\{prefix\}|\{suffix\}", lambda m: prefix if m.group(0) == "{prefix}" else suffix, template)
-
-
-class RemoteBackend:
+class RemoteBackend(NativeDiffusionRoute):
     """InfillBackend over an OpenAI-compatible `/v1/completions` endpoint (kind "remote")."""
 
     def __init__(self, endpoint: str, model: str | None = None, token: str | None = None, *,
                  timeout_s: float = 30.0, connect_timeout_s: float = 5.0, send_budget: bool = True,
-                 fim_template: str | None = None) -> None:
+                 fim_template: str | None = None, protocol: str = "auto",
+                 engine: EngineConfig | None = None) -> None:
         if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
             raise InfillError(f"timeout_s must be > 0, got {timeout_s!r}")
         if not (isinstance(connect_timeout_s, (int, float)) and connect_timeout_s > 0):
             raise InfillError(f"connect_timeout_s must be > 0, got {connect_timeout_s!r}")
         if fim_template is not None and not ("{prefix}" in fim_template and "{suffix}" in fim_template):
             raise InfillError("fim_template must contain {prefix} and {suffix}")
+        if protocol not in PROTOCOLS:
+            raise InfillError(f"remote protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
         self.endpoint = normalize_endpoint(endpoint)
+        self.protocol = protocol
+        self._route: str | None = None if protocol == "auto" else protocol  # resolved on first use in "auto"
+        self._facts: vd.ServerFacts | None = None  # what a vLLM diffusion server serves (canvas, vocabulary)
+        self._max_model_len: int | None = None
+        self._pins_exact: bool | None = None  # None: not yet seen; False: the server lacks the infill-vllm plugin
+        self._tokens = vd.TokenCache()
+        self._stop_ids: frozenset[int] | None = None  # a middle ends at the first of these (end, padding)
+        self._drop_ids: frozenset[int] = frozenset()  # never shown (beginning-of-text)
+        # Candidate middle lengths and anchor sizes: the in-process engine's, as on a GPU (a team server has one).
+        self.engine = engine or EngineConfig()
+        self._said: set[str] = set()  # messages already logged: a failing server is reported once, not per keystroke
         # For servers that refuse `suffix`: the model's own fill-in-the-middle prompt, e.g.
         # "<|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>", sent as `prompt` alone.
         self.fim_template = fim_template
@@ -93,8 +86,10 @@ class RemoteBackend:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         # A proxy from the environment (HTTP_PROXY, ALL_PROXY) is used for remote hosts only: code for an endpoint
         # on this machine must not travel through a proxy, with the token, unless NO_PROXY happens to say so.
-        self._client = httpx.Client(headers=headers, follow_redirects=False,
-                                    trust_env=not _is_loopback(urlsplit(self.endpoint).hostname))
+        self._client_options = dict(headers=headers, follow_redirects=False,
+                                    trust_env=not _is_loopback(urlsplit(self.endpoint).hostname),
+                                    verify=ssl.create_default_context())  # made once, shared by every client
+        self._client = httpx.Client(**self._client_options)
         self._closed = False
 
     # -- InfillBackend ------------------------------------------------------------------------------------------
@@ -116,20 +111,46 @@ class RemoteBackend:
             if cancel is not None:
                 cancel.raise_if_cancelled()
             model = self._discover_model(cancel, end)
-            answers = self._fill_gaps(request, model, cancel, end, on_draft)
+            answers = self._route_fill(request, model, cancel, end, on_draft)
         except Cancelled as exc:
             return self._failed(request, "cancelled", str(exc) or "cancelled", t0)
         except RemoteFailure as exc:
-            log.warning("remote infill via %s failed: %s", self.endpoint, exc)
+            self._say_once(logging.WARNING, f"{FAILED} {self.endpoint} failed: {exc}")
             return self._failed(request, "error", str(exc), t0)
         except Exception as exc:  # a bug here must not take the editor's request down with it
             log.exception("remote infill via %s failed unexpectedly", self.endpoint)
             return self._failed(request, "error", f"remote backend failed: {type(exc).__name__}: {exc}", t0)
+        # Served again: a later failure is worth one log line again (one per outage, not per keystroke).
+        self._said = {m for m in self._said if not m.startswith(FAILED)}
         return self._result(request, model, answers, t0)
 
     def close(self) -> None:
         self._closed = True
         self._client.close()
+
+    # -- routes -------------------------------------------------------------------------------------------------
+
+    def _route_fill(self, request: InfillRequest, model: str | None, cancel: CancelToken | None, end: float,
+                    on_draft: DraftCallback | None) -> list[_GapAnswer]:
+        if self._route == "vllm-diffusion" and not self._native_unusable():
+            return self._native_fill(request, model, cancel, end, on_draft)
+        try:
+            return self._fill_gaps(request, model, cancel, end, on_draft)
+        except RemoteHTTPError as exc:
+            # A diffusion server refuses `suffix`/`temperature`: in "auto", that is how it is recognised when
+            # the model name was configured (no discovery ran).
+            if not (self._route is None and any(r in exc.detail for r in vd.DIFFUSION_REFUSALS)):
+                raise
+            if not self._detect_diffusion(model, cancel, end):
+                raise
+        return self._native_fill(request, model, cancel, end, on_draft)
+
+    def _say_once(self, level: int, message: str) -> None:
+        if message not in self._said:
+            if len(self._said) > 64:
+                self._said.clear()
+            self._said.add(message)
+            log.log(level, message)
 
     # -- gaps ---------------------------------------------------------------------------------------------------
 
@@ -155,6 +176,8 @@ class RemoteBackend:
                          end: float) -> dict:
         body: dict = {"prompt": prompt, "suffix": suffix, "max_tokens": request.max_middle_tokens,
                       "temperature": 0, "n": 1, "stream": False}
+        if self._facts is not None:  # a diffusion server refuses `temperature` (its schedule is fixed)
+            del body["temperature"]
         if self.fim_template is not None:
             body["prompt"] = render_fim(self.fim_template, prompt, suffix)
             del body["suffix"]
@@ -197,7 +220,10 @@ class RemoteBackend:
         # `infill-ls serve` reports decoder forwards; other servers decode one token per step.
         steps = sum(_count(a.extension.get("steps")) or a.completion_tokens for a in answers)
         remote_versions = [a.extension.get("versions") for a in answers if a.extension.get("versions")]
-        versions = {"endpoint": self.endpoint, "model": model, "remote": remote_versions[0] if remote_versions else {}}
+        versions = {"endpoint": self.endpoint, "model": model, "remote": remote_versions[0] if remote_versions else {},
+                    "protocol": self._route or "openai"}
+        if answers and "canvas_width" in answers[0].extension:  # the native route: which canvas won, pins held
+            versions["canvas"] = answers[0].extension
         return InfillResult(
             middles=middles, outcome=outcome, backend=self.info.name, steps=steps,
             tokens_per_forward=completion_tokens / steps if steps else 0.0,
@@ -230,12 +256,17 @@ class RemoteBackend:
                 self._model_known = True
                 return None
             entries = data.get("data")
-            ids = [e.get("id") for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
-            ids = [i for i in ids if isinstance(i, str) and i]
-            if not ids:
+            entries = [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+            entries = [e for e in entries if isinstance(e.get("id"), str) and e["id"]]
+            if not entries:
                 raise RemoteFailure(f"{self.endpoint}/v1/models lists no models")
-            self._model, self._model_known = ids[0], True
+            first = entries[0]
+            self._model, self._model_known = first["id"], True
+            if isinstance(first.get("max_model_len"), int):
+                self._max_model_len = first["max_model_len"]
             log.info("remote endpoint %s serves %s", self.endpoint, self._model)
+            if self._route is None and first.get("owned_by") == "vllm":
+                self._detect_diffusion(self._model, cancel, end)
             return self._model
         finally:
             self._model_lock.release()
@@ -248,90 +279,68 @@ class RemoteBackend:
 
     def _exchange(self, method: str, path: str, body: dict | None, cancel: CancelToken | None, end: float) -> dict:
         """One request, bounded by `end` (time.monotonic()) and abandoned at once when `cancel` fires."""
-        url = self.endpoint + path
+        return self._exchange_many([(method, path, body)], cancel, end)[0]
+
+    def _exchange_many(self, calls: list, cancel: CancelToken | None, end: float, *,
+                       hang_up: bool = False) -> list[dict]:
+        """Requests sent together (a batching server serves them in one step), each in a daemon thread, bounded
+        by `end` and abandoned at once when `cancel` fires. The first failure (in call order) is raised.
+        `hang_up`: the calls get their own connections, closed when abandoned, so a server that aborts on
+        disconnect (vLLM) stops computing an answer nobody waits for."""
         remaining = end - time.monotonic()
         if remaining <= 0:
-            raise RemoteFailure(f"deadline passed before the request to {url} was sent")
-        box: dict = {}
-        done = threading.Event()
+            raise RemoteFailure(f"deadline passed before the request to {self.endpoint + calls[0][1]} was sent")
+        boxes: list[dict] = [{} for _ in calls]
+        done = [threading.Event() for _ in calls]
         timeout = httpx.Timeout(remaining, connect=min(self.connect_timeout_s, remaining))
+        client = httpx.Client(**self._client_options) if hang_up else self._client
+        try:
+            return self._wait_all(client, calls, boxes, done, timeout, cancel, end, remaining)
+        except (Cancelled, RemoteFailure):
+            if hang_up and not all(event.is_set() for event in done):
+                _hang_up(client)
+            raise
+        finally:
+            if hang_up and all(event.is_set() for event in done):
+                client.close()
 
-        def send() -> None:
+    def _wait_all(self, client: httpx.Client, calls: list, boxes: list[dict], done: list[threading.Event],
+                  timeout: httpx.Timeout, cancel: CancelToken | None, end: float, remaining: float) -> list[dict]:
+        def send(index: int) -> None:
+            method, path, body = calls[index]
             try:
-                box["response"] = self._client.request(method, url, json=body, timeout=timeout)
+                boxes[index]["response"] = client.request(method, self.endpoint + path, json=body, timeout=timeout)
             except BaseException as exc:  # reported to the waiting caller
-                box["error"] = exc
+                boxes[index]["error"] = exc
             finally:
-                done.set()
+                done[index].set()
 
-        # A daemon thread: an abandoned exchange ends by itself within its own timeout.
-        threading.Thread(target=send, name="infill-remote-http", daemon=True).start()
-        while not done.wait(POLL_S):
-            if cancel is not None and cancel.cancelled:
-                raise Cancelled(cancel.reason)
-            if time.monotonic() >= end:
-                raise RemoteFailure(f"no answer from {url} within {remaining:.2f} s")
-        if "error" in box:
-            raise RemoteFailure(_describe_http_error(url, box["error"], remaining))
-        return _decode(url, box["response"])
+        # Daemon threads: an abandoned exchange ends by itself within its own timeout.
+        for index in range(len(calls)):
+            threading.Thread(target=send, args=(index,), name="infill-remote-http", daemon=True).start()
+        for event, (_, path, _) in zip(done, calls):
+            while not event.wait(POLL_S):
+                if cancel is not None and cancel.cancelled:
+                    raise Cancelled(cancel.reason)
+                if time.monotonic() >= end:
+                    raise RemoteFailure(f"no answer from {self.endpoint + path} within {remaining:.2f} s")
+        results = []
+        for box, (_, path, _) in zip(boxes, calls):
+            if "error" in box:
+                raise RemoteFailure(_describe_http_error(self.endpoint + path, box["error"], remaining))
+            results.append(_decode(self.endpoint + path, box["response"]))
+        return results
 
 
-class _NotFound(RemoteFailure):
-    pass
-
-
-def _decode(url: str, response: httpx.Response) -> dict:
-    if response.status_code == 404:
-        raise _NotFound(f"HTTP 404 from {url}: {_error_text(response)}")
-    if response.status_code != 200:
-        message = _error_text(response)
-        hint = SUFFIX_HINT if response.status_code == 400 and "suffix" in message.lower() else ""
-        raise RemoteFailure(f"HTTP {response.status_code} from {url}: {message}{hint}")
+def _hang_up(client: httpx.Client) -> None:
+    """Close an abandoned client's connections now. `close()` alone does not wake a thread blocked reading the
+    socket (so no FIN is sent until the answer comes); shutting the sockets down does. Reaches into httpcore's
+    pool: any failure only means the connection ends by itself within its timeout, as before."""
     try:
-        data = response.json()
-    except ValueError:
-        raise RemoteFailure(f"invalid JSON from {url}: {response.text[:120]!r}") from None
-    if not isinstance(data, dict):
-        raise RemoteFailure(f"unexpected JSON from {url}: expected an object, got {type(data).__name__}")
-    return data
-
-
-def _error_text(response: httpx.Response) -> str:
-    """The OpenAI-style `error.message` if there is one, else the start of the body."""
-    try:
-        data = response.json()
-        message = data["error"]["message"] if isinstance(data.get("error"), dict) else data.get("error")
-        if isinstance(message, str) and message:
-            return message[:300]
-    except (ValueError, AttributeError, KeyError, TypeError):
-        pass
-    return response.text[:300].strip() or response.reason_phrase
-
-
-def _describe_http_error(url: str, exc: BaseException, waited_s: float) -> str:
-    if isinstance(exc, httpx.ConnectError):
-        return f"cannot connect to {url}: {exc}"
-    if isinstance(exc, httpx.TimeoutException):  # the same failure as the caller's own deadline check
-        return f"no answer from {url} within {waited_s:.2f} s ({type(exc).__name__})"
-    if isinstance(exc, httpx.HTTPError):
-        return f"request to {url} failed: {type(exc).__name__}: {exc}"
-    return f"request to {url} failed unexpectedly: {type(exc).__name__}: {exc}"
-
-
-def _count(value) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
-def _ms(value) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else 0.0
-
-
-def _is_loopback(host: str | None) -> bool:
-    if not host:
-        return False
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+        for connection in list(client._transport._pool.connections):  # type: ignore[attr-defined]
+            stream = getattr(getattr(connection, "_connection", None), "_network_stream", None)
+            sock = getattr(stream, "_sock", None)
+            if sock is not None:
+                sock.shutdown(socket.SHUT_RDWR)
+    except Exception:  # noqa: BLE001 - best effort, see above
+        log.debug("could not shut down an abandoned connection", exc_info=True)

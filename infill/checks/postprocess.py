@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 
-from infill.context.builder import GapContext, opens_block
-from infill.context.syntax import INDENT_LANGUAGES
+from infill.checks import rules
+from infill.checks.rules import INDENT_LANGUAGES, opens_block
+from infill.context.builder import GapContext
 
 _CLOSERS = {")": "(", "]": "[", "}": "{"}
 _OPENERS = {v: k for k, v in _CLOSERS.items()}
@@ -74,24 +75,9 @@ def _unbalanced_closers(middle: str, piece: str) -> bool:
 
 def trim_unbalanced_closer(middle: str, suffix: str) -> str:
     """Cut the middle where it closes a bracket it did not open, when the suffix already closes it."""
-    depth: list[str] = []
-    quote = None
-    for i, ch in enumerate(middle):
-        if quote:
-            if ch == quote and middle[i - 1] != "\\":
-                quote = None
-            continue
-        if ch in "\"'`":
-            quote = ch
-        elif ch in _OPENERS:
-            depth.append(ch)
-        elif ch in _CLOSERS:
-            if depth and depth[-1] == _CLOSERS[ch]:
-                depth.pop()
-            elif not depth:
-                if suffix.lstrip().startswith(ch):
-                    return _cut_line_tail(middle, i)
-                return middle
+    i = rules.first_unopened(middle, "".join(_CLOSERS))
+    if i is not None and suffix.lstrip().startswith(middle[i]):
+        return _cut_line_tail(middle, i)
     return middle
 
 

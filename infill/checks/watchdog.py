@@ -3,7 +3,6 @@ broken syntax, broken Markdown tables. A rejected candidate is never shown; its 
 
 from __future__ import annotations
 
-import ast
 import logging
 import re
 import threading
@@ -11,6 +10,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
+from infill.checks import rules
 from infill.context.builder import GapContext
 from infill.context.syntax import DocumentSnapshot, ParsedDocument, apply_fills, error_nodes, errors_inside, load_language  # noqa: F401
 from infill.types import InfillError
@@ -20,11 +20,6 @@ log = logging.getLogger(__name__)
 REASONS = ("empty_prefix", "timeout", "empty", "too_long", "too_many_lines", "repetition", "comment_only",
            "syntax", "structure")
 _WORD = re.compile(r"^\w+$")
-_LETTERS = re.compile(r"[A-Za-z]{2}")
-_COMMENT_MARKERS = {
-    "python": ("#",), "javascript": ("//", "/*", "*"), "typescript": ("//", "/*", "*"),
-    "typescriptreact": ("//", "/*", "*"), "go": ("//", "/*", "*"), "rust": ("//", "/*", "*"),
-}
 
 
 @dataclass(frozen=True)
@@ -143,15 +138,15 @@ def check_repetition(middle: str, s: WatchdogSettings, line_above: str = "") -> 
             if all(words[i + k * n:i + (k + 1) * n] == gram for k in range(1, s.ngram_repeats)):
                 return Verdict("repetition", f"{' '.join(gram)!r} repeated {s.ngram_repeats} times")
     lines = [line.strip() for line in middle.split("\n")]
-    seen: Counter[str] = Counter(line for line in lines if len(line) >= 4 and _LETTERS.search(line))
+    seen: Counter[str] = Counter(line for line in lines if len(line) >= 4 and rules.has_words(line))
     for line, count in seen.items():
         if count >= s.line_repeats:
             return Verdict("repetition", f"line {line!r} {count} times")
-    for a, b in zip(lines, lines[1:]):
-        if a == b and len(a) >= s.consecutive_line_chars and _LETTERS.search(a):
-            return Verdict("repetition", f"line {a!r} twice in a row")
+    for j in range(1, len(lines)):
+        if rules.stutters(lines, j, s.consecutive_line_chars):
+            return Verdict("repetition", f"line {lines[j]!r} twice in a row")
     first = next((line for line in lines if line), "")
-    if len(first) >= s.consecutive_line_chars and first == line_above.strip() and _LETTERS.search(first):
+    if len(first) >= s.consecutive_line_chars and first == line_above.strip() and rules.has_words(first):
         return Verdict("repetition", "the fill repeats the line above")
     return None
 
@@ -159,7 +154,7 @@ def check_repetition(middle: str, s: WatchdogSettings, line_above: str = "") -> 
 def _meaningful(gram: list[str]) -> bool:
     if len(gram) == 1:
         return bool(_WORD.match(gram[0])) and not gram[0].isdigit()
-    return any(_LETTERS.search(w) for w in gram)
+    return any(rules.has_words(w) for w in gram)
 
 
 def _line_above(text: str, index: int) -> str:
@@ -174,9 +169,7 @@ def check_comment_only(middle: str, ctx: GapContext) -> Verdict | None:
     """Code fills that are nothing but comments say nothing the user asked for."""
     if not ctx.is_code or ctx.in_comment:
         return None
-    markers = _COMMENT_MARKERS.get(ctx.language or "", ("#", "//", "/*", "*"))
-    lines = [line.strip() for line in middle.split("\n") if line.strip()]
-    if lines and all(line.startswith(markers) for line in lines):
+    if rules.comment_only(middle, ctx.language, ctx.line_before):
         return Verdict("comment_only", "the fill is only comments")
     return None
 
@@ -195,11 +188,6 @@ def check_syntax(middles: list[str], spans: list[tuple[int, int]], doc: Document
     if doc.language == "python":
         return check_python_compiles(doc.text, spans, middles)
     return None
-
-
-# CPython 3.11's ast.parse is not safe to run in several threads at once ("AST constructor recursion depth
-# mismatch"); completions for several documents can be checked concurrently.
-_AST_LOCK = threading.Lock()
 
 
 _CONTINUES_STATEMENT = re.compile(r"[\s#)\]}]|(else|elif|except|finally)\b")
@@ -225,15 +213,6 @@ def _statement_end(text: str, index: int) -> int:
     return len(text)
 
 
-def _compiles(code: str) -> str | None:
-    try:
-        with _AST_LOCK:
-            ast.parse(code)
-        return None
-    except (SyntaxError, ValueError) as exc:
-        return exc.msg if isinstance(exc, SyntaxError) else str(exc)
-
-
 def check_python_compiles(text: str, spans: list[tuple[int, int]], middles: list[str]) -> Verdict | None:
     """tree-sitter-python accepts some code CPython refuses (a block of only comments, an `elif` whose `if` is
     gone): when the top-level statements around the fill compiled before it, they must compile after it. Only
@@ -242,8 +221,8 @@ def check_python_compiles(text: str, spans: list[tuple[int, int]], middles: list
     start, end = _statement_start(text, spans[0][0]), _statement_end(text, spans[-1][1])
     region = text[start:end]
     local = [(a - start, b - start) for a, b in spans]
-    error = _compiles(apply_fills(region, local, middles))
-    if error is None or _compiles(region) is not None:
+    error = rules.python_error(apply_fills(region, local, middles))
+    if error is None or rules.python_error(region) is not None:
         return None  # fine, or it did not compile before either: tree-sitter's relative judgement stands
     return Verdict("syntax", f"Python would not compile it: {error}")
 

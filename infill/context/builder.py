@@ -14,8 +14,9 @@ import threading
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
-from infill.context.syntax import (INDENT_LANGUAGES, PROSE_LANGUAGES, DocumentSnapshot, NotedEdit, ParsedDocument,
-                     resolve_language)
+from infill.checks.rules import PROSE_LANGUAGES, opens_block
+from infill.context.edits import Edit
+from infill.context.syntax import DocumentSnapshot, ParsedDocument, resolve_language
 from infill.cache.tokens import clean_text
 from infill.types import InfillError
 from infill.context.windows import (WINDOW_HEADROOM, byte_offset, char_index, line_end, line_window, sticky_start,
@@ -29,8 +30,6 @@ _ONE_PER_LINE = frozenset({
 })
 _IN_LINE_NODES = ("comment", "string", "template_string", "line_comment", "block_comment", "raw_string_literal",
                   "interpreted_string_literal", "string_content", "string_literal")
-_OPENERS = ("{", "(", "[", "=>")
-_PY_BLOCK = re.compile(r"(async\s+)?(def|class|if|elif|else|for|while|with|try|except|finally|match|case)\b")
 # Tabs, and every character str.splitlines() splits at or str.strip() strips besides " " and "\n".
 _UNUSUAL_SPACE = re.compile("[\t\r\x0b\x0c\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
 _LEADING_SPACES = re.compile(r"^ *(?=[^ \n])", re.M)  # the indentation of each non-blank line
@@ -177,11 +176,11 @@ class ContextBuilder:
         first request parses them whole)."""
         if start < 0 or old_end < start:
             raise InfillError(f"edit {start}..{old_end} is not a range")
-        note = NotedEdit(start, old_end, new_text, version)
+        edit = Edit.replacing(start, old_end, new_text)
         with self._lock:
             docs = [doc for (doc_id, _), doc in self._documents.items() if doc_id == document_id]
         for doc in docs:
-            doc.note_edit(note)
+            doc.note_edit(edit, version)
 
     def forget(self, document_id: str) -> None:
         with self._lock:
@@ -320,15 +319,6 @@ def _single_line(mode: str, text: str, spans, line_before: str, line_after: str,
     if is_prose:
         return _in_markdown_table(text, spans[0][0])
     return _enclosing_container(node) in _ONE_PER_LINE
-
-
-def opens_block(line: str, language: str | None) -> bool:
-    """The line ends by opening a block whose body goes on the next lines: a bracket, or in Python a colon after
-    a compound-statement keyword (not a dict key, a lambda or a slice)."""
-    stripped = line.rstrip()
-    if stripped.endswith(_OPENERS):
-        return True
-    return language in INDENT_LANGUAGES and stripped.endswith(":") and bool(_PY_BLOCK.match(stripped.lstrip()))
 
 
 def _enclosing_container(node) -> str | None:

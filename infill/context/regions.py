@@ -15,39 +15,14 @@ from __future__ import annotations
 
 import bisect
 
+from infill.context.edits import ChangedSpan, Edit
+
 # Documents shorter than this are parsed whole (a whole incremental re-parse of them is cheap).
 REGION_MIN_CHARS = 32_768
 # Text parsed beyond what a request needs on each side, so requests nearby (typing on) reuse the region.
 REGION_MARGIN_CHARS = 2_048
 # A region larger than this share of the document is not worth it: parse the whole document (and renew the cuts).
 REGION_MAX_SHARE = 0.5
-
-
-class ChangedSpan:
-    """Folds a run of edits into one changed span with O(1) work per edit: old text = A + X + B and new text =
-    A + Y + B, with `start` = len(A), `old_end` = len(A + X), `new_end` = len(A + Y) (str offsets)."""
-
-    def __init__(self, old_length: int) -> None:
-        self.old_length = old_length
-        self.length = old_length  # the text's length after the edits folded so far
-        self.start = self.old_end = self.new_end = -1  # no change yet
-
-    @property
-    def changed(self) -> bool:
-        return self.start >= 0
-
-    def add(self, start: int, old_end: int, inserted: int) -> None:
-        """text[start:old_end] (offsets into the text after the edits folded so far) became `inserted` chars."""
-        delta = inserted - (old_end - start)
-        if self.start < 0:
-            first, end = start, start + inserted
-        else:
-            mapped_end = self.new_end + delta if self.new_end >= old_end else (
-                self.new_end if self.new_end <= start else start + inserted)
-            first, end = min(self.start, start), max(mapped_end, start + inserted)
-        self.length += delta
-        self.start, self.new_end = first, end
-        self.old_end = self.old_length - (self.length - end)  # the unchanged tail B is as long in both texts
 
 
 class Cuts:
@@ -58,8 +33,8 @@ class Cuts:
         self._starts = starts
         self._changes = ChangedSpan(length)
 
-    def note(self, start: int, old_end: int, inserted: int) -> None:
-        self._changes.add(start, old_end, inserted)
+    def note(self, edit: Edit) -> None:
+        self._changes.add(edit)
 
     def current(self) -> list[int]:
         """The starts in the current text: unchanged before the changed span, shifted after it, dropped inside
@@ -96,13 +71,13 @@ def covers(region: tuple[int, int], focus: tuple[int, int], reach: tuple[int, in
     return region[0] <= max(0, focus[0] - reach[0]) and min(length, focus[1] + reach[1]) <= region[1]
 
 
-def shift_region(region: tuple[int, int], span: ChangedSpan) -> tuple[int, int] | None:
-    """The region after the folded edits: it grows or shrinks with edits inside it and moves with edits before it;
-    None when an edit crossed one of its edges (the region must be chosen again)."""
-    if not span.changed:
+def shift_region(region: tuple[int, int], span: Edit | None) -> tuple[int, int] | None:
+    """The region after the (folded) edit `span` (None: nothing changed): it grows or shrinks with edits inside it
+    and moves with edits before it; None when an edit crossed one of its edges (the region must be chosen again)."""
+    if span is None:
         return region
     start, end = region
-    delta = span.new_end - span.old_end
+    delta = span.delta
     if span.old_end < start:
         return start + delta, end + delta
     if span.start > end:

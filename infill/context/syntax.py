@@ -13,7 +13,8 @@ import threading
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
-from infill.context.regions import REGION_MIN_CHARS, ChangedSpan, Cuts, covers, region_for, shift_region
+from infill.context.edits import ChangedSpan, Edit
+from infill.context.regions import REGION_MIN_CHARS, Cuts, covers, region_for, shift_region
 from infill.context.tree_edits import apply_edit, diff_edit, edit_tree, included_range, parse_text
 
 log = logging.getLogger(__name__)
@@ -41,9 +42,6 @@ _EXTENSIONS = {
 # Notes kept for a document nobody asks a context for (completions disabled, language refused): past this many,
 # they are dropped and the next context compares texts instead, so memory stays bounded.
 MAX_PENDING_NOTES = 1000
-PROSE_LANGUAGES = frozenset({"markdown", "plaintext", "text"})
-# Languages whose blocks are delimited by indentation rather than braces.
-INDENT_LANGUAGES = frozenset({"python"})
 
 
 def resolve_language(language: str | None, document_id: str | None = None) -> str | None:
@@ -133,25 +131,13 @@ class DocumentSnapshot:
             return None
         filled = apply_fills(self.text, spans, middles)
         start, old_end = spans[0][0], spans[-1][1]
-        change = ChangedSpan(len(self.text))
-        change.add(start, old_end, len(filled) - len(self.text) + old_end - start)
+        change = Edit(start, old_end, old_end + len(filled) - len(self.text))
         tree = self.tree.copy()  # type: ignore[union-attr]
         edit_tree(tree, self.text, filled, change)
         if self.region is not None:  # the region grows or shrinks with the fill
             end = self.region[1] + len(filled) - len(self.text)
             parser.included_ranges = [included_range(filled, self.region[0], end)]
         return parse_text(parser, filled, tree)
-
-
-@dataclass(frozen=True)
-class NotedEdit:
-    """One change the editor reported: text[start:old_end] became `new_text` (str offsets into the text as it
-    was just before this change), making document version `version` (None: unversioned)."""
-
-    start: int
-    old_end: int
-    new_text: str
-    version: int | None = None
 
 
 class ParsedDocument:
@@ -172,7 +158,9 @@ class ParsedDocument:
         self._cuts: Cuts | None = None  # top-level statement starts, for choosing regions
         self.memo: dict = {}  # see DocumentSnapshot.memo
         self._region_parser = None
-        self._notes: list[NotedEdit] = []
+        # (version, edit) for each change the editor reported, in str offsets of the text just before it;
+        # version None: unversioned.
+        self._notes: list[tuple[int | None, Edit]] = []
         self._notes_dropped = False  # too many notes piled up: the next update compares texts
         self._notes_lock = threading.Lock()
 
@@ -180,7 +168,7 @@ class ParsedDocument:
     def has_grammar(self) -> bool:
         return self.parser is not None
 
-    def note_edit(self, edit: NotedEdit) -> None:
+    def note_edit(self, edit: Edit, version: int | None = None) -> None:
         with self._notes_lock:
             if self._notes_dropped:
                 return
@@ -188,7 +176,7 @@ class ParsedDocument:
                 self._notes.clear()
                 self._notes_dropped = True
                 return
-            self._notes.append(edit)
+            self._notes.append((version, edit))
 
     def update(self, text: str, version: int | None = None, focus: tuple[int, int] | None = None,
                reach: tuple[int, int] = (0, 0)) -> "DocumentSnapshot":
@@ -212,7 +200,7 @@ class ParsedDocument:
             if span is None:
                 self._cuts = None  # a change known only as a byte range: the cuts are lost
             elif span.changed:
-                self._cuts.note(span.start, span.old_end, span.new_end - span.start)
+                self._cuts.note(span.edit)  # type: ignore[arg-type]
         region = self._choose_region(text, span, focus, reach) if use_region and old_tree is not None else None
         if region is None:
             # The whole document; from scratch when the old tree covered only a region.
@@ -224,7 +212,7 @@ class ParsedDocument:
             if self._region_parser is None:
                 self._region_parser = new_parser(self.language)
             self._region_parser.included_ranges = [included_range(text, *region)]
-            reuse = self.region is not None and span is not None and shift_region(self.region, span) == region
+            reuse = self.region is not None and span is not None and shift_region(self.region, span.edit) == region
             self.tree = parse_text(self._region_parser, text, old_tree if reuse else None)
             self.region = region
         self.text = text
@@ -234,19 +222,20 @@ class ParsedDocument:
         """The current region moved with the edits when it still holds the gap's context, else a new one from the
         cuts (None: parse the whole document, which also renews the cuts)."""
         if self.region is not None and span is not None:
-            shifted = shift_region(self.region, span)
+            shifted = shift_region(self.region, span.edit)
             if shifted is not None and covers(shifted, focus, reach, len(text)):
                 return shifted
         if self._cuts is None:
             return None
         return region_for(self._cuts, len(text), focus, reach)
 
-    def _edit(self, tree, text: str, notes: list[NotedEdit] | None) -> "ChangedSpan | None":
+    def _edit(self, tree, text: str, notes: list[tuple[int | None, Edit]] | None) -> "ChangedSpan | None":
         """Tell `tree` (of self.text) what changed to make `text`: from the notes, or by comparing the texts. The
         change as a str span, or None when only a byte range is known (non-ASCII text compared)."""
         span = self._fold(notes, len(text)) if notes else None
         if span is not None:
-            edit_tree(tree, self.text, text, span)
+            if span.changed:
+                edit_tree(tree, self.text, text, span.edit)  # type: ignore[arg-type]
             return span
         with self._notes_lock:
             self._notes.clear()  # later notes may be relative to another text than this one
@@ -260,10 +249,10 @@ class ParsedDocument:
         if not ascii_text:
             return None
         span = ChangedSpan(len(self.text))
-        span.add(edit.start, edit.old_end, edit.new_end - edit.start)
+        span.add(edit)  # ASCII: byte offsets are str offsets
         return span
 
-    def _take_notes(self, version: int | None) -> list[NotedEdit] | None:
+    def _take_notes(self, version: int | None) -> list[tuple[int | None, Edit]] | None:
         """The notes that lead up to `version` (all of them for an unversioned request); later ones stay.
         None when notes were dropped (too many piled up)."""
         with self._notes_lock:
@@ -272,20 +261,20 @@ class ParsedDocument:
                 self._notes_dropped = False
                 return None
             count = 0
-            for note in self._notes:
-                if version is not None and note.version is not None and note.version > version:
+            for noted_version, _ in self._notes:
+                if version is not None and noted_version is not None and noted_version > version:
                     break
                 count += 1
             taken, self._notes = self._notes[:count], self._notes[count:]
         return taken
 
-    def _fold(self, notes: list[NotedEdit], new_length: int) -> ChangedSpan | None:
+    def _fold(self, notes: list[tuple[int | None, Edit]], new_length: int) -> ChangedSpan | None:
         span = ChangedSpan(len(self.text))
-        for note in notes:
-            if not 0 <= note.start <= note.old_end <= span.length:
-                log.debug("edit %s..%s outside the noted text; comparing texts instead", note.start, note.old_end)
+        for _, edit in notes:
+            if not 0 <= edit.start <= edit.old_end <= span.length:
+                log.debug("edit %s..%s outside the noted text; comparing texts instead", edit.start, edit.old_end)
                 return None
-            span.add(note.start, note.old_end, len(note.new_text))
+            span.add(edit)
         if span.length != new_length:  # an edit was missed: the notes do not lead to this text
             log.debug("noted edits give %d chars, the text has %d; comparing texts instead", span.length,
                       new_length)

@@ -7,9 +7,7 @@ next parse to reuse it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from infill.context.regions import ChangedSpan
+from infill.context.edits import Edit
 
 _READ_CHUNK = 16384  # bytes handed to tree-sitter per read of an ASCII document
 
@@ -42,15 +40,8 @@ def common_affixes(old: bytes, new: bytes) -> tuple[int, int]:
     return head, lo
 
 
-@dataclass(frozen=True)
-class Edit:
-    start: int  # byte offsets
-    old_end: int
-    new_end: int
-
-
 def diff_edit(old: bytes, new: bytes) -> Edit | None:
-    """The single changed range turning `old` into `new` (None when equal)."""
+    """The single changed range (byte offsets) turning `old` into `new` (None when equal)."""
     if old == new:
         return None
     head, tail = common_affixes(old, new)
@@ -58,13 +49,14 @@ def diff_edit(old: bytes, new: bytes) -> Edit | None:
 
 
 def apply_edit(tree, old: bytes, new: bytes, edit: Edit) -> None:
-    """Tell `tree` (parsed from `old`) about an edit, so the next parse with it as old tree is incremental."""
+    """Tell `tree` (parsed from `old`) about an edit in byte offsets, so the next parse with it as old tree is
+    incremental."""
     tree.edit(start_byte=edit.start, old_end_byte=edit.old_end, new_end_byte=edit.new_end,
               start_point=_point(old, edit.start), old_end_point=_point(old, edit.old_end),
               new_end_point=_point(new, edit.new_end))
 
 
-def edit_tree(tree, old: str, new: str, region: ChangedSpan) -> None:
+def edit_tree(tree, old: str, new: str, region: Edit) -> None:
     """tree.edit for a region of str offsets (old[start:old_end] became new[start:new_end]); byte offsets are the
     str offsets for ASCII text, else only the text before the region's end is encoded."""
     ascii_old, ascii_new = old.isascii(), new.isascii()

@@ -13,9 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
 
+from infill.engine.model import visible_keys
 from infill.types import InfillError
 
 
@@ -70,25 +69,7 @@ def build_canvas(lengths: list[int], fixed: list[list[int]], prompt_length: int,
                   gap_of.to(device), positions.contiguous().to(device))
 
 
-def decoder_cache_view(cache: DynamicCache, layer_types: list[str], sliding_window: int, rows: int) -> DynamicCache:
-    """A read-only view of a full-history cache as the decoder expects it: sliding layers see only the last
-    `sliding_window - 1` prompt tokens (what `DynamicCache(config)` would hold), batch expanded to `rows`."""
-    view = DynamicCache()
-    keep = sliding_window - 1
-    for layer, kind in zip(cache.layers, layer_types):
-        keys, values = layer.keys, layer.values
-        if kind == "sliding_attention" and keys.shape[-2] > keep:
-            keys, values = keys[..., -keep:, :], values[..., -keep:, :]
-        if rows != keys.shape[0]:
-            keys, values = keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1)
-        clone = DynamicLayer()
-        clone.lazy_initialization(keys, values)
-        clone.keys, clone.values = keys, values
-        view.layers.append(clone)
-    return view
-
-
-def decoder_masks(canvas: Canvas, view: DynamicCache, layer_types: list[str], dtype: torch.dtype,
+def decoder_masks(canvas: Canvas, view, layer_types: tuple[str, ...] | list[str], dtype: torch.dtype,
                   additive: bool) -> dict[str, torch.Tensor | None]:
     """4D key masks per layer type when rows are padded; `None` (the model's own full bidirectional attention)
     otherwise. Every query sees the whole visible prompt and the valid canvas slots of its row."""
@@ -97,7 +78,7 @@ def decoder_masks(canvas: Canvas, view: DynamicCache, layer_types: list[str], dt
     rows, width = canvas.shape
     masks: dict[str, torch.Tensor | None] = {}
     for kind in set(layer_types):
-        prompt_keys = view.layers[layer_types.index(kind)].keys.shape[-2]
+        prompt_keys = visible_keys(view, list(layer_types).index(kind))
         keep = torch.cat([torch.ones((rows, prompt_keys), dtype=torch.bool, device=canvas.valid.device),
                           canvas.valid], dim=1)
         mask = keep[:, None, None, :].expand(rows, 1, width, prompt_keys + width)

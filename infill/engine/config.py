@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Literal
-
 from infill.types import InfillError
-
-SamplerKind = Literal["fast", "reference"]
-
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -18,9 +13,6 @@ class EngineConfig:
     entropy_bound: float = 0.1
     stability_threshold: int = 1
     confidence_threshold: float = 0.005
-    # "fast": one entropy pass, inverse-CDF sampling, softmax shared with self-conditioning.
-    # "reference": transformers' exact ops and RNG order (multinomial + Categorical entropy), for equivalence tests.
-    sampler: SamplerKind = "fast"
     canvas_length: int | None = None  # widest canvas; None: the model's config.canvas_length
     candidate_lengths: tuple[int, ...] = (4, 8, 16, 32, 64)  # middle lengths tried as one batch, capped per request
     suffix_anchor_tokens: int = 16  # suffix tokens clamped at the end of the canvas
@@ -50,7 +42,6 @@ class EngineConfig:
         need(isinstance(self.stability_threshold, int) and self.stability_threshold >= 0,
              f"stability_threshold must be an integer >= 0, got {self.stability_threshold!r}")
         need(self.confidence_threshold > 0, f"confidence_threshold must be > 0, got {self.confidence_threshold}")
-        need(self.sampler in ("fast", "reference"), f"sampler must be 'fast' or 'reference', got {self.sampler!r}")
         need(self.canvas_length is None or self.canvas_length >= 2, "canvas_length must be >= 2")
         need(len(self.candidate_lengths) > 0 and all(isinstance(n, int) and n > 0 for n in self.candidate_lengths),
              "candidate_lengths must be positive integers")

@@ -1,28 +1,30 @@
 """The persistent in-process DiffusionGemma infill engine (an `InfillBackend`).
 
-One loaded model per process, kept warm; requests serialise on it. A request: tokenise the prompt by chunks →
+One loaded model per process, kept warm. Single-threaded and lock-free: callers run it on the model worker
+(infill/worker.py), which also owns supersession. A request: tokenise the prompt by chunks →
 reuse the document's prefix KV (crop to the common prefix, encode only the new tail) → build a canvas with one row
 per candidate middle length and the suffix anchor clamped → denoise → pick the row that best joins the fixed text
-→ decode. Cancellation, supersession and the deadline act between denoising steps.
+→ decode. Cancellation and the deadline act between denoising steps.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
+from typing import Callable
 
 import torch
 import transformers
 
-from infill.engine.canvas import build_canvas, decoder_cache_view, decoder_masks, fit_lengths
+from infill.engine.canvas import build_canvas, decoder_masks, fit_lengths
 from infill.engine.config import EngineConfig
 from infill.engine.denoise import DenoiseOutput, denoise
+from infill.engine.model import decoder_cache_view, encode, shape_of
 from infill.cache.kv_store import PrefixKVStore
 from infill.engine.loading import LoadedModel
 from infill.cache.tokens import ChunkedTokenizer
 from infill.types import (BackendInfo, CancelToken, Draft, DraftCallback, InfillError, InfillRequest, InfillResult,
-                    Supersession, Timings)
+                          Timings)
 
 log = logging.getLogger(__name__)
 
@@ -35,26 +37,26 @@ def _should_stop(cancel: CancelToken | None, deadline: float | None) -> bool:
 
 
 class DiffusionEngine:
-    def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None) -> None:
+    def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None, *,
+                 denoiser: Callable[..., DenoiseOutput] = denoise) -> None:
         self.loaded = loaded
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
         self.config = config or EngineConfig()
-        text = self.model.config.text_config
-        self.layer_types = list(text.layer_types)
-        self.sliding_window = text.sliding_window
-        self.width = self.config.canvas_length or self.model.config.canvas_length
-        self.max_prompt = min(self.config.max_prompt_tokens, text.max_position_embeddings - self.width - 1)
+        self.denoiser = denoiser  # tests swap in transformers' exact sampler (tests/reference_sampler.py)
+        shape = shape_of(self.model)
+        self.layer_types = list(shape.layer_types)
+        self.sliding_window = shape.sliding_window
+        self.width = self.config.canvas_length or shape.canvas_length
+        self.max_prompt = min(self.config.max_prompt_tokens, shape.max_positions - self.width - 1)
         gen = self.model.generation_config
         self.bos_id, self.eos_id, self.pad_id = gen.bos_token_id, gen.eos_token_id, gen.pad_token_id
         self.stop_ids = {i for i in (self.eos_id if isinstance(self.eos_id, list) else [self.eos_id]) if i is not None}
         self.stop_ids.add(self.pad_id)
-        self.additive_masks = text._attn_implementation == "eager"
-        self.device = next(self.model.parameters()).device
+        self.additive_masks = shape.additive_masks
+        self.device = shape.device
         self.tokens = ChunkedTokenizer(self.tokenizer)
         self.store = PrefixKVStore(self.config.kv_store_bytes)
-        self._lock = threading.Lock()
-        self._supersession = Supersession()
         self._info = BackendInfo(name=f"diffusiongemma:{loaded.model_id}", kind="diffusion", model=loaded.model_id,
                                  device=loaded.device, dtype=loaded.dtype,
                                  label=f"DiffusionGemma {loaded.model_id} ({loaded.device}, {loaded.dtype})")
@@ -78,24 +80,14 @@ class DiffusionEngine:
                on_draft: DraftCallback | None = None) -> InfillResult:
         started = time.perf_counter()
         cancel = cancel or CancelToken()
-        self._supersession.register(request.document_id, cancel)
         try:
-            if not self._acquire(cancel, deadline):
-                outcome = "cancelled" if cancel.cancelled else "cut_short"
-                return self._empty(request, outcome, started, "cancelled while waiting for the model"
-                                   if cancel.cancelled else "deadline passed while waiting for the model")
-            try:
-                return self._infill_locked(request, cancel, deadline, on_draft, started)
-            finally:
-                self._lock.release()
+            return self._infill(request, cancel, deadline, on_draft, started)
         except InfillError as exc:
             log.info("infill request refused: %s", exc)
             return self._empty(request, "error", started, str(exc))
         except Exception as exc:  # a failing model must never take the engine down
             log.exception("diffusion engine failed")
             return self._empty(request, "error", started, f"{type(exc).__name__}: {exc}")
-        finally:
-            self._supersession.release(request.document_id, cancel)
 
     def warm(self, request: InfillRequest, *, cancel: CancelToken | None = None) -> int:
         """Encode `request`'s prompt into the document's prefix KV now (while an editor's debounce runs), so that
@@ -103,7 +95,7 @@ class DiffusionEngine:
         keystroke's prompt shares all of it up to the edit). Returns the prompt tokens now cached. Warming is an
         optimisation: failures are logged, never raised."""
         cancel = cancel or CancelToken()
-        if not self._acquire(cancel, None):
+        if cancel.cancelled:
             return 0
         try:
             ids = torch.tensor(self.prompt_ids(request.prefix, request.suffix), dtype=torch.long)
@@ -116,24 +108,13 @@ class DiffusionEngine:
         except Exception:  # noqa: BLE001 - the infill that follows will meet (and report) the same problem
             log.exception("warming the prompt cache failed")
             return 0
-        finally:
-            self._lock.release()
-
-    def _acquire(self, cancel: CancelToken, deadline: float | None) -> bool:
-        while not self._lock.acquire(timeout=0.01):
-            if _should_stop(cancel, deadline):
-                return False
-        if cancel.cancelled:
-            self._lock.release()
-            return False
-        return True
 
     def _empty(self, request: InfillRequest, outcome: str, started: float, error: str | None) -> InfillResult:
         return InfillResult(middles=tuple("" for _ in range(request.gap_count)), outcome=outcome,  # type: ignore
                             backend=self._info.name, version=request.version, versions=self.versions(), error=error,
                             timings=Timings(total_ms=(time.perf_counter() - started) * 1000))
 
-    # ---- one request, model lock held ---------------------------------------------------------------------------
+    # ---- one request ---------------------------------------------------------------------------------------------
 
     def prompt_ids(self, prefix: str, suffix: str = "") -> list[int]:
         """BOS [+ framed suffix] + the near end of the prefix (whole lines dropped from the far end beyond
@@ -180,13 +161,11 @@ class DiffusionEngine:
                 self.store.put(key, ids[:done], cache)
                 break
             end = min(done + PREFILL_CHUNK_TOKENS, ids.numel())
-            positions = torch.arange(done, end, device=self.device)[None]
-            self.model.model.encoder(input_ids=ids[done:end].to(self.device)[None], cache=cache,
-                                     position_ids=positions)
+            encode(self.model, ids[done:end].to(self.device), cache, done)
             done = end
         return cache, reused, done
 
-    def _infill_locked(self, request: InfillRequest, cancel: CancelToken, deadline: float | None,
+    def _infill(self, request: InfillRequest, cancel: CancelToken, deadline: float | None,
                        on_draft: DraftCallback | None, started: float) -> InfillResult:
         if cancel.cancelled:
             return self._empty(request, "cancelled", started, cancel.reason)
@@ -211,8 +190,8 @@ class DiffusionEngine:
                 generator.manual_seed(seed)
             on_step = self._draft_emitter(canvas, on_draft, request) if on_draft else None
             try:
-                out = denoise(self.model, self.config, canvas, view, masks, generator, cancel=cancel,
-                              deadline=deadline, on_step=on_step)
+                out = self.denoiser(self.model, self.config, canvas, view, masks, generator, cancel=cancel,
+                                    deadline=deadline, on_step=on_step)
             finally:
                 self.store.put(key, ids, cache)  # the decoder never writes the cache: it still matches `ids`
         done = time.perf_counter()

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from infill.device import resolve_device_dtype, torch_dtype as to_torch_dtype
 from infill.types import InfillError
 
 log = logging.getLogger(__name__)
@@ -27,27 +28,6 @@ class LoadedModel:
     revision: str
     device: str
     dtype: str
-
-
-def choose_device(device: str | None) -> str:
-    import torch
-
-    if device and device != "auto":
-        return device
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def choose_dtype(dtype: str | None, device: str):
-    """bf16 on CUDA, fp32 on CPU unless asked otherwise."""
-    import torch
-
-    if dtype in (None, "auto"):
-        return torch.bfloat16 if device.startswith("cuda") else torch.float32
-    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-             "float16": torch.float16, "fp16": torch.float16}
-    if dtype not in table:
-        raise InfillError(f"unknown dtype {dtype!r}; use one of auto, {', '.join(sorted(table))}")
-    return table[dtype]
 
 
 def _read_config(model: str, revision: str | None):
@@ -78,8 +58,10 @@ def load_diffusion_model(model: str, *, revision: str | None = None, device: str
     from safetensors import SafetensorError
     from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
 
-    device = choose_device(device)
-    torch_dtype = choose_dtype(dtype, device)
+    # DiffusionGemma on a CPU is the test and development path, checked in float32: bf16 only when asked for.
+    device, dtype_name = resolve_device_dtype(device, dtype, supported=("float32", "bfloat16", "float16"),
+                                              bf16_on_cpu=False)
+    torch_dtype = to_torch_dtype(dtype_name)
     config = _read_config(model, revision)
     local = Path(model)
     if load_format == "dummy":

@@ -1,12 +1,11 @@
 """Per-step sampling math: entropy-bound acceptance, linear temperature, stable+confident stopping.
 
-Two implementations of the same step:
-- `fast_step`: in-place softcap+temperature, one max/exp/sum pass that yields argmax, probabilities and entropy
-  together (H = log Z - sum p*(x - max)), and exact two-level inverse-CDF sampling (block sums, then one block)
-  instead of a multinomial over the whole vocabulary. The probabilities double as the next step's
-  self-conditioning input, so the decoder does not recompute the softmax.
-- `reference_step`: transformers' ops in transformers' RNG order (multinomial, `Categorical.entropy`), so the loop
-  can be proven equal to `model.generate()` token for token with a fixed seed.
+`fast_step`: in-place softcap+temperature, one max/exp/sum pass that yields argmax, probabilities and entropy
+together (H = log Z - sum p*(x - max)), and exact two-level inverse-CDF sampling (block sums, then one block)
+instead of a multinomial over the whole vocabulary. The probabilities double as the next step's self-conditioning
+input, so the decoder does not recompute the softmax. Everything here is pure tensor math with no host sync (the
+random numbers come in as tensors), so it runs inside the compiled step. transformers' own ops, in its RNG order,
+live in tests/reference_sampler.py, which proves the two equal.
 """
 
 from __future__ import annotations
@@ -21,8 +20,7 @@ class StepOutput:
     argmax: torch.Tensor  # (B, W) long
     sample: torch.Tensor  # (B, W) long, drawn at the step's temperature
     entropy: torch.Tensor  # (B, W) float32
-    probs: torch.Tensor | None  # (B, W, V) temperature-scaled probabilities (fast) or None (reference)
-    processed_logits: torch.Tensor | None  # (B, W, V) temperature-scaled logits (reference only)
+    probs: torch.Tensor  # (B, W, V) temperature-scaled probabilities
     max_prob: torch.Tensor  # (B, W) probability of the argmax token (draft confidence)
 
 
@@ -31,11 +29,17 @@ def temperature(step_remaining: int, steps: int, t_min: float, t_max: float) -> 
     return t_min + (t_max - t_min) * (step_remaining / steps)
 
 
-def softcap_(logits: torch.Tensor, cap: float | None, inv_temperature: float) -> torch.Tensor:
-    """In place: cap * tanh(logits / cap) / T (the model's final softcapping fused with the temperature)."""
+def logit_scale(cap: float | None, inv_temperature: float) -> float:
+    """The factor `softcap_` multiplies by: the softcap's `cap` fused with 1/T."""
+    return cap * inv_temperature if cap else inv_temperature
+
+
+def softcap_(logits: torch.Tensor, cap: float | None, scale: torch.Tensor | float) -> torch.Tensor:
+    """In place: cap * tanh(logits / cap) / T, with `scale` = logit_scale(cap, 1/T) (a tensor inside the compiled
+    step, so a new temperature is a new input rather than a new graph)."""
     if cap:
-        return logits.div_(cap).tanh_().mul_(cap * inv_temperature)
-    return logits.mul_(inv_temperature)
+        return logits.div_(cap).tanh_().mul_(scale)
+    return logits.mul_(scale)
 
 
 def sample_inverse_cdf(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
@@ -60,31 +64,19 @@ def sample_inverse_cdf(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tens
     return (chosen * block + offset).reshape(lead)
 
 
-def fast_step(logits: torch.Tensor, cap: float | None, inv_temperature: float,
-              generator: torch.Generator) -> StepOutput:
-    """`logits` are the raw LM-head outputs (float32); they are overwritten."""
-    scaled = softcap_(logits, cap, inv_temperature)
+def fast_step(logits: torch.Tensor, cap: float | None, scale: torch.Tensor | float,
+              uniform: torch.Tensor) -> StepOutput:
+    """`logits` are the raw LM-head outputs (float32); they are overwritten. `uniform` (B, W) in [0, 1) draws
+    the samples."""
+    scaled = softcap_(logits, cap, scale)
     peak, argmax = scaled.max(-1, keepdim=True)
     scaled.sub_(peak)
     probs = scaled.exp()
     total = probs.sum(-1, keepdim=True)
     probs.div_(total)
     entropy = total.squeeze(-1).log() - torch.linalg.vecdot(probs, scaled)
-    uniform = torch.rand(argmax.shape[:-1], generator=generator, device=logits.device)
     sample = sample_inverse_cdf(probs, uniform)
-    return StepOutput(argmax.squeeze(-1), sample, entropy.clamp_(min=0), probs, None,
-                      total.squeeze(-1).reciprocal())
-
-
-def reference_step(logits: torch.Tensor, inv_temperature: float, generator: torch.Generator) -> StepOutput:
-    """`logits` are the model's (already softcapped) outputs; ops and RNG order as in transformers 5.24."""
-    processed = logits * inv_temperature
-    batch, width, vocab = processed.shape
-    probs = torch.softmax(processed, dim=-1, dtype=torch.float32)
-    sample = torch.multinomial(probs.view(-1, vocab), num_samples=1, generator=generator).view(batch, width)
-    argmax = torch.argmax(processed, dim=-1)
-    entropy = torch.distributions.Categorical(logits=processed).entropy()
-    return StepOutput(argmax, sample, entropy, None, processed, probs.max(-1).values)
+    return StepOutput(argmax.squeeze(-1), sample, entropy.clamp_(min=0), probs, total.squeeze(-1).reciprocal())
 
 
 def entropy_bound_accept(entropy: torch.Tensor, bound: float) -> torch.Tensor:
@@ -94,25 +86,12 @@ def entropy_bound_accept(entropy: torch.Tensor, bound: float) -> torch.Tensor:
     return torch.zeros_like(selected).scatter_(-1, order, selected)
 
 
-class StableConfidentStop:
-    """Per row: argmax canvas unchanged for `stability` steps and mean entropy over free slots < `confidence`."""
-
-    def __init__(self, stability: int, confidence: float) -> None:
-        self.stability = stability
-        self.confidence = confidence
-        self.history: torch.Tensor | None = None
-
-    def __call__(self, argmax: torch.Tensor, entropy: torch.Tensor, free: torch.Tensor) -> torch.Tensor:
-        if self.stability == 0:
-            stable = torch.ones(argmax.shape[0], dtype=torch.bool, device=argmax.device)
-        else:
-            if self.history is None:
-                self.history = torch.full((self.stability, *argmax.shape), -1, dtype=argmax.dtype,
-                                          device=argmax.device)
-            same = (self.history == argmax[None]) | ~free[None]
-            stable = same.all(dim=-1).all(dim=0)
-            self.history = torch.roll(self.history, shifts=-1, dims=0)
-            self.history[-1] = argmax
-        free_count = free.sum(-1).clamp_(min=1)
-        mean_entropy = (entropy * free).sum(-1) / free_count
-        return stable & (mean_entropy < self.confidence)
+def stable_and_confident(history: torch.Tensor, argmax: torch.Tensor, entropy: torch.Tensor, free: torch.Tensor,
+                         confidence: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row: the argmax canvas equals each of the last S in `history` (S, B, W) (S = 0: always stable) and the
+    mean entropy over free slots is below `confidence`. Returns (stopped (B,), history with `argmax` appended)."""
+    stable = ((history == argmax[None]) | ~free[None]).all(dim=-1).all(dim=0)
+    if history.shape[0]:  # (a shape, fixed per engine: no branch on values)
+        history = torch.cat([history[1:], argmax[None]])
+    mean_entropy = (entropy * free).sum(-1) / free.sum(-1).clamp_(min=1)
+    return stable & (mean_entropy < confidence), history

@@ -22,9 +22,11 @@ from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
+from infill.backends.choose import add_model_options, spec_from_args
 from infill.gateway.openai_api import GatewaySettings, HttpError, completion_body, parse_completion_params, run_completion
 from infill.pipeline import Pipeline
 from infill.types import InfillError
+from infill.worker import ModelWorker, OnWorker
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,9 @@ class GatewayServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], settings: GatewaySettings, pipeline: Pipeline | None) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
+        # Every completion runs on this one thread; a newer request for the same document stops the older one.
+        # (Made first: a failed bind calls server_close, which stops it.)
+        self.worker = ModelWorker("infill-gateway-model")
         self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="infill-gateway-http")
         self._slots = threading.BoundedSemaphore(self.max_pending)
         super().__init__(address, _Handler)
@@ -91,14 +96,15 @@ class GatewayServer(ThreadingHTTPServer):
         finally:
             self.shutdown_request(request)
 
-    def server_close(self) -> None:
-        super().server_close()
-        self._pool.shutdown(wait=False)  # queued connections are still answered
-
     @property
     def url(self) -> str:
         host = self.server_name if ":" not in str(self.server_name) else f"[{self.server_name}]"
         return f"http://{host}:{self.server_port}"
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.worker.shutdown()
+        self._pool.shutdown(wait=False)  # queued connections are still answered
 
     def set_pipeline(self, pipeline: Pipeline) -> None:
         with self._state_lock:
@@ -197,7 +203,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _completions(self) -> None:
         params = parse_completion_params(self._read_json(), self.server.settings)
         pipeline = self.server.ready_pipeline()
-        extension, text, finish = run_completion(pipeline, params, self.server.settings)
+        on_worker = OnWorker(pipeline, self.server.worker)
+        extension, text, finish = run_completion(on_worker, params, self.server.settings)
         body = completion_body(self.server.model_name(pipeline), text, finish, extension)
         if params.stream:
             # Diffusion drafts replace the whole middle, so they cannot be streamed as appended deltas: one chunk
@@ -291,17 +298,13 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=8765, help="port (0: any free port; default 8765)")
     parser.add_argument("--token", default=None,
                         help="require 'Authorization: Bearer TOKEN' (or set INFILL_GATEWAY_TOKEN)")
-    parser.add_argument("--model", default=None, help="DiffusionGemma checkpoint (dir or hub id; env INFILL_MODEL); "
-                                                      "default: the offline Gemma 3 270M fallback")
-    parser.add_argument("--load-format", default=None, choices=["auto", "dummy"])
-    parser.add_argument("--device", default=None, help="auto, cpu, cuda, cuda:1")
-    parser.add_argument("--dtype", default=None, help="auto, float32, bfloat16")
     parser.add_argument("--served-model-name", default=None, help="model id /v1/models lists")
     parser.add_argument("--max-body-bytes", type=int, default=GatewaySettings.max_body_bytes)
     parser.add_argument("--max-tokens-limit", type=int, default=GatewaySettings.max_tokens_limit)
     parser.add_argument("--request-timeout-s", type=float, default=GatewaySettings.request_timeout_s)
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                         type=str.upper)
+    add_model_options(parser)
     return parser.parse_args(argv)
 
 
@@ -322,12 +325,9 @@ def _load_in_background(server: GatewayServer, spec, holder: list) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(list(sys.argv[1:] if argv is None else argv))
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from infill.backends.choose import BackendSpec
-
     token = args.token or os.environ.get("INFILL_GATEWAY_TOKEN") or None
     try:
-        spec = BackendSpec.from_env(model=args.model, load_format=args.load_format, device=args.device,
-                                    dtype=args.dtype)
+        spec = spec_from_args(args)
         server = make_server(None, args.host, args.port, token, max_body_bytes=args.max_body_bytes,
                              max_tokens_limit=args.max_tokens_limit, request_timeout_s=args.request_timeout_s,
                              model_name=args.served_model_name)

@@ -8,7 +8,7 @@ from infill.pipeline import CompletionRequest, Pipeline, PipelineResult
 from infill.context.syntax import apply_fills
 from infill.types import CancelToken
 from infill.pilot.holes import Hole
-from infill.pilot.metrics import AcceptRule, edit_similarity, exact_match
+from infill.pilot.metrics import AcceptRule, edit_similarity, exact_match, retained_chars
 from infill.pilot.syntax import syntax_valid
 
 # LSP language ids (what an editor sends) for the pilot's language names.
@@ -41,10 +41,15 @@ def score(hole: Hole, outcome: PipelineResult, rule: AcceptRule) -> dict:
     similarity = edit_similarity(predicted, hole.middle)
     syntax_ok = syntax_valid(hole.language, hole.prefix + hole.middle + hole.suffix, filled) if shown else None
     result = outcome.result
+    accepted = rule.accepts(shown, similarity, syntax_ok)
     return {
         "shown": shown, "predicted": predicted, "touched_fixed_text": touched_fixed,
         "exact_match": shown and exact_match(predicted, hole.middle), "edit_similarity": round(similarity, 4),
-        "syntax_valid": syntax_ok, "accepted": rule.accepts(shown, similarity, syntax_ok),
+        "syntax_valid": syntax_ok, "accepted": accepted,
+        # As the server's telemetry counts them: an accepted fill's characters, and those of them the author wrote
+        # too (what an editor user would have kept).
+        "accepted_chars": len(predicted) if accepted else 0,
+        "retained_chars": retained_chars(predicted, hole.middle) if accepted else 0,
         "route": outcome.route, "rejections": [list(r) for r in outcome.rejections],
         "context_ms": round(outcome.context_ms, 2), "pipeline_ms": round(outcome.total_ms, 2),
         "outcome": result.outcome if result else "none", "backend_name": result.backend if result else None,

@@ -12,7 +12,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from infill.engine.config import EngineConfig
+from infill.backends.choose import add_model_options, spec_from_args
 from infill.pipeline import PipelineSettings
 from infill.types import InfillError
 from infill.pilot.files import DiscoverySettings, discover
@@ -43,11 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--accept-threshold", type=float, default=0.7, help="edit similarity to count as accepted")
     p.add_argument("--gpu-hour-price", type=float, default=None, help="price of one GPU hour, for cost/accepted")
     p.add_argument("--max-middle-tokens", type=int, default=PipelineSettings().max_middle_tokens)
-    p.add_argument("--diffusion-steps", type=int, default=EngineConfig().max_denoising_steps,
-                   help="max denoising steps of in-process DiffusionGemma engines (default %(default)s)")
     p.add_argument("--max-file-bytes", type=int, default=DiscoverySettings().max_file_bytes)
     p.add_argument("--no-warmup", action="store_true", help="record the first attempt per backend too")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_model_options(p, choose_model=False)  # for every in-process engine the --backend specs open
     return p
 
 
@@ -98,8 +97,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, str]:
     settings = RunSettings(concurrency=_concurrency(args.concurrency), max_seconds=args.max_seconds,
                            deadline_ms=args.deadline_ms, accept=AcceptRule(args.accept_threshold),
                            pipeline=PipelineSettings(max_middle_tokens=args.max_middle_tokens),
-                           warmup=not args.no_warmup,
-                           engine=EngineConfig(max_denoising_steps=args.diffusion_steps))
+                           warmup=not args.no_warmup, backend=spec_from_args(args))
     if args.gpu_hour_price is not None and args.gpu_hour_price < 0:
         raise InfillError("--gpu-hour-price must be >= 0")
     found = discover(args.src, DiscoverySettings(max_file_bytes=args.max_file_bytes))
@@ -119,11 +117,11 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, str]:
     kinds: dict[str, int] = {}
     for hole in holes:
         kinds[hole.kind] = kinds.get(hole.kind, 0) + 1
-    meta = {"src": str(found.root), "from_git": found.from_git, "files": len(found.files),
+    meta = {"src": args.src, "from_git": found.from_git, "files": len(found.files),
             "skipped": dict(found.skipped.most_common()), "holes": len(holes), "hole_kinds": kinds,
             "seed": args.seed, "concurrency": list(settings.concurrency), "max_seconds": settings.max_seconds,
             "deadline_ms": settings.deadline_ms,
-            "diffusion_steps": settings.engine.max_denoising_steps, "max_middle_tokens": settings.pipeline.max_middle_tokens,
+            "diffusion_steps": settings.backend.engine.max_denoising_steps, "max_middle_tokens": settings.pipeline.max_middle_tokens,
             "accept_threshold": settings.accept.threshold, "gpu_hour_price": args.gpu_hour_price,
             "hardware": hardware(), "started": started, "finished": _now(), "stopped_by": pilot.stopped_by,
             "command": "infill-ls pilot " + shlex.join(argv)}

@@ -87,3 +87,21 @@ def mean(values: Sequence[float]) -> float | None:
 
 def share(flags: Sequence[bool]) -> float | None:
     return sum(1 for f in flags if f) / len(flags) if flags else None
+
+
+RETAINED_MIN_RUN = 4  # shorter common runs are chance matches (spaces, single letters), not kept text
+
+
+def retained_chars(accepted: str, found_in: str) -> int:
+    """Characters of an accepted suggestion still present in `found_in` (the text around where it was inserted,
+    some time later; in the pilot, the text the author wrote): the characters of `accepted` matched in order, in
+    runs of at least RETAINED_MIN_RUN characters (difflib's matching blocks). A suggestion shorter than a run
+    counts whole when it is found verbatim. The server's telemetry and the pilot both use this definition."""
+    if not accepted:
+        return 0
+    if len(accepted) < RETAINED_MIN_RUN:
+        return len(accepted) if accepted in found_in else 0
+    from difflib import SequenceMatcher
+
+    blocks = SequenceMatcher(None, accepted, found_in, autojunk=False).get_matching_blocks()
+    return sum(block.size for block in blocks if block.size >= RETAINED_MIN_RUN)

@@ -166,7 +166,10 @@ NOTES = """## What was measured
   nodes than in the original). Share among shown fills whose file could be judged.
 - **Accepted without material edit**: shown, edit similarity ≥ the threshold, and not syntax-invalid.
 - **Throughput**: completed attempts per hour of a cell's wall time at that concurrency (worker threads).
-- **Cost per accepted**: GPU-hour price × the cell's wall hours / accepted results in it.
+- **Cost per accepted**: GPU-hour price × the cell's wall hours / accepted results in it. An accepted result is
+  what the editor's telemetry counts as an accept (`infill.status`: `accepted`); its characters are
+  `accepted_chars`, and `retained_chars` are those of them the author wrote too, by the definition the server
+  uses for accepted characters still present 30 s later (`infill.pilot.metrics.retained_chars`).
 - **Watchdog rejections** and **fallback rate** come from the pipeline's `rejections` and `route`.
 - Raw data: `holes.jsonl` (every hole with prefix/middle/suffix), `attempts.jsonl` (every attempt),
   `cells.jsonl` (every backend × concurrency pass), `summary.json`.

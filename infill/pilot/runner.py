@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, TextIO
 
-from infill.engine.config import EngineConfig
+from infill.backends.choose import BackendSpec
 from infill.pipeline import PipelineSettings
 from infill.types import CancelToken, InfillError
+from infill.worker import ModelWorker, OnWorker
 from infill.pilot.attempt import run_attempt
 from infill.pilot.holes import Hole
 from infill.pilot.metrics import AcceptRule
@@ -34,7 +35,9 @@ class RunSettings:
     accept: AcceptRule = field(default_factory=AcceptRule)
     pipeline: PipelineSettings = field(default_factory=PipelineSettings)
     warmup: bool = True  # one unrecorded attempt per backend first, so lazy initialisation is not in p95
-    engine: EngineConfig = field(default_factory=EngineConfig)  # in-process DiffusionGemma engines
+    # Model options for every engine opened (device, dtype, threads, DiffusionGemma's engine config); which model
+    # each backend runs comes from its TargetSpec.
+    backend: BackendSpec = field(default_factory=BackendSpec)
 
     def __post_init__(self) -> None:
         if not self.concurrency or any(not isinstance(c, int) or c < 1 for c in self.concurrency):
@@ -103,8 +106,9 @@ class _Cell:
     """One (backend, concurrency) pass over the holes."""
 
     def __init__(self, target: OpenedTarget, concurrency: int, index: int, holes: list[Hole],
-                 settings: RunSettings, attempts: JsonlWriter) -> None:
+                 settings: RunSettings, attempts: JsonlWriter, worker: ModelWorker | None = None) -> None:
         self.target, self.concurrency, self.index = target, concurrency, index
+        self.front = _front(target, worker)
         self.holes, self.settings, self.attempts = holes, settings, attempts
         self._queue: Iterator[Hole] = iter(holes)
         self._queue_lock = threading.Lock()
@@ -146,7 +150,7 @@ class _Cell:
             document_id = f"pilot/{self.index}/{hole.id}"  # unique: no KV reuse or supersession across attempts
             started = time.time()
             try:
-                record = run_attempt(self.target.pipeline, hole, document_id, self.settings.accept, token,
+                record = run_attempt(self.front, hole, document_id, self.settings.accept, token,
                                      deadline_s)
             except Exception as exc:  # a scoring bug must not silently lose the hole: it is recorded as an error
                 record = {"latency_ms": None, "shown": False, "predicted": "", "exact_match": False,
@@ -221,10 +225,21 @@ class _Interrupted(Exception):
         self.record = record
 
 
-def _warm_up(target: OpenedTarget, hole: Hole, settings: RunSettings) -> None:
+def _front(target: OpenedTarget, worker: ModelWorker | None):
+    """What attempts call: a pipeline with an in-process backend through the one model worker (backends are
+    single-threaded; concurrent attempts queue for it as an editor's requests would); one that only talks to
+    remote endpoints directly, so that the concurrency reaches the server it measures."""
+    pipeline = target.pipeline
+    backends = [b for b in (pipeline.backend, pipeline.fallback) if b is not None] if pipeline is not None else []
+    if worker is None or all(b.info.kind == "remote" for b in backends):
+        return pipeline
+    return OnWorker(pipeline, worker, kind=None)  # (attempts are separate documents: nothing to supersede)
+
+
+def _warm_up(target: OpenedTarget, hole: Hole, settings: RunSettings, worker: ModelWorker) -> None:
     if target.pipeline is None:
         return
-    run_attempt(target.pipeline, hole, "pilot/warmup", settings.accept, CancelToken(),
+    run_attempt(_front(target, worker), hole, "pilot/warmup", settings.accept, CancelToken(),
                 None if settings.deadline_ms is None else settings.deadline_ms / 1000)
 
 
@@ -235,12 +250,13 @@ def run_pilot(holes: list[Hole], specs: list[TargetSpec], settings: RunSettings,
         raise InfillError("no holes to run")
     progress = progress or Progress()
     own_pool = pool is None
-    pool = pool or TargetPool(settings.pipeline, engine=settings.engine)
+    pool = pool or TargetPool(settings.pipeline, base=settings.backend)
     run = PilotRun()
     run_started = time.monotonic()
     attempts, cells = JsonlWriter(out_dir / "attempts.jsonl"), JsonlWriter(out_dir / "cells.jsonl")
     total_cells = len(specs) * len(settings.concurrency)
     index = 0
+    worker = ModelWorker("pilot-model")
     try:
         for spec in specs:
             target = pool.open(spec)
@@ -253,7 +269,7 @@ def run_pilot(holes: list[Hole], specs: list[TargetSpec], settings: RunSettings,
                 index += len(settings.concurrency)
                 continue
             if settings.warmup:
-                _warm_up(target, holes[0], settings)
+                _warm_up(target, holes[0], settings, worker)
             for concurrency in settings.concurrency:
                 remaining = settings.max_seconds - (time.monotonic() - run_started)
                 if remaining <= 0:
@@ -262,7 +278,8 @@ def run_pilot(holes: list[Hole], specs: list[TargetSpec], settings: RunSettings,
                 # Each cell gets an equal share of what is left, so a slow backend cannot starve the others.
                 cell_seconds = remaining / (total_cells - index)
                 try:
-                    record = _Cell(target, concurrency, index, holes, settings, attempts).run(cell_seconds, progress)
+                    cell = _Cell(target, concurrency, index, holes, settings, attempts, worker)
+                    record = cell.run(cell_seconds, progress)
                 except _Interrupted as stop:
                     cells.write(stop.record)
                     run.cells.append(stop.record)
@@ -276,6 +293,7 @@ def run_pilot(holes: list[Hole], specs: list[TargetSpec], settings: RunSettings,
     except KeyboardInterrupt:  # while loading or warming up
         run.stopped_by = "interrupted"
     finally:
+        worker.shutdown()  # (its queue is empty: every attempt waits for its own job)
         attempts.close()
         cells.close()
         if own_pool:

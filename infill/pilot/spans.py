@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+from infill.checks.rules import python_tree
 from infill.pilot.files import SourceFile
 
 KINDS = ("single-line", "multi-line", "function-body", "sentence", "json-value")
@@ -88,9 +89,8 @@ def multi_line(source: SourceFile) -> list[Span]:
 
 def _python_bodies(text: str) -> list[tuple[int, int]]:
     """(first line, last line), 1-based, of each function body, after its docstring (which stays as context)."""
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = python_tree(text)
+    if tree is None:
         return []
     lines = text.split("\n")  # ast numbers lines by "\n"; str.splitlines also splits at form feeds and others
     out = []

@@ -49,6 +49,8 @@ def quality(attempts: list[dict]) -> dict:
         "syntax_judged": len(syntax_judged),
         "accept_rate": _r(share([bool(a.get("accepted")) for a in attempts])),
         "accepted": sum(1 for a in attempts if a.get("accepted")),
+        "accepted_chars": sum(int(a.get("accepted_chars") or 0) for a in attempts),
+        "retained_chars": sum(int(a.get("retained_chars") or 0) for a in attempts),
         "p50_ms": _r(percentile(lat, 50), 1), "p95_ms": _r(percentile(lat, 95), 1),
     }
 

@@ -3,11 +3,11 @@ no more ERROR/MISSING nodes than the original file has (grammars are not perfect
 
 from __future__ import annotations
 
-import ast
 import functools
-import warnings
 
+from infill.checks.rules import python_error
 from infill.context.syntax import error_nodes, new_parser, resolve_language
+
 
 def parse_tree(language: str, text: str):
     """A tree-sitter tree from the project's grammars (infill.syntax), or None when `language` has none. A fresh
@@ -17,13 +17,7 @@ def parse_tree(language: str, text: str):
 
 
 def _python_parses(text: str) -> bool:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # invalid escape sequences in old files are not our business
-            ast.parse(text)
-        return True
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return False
+    return python_error(text) is None  # serialised with every other ast.parse (the pilot runs worker threads)
 
 
 @functools.lru_cache(maxsize=512)

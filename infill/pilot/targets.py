@@ -13,12 +13,11 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from infill.backends.choose import BackendSpec, open_backend
-from infill.engine.config import EngineConfig
 from infill.pipeline import CompletionRequest, Fill, Pipeline, PipelineResult, PipelineSettings
 from infill.types import InfillBackend, InfillError, InfillResult
 
@@ -88,14 +87,15 @@ def quality_caveat(spec: TargetSpec) -> str | None:
     return None
 
 
-def _backend_spec(spec: TargetSpec, engine: EngineConfig) -> BackendSpec:
+def _backend_spec(spec: TargetSpec, base: BackendSpec) -> BackendSpec:
+    """`base` (the command's model options) with the model this target names."""
     if spec.engine == "remote":
-        return BackendSpec(endpoint=spec.location, endpoint_model=spec.endpoint_model,
-                           endpoint_token=spec.endpoint_token)
+        return replace(base, model=None, endpoint=spec.location, endpoint_model=spec.endpoint_model,
+                       endpoint_token=spec.endpoint_token)
     if spec.engine == "ar":
-        return BackendSpec(model=None)
-    return BackendSpec(model=spec.location, load_format="dummy" if spec.engine == "diffusion-dummy" else "auto",
-                       engine=engine)
+        return replace(base, model=None, endpoint=None)
+    return replace(base, model=spec.location, endpoint=None,
+                   load_format="dummy" if spec.engine == "diffusion-dummy" else "auto")
 
 
 class RawPipeline:
@@ -152,9 +152,9 @@ class OpenedTarget:
 class TargetPool:
     """Opens engines on demand, once each (the offline default is shared by `ar` and every `+fallback`)."""
 
-    def __init__(self, settings: PipelineSettings, open_fn=open_backend, engine: EngineConfig | None = None) -> None:
+    def __init__(self, settings: PipelineSettings, open_fn=open_backend, base: BackendSpec | None = None) -> None:
         self.settings = settings
-        self.engine_config = engine or EngineConfig()  # for in-process DiffusionGemma engines
+        self.base = base or BackendSpec()  # model options shared by every engine opened
         self._open_fn = open_fn
         self._engines: dict[tuple, InfillBackend] = {}
         self._lock = threading.Lock()
@@ -162,7 +162,7 @@ class TargetPool:
     def _engine(self, spec: TargetSpec) -> InfillBackend:
         with self._lock:
             if spec.engine_key not in self._engines:
-                self._engines[spec.engine_key] = self._open_fn(_backend_spec(spec, self.engine_config))
+                self._engines[spec.engine_key] = self._open_fn(_backend_spec(spec, self.base))
             return self._engines[spec.engine_key]
 
     def open(self, spec: TargetSpec) -> OpenedTarget:

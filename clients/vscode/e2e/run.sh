@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # End-to-end test of the VS Code extension in a real VS Code: code-server (Node 24) in headless Chromium, driven by
-# playwright-core, against the real infill-ls with a tiny random-weight DiffusionGemma. Opens a file, types, waits
-# for the inline suggestion, accepts it with Tab, checks the saved text and the accept telemetry the server logged,
-# runs "Infill: Fill Gap" on a selection from the command palette; then, with a server command that does not exist,
-# checks for "infill: offline" and exactly one error message. Screenshots go to docs/img/.
+# playwright-core, against the real infill-ls with the real default model (Gemma 3 270M, offline on the CPU) and
+# default settings. In a Python file: types, waits for the inline suggestion, accepts it with Tab, checks the saved
+# text and the accept the server counted, runs "Infill: Fill Gap" on a selection; in examples/contract.md runs
+# "Infill: Fill All Gaps"; then, with a server command that does not exist, checks for "infill: offline" and exactly
+# one error message. The screenshots in docs/img/ come from this run (drive.cjs logs any setting it had to change).
 # Logs of a run (code-server, infill-ls, a failure screenshot) are in $INFILL_E2E_CACHE/run/.
 #
-#   bash clients/vscode/e2e/run.sh            # first run installs what it needs (a few minutes), later runs ~1-2 min
+#   bash clients/vscode/e2e/run.sh            # first run installs what it needs (a few minutes), later runs minutes
+#   INFILL_E2E_RAISED=1 bash clients/vscode/e2e/run.sh   # skip the default-settings attempt (a loaded machine)
 #
 # Needs: root for apt-get (chromium and the headers code-server's native modules build against), network access to
 # PyPI, npm and Debian. Everything else lives in $INFILL_E2E_CACHE (default ~/.cache/infill-vscode-e2e).
@@ -59,11 +61,28 @@ build_vsix() {
   (cd "$REPO/clients/vscode" && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && npm run -s package >/dev/null)
 }
 
+prepare_files() {  # the files the run edits, as they start
+  cat > "$RUN/ws/stats.py" <<'PYEOF'
+"""Small statistics helpers."""
+
+import math
+
+
+def circle_area(radius: float) -> float:
+    """Area of a circle of the given radius."""
+    return 
+
+
+def mean(values: list[float]) -> float:
+    """The arithmetic mean of a non-empty list."""
+    return sum(values) / len(values)
+PYEOF
+  cp "$REPO/examples/contract.md" "$RUN/ws/contract.md"
+}
+
 prepare_workspace() {
   rm -rf "$RUN" && mkdir -p "$RUN/user/User" "$RUN/ext" "$RUN/ws"
-  "$PY" -c "import sys; from infill.tiny import write_tiny_checkpoint; write_tiny_checkpoint(sys.argv[1])" \
-    "$RUN/tiny" >/dev/null 2>&1
-  printf '# Notes\n\nThe weather today is\n' > "$RUN/ws/notes.txt"
+  prepare_files
   cat > "$RUN/user/User/settings.json" <<JSON
 {
   "security.workspace.trust.enabled": false,
@@ -76,14 +95,13 @@ prepare_workspace() {
   "editor.inlineSuggest.enabled": true,
   "chat.disableAIFeatures": true,
   "workbench.secondarySideBar.defaultVisibility": "hidden",
+  "workbench.colorTheme": "Default Light Modern",
+  "editor.fontSize": 15,
+  "editor.minimap.enabled": false,
+  "editor.wordWrap": "on",
   "editor.quickSuggestions": {"other": false, "comments": false, "strings": false},
   "infill.server.pythonPath": "$PY",
-  "infill.server.args": ["--model", "$RUN/tiny", "--log-file", "$RUN/infill-ls.log"],
-  "infill.inlineBudgetMs": 20000,
-  "infill.invokedBudgetMs": 20000,
-  "infill.denoisingSteps": 4,
-  "infill.maxMiddleTokens": 12,
-  "infill.debounceMs": 50,
+  "infill.server.args": ["--log-file", "$RUN/infill-ls.log"],
   "infill.completionLog": "$RUN/completions.jsonl"
 }
 JSON
@@ -97,23 +115,24 @@ code_server() {
 start_code_server() {
   PORT="$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
   log "start code-server on 127.0.0.1:$PORT"
-  (cd "$REPO" && PATH="$NODE24/bin:$PATH" exec "$CS/node_modules/.bin/code-server" --user-data-dir "$RUN/user" \
+  (cd "$REPO" && PATH="$NODE24/bin:$PATH" exec setsid "$CS/node_modules/.bin/code-server" --user-data-dir "$RUN/user" \
     --extensions-dir "$RUN/ext" --auth none --bind-addr "127.0.0.1:$PORT" --disable-telemetry \
     --disable-update-check --disable-workspace-trust --disable-getting-started-override "$RUN/ws" \
     >> "$RUN/code-server.log" 2>&1) &
   SERVER_PID=$!
-  trap 'kill "$SERVER_PID" 2>/dev/null || true' EXIT
+  trap 'kill -- -"$SERVER_PID" 2>/dev/null || true' EXIT
 }
 
-stop_code_server() {
-  kill "$SERVER_PID" 2>/dev/null || true
+stop_code_server() {  # its own process group (setsid): the extension host and infill-ls go with it
+  kill -- -"$SERVER_PID" 2>/dev/null || true
   wait "$SERVER_PID" 2>/dev/null || true
 }
 
 drive() {
   mkdir -p "$SHOTS"
-  PLAYWRIGHT_CORE="$CS/node_modules/playwright-core" URL="http://127.0.0.1:$PORT/?folder=$RUN/ws" \
-    FILE="$RUN/ws/notes.txt" COMPLETION_LOG="$RUN/completions.jsonl" SHOTS="$SHOTS" "$NODE24/bin/node" "$1"
+  PLAYWRIGHT_CORE="$CS/node_modules/playwright-core" URL="http://127.0.0.1:$PORT/?folder=$RUN/ws" WS="$RUN/ws" \
+    SETTINGS="$RUN/user/User/settings.json" COMPLETION_LOG="$RUN/completions.jsonl" SHOTS="$SHOTS" \
+    "$NODE24/bin/node" "$1"
 }
 
 main() {
@@ -125,10 +144,31 @@ main() {
   prepare_workspace
   log "install the extension into code-server"
   code_server --install-extension "$REPO/clients/vscode/infill-ls.vsix" >/dev/null
-  start_code_server
-  log "drive VS Code in headless Chromium"
-  drive "$REPO/clients/vscode/e2e/drive.cjs"
-  stop_code_server
+  local rc=3  # INFILL_E2E_RAISED=1: straight to the larger budgets (a machine known to miss the defaults)
+  if [ "${INFILL_E2E_RAISED:-0}" != 1 ]; then
+    start_code_server
+    log "drive VS Code in headless Chromium (default settings)"
+    rc=0
+    drive "$REPO/clients/vscode/e2e/drive.cjs" || rc=$?
+    stop_code_server
+  fi
+  if [ "$rc" = 3 ]; then
+    log "THE DEFAULT MODEL MISSED A DEFAULT BUDGET HERE: again with inline/invoked 120 s, code actions 600 s (the most a setting allows)"
+    "$PY" - "$RUN/user/User/settings.json" <<'PYEOF'
+import json, sys
+path = sys.argv[1]
+settings = json.load(open(path))
+settings.update({"infill.inlineBudgetMs": 120000, "infill.invokedBudgetMs": 120000,
+                 "infill.codeActionBudgetMs": 600000})
+json.dump(settings, open(path, "w"), indent=2)
+PYEOF
+    prepare_files
+    start_code_server
+    RAISED=1 drive "$REPO/clients/vscode/e2e/drive.cjs"
+    stop_code_server
+  elif [ "$rc" != 0 ]; then
+    exit "$rc"
+  fi
   log "again with a server command that does not exist"
   "$PY" - "$RUN/user/User/settings.json" <<'PYEOF'
 import json, sys

@@ -12,17 +12,10 @@ import {
 } from 'vscode-languageclient/node';
 import { serverCommand, serverSettings } from './settings';
 
-export const TELEMETRY = 'infill/telemetry';
 export const STATUS_CHANGED = 'infill/statusChanged';
-export const ACCEPTED_COMMAND = 'infill.accepted';
-
-/** What `infill.accepted` receives when the user accepts a suggestion (InlineCompletionItem.command). */
-export interface AcceptedArgs {
-  uri: string;
-  version: number;
-  itemId: string;
-  totalChars: number;
-}
+/** The accept command the server puts on every inline item (Copilot's shape); VS Code runs it on accept. */
+export const ACCEPT_COMMAND = 'infill.didAcceptCompletion';
+export const DID_SHOW = 'textDocument/didShowCompletion';
 
 /** A LanguageClient that leaves the server's command ids (infill.fillGap, ...) to this extension: it registers them
  * itself, so they exist (with a clear message) even when the server is not running, and never clash. */
@@ -36,9 +29,8 @@ class InfillLanguageClient extends LanguageClient {
   }
 }
 
-let nextItemId = 1;
-
-/** Adds the accept-telemetry command to every item and reports the items as shown. */
+/** Reports each returned item as shown (textDocument/didShowCompletion, Copilot's shape). VS Code's stable API
+ * says nothing about what it draws, so this is an upper bound: an item returned is counted as shown. */
 function inlineMiddleware(getClient: () => LanguageClient | undefined): Middleware['provideInlineCompletionItems'] {
   return async (document, position, context, token, next) => {
     const result = await next(document, position, context, token);
@@ -48,14 +40,8 @@ function inlineMiddleware(getClient: () => LanguageClient | undefined): Middlewa
     }
     for (const item of items) {
       const text = typeof item.insertText === 'string' ? item.insertText : item.insertText.value;
-      const args: AcceptedArgs = {
-        uri: document.uri.toString(),
-        version: document.version,
-        itemId: `vscode-${nextItemId++}`,
-        totalChars: [...text].length, // characters (code points), as the Neovim client counts them
-      };
-      item.command = { command: ACCEPTED_COMMAND, title: 'infill: accepted', arguments: [args] };
-      void getClient()?.sendNotification(TELEMETRY, { event: 'shown', ...args });
+      const command = item.command ? { title: item.command.title, command: item.command.command, arguments: item.command.arguments } : undefined;
+      void getClient()?.sendNotification(DID_SHOW, { item: { insertText: text, command } });
     }
     return result;
   };

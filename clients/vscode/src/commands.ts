@@ -1,8 +1,8 @@
 // Commands: fill gap / fill all gaps (the server's commands, given the active editor), toggle, status, restart,
-// and the accept-telemetry command attached to inline items.
+// and the accept command the server attaches to inline items (forwarded to the server, which counts it).
 import * as vscode from 'vscode';
 import { ExecuteCommandRequest, LanguageClient } from 'vscode-languageclient/node';
-import { AcceptedArgs, TELEMETRY } from './client';
+import { ACCEPT_COMMAND } from './client';
 import { ServerStatus } from './status';
 
 /** The parts of the extension the commands need. */
@@ -115,13 +115,12 @@ async function showStatus(host: Host): Promise<void> {
   }
 }
 
-function accepted(host: Host, args: AcceptedArgs): void {
-  void host.client()?.sendNotification(TELEMETRY, {
-    event: 'accepted',
-    ...args,
-    acceptedChars: args.totalChars,
-    partial: false,
-  });
+/** The item's accept command: the server counts the accept (fire and forget; nothing to show). */
+function accepted(host: Host, args: unknown[]): void {
+  const client = host.client();
+  if (client?.isRunning()) {
+    void client.sendRequest(ExecuteCommandRequest.type, { command: ACCEPT_COMMAND, arguments: args }).then(undefined, () => undefined);
+  }
 }
 
 export function registerCommands(host: Host): vscode.Disposable[] {
@@ -136,6 +135,6 @@ export function registerCommands(host: Host): vscode.Disposable[] {
     vscode.commands.registerCommand('infill.status', () => onServer(host, 'infill.status', [])),
     vscode.commands.registerCommand('infill.showStatus', () => showStatus(host)),
     vscode.commands.registerCommand('infill.restart', () => host.restart()),
-    vscode.commands.registerCommand('infill.accepted', (args: AcceptedArgs) => accepted(host, args)),
+    vscode.commands.registerCommand(ACCEPT_COMMAND, (...args: unknown[]) => accepted(host, args)),
   ];
 }

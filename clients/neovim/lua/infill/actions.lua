@@ -1,87 +1,49 @@
--- "Fill gap" on a selection and "Fill all gaps" in Markdown, through the server's code actions.
+-- "Fill gap" on a selection and "Fill all gaps" in Markdown: the server's code actions, run by Neovim's own
+-- vim.lsp.buf.code_action (which resolves them and applies their edit only to the document version it was
+-- computed for).
 local lsp = require('infill.lsp')
 
 local api = vim.api
 local M = {}
 
 local MARKDOWN = { markdown = true, ['markdown.mdx'] = true, rmd = true, quarto = true }
+local DONE_AFTER = { ['codeAction/resolve'] = true, ['workspace/executeCommand'] = true }
 
 local function say(msg, level)
   vim.notify('infill: ' .. msg, level or vim.log.levels.INFO)
 end
 
---- The document version an edit was computed for (nil when it carries none).
-local function edit_versions(edit)
-  local versions = {}
-  for _, change in ipairs(edit.documentChanges or {}) do
-    if change.textDocument then
-      versions[#versions + 1] = change.textDocument
-    end
-  end
-  return versions
+--- Calls `done` once the action chosen by vim.lsp.buf.code_action has been applied (or none was): after the
+--- reply to its codeAction request when nothing was chosen or the action carried its edit, else after the reply
+--- to the request it then made (resolve, or the command). Replies are handled in order, so `done` is scheduled
+--- behind the handler that applies the edit.
+local function when_applied(client, bufnr, chosen, done)
+  local id
+  id = api.nvim_create_autocmd('LspRequest', {
+    buffer = bufnr,
+    callback = function(ev)
+      local request = ev.data.request
+      if ev.data.client_id ~= client.id or request.type ~= 'complete' then
+        return
+      end
+      if request.method == 'textDocument/codeAction' then
+        vim.schedule(function() -- behind the handler that chose (and maybe applied) the action
+          if not chosen() or chosen().edit then
+            pcall(api.nvim_del_autocmd, id)
+            done()
+          end
+        end)
+      elseif DONE_AFTER[request.method] then
+        pcall(api.nvim_del_autocmd, id)
+        vim.schedule(done)
+      end
+    end,
+  })
 end
 
---- Applies `edit` only if `bufnr` is exactly as it was when the action was asked for.
-local function apply_if_current(client, bufnr, tick, edit)
-  if not api.nvim_buf_is_valid(bufnr) then
-    return say('the buffer was closed; edit dropped', vim.log.levels.WARN)
-  end
-  if api.nvim_buf_get_changedtick(bufnr) ~= tick then
-    return say('the buffer changed while the gap was being filled; edit dropped (run it again)', vim.log.levels.WARN)
-  end
-  local uri = vim.uri_from_bufnr(bufnr)
-  for _, doc in ipairs(edit_versions(edit)) do
-    if doc.uri == uri and doc.version ~= vim.NIL and doc.version ~= nil and doc.version ~= vim.lsp.util.buf_versions[bufnr] then
-      return say(('edit is for version %s, buffer is at %s; dropped'):format(doc.version, vim.lsp.util.buf_versions[bufnr]), vim.log.levels.WARN)
-    end
-  end
-  vim.lsp.util.apply_workspace_edit(edit, client.offset_encoding)
-  return true
-end
-
-local function run_action(client, bufnr, tick, action, done)
-  if action.edit then
-    apply_if_current(client, bufnr, tick, action.edit)
-    return done()
-  end
-  if action.command then
-    local cmd = type(action.command) == 'table' and action.command or action
-    client:exec_cmd(cmd, { bufnr = bufnr }, function()
-      done()
-    end)
-    return
-  end
-  say('the code action carried neither an edit nor a command', vim.log.levels.WARN)
-  done()
-end
-
-local function resolve_and_run(client, bufnr, tick, action, done)
-  local resolvable = vim.tbl_get(client.server_capabilities, 'codeActionProvider', 'resolveProvider')
-  if action.edit or not resolvable then
-    return run_action(client, bufnr, tick, action, done)
-  end
-  client:request('codeAction/resolve', action, function(err, resolved)
-    if err then
-      say('resolving the action failed: ' .. (err.message or vim.inspect(err)), vim.log.levels.ERROR)
-      return done()
-    end
-    run_action(client, bufnr, tick, resolved or action, done)
-  end, bufnr)
-end
-
-local function line_text(bufnr, row)
-  return api.nvim_buf_get_lines(bufnr, row, row + 1, false)[1] or ''
-end
-
---- LSP position of a 0-based (row, byte col) in the client's encoding.
-local function lsp_position(bufnr, row, col, encoding)
-  local line = line_text(bufnr, row)
-  col = math.max(0, math.min(col, #line))
-  return { line = row, character = vim.str_utfindex(line, encoding, col, false) }
-end
-
---- Requests code actions over a byte range and runs the first whose title matches `pattern`.
----@param opts {bufnr: integer, range: integer[], pattern: string, label: string, on_done: fun()|nil}
+--- Asks for code actions over a range (mark-like: {row, col} 1-based rows, inclusive end) and applies the first
+--- whose title matches `pattern`, through vim.lsp.buf.code_action{filter=..., apply=true}.
+---@param opts {bufnr: integer, range: table, pattern: string, label: string, on_done: fun()|nil}
 function M.run_matching(opts)
   local bufnr = opts.bufnr
   local client = lsp.get_client(bufnr)
@@ -90,57 +52,52 @@ function M.run_matching(opts)
     say(vim.b[bufnr].infill_skipped or 'infill-ls is not attached to this buffer (:InfillStatus)', vim.log.levels.WARN)
     return done()
   end
-  local enc = client.offset_encoding
-  local r = opts.range
-  local params = {
-    textDocument = { uri = vim.uri_from_bufnr(bufnr) },
-    range = { start = lsp_position(bufnr, r[1], r[2], enc), ['end'] = lsp_position(bufnr, r[3], r[4], enc) },
-    context = { diagnostics = {}, only = { 'refactor.rewrite' }, triggerKind = 1 },
-  }
-  local tick = api.nvim_buf_get_changedtick(bufnr)
+  local chosen = nil
+  when_applied(client, bufnr, function()
+    return chosen
+  end, done)
   say(opts.label .. '…')
-  client:request('textDocument/codeAction', params, function(err, actions)
-    if err then
-      say('code action request failed: ' .. (err.message or vim.inspect(err)), vim.log.levels.ERROR)
-      return done()
-    end
-    for _, action in ipairs(actions or {}) do
-      if type(action.title) == 'string' and action.title:lower():find(opts.pattern) then
-        return resolve_and_run(client, bufnr, tick, action, done)
+  vim.lsp.buf.code_action({
+    range = opts.range,
+    context = { diagnostics = {}, only = { 'refactor.rewrite' }, triggerKind = 1 },
+    apply = true,
+    filter = function(action, client_id)
+      local ours = (client_id == nil or client_id == client.id) and chosen == nil
+        and type(action.title) == 'string' and action.title:lower():find(opts.pattern) ~= nil
+      if ours then
+        chosen = action
       end
-    end
-    say('the server offered no "' .. opts.label .. '" action here', vim.log.levels.WARN)
-    done()
-  end, bufnr)
+      return ours
+    end,
+  })
 end
 
---- The last visual selection as a 0-based byte range with an exclusive end.
-local function visual_range(bufnr)
-  local s, e = api.nvim_buf_get_mark(bufnr, '<'), api.nvim_buf_get_mark(bufnr, '>')
-  local srow, scol, erow, ecol = s[1] - 1, s[2], e[1] - 1, e[2]
-  local last = line_text(bufnr, erow)
-  if vim.fn.visualmode() == 'V' then
-    return { srow, 0, erow, #last }
+local function line_text(bufnr, row)
+  return api.nvim_buf_get_lines(bufnr, row, row + 1, false)[1] or ''
+end
+
+--- The last character's start byte of `line` up to byte `col` (exclusive): a mark's column.
+local function last_char_start(line, col)
+  if col <= 0 then
+    return 0
   end
-  if ecol >= #last then
-    return { srow, scol, erow, #last }
-  end
-  return { srow, scol, erow, ecol + 1 + vim.str_utf_end(last, ecol + 1) }
+  return col - 1 + vim.str_utf_start(line, col)
 end
 
 --- :InfillFillGap on the last visual selection (or a line range): replace it with a generated fill.
 function M.fill_gap(cmd_opts)
   local bufnr = api.nvim_get_current_buf()
-  local range
-  if cmd_opts and cmd_opts.range and cmd_opts.range > 0 then
-    local s, e = api.nvim_buf_get_mark(bufnr, '<'), api.nvim_buf_get_mark(bufnr, '>')
-    if s[1] == cmd_opts.line1 and e[1] == cmd_opts.line2 then
-      range = visual_range(bufnr)
-    else
-      range = { cmd_opts.line1 - 1, 0, cmd_opts.line2 - 1, #line_text(bufnr, cmd_opts.line2 - 1) }
-    end
-  else
+  if not (cmd_opts and cmd_opts.range and cmd_opts.range > 0) then
     return say('select the gap first (visual mode), then :InfillFillGap', vim.log.levels.WARN)
+  end
+  local s, e = api.nvim_buf_get_mark(bufnr, '<'), api.nvim_buf_get_mark(bufnr, '>')
+  local range
+  if s[1] == cmd_opts.line1 and e[1] == cmd_opts.line2 and vim.fn.visualmode() ~= 'V' then
+    local last = line_text(bufnr, e[1] - 1) -- ('> is on the last character's first byte; past the end after $)
+    range = { start = s, ['end'] = { e[1], math.min(e[2], last_char_start(last, #last)) } }
+  else
+    local last = line_text(bufnr, cmd_opts.line2 - 1)
+    range = { start = { cmd_opts.line1, 0 }, ['end'] = { cmd_opts.line2, last_char_start(last, #last) } }
   end
   M.run_matching({ bufnr = bufnr, range = range, pattern = '^fill gap', label = 'Fill gap', on_done = cmd_opts.on_done })
 end
@@ -151,10 +108,11 @@ function M.fill_all_gaps(on_done)
   if not MARKDOWN[vim.bo[bufnr].filetype] then
     return say('Fill all gaps works in Markdown buffers only', vim.log.levels.WARN)
   end
-  local last = api.nvim_buf_line_count(bufnr) - 1
+  local rows = api.nvim_buf_line_count(bufnr)
+  local last = line_text(bufnr, rows - 1)
   M.run_matching({
     bufnr = bufnr,
-    range = { 0, 0, last, #line_text(bufnr, last) },
+    range = { start = { 1, 0 }, ['end'] = { rows, last_char_start(last, #last) } },
     pattern = '^fill all gaps',
     label = 'Fill all gaps',
     on_done = on_done,

@@ -16,20 +16,18 @@ local M = {}
 ---@field filetypes string[]|nil     nil: every filetype
 ---@field settings table             server settings (initializationOptions and section "infill")
 ---@field auto_trigger boolean       request suggestions while typing
----@field debounce_ms integer        idle time after typing before a request
 ---@field max_buffer_bytes integer   larger buffers get no automatic suggestions
 ---@field restart_max integer        restarts after crashes before giving up
 ---@field restart_base_ms integer    first restart delay; doubles on each crash
 ---@field restart_stable_ms integer  a server up this long before it exits starts the crash count afresh
----@field keymaps infill.Keymaps
----@field telemetry boolean          send infill/telemetry notifications
+---@field keymaps infill.Keymaps|false  false: no keys at all (map require('infill').accept etc. yourself)
+---@field telemetry boolean          send didShowCompletion / didPartiallyAcceptCompletion notifications
 M.defaults = {
   cmd = { 'infill-ls', '--stdio' },
   args = {},
   filetypes = nil,
   settings = {},
   auto_trigger = true,
-  debounce_ms = 120,
   max_buffer_bytes = 1024 * 1024,
   restart_max = 5,
   restart_base_ms = 500,
@@ -50,6 +48,12 @@ M.defaults = {
 M.current = vim.deepcopy(M.defaults)
 
 local function check_keymaps(keymaps)
+  if keymaps == false then
+    return
+  end
+  if type(keymaps) ~= 'table' then
+    error('infill: keymaps must be a table or false')
+  end
   for name, lhs in pairs(keymaps) do
     if M.defaults.keymaps[name] == nil then
       error(('infill: unknown keymap %q'):format(name))
@@ -71,7 +75,7 @@ local function validate(cfg)
   vim.validate('settings', cfg.settings, 'table')
   vim.validate('auto_trigger', cfg.auto_trigger, 'boolean')
   vim.validate('telemetry', cfg.telemetry, 'boolean')
-  local numbers = { 'debounce_ms', 'max_buffer_bytes', 'restart_max', 'restart_base_ms', 'restart_stable_ms' }
+  local numbers = { 'max_buffer_bytes', 'restart_max', 'restart_base_ms', 'restart_stable_ms' }
   for _, key in ipairs(numbers) do
     vim.validate(key, cfg[key], 'number')
     if cfg[key] < 0 then
@@ -85,9 +89,18 @@ end
 ---@param opts table|nil
 ---@return infill.Config
 function M.apply(opts)
+  if opts and opts.debounce_ms ~= nil then
+    -- The server debounces (its debounceMs setting): one debounce, not two.
+    vim.notify('infill: debounce_ms is gone; set settings = { debounceMs = ... } instead', vim.log.levels.WARN)
+    opts = vim.deepcopy(opts)
+    opts.debounce_ms = nil
+  end
   local cfg = vim.tbl_deep_extend('force', vim.deepcopy(M.defaults), opts or {})
   if opts and opts.cmd then
     cfg.cmd = vim.deepcopy(opts.cmd) -- lists replace, never merge index by index
+  end
+  if opts and opts.keymaps == false then
+    cfg.keymaps = false
   end
   if opts and opts.args then
     cfg.args = vim.deepcopy(opts.args)

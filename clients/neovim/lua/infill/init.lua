@@ -15,18 +15,63 @@ local function define_highlights()
   api.nvim_set_hl(0, 'InfillGhostHint', { link = 'NonText', default = true })
 end
 
+local fallbacks = {} ---@type table<string, table|false>  lhs -> the user's own mapping we replaced (false: none)
+local mapped = {} ---@type string[]  our insert-mode keys, to remove when setup{} runs again
+
+--- What `lhs` did in Insert mode before us: the user's mapping (maparg's dict), or false for the plain key.
+local function remember_fallback(lhs)
+  local existing = vim.fn.maparg(lhs, 'i', false, true)
+  fallbacks[lhs] = not vim.tbl_isempty(existing) and existing or false
+end
+
+--- Does what `lhs` did before: runs the user's mapping (callback or rhs, expr or not, remapping as it did), or
+--- types the key itself.
+local function fall_back(lhs)
+  local m = fallbacks[lhs]
+  if not m then
+    return api.nvim_feedkeys(vim.keycode(lhs), 'ni', false) -- (before any keys typed after it)
+  end
+  if m.callback and m.expr ~= 1 then
+    return m.callback()
+  end
+  local keys = m.callback and m.callback() or (m.expr == 1 and vim.fn.eval(m.rhs) or m.rhs)
+  if type(keys) ~= 'string' or keys == '' then
+    return
+  end
+  if m.expr ~= 1 or m.replace_keycodes == 1 or not m.callback then
+    keys = vim.keycode(keys)
+  end
+  api.nvim_feedkeys(keys, m.noremap == 1 and 'ni' or 'mi', false)
+end
+
 local function set_keymaps(keymaps)
+  for _, lhs in ipairs(mapped) do
+    local now = vim.fn.maparg(lhs, 'i', false, true)
+    if (now.desc or ''):find('^infill: ') then -- (a mapping the user made since stays)
+      vim.keymap.del('i', lhs)
+      if fallbacks[lhs] then
+        pcall(vim.fn.mapset, 'i', false, fallbacks[lhs]) -- the user's own mapping back
+      end
+    end
+    fallbacks[lhs] = nil
+  end
+  mapped = {}
+  if keymaps == false then
+    return
+  end
   local function map(lhs, on_key, desc)
     if not lhs then
       return
     end
-    -- When no suggestion is visible the key does what it did before (e.g. <Tab> inserts a tab).
+    remember_fallback(lhs)
+    mapped[#mapped + 1] = lhs
+    -- With no suggestion on screen the key does what it did before: the user's mapping, else the key itself.
     vim.keymap.set('i', lhs, function()
       if suggest.is_visible() then
-        return '<Cmd>lua require("infill")._key("' .. on_key .. '")<CR>'
+        return M._key(on_key)
       end
-      return lhs
-    end, { expr = true, replace_keycodes = true, desc = 'infill: ' .. desc })
+      fall_back(lhs)
+    end, { desc = 'infill: ' .. desc })
   end
   map(keymaps.accept, 'accept', 'accept suggestion')
   map(keymaps.accept_word, 'accept_word', 'accept next word of suggestion')
@@ -35,6 +80,8 @@ local function set_keymaps(keymaps)
   map(keymaps.prev, 'prev', 'previous suggestion')
   map(keymaps.dismiss, 'dismiss', 'dismiss suggestion')
   if keymaps.suggest then
+    remember_fallback(keymaps.suggest)
+    mapped[#mapped + 1] = keymaps.suggest
     vim.keymap.set('i', keymaps.suggest, function()
       M.suggest()
     end, { desc = 'infill: request a suggestion' })

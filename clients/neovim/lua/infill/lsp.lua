@@ -197,14 +197,16 @@ function M.push_settings()
   end
 end
 
---- Sends an infill/telemetry notification (fire and forget).
+--- Sends a telemetry notification in Copilot's shape (textDocument/didShowCompletion,
+--- textDocument/didPartiallyAcceptCompletion); fire and forget, and it stays on this machine.
 ---@param client vim.lsp.Client
----@param payload table
-function M.telemetry(client, payload)
+---@param method string
+---@param params table
+function M.telemetry(client, method, params)
   if not config.current.telemetry or client:is_stopped() then
     return
   end
-  client:notify('infill/telemetry', payload)
+  client:notify(method, params)
 end
 
 local watched = {} ---@type table<integer, table>  buffer -> the token of its one live watcher

@@ -1,4 +1,5 @@
--- Inline suggestions: debounced requests, response checks, ghost text, typing through, cycling, accepting.
+-- Inline suggestions: requests (the server debounces them), response checks, ghost text, typing through, cycling,
+-- accepting, and the telemetry notifications in Copilot's shape.
 local config = require('infill.config')
 local ghost = require('infill.ghost')
 local lsp = require('infill.lsp')
@@ -16,7 +17,8 @@ M.stats = { requests = 0, shown = 0, stale = 0, accepted = 0 }
 
 ---@class infill.Item
 ---@field text string         what to insert at the anchor
----@field total integer       length of the whole suggestion in characters (for telemetry)
+---@field raw table           the item as the server sent it (telemetry sends it back)
+---@field insert string        its insertText
 ---@field replace_col integer|nil  end column (anchor row) of text after the cursor the item replaces
 ---@field command table|nil
 ---@field id any
@@ -32,7 +34,6 @@ M.stats = { requests = 0, shown = 0, stale = 0, accepted = 0 }
 ---@field accepted boolean
 local current = nil ---@type infill.Suggestion|nil
 local pending = nil ---@type {bufnr: integer, client: vim.lsp.Client, id: integer}|nil
-local debounce = nil ---@type uv.uv_timer_t|nil
 
 local function in_insert_mode()
   return api.nvim_get_mode().mode:sub(1, 1) == 'i'
@@ -43,13 +44,11 @@ local function cursor()
   return pos[1] - 1, pos[2]
 end
 
-local function telemetry(client_id, bufnr, event, extra)
+local function telemetry(client_id, method, params)
   local client = vim.lsp.get_client_by_id(client_id)
-  if not client or not api.nvim_buf_is_valid(bufnr) then
-    return
+  if client then
+    lsp.telemetry(client, method, params)
   end
-  local payload = { event = event, uri = vim.uri_from_bufnr(bufnr), version = vim.lsp.util.buf_versions[bufnr] }
-  lsp.telemetry(client, vim.tbl_extend('force', payload, extra or {}))
 end
 
 function M.cancel_pending()
@@ -57,22 +56,14 @@ function M.cancel_pending()
     pcall(pending.client.cancel_request, pending.client, pending.id)
     pending = nil
   end
-  if debounce then
-    debounce:stop()
-  end
 end
 
---- Forgets the suggestion; reports it rejected if it was shown and not accepted.
+--- Forgets the suggestion (the server infers a rejection from the edits that follow: there is no notification).
 function M.clear()
   local s = current
   current = nil
-  if not s then
-    return
-  end
-  ghost.clear(s.bufnr)
-  local item = s.items[s.index]
-  if item and s.shown[s.index] and not s.accepted then
-    telemetry(s.client_id, s.bufnr, 'rejected', { itemId = item.id, totalChars = item.total })
+  if s then
+    ghost.clear(s.bufnr)
   end
 end
 
@@ -126,7 +117,7 @@ function M.refresh()
   if not s.shown[s.index] then
     s.shown[s.index] = true
     M.stats.shown = M.stats.shown + 1
-    telemetry(s.client_id, s.bufnr, 'shown', { itemId = item.id, totalChars = item.total })
+    telemetry(s.client_id, 'textDocument/didShowCompletion', { item = item.raw })
   end
   return true
 end
@@ -162,7 +153,7 @@ local function parse_items(result, bufnr, row, col, encoding)
       end
       if text and text ~= '' then
         local id = it.itemId or (type(it.data) == 'table' and it.data.itemId) or #items + 1
-        items[#items + 1] = { text = text, total = vim.fn.strchars(insert), replace_col = replace_col, command = it.command, id = id }
+        items[#items + 1] = { text = text, raw = it, insert = insert, replace_col = replace_col, command = it.command, id = id }
       end
     end
   end
@@ -260,25 +251,15 @@ function M.request(invoked)
   end
 end
 
---- After a text change in Insert mode: keep a suggestion that still matches, else request a new one.
+--- After a text change in Insert mode: keep a suggestion that still matches, else request a new one (at once:
+--- the server debounces automatic requests, and a newer request supersedes the older one there).
 function M.on_text_changed()
   if M.refresh() then
     return
   end
-  if not (M.enabled and config.current.auto_trigger) then
-    return
+  if M.enabled and config.current.auto_trigger and in_insert_mode() and vim.fn.pumvisible() == 0 then
+    M.request(false)
   end
-  debounce = debounce or vim.uv.new_timer()
-  debounce:stop()
-  debounce:start(
-    config.current.debounce_ms,
-    0,
-    vim.schedule_wrap(function()
-      if in_insert_mode() and vim.fn.pumvisible() == 0 then
-        M.request(false)
-      end
-    end)
-  )
 end
 
 local function insert_at_cursor(bufnr, text, replace_to_col)
@@ -309,14 +290,6 @@ function M.accept(how)
   ghost.clear(s.bufnr)
   insert_at_cursor(s.bufnr, piece, replace_to)
   M.stats.accepted = M.stats.accepted + 1
-  local chars = vim.fn.strchars
-  local accepted_chars = chars(item.text) - chars(rest) + chars(piece) -- characters, not bytes
-  telemetry(s.client_id, s.bufnr, 'accepted', {
-    itemId = item.id,
-    acceptedChars = accepted_chars,
-    totalChars = item.total,
-    partial = not full,
-  })
   if full then
     s.accepted = true
     M.clear()
@@ -325,6 +298,10 @@ function M.accept(how)
       client:exec_cmd(item.command, { bufnr = s.bufnr })
     end
   else
+    -- UTF-16 units of the item's own text accepted so far (its insertText may begin before the cursor).
+    local bytes = #item.insert - #item.text + (#item.text - #rest) + #piece
+    local length = vim.str_utfindex(item.insert, 'utf-16', bytes, false)
+    telemetry(s.client_id, 'textDocument/didPartiallyAcceptCompletion', { item = item.raw, acceptedLength = length })
     M.refresh()
   end
   return true

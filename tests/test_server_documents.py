@@ -1,5 +1,6 @@
-"""Server parts that need no model: UTF-16 <-> str offsets, incremental edits (CRLF, surrogate pairs), settings
-parsing, placeholder spans. Each is checked against an independent reference (plain str operations)."""
+"""Documents (server/documents.py) and the text-sync handlers: UTF-16 <-> str offsets, incremental edits (CRLF,
+surrogate pairs), NUL bytes, oversized and large documents, didChange/didClose reaching the pipeline. Each is
+checked against an independent reference (plain str operations)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import random
 
 from lsprotocol import types
 
-from lsp_helpers import utf16_offset
+from lsp_helpers import refused_remote, utf16_offset
 from server.documents import Clamp, Document, split_lines
-from server.settings import Settings, parse_settings
+from server.settings import Settings
 
 P = types.Position
 
@@ -97,73 +98,6 @@ def test_full_change_replaces_text():
     assert doc.text == "new\r\ntext" and doc.offset_at(P(1, 2)) == 7
 
 
-def test_settings_unknown_and_ill_typed_keys_are_problems_not_failures():
-    settings, problems = parse_settings({"debounceMs": 30, "enabled": "yes", "mystery": 1, "inlineBudgetMs": -5,
-                                         "enabledLanguages": ["python"], "model": ""}, Settings())
-    assert settings.debounce_ms == 30 and settings.enabled is True and settings.enabled_languages == ("python",)
-    assert settings.inline_budget_ms == Settings().inline_budget_ms and settings.model is None
-    text = "\n".join(problems)
-    assert "unknown setting infill.mystery" in text and "infill.enabled must be true or false" in text
-    assert "inlineBudgetMs must be in" in text
-
-
-def test_clean_layer_keeps_only_good_keys():
-    from server.settings import clean_layer
-
-    current = Settings(debounce_ms=40)
-    layer, problems = clean_layer({"infill": {"debounceMs": "slow", "maxMiddleTokens": 0, "model": "m", "x": 1}},
-                                  current)
-    assert layer == {"model": "m"}
-    assert [p.split(";")[-1].strip() for p in problems] == ["kept 40", "kept 64", "ignored"]
-
-
-def test_settings_not_an_object():
-    settings, problems = parse_settings(["x"], Settings())
-    assert settings == Settings() and "must be an object" in problems[0]
-
-
-class _OutOfMemoryBackend:
-    """A GPU running out of memory cannot happen on this CPU-only machine: this backend raises the error torch
-    raises then, so the server's handling of it is exercised in-process (the only double in the server tests)."""
-
-    def __init__(self) -> None:
-        from infill.types import BackendInfo
-
-        self.info = BackendInfo(name="oom-double", kind="diffusion", model="none")
-        self.calls = 0
-
-    def infill(self, request, *, cancel=None, deadline=None, on_draft=None):
-        import torch
-
-        self.calls += 1
-        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-
-    def close(self) -> None:
-        pass
-
-
-async def test_backend_out_of_memory_is_caught_and_the_server_keeps_serving():
-    from infill.pipeline import Pipeline
-    from server.backend_host import Loaded
-    from server.handlers_inline import complete_inline
-    from server.main import create_server
-
-    server = create_server(Settings(debounce_ms=0))
-    backend = _OutOfMemoryBackend()
-    server.host._loaded = Loaded(Pipeline(backend), (backend,))
-    server.host.state = "ready"
-    server.documents.open(types.TextDocumentItem(uri="file:///m.txt", language_id="plaintext", version=1,
-                                                 text="Some words to go on\n"))
-    params = types.InlineCompletionParams(
-        text_document=types.TextDocumentIdentifier(uri="file:///m.txt"), position=P(0, 19),
-        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked))
-    for _ in range(2):  # and again: still serving
-        assert await complete_inline(server, params) is None
-    assert backend.calls == 2 and server.status()["ready"] is True
-    assert server.telemetry.counts["empty"] == 2
-    server.host.close()
-
-
 def test_oversized_document_is_kept_as_a_length_until_a_full_change_shrinks_it():
     doc = Document("file:///big", "x" * 101, 1, None, max_chars=100)
     assert doc.oversized and doc.length == 101 and doc.lines == [""]
@@ -173,44 +107,16 @@ def test_oversized_document_is_kept_as_a_length_until_a_full_change_shrinks_it()
     assert not doc.oversized and doc.text == "small\n"
 
 
-def _refused_remote():
-    """A real RemoteBackend aimed at a local port nothing listens on (every request fails at once)."""
-    import socket
+def test_large_documents_join_their_text_when_asked_instead_of_copying_it_per_edit(monkeypatch):
+    from server import documents
 
-    from infill.backends.remote import RemoteBackend
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return RemoteBackend(f"http://127.0.0.1:{port}/v1", model="none", timeout_s=2.0, connect_timeout_s=1.0)
-
-
-def _wait(predicate, timeout: float = 10.0) -> None:
-    import time
-
-    end = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < end, "timed out"
-        time.sleep(0.01)
-
-
-def test_reload_carries_the_pipeline_counters_over():
-    from infill.pipeline import CompletionRequest
-    from server.backend_host import BackendHost
-
-    host = BackendHost(lambda *event: None, opener=lambda spec, progress: _refused_remote())
-    try:
-        host.load(Settings())
-        _wait(lambda: host.ready)
-        first = host.pipeline
-        first.complete(CompletionRequest("Some words to go on", 19))
-        stats = first.stats()
-        assert stats["rejected"] == {"backend_error": 1} and stats["routes"] == {"none": 1}
-        host.load(Settings(remote_endpoint="http://127.0.0.1:9/v1"))
-        _wait(lambda: host.ready and host.pipeline is not first)
-        assert host.pipeline.stats() == stats
-    finally:
-        host.close()
+    monkeypatch.setattr(documents, "EAGER_TEXT_CHARS", 20)
+    doc = Document("file:///a", "line one\nline two\nline three\n", 0, "plaintext")
+    doc.apply(_change(doc.text, P(1, 5), P(1, 8), "2"))
+    assert doc._text is None  # past the limit: nothing copied per edit
+    assert doc.text == "line one\nline 2\nline three\n" and not doc.has_nul
+    doc.apply(_change(doc.text, P(0, 0), P(0, 0), "\x00"))
+    assert doc.has_nul and doc.text.startswith("\x00line one")
 
 
 def _notify(server, method: str, params) -> None:
@@ -225,7 +131,7 @@ def test_did_close_drops_the_pipelines_syntax_tree():
     from server.main import create_server
 
     server = create_server(Settings(debounce_ms=0))
-    backend = _refused_remote()
+    backend = refused_remote()
     pipeline = Pipeline(backend)
     server.host._loaded = Loaded(pipeline, (backend,))
     server.host.state = "ready"
@@ -248,7 +154,7 @@ def test_did_change_notes_edits_so_the_pipeline_reparses_without_comparing_texts
     from server.main import create_server
 
     server = create_server(Settings(debounce_ms=0))
-    backend = _refused_remote()
+    backend = refused_remote()
     pipeline = Pipeline(backend)
     server.host._loaded = Loaded(pipeline, (backend,))
     server.host.state = "ready"
@@ -277,39 +183,3 @@ def test_did_change_notes_edits_so_the_pipeline_reparses_without_comparing_texts
         fresh = syntax.ParsedDocument("python").update(text)
         assert prep.doc.text == text and str(prep.doc.tree.root_node) == str(fresh.tree.root_node)
     server.host.close()
-
-
-def test_log_throttle_lets_one_line_through_per_window_and_counts_the_rest():
-    from server.gate import LogThrottle
-
-    throttle = LogThrottle(every_s=10)
-    assert throttle.admit("a", 0.0) == 0  # the first line goes out
-    assert throttle.admit("a", 3.0) is None and throttle.admit("a", 9.9) is None  # held back
-    assert throttle.admit("b", 5.0) == 0  # keys are independent
-    assert throttle.admit("a", 10.5) == 2  # the next line says how many were held back
-    assert throttle.admit("a", 11.0) is None
-
-
-def test_large_documents_join_their_text_when_asked_instead_of_copying_it_per_edit(monkeypatch):
-    from server import documents
-
-    monkeypatch.setattr(documents, "EAGER_TEXT_CHARS", 20)
-    doc = Document("file:///a", "line one\nline two\nline three\n", 0, "plaintext")
-    doc.apply(_change(doc.text, P(1, 5), P(1, 8), "2"))
-    assert doc._text is None  # past the limit: nothing copied per edit
-    assert doc.text == "line one\nline 2\nline three\n" and not doc.has_nul
-    doc.apply(_change(doc.text, P(0, 0), P(0, 0), "\x00"))
-    assert doc.has_nul and doc.text.startswith("\x00line one")
-
-
-def test_log_writer_survives_bad_lines_and_paths_and_flush_waits_for_the_file(tmp_path):
-    from server.telemetry import LogWriter
-
-    writer = LogWriter()
-    good = tmp_path / "log" / "a.jsonl"
-    (tmp_path / "a-file").write_text("")
-    writer.put(str(tmp_path / "a-file" / "x.jsonl"), "lost")  # its folder cannot be made: a file is there
-    writer.put(str(good), '{"fill": "\ud800"}')  # a lone surrogate from a client's text
-    writer.put(str(good), '{"n": 2}')
-    writer.flush(5)
-    assert good.read_text().splitlines() == ['{"fill": "\\ud800"}', '{"n": 2}']

@@ -1,0 +1,93 @@
+"""Where a model runs, in what precision, and on how many CPU threads: one policy for every in-process backend.
+
+`--device`/`--dtype` (and the editor's settings) name them the same way for DiffusionGemma and the offline Gemma 3
+270M; each backend states only what it supports and whether bf16 pays on a CPU that computes it natively.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import re
+
+from infill.types import InfillError
+
+log = logging.getLogger(__name__)
+
+DTYPE_NAMES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
+               "float16": "float16", "fp16": "float16"}
+_DEVICE = re.compile(r"cpu|cuda(:\d+)?")
+
+
+def cpu_supports_bf16() -> bool:
+    """Native bf16 matmuls (AVX512-BF16/AMX on x86, the BF16 extension on Arm); emulated bf16 is slower than fp32."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            info = fh.read()
+    except OSError:
+        return platform.system() == "Darwin" and platform.machine() == "arm64"
+    return bool({"avx512_bf16", "amx_bf16", "bf16"} & set(info.split()))
+
+
+def resolve_device(device: str | None) -> str:
+    """"auto" (or None): CUDA when there is one, else the CPU. A named CUDA device must exist."""
+    import torch
+
+    name = (device or "auto").strip().lower()
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if not _DEVICE.fullmatch(name):
+        raise InfillError(f"unknown device {device!r}: use auto, cpu, cuda or cuda:N")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise InfillError(f"device {device!r} was asked for but no CUDA device is available; use --device cpu")
+    return name
+
+
+def resolve_dtype(dtype: str | None, device: str, *, supported: tuple[str, ...] = ("float32", "bfloat16", "float16"),
+                  bf16_on_cpu: bool = True) -> str:
+    """The dtype name for `device`. "auto" (or None): bf16 on CUDA, and on a CPU with native bf16 when the backend
+    gains from it (`bf16_on_cpu`), else float32. float16 where a backend does not support it (Gemma 3 overflows
+    in fp16) is taken as "auto" with a warning: the setting may be meant for another backend."""
+    name = (dtype or "auto").strip().lower()
+    if name != "auto":
+        if name not in DTYPE_NAMES:
+            raise InfillError(f"unknown dtype {dtype!r}; use one of auto, {', '.join(sorted(DTYPE_NAMES))}")
+        name = DTYPE_NAMES[name]
+    if name == "float16" and name not in supported:
+        log.warning("float16 is not supported by this model (its activations overflow); choosing automatically")
+        name = "auto"
+    if name == "auto":
+        return "bfloat16" if device != "cpu" or (bf16_on_cpu and cpu_supports_bf16()) else "float32"
+    if name not in supported:
+        raise InfillError(f"unsupported dtype {dtype!r} for this model: use auto or one of {', '.join(supported)}")
+    return name
+
+
+def resolve_device_dtype(device: str | None, dtype: str | None, *,
+                         supported: tuple[str, ...] = ("float32", "bfloat16"),
+                         bf16_on_cpu: bool = True) -> tuple[str, str]:
+    """(device, dtype name) for a backend; the defaults are the offline Gemma 3 270M's."""
+    resolved = resolve_device(device)
+    return resolved, resolve_dtype(dtype, resolved, supported=supported, bf16_on_cpu=bf16_on_cpu)
+
+
+def torch_dtype(name: str):
+    import torch
+
+    return getattr(torch, DTYPE_NAMES[name])
+
+
+def threads_from_env() -> int | None:
+    """INFILL_THREADS as a positive integer, or None (torch's default)."""
+    value = os.environ.get("INFILL_THREADS", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+def set_threads(threads: int | None) -> None:
+    """torch intra-op threads, process-wide; on a small or shared CPU one or two threads beat torch's default
+    oversubscription. None leaves torch's default."""
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)

@@ -1,0 +1,87 @@
+"""transformers' exact sampler (its ops in its RNG order: multinomial, `Categorical.entropy`, self-conditioning
+through the model's own forward), as a drop-in `denoiser` for DiffusionEngine. With it the engine's whole path
+(prompt, cache view, canvas, masks, row choice) is proven equal to `model.generate()` token for token; the
+engine's fast step is proven equal to these ops in test_sampler.py. Test and benchmark code only."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from infill.engine.denoise import DenoiseOutput, join_score
+from infill.engine.sampler import entropy_bound_accept, stable_and_confident, temperature
+
+
+@dataclass
+class ReferenceStep:
+    argmax: torch.Tensor  # (B, W)
+    sample: torch.Tensor  # (B, W)
+    entropy: torch.Tensor  # (B, W)
+    processed_logits: torch.Tensor  # (B, W, V) temperature-scaled logits
+    max_prob: torch.Tensor  # (B, W)
+
+
+def reference_step(logits: torch.Tensor, inv_temperature: float, generator: torch.Generator) -> ReferenceStep:
+    """`logits` are the model's (already softcapped) outputs; ops and RNG order as in transformers 5.24."""
+    processed = logits * inv_temperature
+    batch, width, vocab = processed.shape
+    probs = torch.softmax(processed, dim=-1, dtype=torch.float32)
+    sample = torch.multinomial(probs.view(-1, vocab), num_samples=1, generator=generator).view(batch, width)
+    argmax = torch.argmax(processed, dim=-1)
+    entropy = torch.distributions.Categorical(logits=processed).entropy()
+    return ReferenceStep(argmax, sample, entropy, processed, probs.max(-1).values)
+
+
+def one_hot_logits(logits: torch.Tensor, tokens: torch.Tensor, free: torch.Tensor) -> torch.Tensor:
+    """Self-conditioning input: clamped slots get logits whose softmax is one-hot."""
+    if bool(free.all()):
+        return logits
+    one_hot = torch.full_like(logits, -1e4).scatter_(-1, tokens[..., None], 0.0)
+    return torch.where(free[..., None], logits, one_hot)
+
+
+def reference_denoise(model, config, canvas, view, masks: dict, generator: torch.Generator, *, cancel=None,
+                      deadline: float | None = None, on_step=None) -> DenoiseOutput:
+    """The engine's `denoise` with transformers' ops (same signature)."""
+    vocab = model.config.text_config.vocab_size
+    rows, width = canvas.shape
+    device = canvas.free.device
+    free, fixed = canvas.free, canvas.fixed_tokens
+    finished = torch.zeros(rows, dtype=torch.bool, device=device)
+    current = torch.where(free, torch.randint(0, vocab, (rows, width), generator=generator, device=device), fixed)
+    argmax, score = current, torch.zeros(rows, device=device)
+    history = torch.full((config.stability_threshold, rows, width), -1, dtype=current.dtype, device=device)
+    prev_logits = None
+    steps, outcome, n = 0, "ok", config.max_denoising_steps
+    attention = None if masks[next(iter(masks))] is None else masks
+    for remaining in range(n, 0, -1):
+        if cancel is not None and cancel.cancelled:
+            outcome = "cancelled"
+            break
+        if deadline is not None and steps > 0 and time.monotonic() >= deadline:
+            outcome = "cut_short"
+            break
+        sc = None if prev_logits is None else one_hot_logits(prev_logits, fixed, free)
+        logits = model(decoder_input_ids=current, cache=view, self_conditioning_logits=sc,
+                       decoder_attention_mask=attention, decoder_position_ids=canvas.position_ids).logits
+        out = reference_step(logits, 1.0 / temperature(remaining, n, config.t_min, config.t_max), generator)
+        at_tokens = torch.softmax(out.processed_logits, -1).gather(-1, fixed[..., None]).squeeze(-1)
+        entropy = out.entropy.masked_fill(~free, 0.0)
+        accepted = entropy_bound_accept(entropy, config.entropy_bound)
+        noise = torch.randint(0, vocab, (rows, width), generator=generator, device=device)
+        nxt = torch.where(free, torch.where(accepted, out.sample, noise), fixed)
+        new_argmax, new_score = torch.where(free, out.argmax, fixed), join_score(at_tokens, canvas.anchor)
+        keep = finished[:, None]  # finished rows keep their tokens and score, as in transformers
+        new_argmax, nxt = torch.where(keep, argmax, new_argmax), torch.where(keep, current, nxt)
+        new_score = torch.where(finished, score, new_score)
+        stopped, history = stable_and_confident(history, new_argmax, entropy, free, config.confidence_threshold)
+        finished = finished | stopped
+        current, argmax, score, prev_logits = nxt, new_argmax, new_score, out.processed_logits
+        steps += 1
+        if on_step is not None:
+            on_step(steps, argmax, out.max_prob, score)
+        if bool(finished.all()):
+            break
+    return DenoiseOutput(argmax, score, steps, outcome)

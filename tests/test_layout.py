@@ -1,0 +1,113 @@
+"""The package's shape: the engine never depends on the LSP server, and no module imports one that imports it back.
+
+Imports are read from the source with `ast` (nothing is executed but the one `import infill` in a child process).
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "infill"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_names(tree: ast.Module, module: str, is_package: bool, top_level_only: bool) -> set[str]:
+    """Absolute names of the modules an import statement names (`from a import b` names a.b when that is a
+    module: the caller keeps only names it knows). Top level only: what runs when the module is imported."""
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    names: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".")
+                anchor = anchor if is_package else anchor[:-1]
+                anchor = anchor[:len(anchor) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return names
+
+
+def import_graph(top_level_only: bool) -> dict[str, set[str]]:
+    files = sorted(PACKAGE.rglob("*.py"))
+    modules = {module_name(path): path for path in files}
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names = imported_names(tree, module, path.name == "__init__.py", top_level_only)
+        graph[module] = {name for name in names if name in modules and name != module}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected group of more than one module (Tarjan), each as a sorted list."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_module_under_infill_imports_server():
+    offenders = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names = imported_names(tree, module_name(path), path.name == "__init__.py", top_level_only=False)
+        bad = sorted(name for name in names if name == "server" or name.startswith("server."))
+        if bad:
+            offenders[module_name(path)] = bad
+    assert offenders == {}
+
+
+def test_no_import_cycles_among_infill_modules():
+    # Imports inside functions count too: a lazy import back (gemma <-> choose once) is still a cycle to a reader.
+    assert cycles(import_graph(top_level_only=False)) == []
+
+
+def test_importing_infill_loads_nothing_from_server():
+    code = ("import sys, infill, infill.pipeline, infill.backends.choose, infill.gateway.server, infill.pilot.cli, "
+            "infill.fill_cli; print(sorted(m for m in sys.modules if m == 'server' or m.startswith('server.')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

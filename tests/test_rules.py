@@ -1,0 +1,144 @@
+"""The gap rules every stage shares (infill/checks/rules.py): the places that once disagreed now give one answer.
+
+Each test pairs two stages that used their own copy of a rule: Gemma's stop rules and the watchdog, the
+post-processing and Gemma's bracket scanner, the watchdog's locked `ast.parse` and the pilot's unlocked one, the
+context builder's prose languages and Gemma's.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from infill.backends.gemma_stops import comment_only, cut_fill, gap_shape
+from infill.checks import rules
+from infill.checks.postprocess import trim_unbalanced_closer
+from infill.checks.watchdog import Watchdog
+from infill.context.builder import ContextBuilder
+from infill.pilot.syntax import syntax_valid
+from infill.pipeline import CompletionRequest, Pipeline
+from infill.types import BackendInfo, InfillResult
+
+
+def watchdog_verdict(source: str, language: str, middle: str):
+    """The watchdog's verdict on filling the gap at "§" of `source` with `middle`."""
+    start = source.index("§")
+    text = source.replace("§", "", 1)
+    builder = ContextBuilder()
+    doc = builder.document(text, language, None)
+    return Watchdog().judge([middle], [(start, start)], doc, builder.build(doc, [(start, start)], "inline"))
+
+
+def gemma_drops(source: str, language: str, middle: str) -> bool:
+    before, _, after = source.partition("§")
+    return comment_only(middle, gap_shape(before, after, single_line=False, language=language))
+
+
+@pytest.mark.parametrize("language,source,middle,dropped", [
+    ("lua", "function f(x)\n  §\nend\n", "-- not yet", True),  # the watchdog let this through: it knew no `--`
+    ("sql", "SELECT *\nFROM t\n§\n", "-- filter later", True),
+    ("ruby", "def f(x)\n  §\nend\n", "# TODO", True),
+    ("python", "def f(x):\n    §\n", "# step one\n    # step two", True),
+    ("go", "package main\n\nfunc f() {\n\t§\n}\n", "// later", True),
+    ("python", "x = 1  §\n", "# one", False),  # a note after code on its line: Gemma kept it, the watchdog did not
+    ("javascript", "const a = 1;  §\n", "// the first", False),
+    ("python", "def f(x):\n    §\n", "return x  # done", False),
+])
+def test_gemma_and_the_watchdog_agree_on_comment_only_fills(language, source, middle, dropped):
+    assert gemma_drops(source, language, middle) == dropped
+    assert (watchdog_verdict(source, language, middle).reason == "comment_only") == dropped
+
+
+def test_a_line_repeated_across_a_blank_line_is_a_stutter_for_both():
+    source = "def f(items):\n    §\n"
+    middle = "    total = sum(items)\n\n    total = sum(items)\n    return total"
+    before, _, after = source.partition("§")
+    fill, stopped = cut_fill(middle, gap_shape(before, after, single_line=False, language="python"))
+    assert stopped and fill == "    total = sum(items)\n"
+    # The watchdog compared only adjacent lines, so the blank line between let the same stutter through.
+    assert watchdog_verdict(source, "python", middle.strip()).reason == "repetition"
+
+
+def test_an_apostrophe_in_a_comment_does_not_hide_a_doubled_closer():
+    # Gemma's scanner knew `don't` opens no string; the post-processing's did, and missed the `)` after it.
+    middle = "a,  # don't care\n    b)"
+    assert trim_unbalanced_closer(middle, ")\n") == "a,  # don't care\n    b"
+    assert rules.first_unopened(middle, ")") == len(middle) - 1
+
+
+def test_the_pilot_parses_python_under_the_same_lock_as_the_watchdog():
+    # CPython 3.11's ast.parse is not thread-safe; the pilot's worker threads once parsed without the lock.
+    done = threading.Event()
+    original, filled = "def f():\n    return 1\n", "def f():\n    return 2  # rules-lock-probe\n"
+
+    def check() -> None:
+        syntax_valid("python", original, filled)
+        done.set()
+
+    with rules.AST_LOCK:
+        worker = threading.Thread(target=check, daemon=True)
+        worker.start()
+        assert not done.wait(0.5)  # waits for the lock the watchdog holds
+    assert done.wait(10)
+
+
+def test_prose_languages_are_one_table():
+    # Gemma's stop rules treated reStructuredText as prose, the context builder as code.
+    builder = ContextBuilder()
+    text = "Title\n=====\n\nThe parser reads the whole file before it \n"
+    ctx = builder.build(builder.document(text, "restructuredtext", None), [(len(text) - 1, len(text) - 1)], "inline")
+    assert ctx.is_prose
+    assert gap_shape(text, "", single_line=False, language="restructuredtext").prose
+
+
+class _Echo:
+    """A backend that records the request it got (the pipeline's request is what is under test)."""
+
+    info = BackendInfo(name="echo", kind="remote", model="echo")
+
+    def __init__(self) -> None:
+        self.requests = []
+
+    def infill(self, request, **_):
+        self.requests.append(request)
+        return InfillResult(middles=("",) * request.gap_count, outcome="empty", backend="echo")
+
+    def close(self) -> None:
+        pass
+
+
+def test_gemma_reads_what_the_pipeline_knows_about_the_gap():
+    # In a docstring a `# Example` line is prose; without the pipeline's facts Gemma dropped it as a comment.
+    text = 'def f():\n    """Sum the rows.\n\n    \n    """\n'
+    at = text.index("\n    \n") + 5
+    backend = _Echo()
+    Pipeline(backend).complete(CompletionRequest(text=text, start=at, end=at, mode="inline", language="python"))
+    request = backend.requests[0]
+    assert request.gap.in_comment and not request.gap.is_prose and request.gap.line_before == "    "
+    shape = gap_shape(request.prefix, request.suffix, request.single_line, request.language, request.gap)
+    assert not comment_only("# Example", shape)
+    assert comment_only("# Example", gap_shape(request.prefix, request.suffix, request.single_line, "python"))
+
+
+def test_gemma_ends_a_block_where_the_pipeline_says_the_block_is():
+    # The cursor dedented to the `if`'s level: the pipeline's indentation for later lines is the cursor's; Gemma
+    # alone read the deeper line above and cut the fill after its first line.
+    text = "def f(x):\n    if x:\n        return 1\n    \n"
+    at = len(text) - 1
+    backend = _Echo()
+    Pipeline(backend).complete(CompletionRequest(text=text, start=at, end=at, mode="inline", language="python"))
+    request = backend.requests[0]
+    assert request.gap.indent == "    " and not request.single_line
+    fill = "y = 2\n    return y\n\ndef g():\n"
+    with_facts = gap_shape(request.prefix, request.suffix, False, "python", request.gap)
+    assert cut_fill(fill, with_facts) == ("y = 2\n    return y\n", True)  # ends where the function ends
+    assert cut_fill(fill, gap_shape(request.prefix, request.suffix, False, "python")) == ("y = 2", True)
+
+
+@pytest.mark.parametrize("language", [None, "json", "markdown"])
+def test_no_comment_rule_where_there_is_no_code_language(language):
+    # The watchdog judges comments in code only; Gemma dropped `# ...` fills of documents with no language too.
+    source = "notes\n§\n"
+    assert not gemma_drops(source, language, "# later")
+    assert watchdog_verdict(source, language, "# later").reason != "comment_only"

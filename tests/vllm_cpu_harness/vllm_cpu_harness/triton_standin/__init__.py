@@ -1,0 +1,1 @@
+"""A stand-in Triton backend named "cpu" (test harness only; see the package docstring)."""
