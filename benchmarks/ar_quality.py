@@ -172,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--packages", default="httpx,pygls,gguf")
     parser.add_argument("--max-tokens", type=int, default=24)
+    parser.add_argument("--skip", type=int, default=0, help="leave out the first SKIP holes (resume a cut run)")
     parser.add_argument("--latency-holes", type=int, default=6, help="holes for the keystroke simulation")
     parser.add_argument("--typed", type=int, default=3, help="characters typed per hole")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
@@ -182,12 +183,13 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     backend = load_default_backend(settings=settings)
     load_s = time.monotonic() - started
-    holes = cut_holes(args.packages.split(","), args.n, args.seed)
+    holes = cut_holes(args.packages.split(","), args.n, args.seed)[args.skip:]
     print(f"{len(holes)} holes from {args.packages} (seed {args.seed}); model loaded in {load_s:.1f} s; "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
     figures = {"model": backend.info.label, "dtype": backend.info.dtype, "token_healing": not args.no_healing,
                "threads": args.threads, "load_s": load_s, **quality(backend, holes, args.max_tokens)}
-    figures.update(keystrokes(backend, holes[:args.latency_holes], args.typed, args.max_tokens))
+    if args.latency_holes > 0:
+        figures.update(keystrokes(backend, holes[:args.latency_holes], args.typed, args.max_tokens))
     figures["load_average"] = os.getloadavg()[0]
     figures["wall_s"] = time.monotonic() - started
     backend.close()

@@ -173,8 +173,11 @@ class BackendHost:
     def submit(self, pipeline: Pipeline, request: CompletionRequest, cancel: CancelToken, deadline: float,
                prepared: Future[Prepared] | None = None) -> Future[PipelineResult]:
         """Run one completion on the model worker, with its context from `prepare_ahead` if given. A request
-        cancelled (or out of time) while still queued never starts: its future raises `NotRun` (a `Cancelled`).
-        Supersession needs nothing here: the request's ticket (`worker.claims`) claimed its document already."""
+        cancelled while still queued never starts: its future raises `NotRun` (a `Cancelled`). Supersession needs
+        nothing here: the request's ticket (`worker.claims`) claimed its document already. The deadline is left to
+        the backend, not the queue: an automatic request usually waits only for its own prompt encoding (`warm`),
+        and the backend still answers at the deadline with at least one step's draft, which the completion log
+        records (the gateway and the pilot, whose callers block, drop jobs at their deadline)."""
 
         def run() -> PipelineResult:
             context = None
@@ -184,7 +187,7 @@ class BackendHost:
                 context.trace.add("context_wait", (time.perf_counter() - started) * 1000)
             return pipeline.complete(request, cancel=cancel, deadline=deadline, prepared=context)
 
-        return self.worker.submit(run, cancel=cancel, deadline=deadline)
+        return self.worker.submit(run, cancel=cancel)
 
     def close(self) -> None:
         """Shut down: the backends are closed on the model thread after what it is running (requests were

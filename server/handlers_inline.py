@@ -1,16 +1,20 @@
 """textDocument/inlineCompletion: debounced (automatic triggers), superseded per document, cancelled by edits and
-$/cancelRequest, computed on the model thread under a latency budget, and never returned for an older version."""
+$/cancelRequest, computed on the model thread under a runaway guard (server/budget.py), and never returned for an
+older version. Two cheap answers skip the model: the rest of a suggestion the person is typing through
+(server/typed_through.py), and an identical request joining the model run already in flight for it."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 
 from lsprotocol import types
 
 from infill import timing
 from infill.pipeline import CompletionRequest, PipelineResult
 from infill.types import Cancelled, deadline_in
+from infill.worker import Ticket
 
 from .gate import log_refusal, offset_logged, refusal
 from .handlers_telemetry import offer
@@ -23,15 +27,93 @@ def register(server) -> None:
 
 
 async def complete_inline(ls, params: types.InlineCompletionParams) -> types.InlineCompletionList | None:
-    phases = timing.trace()  # benchmark phases only (a no-op unless timing is on)
-    phases.start("inline_request")  # event-loop work the completion waits for
     uri = params.text_document.uri
     document = ls.documents.get(uri)
     if (why := refusal(ls, document, uri)) is not None:
         log_refusal(ls, uri, document.version if document else None, why)
         return None  # at once: no debounce, no model
     invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
-    ticket = ls.scheduler.open(uri, "inline")  # supersedes the older inline request for this document
+    offset = offset_logged(ls, document, params.position)
+    if (typed := ls.typed_through.answer(uri, document.text, offset)) is not None:
+        ls.scheduler.close(ls.scheduler.open(uri, "inline"))  # a newer request: an older one in flight stops
+        return _typed_through_reply(ls, params, document, typed)
+    key = (uri, document.version, offset, invoked)
+    job = ls.inline_jobs.get(uri)
+    if job is None or job.key != key or job.ticket.stopped:
+        job = _Job(key, ls.scheduler.open(uri, "inline"))  # supersedes the older inline request for this document
+        job.task = asyncio.ensure_future(_run(ls, params, document, job, invoked))
+        ls.inline_jobs[uri] = job
+    else:
+        ls.joined += 1  # the same request as the one in flight (a client re-asking): take over its model run
+    mine = job.take_over()
+    try:
+        await asyncio.wait({job.task, mine}, return_when=asyncio.FIRST_COMPLETED)  # (wait never cancels the run)
+    except asyncio.CancelledError:
+        if job.leave(mine):  # no one waits for the run now: stop it, unless an identical request joins first
+            asyncio.get_running_loop().call_later(JOIN_GRACE_S, job.release)
+        raise
+    finally:
+        if ls.inline_jobs.get(uri) is job and job.task.done():
+            del ls.inline_jobs[uri]
+    if not job.task.done() or mine.done():
+        job.leave(mine)
+        return None  # a newer identical request took the run over: the newest request gets the answer, as ever
+    ran: _Ran | None = job.task.result()
+    if ran is None:
+        return None
+    with ran.phases.span("inline_reply"):
+        reply = _reply(ls, params, document, ran)
+    if timing.enabled():
+        _record_overhead(document, ran.phases, ran.result.trace, "invoked" if invoked else "keystroke")
+    return reply
+
+
+JOIN_GRACE_S = 0.05  # a client cancels and re-asks in one go; a model run with no one waiting stops after this
+
+
+@dataclass(eq=False)
+class _Job:
+    """One model run for (document, version, cursor, trigger). A newer identical request takes it over instead of
+    starting it again; the request it replaces gets nothing, as a superseded one does."""
+
+    key: tuple
+    ticket: Ticket
+    task: asyncio.Future | None = None
+    waiter: asyncio.Future | None = None  # set when a newer request takes the run over from this one
+
+    def take_over(self) -> asyncio.Future:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+        self.waiter = asyncio.get_running_loop().create_future()
+        return self.waiter
+
+    def leave(self, waiter: asyncio.Future) -> bool:
+        """`waiter` stops waiting; whether the run is now awaited by no one."""
+        if self.waiter is waiter:
+            self.waiter = None
+        return self.waiter is None
+
+    def release(self) -> None:
+        if self.waiter is None and self.task is not None and not self.task.done():
+            self.ticket.token.cancel("request cancelled by the client")  # the engine stops within one step
+            self.task.cancel()
+
+
+@dataclass
+class _Ran:
+    result: PipelineResult
+    version: int
+    stopped: bool  # superseded or edited while computing
+    started: float
+    cursor: int
+    phases: timing.Trace
+
+
+async def _run(ls, params, document, job: _Job, invoked: bool) -> _Ran | None:
+    """Debounce, context, model: the existing path of one inline request, run once per _Job."""
+    phases = timing.trace()  # benchmark phases only (a no-op unless timing is on)
+    phases.start("inline_request")  # event-loop work the completion waits for
+    ticket, uri = job.ticket, document.uri
     debounce = 0.0 if invoked else ls.settings.debounce_ms / 1000
     debounce_end = asyncio.get_running_loop().time() + debounce  # one deadline: two sleeps overshoot once
     try:
@@ -46,9 +128,8 @@ async def complete_inline(ls, params: types.InlineCompletionParams) -> types.Inl
         if pipeline is None:
             return None  # the backend started reloading during the debounce
         version = document.version
-        offset = offset_logged(ls, document, params.position)
-        request = CompletionRequest(text=document.text, start=offset, mode="inline", language=document.language_id,
-                                    document_id=uri, version=version)
+        request = CompletionRequest(text=document.text, start=job.key[2], mode="inline",
+                                    language=document.language_id, document_id=uri, version=version)
         prepared = None
         if debounce > 0:
             # During the second half the context is built on its own thread and the model thread encodes the
@@ -61,8 +142,9 @@ async def complete_inline(ls, params: types.InlineCompletionParams) -> types.Inl
                 return None
             phases.start("inline_request")
         started = time.perf_counter()  # the completion's own latency counts from here
-        budget_ms = ls.settings.invoked_budget_ms if invoked else ls.settings.inline_budget_ms
-        future = ls.host.submit(pipeline, request, ticket.token, deadline_in(budget_ms / 1000), prepared)
+        setting = ls.settings.invoked_budget_ms if invoked else ls.settings.inline_budget_ms
+        future = ls.host.submit(pipeline, request, ticket.token, deadline_in(ls.budget.budget_ms(setting) / 1000),
+                                prepared)
         phases.stop("inline_request")
         result: PipelineResult = await asyncio.wrap_future(future)
     except asyncio.CancelledError:
@@ -77,11 +159,24 @@ async def complete_inline(ls, params: types.InlineCompletionParams) -> types.Inl
         ls.scheduler.close(ticket)
         stopped = ticket.stopped  # superseded or edited while computing
         ticket.token.cancel("request ended")  # nothing queued for it (context, warm) may run on after it
-    with phases.span("inline_reply"):
-        reply = _reply(ls, params, document, version, stopped, result, started)
-    if timing.enabled():
-        _record_overhead(document, phases, result.trace, "invoked" if invoked else "keystroke")
-    return reply
+    _time_fill(ls, result, started)
+    return _Ran(result, version, stopped, started, job.key[2], phases)
+
+
+def _time_fill(ls, result: PipelineResult, started: float) -> None:
+    """A run that reached its end (not cancelled) is one of this machine's fill times (server/budget.py)."""
+    outcome = result.result.outcome if result.result is not None else None
+    if outcome in ("ok", "empty", "cut_short") and ls.budget.record_fill((time.perf_counter() - started) * 1000):
+        ls.notify_status()  # the machine just became (or stopped being) too slow for automatic suggestions
+
+
+def _typed_through_reply(ls, params, document, typed) -> types.InlineCompletionList:
+    ls.telemetry.record_completion(kind="inline", uri=document.uri, version=document.version,
+                                   position=[params.position.line, params.position.character], outcome="ok",
+                                   result=None, server_ms=0.0, fills=[typed.insert])
+    item = types.InlineCompletionItem(insert_text=typed.insert, range=document.range_of(typed.cursor, typed.end))
+    offer(ls, document, [item], [(typed.cursor, typed.end)])
+    return types.InlineCompletionList(items=[item])
 
 
 def _record_overhead(document, server: timing.Trace, pipeline: timing.Trace, trigger: str) -> None:
@@ -113,8 +208,9 @@ def _record_overhead(document, server: timing.Trace, pipeline: timing.Trace, tri
     timing.record(f"{trigger}_cpu", server_cpu + cpu.get("context", 0.0) + cpu.get("checks", 0.0))
 
 
-def _reply(ls, params, document, version, stopped: bool, result: PipelineResult, started: float):
-    server_ms = (time.perf_counter() - started) * 1000
+def _reply(ls, params, document, ran: _Ran):
+    version, stopped, result = ran.version, ran.stopped, ran.result
+    server_ms = (time.perf_counter() - ran.started) * 1000
     uri = params.text_document.uri
     current = ls.documents.get(uri) is document and document.version == version
     fills = [f for f in result.fills if f.text.strip()]
@@ -133,9 +229,13 @@ def _reply(ls, params, document, version, stopped: bool, result: PipelineResult,
         ls.log(f"inline {uri}@{version}: no suggestion ({_why_empty(outcome, result)})", types.MessageType.Log)
         return None  # nothing rather than a bad suggestion
     ls.telemetry.record_latency(server_ms)
-    items = [types.InlineCompletionItem(insert_text=f.text,
-                                        range=document.range_of(f.start, f.end)) for f in fills]
+    return _items(ls, document, ran, fills)
+
+
+def _items(ls, document, ran: _Ran, fills) -> types.InlineCompletionList:
+    items = [types.InlineCompletionItem(insert_text=f.text, range=document.range_of(f.start, f.end)) for f in fills]
     offer(ls, document, items, [(f.start, f.end) for f in fills])  # the accept command; inferring what follows
+    ls.typed_through.remember(document.uri, document.text, ran.cursor, fills[0].start, fills[0].end, fills[0].text)
     return types.InlineCompletionList(items=items)
 
 

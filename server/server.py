@@ -18,11 +18,13 @@ from pygls.lsp.server import LanguageServer
 from infill import __version__, timing
 
 from .backend_host import BackendHost
+from .budget import BudgetPolicy
 from .documents import DocumentDistrusted, DocumentStore
 from .gate import LogThrottle
 from .jsonrpc import GuardedProtocol, public_message
 from .settings import Settings, clean_layer, parse_settings
 from .telemetry import Telemetry
+from .typed_through import TypedThrough
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +114,10 @@ class InfillServer(LanguageServer):
         self.loop: asyncio.AbstractEventLoop | None = None
         self.logged_refusals: set[tuple] = set()  # (uri, version, reason) already logged once
         self.discard_log = LogThrottle()  # completions superseded or outdated while computing
+        self.budget = BudgetPolicy()  # inline deadlines: a runaway guard measured on this machine
+        self.typed_through = TypedThrough()  # the rest of a suggestion the person types through
+        self.inline_jobs: dict[str, Any] = {}  # uri -> the inline model run in flight (identical requests join it)
+        self.joined = 0
         self._progress_token: str | None = None
         self._progress_ready: asyncio.Future | None = None
         self._raw_layers: dict[str, dict] = {}  # "init" (initializationOptions) and "config" (workspace config)
@@ -159,6 +165,8 @@ class InfillServer(LanguageServer):
             "version": __version__,
             "pipeline": self._pipeline_stats(),
             "overhead": timing.summary(),  # benchmark phases (infill/timing.py), empty unless timing is on
+            "budget": self.budget.status(self.settings.inline_budget_ms, self.settings.invoked_budget_ms),
+            "cheapAnswers": {"typedThrough": self.typed_through.answered, "joined": self.joined},
         }
 
     def _pipeline_stats(self) -> dict[str, Any]:
@@ -265,6 +273,8 @@ class InfillServer(LanguageServer):
                 self.work_done_progress.report(token, types.WorkDoneProgressReport(message=message,
                                                                                    percentage=percentage))
             return
+        if state == "ready":
+            self.budget.reset()  # a new backend: the old one's fill times say nothing about it
         if token is not None:
             self.work_done_progress.end(token, types.WorkDoneProgressEnd(message=message))
             self._progress_token = None

@@ -20,8 +20,10 @@ class Settings:
     dtype: str | None = None
     load_format: str = "auto"
     enabled: bool = True
-    inline_budget_ms: int = 600  # automatic inline trigger: deadline after the debounce
-    invoked_budget_ms: int = 2000  # explicitly invoked inline completion: larger budget, no debounce
+    # Deadlines of inline requests after the debounce; None: the runaway guard measured on this machine
+    # (server/budget.py). An explicit value wins.
+    inline_budget_ms: int | None = None  # automatic trigger
+    invoked_budget_ms: int | None = None  # explicitly invoked (no debounce)
     code_action_budget_ms: int = 10000
     debounce_ms: int = 120
     max_middle_tokens: int = 64
@@ -41,7 +43,9 @@ class Settings:
                 raise InfillError(f"invalid setting: {message}")
 
         for name in ("inline_budget_ms", "invoked_budget_ms", "code_action_budget_ms"):
-            need(0 < getattr(self, name) <= 600_000, f"{_CAMEL[name]} must be in 1..600000 ms")
+            value = getattr(self, name)
+            need((value is None and name in _MEASURED) or (value is not None and 0 < value <= 600_000),
+                 f"{_CAMEL[name]} must be in 1..600000 ms" + (" (or null: measured)" if name in _MEASURED else ""))
         need(0 <= self.debounce_ms <= 10_000, "debounceMs must be in 0..10000")
         need(1 <= self.max_middle_tokens <= 4096, "maxMiddleTokens must be in 1..4096")
         need(self.load_format in ("auto", "dummy"), "loadFormat must be 'auto' or 'dummy'")
@@ -64,6 +68,7 @@ def _camel(name: str) -> str:
     return head + "".join(part.capitalize() for part in rest)
 
 
+_MEASURED = ("inline_budget_ms", "invoked_budget_ms")  # None: the guard server/budget.py measures
 _CAMEL = {f.name: _camel(f.name) for f in fields(Settings)}
 _FIELD_OF = {camel: name for name, camel in _CAMEL.items()}
 _OPTIONAL_TEXT = {"model", "device", "dtype", "fallback_endpoint", "fallback_model", "remote_endpoint",
@@ -88,7 +93,7 @@ def _coerce(name: str, value: Any) -> Any:
         if isinstance(value, bool):
             return value
         raise TypeError("true or false")
-    if name == "denoising_steps" and value is None:
+    if name in ("denoising_steps", *_MEASURED) and value is None:
         return None
     if name in _INTEGERS:
         # Python's JSON reads 1e400 as inf and NaN as nan: int() of those raises, and nan != nan.

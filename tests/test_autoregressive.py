@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from infill.backends import gemma_cache
-from infill.cache.prompt_fit import KVEntry, LineTokenizer, PrefixKVStore, fit_prompt
+from infill.cache.kv_store import PrefixKVStore
+from infill.cache.tokens import ChunkedTokenizer, fit_prompt
 from infill.backends.gemma_stops import comment_only, cut_fill, finish_fill, gap_shape, trim_unfinished
 from infill.backends.gemma import ARSettings, GemmaBackend
 from infill.types import CancelToken, InfillBackend, InfillError, InfillRequest
@@ -249,17 +250,20 @@ def test_prefix_kv_reuse_after_a_one_character_edit_matches_a_fresh_computation(
                                             document_id="kv-fresh.py"))
     assert fresh.reused_tokens == 0
     assert reused.middles == fresh.middles
-    assert ar_backend.kv_store.total_bytes <= ar_backend.settings.kv_store_bytes
+    assert ar_backend.kv_store.nbytes <= ar_backend.settings.kv_store_bytes
 
 
 def test_line_tokens_round_trip_and_are_memoised(ar_backend):
-    lines = LineTokenizer(ar_backend._tokenizer)
+    tokens = ChunkedTokenizer(ar_backend._tokenizer)
     text = REAL_SOURCE.read_text()
-    ids = lines.encode(text)
+    ids = tokens.encode(text)
     assert ar_backend._tokenizer.decode(ids) == text
-    assert lines.line_ids("    return ") is lines.line_ids("    return ")
+    assert tokens.chunks("    return ")[0][1] is tokens.chunks("    return ")[0][1]
     # A lone surrogate (from a client's text) is tokenised as U+FFFD instead of failing the request.
-    assert ar_backend._tokenizer.decode(lines.line_ids("s = '\udcff'\n")) == "s = '\ufffd'\n"
+    assert ar_backend._tokenizer.decode(tokens.encode("s = '\udcff'\n")) == "s = '\ufffd'\n"
+    # Lines end at "\n" only (as LSP counts them): a form feed or U+2028 inside a line does not split it.
+    assert [text for text, _ in tokens.chunks("a = 1\x0c\nb = '\u2028'\n\n\nc")] == [
+        "a = 1\x0c\n", "b = '\u2028'\n\n\n", "c"]
 
 
 @pytest.mark.slow
@@ -267,8 +271,8 @@ def test_prompt_longer_than_the_context_keeps_the_near_end(ar_backend):
     small = GemmaBackend(ar_backend._model, ar_backend._tokenizer, device="cpu", dtype=ar_backend.info.dtype,
                          settings=ARSettings(max_prompt_tokens=64))
     prefix = "".join(f"value_{i} = {i}\n" for i in range(1, 60)) + "value_60 ="
-    lines = LineTokenizer(ar_backend._tokenizer).lines(prefix)
-    fitted = fit_prompt(lines, ar_backend._tokenizer.bos_token_id, 64)
+    chunks = ChunkedTokenizer(ar_backend._tokenizer).chunks(prefix)
+    fitted = fit_prompt(chunks, [ar_backend._tokenizer.bos_token_id], 64)
     kept = ar_backend._tokenizer.decode(fitted.ids[1:])
     assert len(fitted.ids) <= 64 and prefix.endswith(kept) and kept.startswith("value_")
     assert prefix[fitted.dropped_chars - 1] == "\n"  # whole leading lines dropped
@@ -317,13 +321,44 @@ def test_kv_store_is_bounded_in_bytes_and_evicts_the_least_recently_used():
 
     store = PrefixKVStore(max_bytes=3 * 640)  # room for three 10-token entries
     for doc in ("a", "b", "c"):
-        store.put(doc, KVEntry(list(range(10)), cache_of(10)))
-    assert store.total_bytes == 3 * 640
-    store.put("a", store.take("a"))  # "a" used again: "b" is now the oldest
-    store.put("d", KVEntry(list(range(10)), cache_of(10)))
-    assert store.take("b") is None and store.take("a") is not None and len(store) == 2
-    store.put("huge", KVEntry(list(range(100)), cache_of(100)))  # larger than the whole budget: not kept
-    assert store.take("huge") is None
+        store.put(doc, list(range(10)), cache_of(10))
+    assert store.nbytes == 3 * 640
+    cache, kept = store.take("a", list(range(10)))
+    store.put("a", list(range(10)), cache)  # "a" used again: "b" is now the oldest
+    store.put("d", list(range(10)), cache_of(10))
+    assert store.take("b", list(range(10)))[1] == 0 and store.take("a", list(range(10)))[1] == 10
+    assert len(store) == 2
+    store.put("huge", list(range(100)), cache_of(100))  # larger than the whole budget: not kept
+    assert store.take("huge", list(range(100)))[1] == 0
+
+
+def test_kv_store_crops_to_the_common_prefix_and_keeps_the_prompt_anchor():
+    import torch
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    cache.update(torch.arange(10.0).reshape(1, 1, 10, 1), torch.zeros(1, 1, 10, 1), 0)
+    store = PrefixKVStore(max_bytes=2**20)
+    store.put("doc", list(range(10)), cache, anchor="import os\n")
+    assert store.anchor("doc") == "import os\n" and store.anchor("other") == ""
+    edited = list(range(6)) + [99, 98]
+    taken, kept = store.take("doc", edited)
+    assert kept == 6 and taken.get_seq_length() == 6
+    assert taken.layers[0].keys.flatten().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    store.put("doc", edited[:6], taken)
+    taken, kept = store.take("doc", edited[:6], max_keep=5)  # a caller that must feed at least one token
+    assert kept == 5 and taken.get_seq_length() == 5
+
+
+def test_one_prompt_fitter_keeps_its_cut_while_the_text_grows():
+    chunks = [(f"line {i}\n", (i,) * 3) for i in range(10)]  # 30 tokens
+    assert fit_prompt(chunks, [0], 64).ids == [0] + [i for i in range(10) for _ in range(3)]
+    first = fit_prompt(chunks, [0], 16)  # cut to 3/4 of the budget: 11 tokens, the last 3 lines
+    assert first.ids == [0, 7, 7, 7, 8, 8, 8, 9, 9, 9] and first.anchor == "line 7\nline 8\nline 9\n"
+    grown = chunks + [("line 10\n", (10,) * 3)]
+    assert fit_prompt(grown, [0], 16, anchor=first.anchor).ids[:4] == [0, 7, 7, 7]  # same start: KV reusable
+    assert fit_prompt(grown, [0], 16, refit_fraction=1.0).ids[:4] == [0, 6, 6, 6]  # as many whole lines as fit
+    assert fit_prompt([("x" * 50, (5,) * 40)], [0], 16).ids == [0] + [5] * 15  # one huge line: its end
 
 
 def test_apostrophes_in_words_do_not_count_as_strings():

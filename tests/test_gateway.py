@@ -16,6 +16,7 @@ import time
 import httpx
 import pytest
 
+from infill.gateway.openai_api import detect_language
 from infill.gateway.server import make_server
 from infill.pipeline import CompletionRequest, Pipeline
 
@@ -59,7 +60,9 @@ def client(gateway):
 @pytest.fixture(scope="module")
 def expected(pipeline) -> str:
     """What an editor would be shown for the same gap, straight from the pipeline."""
-    result = pipeline.complete(CompletionRequest(text=PROMPT + SUFFIX, start=len(PROMPT), end=len(PROMPT)))
+    # (the gateway detects the language a request does not name: the pipeline gets the same one here)
+    result = pipeline.complete(CompletionRequest(text=PROMPT + SUFFIX, start=len(PROMPT), end=len(PROMPT),
+                                                 language=detect_language(PROMPT, SUFFIX)))
     return result.fills[0].text if result.fills else ""
 
 

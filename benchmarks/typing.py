@@ -1,0 +1,453 @@
+"""Ghost text while typing, as a person gets it: the real `infill-ls --stdio` (or the gateway) with the real default
+model (Gemma 3 270M unless --model), driven the way an editor drives it.
+
+Source: Python files of installed third-party packages (this venv's site-packages: requests, urllib3, jinja2,
+click, packaging, attr, pygls, rich, httpx, whichever are there), lines picked with a seed: one-line simple
+statements (assignment, return, call, raise) of 16-100 characters. A pause is: jump to the line (one didChange
+cuts the line at a random point, leaving at least 4 characters of it to predict, no request), then type
+`--keys` characters of the line 120 ms apart, each with a didChange and an automatic textDocument/inlineCompletion;
+each new request sends `$/cancelRequest` for the previous one (as VS Code does), then waits for the last one's
+answer. Then the line is restored (didChange) and the next pause starts. `--per-file` pauses share one open file,
+in line order, as a person editing down a file.
+
+Reported (the last line printed is one JSON object):
+- shown: share of pauses whose last request answered with a non-blank suggestion.
+- reply_p50_ms / reply_p95_ms: from the last keystroke (its didChange sent) to that answer, over shown pauses.
+- exact_rest_of_line: share of pauses whose suggestion's first line is exactly the rest of the original line
+  (trailing spaces ignored); exact_of_shown: the same over shown pauses.
+- valid: share of shown fills with which the whole file parses (ast.parse of the file with the cut line and the
+  fill applied); parses_without_fill: the share of those pauses where the file parses without the fill (a cut
+  after a complete expression) — a fill that adds nothing there still counts as valid.
+- cores, cpu_flags, pauses, settings, mode, model, seconds.
+
+Mode --gateway: `infill-ls serve` on a free local port; per pause the same typing, then one POST
+/v1/completions with prompt (text before the cursor) and suffix (text after), `max_tokens` 64, and no
+`language` field, as a generic FIM client sends after its debounce; the reply time runs from the request to its
+answer (the client's own debounce is not counted); shown = a non-empty `text`.
+
+Each pause starts with the model idle (the benchmark waits for the server to finish what it gave up on).
+`--baseline DIR` runs a second server from another source tree (e.g. `git archive main | tar -x -C DIR`) on the
+same pauses, alternating with this tree's pause by pause, so machine load hits both alike: its figures come
+under "baseline" in the same JSON object.
+
+Usage: python benchmarks/typing.py [--gateway] [--pauses 24] [--per-file 3] [--keys 4] [--seed 12]
+                                   [--settings '{"inlineBudgetMs": 8000}'] [--model DIR] [--baseline DIR]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# This file is named like the standard library's `typing`: run as a script, its folder leads sys.path and would
+# shadow it for every import below.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [entry for entry in sys.path if os.path.abspath(entry or ".") != _HERE]
+
+import argparse
+import ast
+import asyncio
+import json
+import random
+import socket
+import subprocess
+import sysconfig
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from lsprotocol import types
+from pygls.lsp.client import LanguageClient
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("requests", "urllib3", "jinja2", "click", "packaging", "attr", "pygls", "rich", "httpx")
+KEY_GAP_S = 0.12
+SIMPLE = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.Expr, ast.Raise)
+
+
+@dataclass(frozen=True)
+class Pause:
+    path: str
+    line: int  # 0-based
+    keep: int  # characters of the line on screen before typing
+    typed: str  # then typed one by one
+
+
+# -- picking lines ----------------------------------------------------------------------------------------------
+
+def candidate_files() -> list[Path]:
+    site = Path(sysconfig.get_paths()["purelib"])
+    files = []
+    for package in PACKAGES:
+        files += sorted((site / package).rglob("*.py")) if (site / package).is_dir() else []
+    return files
+
+
+def candidate_lines(text: str) -> list[int]:
+    """0-based lines holding a whole one-line simple statement worth predicting."""
+    lines = text.split("\n")
+    out = set()
+    for node in ast.walk(ast.parse(text)):
+        if not isinstance(node, SIMPLE) or node.lineno != node.end_lineno:
+            continue
+        if isinstance(node, ast.Expr) and not isinstance(node.value, ast.Call):
+            continue  # docstrings and bare names
+        line = lines[node.lineno - 1]
+        content = line.strip()
+        if 16 <= len(content) <= 100 and line.lstrip().startswith(content[:3]) and ";" not in content:
+            out.add(node.lineno - 1)
+    return sorted(out)
+
+
+def pick_pauses(count: int, per_file: int, keys: int, seed: int) -> list[Pause]:
+    rng = random.Random(seed)
+    files = candidate_files()
+    if not files:
+        raise SystemExit(f"none of {PACKAGES} is installed in {sysconfig.get_paths()['purelib']}")
+    rng.shuffle(files)
+    pauses: list[Pause] = []
+    for path in files:
+        if len(pauses) >= count:
+            break
+        try:
+            text = path.read_text(encoding="utf-8")
+            if not 2_000 <= len(text) <= 80_000 or "\r" in text:
+                continue
+            lines = candidate_lines(text)
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        if len(lines) < per_file:
+            continue
+        source = text.split("\n")
+        for number in sorted(rng.sample(lines, per_file))[:count - len(pauses)]:
+            line = source[number]
+            indent = len(line) - len(line.lstrip())
+            content_len = len(line) - indent
+            cut = rng.randint(keys + 4, content_len - 4)  # at least 4 characters typed before, 4 left after
+            keep = indent + cut - keys
+            pauses.append(Pause(str(path), number, keep, line[keep:indent + cut]))
+    return pauses
+
+
+# -- judging a fill ---------------------------------------------------------------------------------------------
+
+def parses(text: str) -> bool:
+    try:
+        ast.parse(text)
+        return True
+    except (SyntaxError, ValueError):
+        return False
+
+
+def judge(original: str, pause: Pause, before: str, after: str, fill: str) -> dict:
+    """`before`/`after`: the document text around the cursor at the pause; `fill` replaces nothing."""
+    rest = original.split("\n")[pause.line][pause.keep + len(pause.typed):]
+    first_line = fill.split("\n", 1)[0]
+    return {"exact": first_line.rstrip() == rest.rstrip() and bool(rest.strip()),
+            "valid": parses(before + fill + after), "parses_without": parses(before + after)}
+
+
+# -- the LSP editor ---------------------------------------------------------------------------------------------
+
+class Editor:
+    """One open document; edits and automatic inline requests as VS Code sends them."""
+
+    def __init__(self, client: LanguageClient, uri: str, text: str) -> None:
+        self.client, self.uri, self.text, self.version = client, uri, text, 1
+        self.pending: tuple[str, asyncio.Future] | None = None
+        client.text_document_did_open(types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
+
+    def replace_line(self, line: int, new: str) -> None:
+        lines = self.text.split("\n")
+        old = lines[line]
+        lines[line] = new
+        self.text = "\n".join(lines)
+        self._change(types.Range(types.Position(line, 0), types.Position(line, len(old))), new)
+
+    def type_char(self, line: int, column: int, char: str) -> None:
+        lines = self.text.split("\n")
+        lines[line] = lines[line][:column] + char + lines[line][column:]
+        self.text = "\n".join(lines)
+        at = types.Position(line, column)
+        self._change(types.Range(at, at), char)
+
+    def _change(self, rng: types.Range, new: str) -> None:
+        self.version += 1
+        self.client.text_document_did_change(types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=self.uri, version=self.version),
+            content_changes=[types.TextDocumentContentChangePartial(range=rng, text=new)]))
+
+    def ask(self, position: types.Position) -> asyncio.Future:
+        """An automatic request; the previous one is cancelled with $/cancelRequest."""
+        if self.pending is not None and not self.pending[1].done():
+            self.client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id=self.pending[0]))
+        msg_id = str(uuid.uuid4())
+        future = asyncio.wrap_future(self.client.protocol.send_request(
+            types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionParams(
+                text_document=types.TextDocumentIdentifier(uri=self.uri), position=position,
+                context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic)),
+            msg_id=msg_id))
+        future.add_done_callback(lambda done: done.cancelled() or done.exception())  # cancelled ones: expected
+        self.pending = (msg_id, future)
+        return future
+
+
+def offset_of(text: str, line: int, column: int) -> int:
+    """Str offset of a position (ASCII sources: UTF-16 columns are str columns)."""
+    return sum(len(x) + 1 for x in text.split("\n")[:line]) + column
+
+
+def server_command(tree: Path, *args: str) -> list[str]:
+    """The server of the source tree `tree` (run from it, so its own packages are imported), this venv's Python."""
+    return [sys.executable, "-m", "server.cli", *args]
+
+
+def tree_env(tree: Path) -> dict:
+    return {**os.environ, "PYTHONPATH": str(tree)}
+
+
+async def lsp_status(client: LanguageClient) -> dict:
+    return await client.workspace_execute_command_async(types.ExecuteCommandParams(command="infill.status"))
+
+
+async def start_lsp(args, settings: dict, tree: Path) -> LanguageClient:
+    client = LanguageClient("infill-typing-bench", "1")
+    for method in (types.WINDOW_LOG_MESSAGE, "infill/statusChanged", types.PROGRESS):
+        client.feature(method)(lambda *a: None)
+    extra = ["--model", args.model] if args.model else []
+    await client.start_io(*server_command(tree, "--stdio", "--log-file", os.devnull, *extra), cwd=str(tree),
+                          env=tree_env(tree))
+    await client.initialize_async(types.InitializeParams(capabilities=types.ClientCapabilities(),
+                                                         initialization_options=settings))
+    client.initialized(types.InitializedParams())
+    end = time.monotonic() + 600
+    while (status := await lsp_status(client))["state"] == "loading" and time.monotonic() < end:
+        await asyncio.sleep(0.5)
+    if status["state"] != "ready":
+        raise SystemExit(f"server in {tree} not ready: {status}")
+    return client
+
+
+async def settle(client: LanguageClient, limit_s: float = 90.0) -> None:
+    """Wait until the server runs nothing (a request the benchmark gave up on may still run): each pause starts
+    from an idle model, as after a person's pause, and one server's leftovers never slow the other's pause."""
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        status = await lsp_status(client)
+        if not status.get("modelBusy") and not status.get("running"):
+            return
+        await asyncio.sleep(0.2)
+
+
+async def lsp_pause(args, client: LanguageClient, editors: dict, index: int, pause: Pause) -> dict:
+    original = Path(pause.path).read_text(encoding="utf-8")
+    if pause.path not in editors:
+        editors[pause.path] = Editor(client, f"file:///bench/{index}/{Path(pause.path).name}", original)
+    editor = editors[pause.path]
+    line = original.split("\n")[pause.line]
+    editor.replace_line(pause.line, line[:pause.keep])  # the jump: no request
+    await asyncio.sleep(0.5)
+    column, future, last_key = pause.keep, None, 0.0
+    for char in pause.typed:
+        editor.type_char(pause.line, column, char)
+        column += 1
+        last_key = time.perf_counter()
+        future = editor.ask(types.Position(pause.line, column))
+        await asyncio.sleep(KEY_GAP_S)
+    try:
+        reply = await asyncio.wait_for(future, args.wait_s)
+    except Exception:  # noqa: BLE001 - timed out, cancelled or failed: nothing shown
+        reply = None
+    reply_ms = (time.perf_counter() - last_key) * 1000
+    offset = offset_of(editor.text, pause.line, column)
+    before, after, fill = editor.text[:offset], editor.text[offset:], ""
+    if reply is not None and reply.items and reply.items[0].insert_text.strip():
+        item = reply.items[0]
+        start = offset_of(editor.text, item.range.start.line, item.range.start.character)
+        end = offset_of(editor.text, item.range.end.line, item.range.end.character)
+        filled = editor.text[:start] + item.insert_text + editor.text[end:]
+        # As a fill at the cursor (an item may also rewrite typed text before it, or text after it).
+        tail = len(editor.text) - max(end, offset)
+        fill, after = filled[offset:len(filled) - tail], editor.text[len(editor.text) - tail:]
+        before = filled[:offset]
+    record = _record(original, pause, before, after, fill, reply_ms)
+    editor.replace_line(pause.line, line)  # restore
+    await settle(client)
+    return record
+
+
+async def run_lsp(args, pauses: list[Pause], settings: dict, trees: list[Path]) -> list[tuple[list[dict], dict]]:
+    clients = [await start_lsp(args, settings, tree) for tree in trees]
+    records: list[list[dict]] = [[] for _ in trees]
+    editors: list[dict] = [{} for _ in trees]
+    for index, pause in enumerate(pauses):
+        order = list(range(len(trees)))
+        for k in order if index % 2 == 0 else order[::-1]:  # alternating: drift hits both alike
+            records[k].append(await lsp_pause(args, clients[k], editors[k], index, pause))
+            if args.verbose:
+                print(json.dumps({"tree": str(trees[k]), **records[k][-1]}), file=sys.stderr, flush=True)
+    out = []
+    for client, recs in zip(clients, records):
+        final = await lsp_status(client)
+        await client.shutdown_async(None)
+        client.exit(None)
+        await client.stop()
+        out.append((recs, {"pipeline": final.get("pipeline"), "server_latencies": final.get("latencies"),
+                           **{k: final[k] for k in ("budget", "cheapAnswers") if k in final}}))
+    return out
+
+
+def _record(original: str, pause: Pause, before: str, after: str, fill: str, reply_ms: float) -> dict:
+    record = {"file": Path(pause.path).name, "line": pause.line + 1, "shown": bool(fill.strip()),
+              "reply_ms": round(reply_ms, 1), "fill": fill}
+    if record["shown"]:
+        record.update(judge(original, pause, before, after, fill))
+    return record
+
+
+# -- the gateway client -----------------------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def post(url: str, body: dict, timeout: float) -> dict:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def start_gateway(args, tree: Path) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    extra = ["--model", args.model] if args.model else []
+    process = subprocess.Popen(server_command(tree, "serve", "--port", str(port), "--log-level", "WARNING", *extra),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=str(tree),
+                               env=tree_env(tree))
+    base = f"http://127.0.0.1:{port}"
+    end = time.monotonic() + 600
+    while True:
+        try:
+            with urllib.request.urlopen(base + "/health", timeout=5) as response:
+                if json.loads(response.read()).get("status") == "ready":
+                    return process, base
+        except OSError:
+            pass
+        if time.monotonic() > end or process.poll() is not None:
+            process.kill()
+            raise SystemExit(f"gateway in {tree} did not become ready")
+        time.sleep(0.5)
+
+
+def gateway_pause(args, base: str, pause: Pause) -> dict:
+    original = Path(pause.path).read_text(encoding="utf-8")
+    lines = original.split("\n")
+    offset = sum(len(x) + 1 for x in lines[:pause.line]) + pause.keep + len(pause.typed)
+    line_end = sum(len(x) + 1 for x in lines[:pause.line]) + len(lines[pause.line])
+    before, after = original[:offset], original[line_end:]
+    time.sleep(KEY_GAP_S * len(pause.typed))  # the typing, as the client sees it: nothing sent
+    started = time.perf_counter()
+    try:
+        body = post(base + "/v1/completions", {"prompt": before, "suffix": after, "max_tokens": 64}, args.wait_s)
+        fill = body["choices"][0]["text"]
+    except OSError:
+        fill = ""
+    return _record(original, pause, before, after, fill, (time.perf_counter() - started) * 1000)
+
+
+def run_gateway(args, pauses: list[Pause], trees: list[Path]) -> list[tuple[list[dict], dict]]:
+    servers = []
+    try:
+        for tree in trees:
+            servers.append(start_gateway(args, tree))
+        records: list[list[dict]] = [[] for _ in trees]
+        for index, pause in enumerate(pauses):
+            order = list(range(len(trees)))
+            for k in order if index % 2 == 0 else order[::-1]:
+                records[k].append(gateway_pause(args, servers[k][1], pause))
+                if args.verbose:
+                    print(json.dumps({"tree": str(trees[k]), **records[k][-1]}), file=sys.stderr, flush=True)
+        return [(recs, {}) for recs in records]
+    finally:
+        for process, _ in servers:
+            process.terminate()
+            process.wait(30)
+
+
+# -- report -----------------------------------------------------------------------------------------------------
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
+
+
+def cpu_flags() -> list[str]:
+    wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_tile", "amx_bf16", "fma", "f16c")
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                have = set(line.split(":", 1)[1].split())
+                return [flag for flag in wanted if flag in have]
+    except OSError:
+        pass
+    return []
+
+
+def summary(records: list[dict], extra: dict, args, settings: dict, seconds: float) -> dict:
+    shown = [r for r in records if r["shown"]]
+    replies = [r["reply_ms"] for r in shown]
+    share = lambda part, whole: round(len(part) / len(whole), 3) if whole else None  # noqa: E731
+    p50, p95 = percentile(replies, 50), percentile(replies, 95)
+    return {
+        "mode": "gateway" if args.gateway else "lsp", "pauses": len(records), "shown": share(shown, records),
+        "reply_p50_ms": None if p50 is None else round(p50), "reply_p95_ms": None if p95 is None else round(p95),
+        "exact_rest_of_line": share([r for r in shown if r["exact"]], records),
+        "exact_of_shown": share([r for r in shown if r["exact"]], shown),
+        "valid": share([r for r in shown if r["valid"]], shown),
+        "parses_without_fill": share([r for r in shown if r["parses_without"]], shown),
+        "cores": os.cpu_count(), "cpu_flags": cpu_flags(), "load_avg": round(os.getloadavg()[0], 2),
+        "settings": settings, "keys": args.keys, "key_gap_ms": int(KEY_GAP_S * 1000), "seed": args.seed,
+        "model": args.model or "offline default (Gemma 3 270M)", "seconds": round(seconds), **extra,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--gateway", action="store_true", help="drive `infill-ls serve` instead of the LSP server")
+    parser.add_argument("--pauses", type=int, default=24)
+    parser.add_argument("--per-file", type=int, default=3)
+    parser.add_argument("--keys", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=12)
+    parser.add_argument("--wait-s", type=float, default=None,
+                        help="longest wait for one answer (default 30 s; the gateway: 90 s, past its own 60 s)")
+    parser.add_argument("--settings", default="{}", help="initializationOptions (JSON) for the LSP server")
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--baseline", default=None, help="another source tree (e.g. an export of main): its "
+                        "server gets the same pauses, alternating with this one's; reported under 'baseline'")
+    parser.add_argument("--verbose", action="store_true", help="one JSON line per pause on stderr")
+    args = parser.parse_args()
+    settings = json.loads(args.settings)
+    args.wait_s = args.wait_s or (90.0 if args.gateway else 30.0)
+    pauses = pick_pauses(args.pauses, args.per_file, args.keys, args.seed)
+    trees = [ROOT] + ([Path(args.baseline).resolve()] if args.baseline else [])
+    started = time.perf_counter()
+    if args.gateway:
+        runs = run_gateway(args, pauses, trees)
+        settings = {}
+    else:
+        runs = asyncio.run(run_lsp(args, pauses, settings, trees))
+    seconds = time.perf_counter() - started
+    report = summary(*runs[0], args, settings, seconds)
+    if args.baseline:
+        report["baseline"] = {"tree": str(trees[1]), **summary(*runs[1], args, settings, seconds)}
+    print(json.dumps(report))
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""Drafted (prompt-lookup) decoding of the offline default must give exactly the text of one token per forward."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from infill.backends.gemma import ARSettings, draft_from_context
+from infill.types import InfillError, InfillRequest
+
+SOURCE = (Path(__file__).resolve().parents[1] / "infill" / "pipeline.py").read_text()
+
+
+def test_drafts_continue_the_latest_earlier_occurrence_of_the_last_tokens():
+    ids = [1, 2, 3, 9, 9, 1, 2, 3, 7, 8, 5, 1, 2, 3]
+    assert draft_from_context(ids, 2, 3) == [7, 8]  # the latest earlier "1 2 3" was followed by 7 8
+    assert draft_from_context(ids, 10, 3) == [7, 8, 5, 1, 2, 3]  # as many as there are
+    assert draft_from_context([4, 5, 6, 0, 5, 6], 2, 3) == [0, 5]  # "4 5 6" never recurs: "5 6" does
+    assert draft_from_context([1, 2, 3, 4], 3, 3) == []  # nothing repeats
+    assert draft_from_context(ids, 0, 3) == []
+
+
+def test_draft_settings_are_validated():
+    with pytest.raises(InfillError):
+        ARSettings(draft_tokens=-1)
+    with pytest.raises(InfillError):
+        ARSettings(draft_ngram=1)
+
+
+def _holes() -> list[InfillRequest]:
+    """Cursor positions in a real module: mid-line (single-line fills) and at line starts inside blocks."""
+    requests = []
+    for needle in ("        return ", "    def ", "self.", "if not "):
+        at = SOURCE.index(needle, len(SOURCE) // 3) + len(needle)
+        requests.append(InfillRequest(prefix=SOURCE[at - 1500:at], suffix=SOURCE[at:], single_line=True,
+                                      language="python", max_middle_tokens=16))
+    for line in (140, 200):
+        at = sum(len(s) for s in SOURCE.splitlines(keepends=True)[:line])
+        requests.append(InfillRequest(prefix=SOURCE[at - 1500:at], suffix=SOURCE[at:], language="python",
+                                      max_middle_tokens=24))
+    return requests
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # twelve real fills; on a shared 2-core machine at load 15 this took 20 minutes
+def test_drafted_decoding_gives_the_same_text_as_one_token_per_forward(ar_backend):
+    original = ar_backend.settings
+    try:
+        results = {}
+        for drafts in (0, 8):
+            ar_backend.settings = replace(original, draft_tokens=drafts)
+            ar_backend.kv_store.clear()
+            results[drafts] = [ar_backend.infill(request) for request in _holes()]
+    finally:
+        ar_backend.settings = original
+    plain, drafted = results[0], results[8]
+    assert [r.middle for r in drafted] == [r.middle for r in plain]
+    assert [r.steps for r in drafted] == [r.steps for r in plain]
+    assert all(r.tokens_per_forward <= 1.0 for r in plain)
+    # The drafts were used: several tokens confirmed per forward on code that repeats itself.
+    assert sum(r.steps for r in drafted) / sum(r.steps / r.tokens_per_forward for r in drafted if r.steps) > 1.3
+
+
+@pytest.mark.slow
+def test_a_drafted_fill_leaves_a_cache_that_the_next_keystroke_reuses_exactly(ar_backend):
+    request = _holes()[-1]
+    typed = replace(request, prefix=request.prefix + "    ", document_id="typed.py")
+    ar_backend.infill(replace(request, document_id="typed.py"))  # drafts accepted and rejected along the way
+    reused = ar_backend.infill(typed)
+    fresh = ar_backend.infill(replace(typed, document_id="fresh.py"))
+    assert reused.reused_tokens >= reused.prompt_tokens - 4 and fresh.reused_tokens == 0
+    assert reused.middles == fresh.middles

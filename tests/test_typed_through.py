@@ -1,0 +1,160 @@
+"""Cheap inline answers, through the real server over stdio (tiny DiffusionGemma; plaintext, whose noise the
+watchdog lets through): typing the first characters of a suggestion gets the rest at once without the model, and
+a request identical to the one in flight joins it instead of starting the model again."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import pytest_asyncio
+from lsprotocol import types
+
+from lsp_helpers import log_text, open_doc, start, status, wait_ready
+from server.typed_through import TypedThrough
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def lsp(tiny_checkpoint):
+    client, _ = await start(["--model", str(tiny_checkpoint), "--denoising-steps", "8"],
+                            init_options={"enabledLanguages": ["plaintext"], "debounceMs": 40,
+                                          "invokedBudgetMs": 60000, "inlineBudgetMs": 60000})
+    client.feature("infill/statusChanged")(lambda params: None)
+    ready = await wait_ready(client)
+    assert ready["state"] == "ready", ready
+    yield client
+    await client.shutdown_session()
+    await client.stop()
+
+
+def _params(uri: str, position: types.Position, invoked: bool) -> types.InlineCompletionParams:
+    kind = types.InlineCompletionTriggerKind.Invoked if invoked else types.InlineCompletionTriggerKind.Automatic
+    return types.InlineCompletionParams(text_document=types.TextDocumentIdentifier(uri=uri), position=position,
+                                        context=types.InlineCompletionContext(trigger_kind=kind))
+
+
+def _ask(client, uri: str, position: types.Position, invoked: bool = False):
+    return client.text_document_inline_completion_async(_params(uri, position, invoked))
+
+
+def _type(client, uri: str, version: int, position: types.Position, char: str) -> None:
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+        content_changes=[types.TextDocumentContentChangePartial(range=types.Range(position, position), text=char)]))
+
+
+async def _model_runs(client) -> int:
+    """Pipeline runs so far, once the model thread is idle (a stopped run is counted when it ends)."""
+    for _ in range(400):
+        current = await status(client)
+        if not current["modelBusy"] and not current["running"]:
+            break
+        await asyncio.sleep(0.05)
+    return sum(current["pipeline"]["routes"].values())
+
+
+async def _suggestion(client, uri: str, text: str) -> str:
+    open_doc(client, uri, text, language="plaintext")
+    reply = await _ask(client, uri, types.Position(0, len(text)), invoked=True)
+    assert reply is not None and reply.items, log_text(client)
+    suggestion = reply.items[0].insert_text
+    assert reply.items[0].range.start == reply.items[0].range.end == types.Position(0, len(text))
+    if len(suggestion) < 3:
+        pytest.skip(f"the random-weight model suggested only {suggestion!r}")
+    return suggestion
+
+
+async def test_typing_through_a_suggestion_is_answered_without_the_model(lsp):
+    uri, text = "file:///through.txt", "The quick brown fox "
+    suggestion = await _suggestion(lsp, uri, text)
+    runs = await _model_runs(lsp)
+    column = len(text)
+    for version, char in enumerate(suggestion[:2], start=2):
+        _type(lsp, uri, version, types.Position(0, column), char)
+        column += 1
+        reply = await _ask(lsp, uri, types.Position(0, column))
+        assert reply is not None and reply.items, log_text(lsp)
+        item = reply.items[0]
+        assert item.insert_text == suggestion[column - len(text):]
+        assert item.range.start == item.range.end == types.Position(0, column)
+    current = await status(lsp)
+    assert sum(current["pipeline"]["routes"].values()) == runs  # no model run for either keystroke
+    assert current["cheapAnswers"]["typedThrough"] >= 2
+
+
+async def test_a_character_that_differs_from_the_suggestion_goes_to_the_model(lsp):
+    uri, text = "file:///differs.txt", "Our plan for the week "
+    suggestion = await _suggestion(lsp, uri, text)
+    runs = await _model_runs(lsp)
+    other = "Q" if suggestion[0] != "Q" else "Z"
+    _type(lsp, uri, 2, types.Position(0, len(text)), other)
+    await _ask(lsp, uri, types.Position(0, len(text) + 1))
+    assert await _model_runs(lsp) == runs + 1
+
+
+async def test_an_identical_request_after_a_cancel_joins_the_run_in_flight(lsp):
+    """VS Code cancels its request and asks again for the same text and position (e.g. on a re-trigger): the
+    model run in flight answers the second request; before, a second run started from scratch."""
+    uri, text = "file:///join.txt", "Remember to water the plants and "
+    open_doc(lsp, uri, text, language="plaintext")
+    runs = await _model_runs(lsp)
+    position = types.Position(0, len(text))
+    first = asyncio.wrap_future(lsp.protocol.send_request(types.TEXT_DOCUMENT_INLINE_COMPLETION,
+                                                          _params(uri, position, True), msg_id="join-first"))
+    first.add_done_callback(lambda f: f.exception())  # answered "cancelled": expected
+    await asyncio.sleep(0.01)
+    lsp.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id="join-first"))
+    second = await _ask(lsp, uri, position, invoked=True)
+    assert second is not None and second.items, log_text(lsp)
+    current = await status(lsp)
+    assert sum(current["pipeline"]["routes"].values()) == runs + 1 and current["cheapAnswers"]["joined"] >= 1
+
+
+async def test_a_cancelled_request_nobody_rejoins_stops_the_model(lsp):
+    uri, text = "file:///abandon.txt", "Please send the invoice to "
+    open_doc(lsp, uri, text, language="plaintext")
+    future = asyncio.wrap_future(lsp.protocol.send_request(
+        types.TEXT_DOCUMENT_INLINE_COMPLETION, _params(uri, types.Position(0, len(text)), True), msg_id="abandon"))
+    future.add_done_callback(lambda f: f.exception())
+    lsp.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id="abandon"))
+    with pytest.raises(Exception):
+        await future
+    for _ in range(100):
+        current = await status(lsp)
+        if not current["running"] and not current["modelBusy"]:
+            break
+        await asyncio.sleep(0.05)
+    assert not current["running"] and not current["modelBusy"]
+
+
+def test_typed_through_unit_rules():
+    """The remembered suggestion answers only the exact text it was computed for plus a typed prefix of it."""
+    memory = TypedThrough()
+    text = "x = compute(\n"
+    memory.remember("u", text, 12, 12, 12, "a, b)")
+    assert memory.answer("u", text, 12).insert == "a, b)"  # asked again, nothing typed
+    hit = memory.answer("u", "x = compute(a\n", 13)
+    assert (hit.insert, hit.cursor, hit.end) == (", b)", 13, 13)
+    assert memory.answer("u", "x = compute(a,\n", 14).insert == " b)"  # from the new last suggestion
+    assert memory.answer("u", "x = compute(a,X\n", 15) is None  # a different character
+    assert memory.answer("u", "y = compute(a, \n", 15) is None  # an edit elsewhere
+    assert memory.answer("u", "x = compute(a, b)\n", 17) is None  # all typed: nothing left
+    memory.remember("u", text, 12, 11, 12, "(a)")  # a fill that rewrites text before the cursor
+    assert memory.answer("u", text, 12) is None
+
+
+async def test_an_identical_request_without_a_cancel_takes_the_run_over(lsp):
+    """A client that re-asks without cancelling: the newest request gets the run's answer, the older one nothing
+    (as a superseded request), and the model ran once."""
+    uri, text = "file:///takeover.txt", "The train leaves at noon, so "
+    open_doc(lsp, uri, text, language="plaintext")
+    runs = await _model_runs(lsp)
+    position = types.Position(0, len(text))
+    older = asyncio.ensure_future(_ask(lsp, uri, position, invoked=True))
+    await asyncio.sleep(0.01)
+    newer = await _ask(lsp, uri, position, invoked=True)
+    assert await older is None
+    assert newer is not None and newer.items, log_text(lsp)
+    assert await _model_runs(lsp) == runs + 1
