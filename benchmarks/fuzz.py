@@ -8,13 +8,17 @@ The generator and invariants are tests/fuzz/session.py (the suite runs the same 
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import sys
-import tempfile
-import time
-from pathlib import Path
+
+# benchmarks/typing.py would shadow the standard library's typing for modules imported from here
+sys.path[:] = [p for p in sys.path if not p.rstrip("/").endswith("benchmarks")]
+
+import argparse  # noqa: E402
+import json
+import os  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
