@@ -8,6 +8,7 @@ Line endings are what LSP says they are: "\\n", "\\r\\n" and "\\r" (not the extr
 from __future__ import annotations
 
 import itertools
+import secrets
 from dataclasses import dataclass
 from typing import Callable
 
@@ -17,6 +18,13 @@ from infill.context.lines import line_content as _content
 from infill.context.lines import split_lines
 
 EAGER_TEXT_CHARS = 1 << 19  # documents up to this size keep their whole text edited in place
+SESSION = secrets.token_hex(4)  # this server process: code-action data from another process never matches
+
+
+def utf16_units(text: str) -> int:
+    """Length of `text` in UTF-16 code units. JSON can carry a lone surrogate ("\\ud800") and editors count it as
+    one unit: "surrogatepass" encodes it as one unit instead of raising, so this cannot fail on any str."""
+    return len(text) if text.isascii() else len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
 def utf16_to_index(line: str, units: int) -> int:
@@ -24,7 +32,7 @@ def utf16_to_index(line: str, units: int) -> int:
     down to the start of that character)."""
     if units <= 0:
         return 0
-    if line.isascii() or len(line.encode("utf-16-le")) == 2 * len(line):
+    if utf16_units(line) == len(line):
         return min(units, len(line))
     count = 0
     for index, char in enumerate(line):
@@ -36,8 +44,13 @@ def utf16_to_index(line: str, units: int) -> int:
 
 
 def index_to_utf16(line: str, index: int) -> int:
-    head = line[:index]
-    return len(head) if head.isascii() else len(head.encode("utf-16-le")) // 2
+    return utf16_units(line[:index])
+
+
+def text_fingerprint(text: str) -> str:
+    """Identifies one exact text within this server process: Python's str hash (computed at C speed once, then
+    cached on the str object), salted per process by PYTHONHASHSEED and tagged with SESSION."""
+    return f"{SESSION}:{hash(text) & 0xFFFFFFFFFFFFFFFF:016x}:{len(text)}"
 
 
 @dataclass
@@ -52,16 +65,19 @@ class Document:
     refused until a full-text change brings it under the limit or it is reopened."""
 
     def __init__(self, uri: str, text: str, version: int | None, language_id: str | None,
-                 max_chars: int | None = None) -> None:
+                 max_chars: int | None = None, generation: int = 0) -> None:
         self.uri = uri
         self.language_id = language_id
         self.version = version
         self.max_chars = max_chars
+        self.generation = generation  # which open of this uri (a close and reopen may restart versions)
+        self.untrusted = ""  # why the text may differ from the editor's ("" when it is the editor's text)
         self._set_text(text)
         self.last_change_ms = 0.0  # server time spent applying the latest didChange (benchmarks/server.py)
         self.last_change_cpu_ms = 0.0  # the same in CPU time of the event-loop thread
 
     def _set_text(self, text: str) -> None:
+        self.untrusted = ""  # a full text is the editor's text again
         self.length = len(text)
         self.oversized = self.max_chars is not None and self.length > self.max_chars
         self.lines = [""] if self.oversized else split_lines(text)
@@ -70,6 +86,7 @@ class Document:
         # cost more than one join per request: the text is then joined when asked for.
         self._text: str | None = "" if self.oversized else text
         self._has_nul: bool | None = None  # unknown until asked
+        self._fingerprint: tuple[str, str] | None = None
         # Line start offsets, correct up to index _valid (an edit invalidates only the lines after it, so typing
         # on one line never re-sums the whole document); the list always has len(lines) + 1 entries.
         self._starts: list[int] = [0] * (len(self.lines) + 1)
@@ -81,6 +98,25 @@ class Document:
         if self._text is None:
             self._text = "".join(self.lines)
         return self._text
+
+    @property
+    def fingerprint(self) -> str:
+        """The identity of the current text (see text_fingerprint); O(1) once computed for this text."""
+        text = self.text
+        cached = self._fingerprint
+        if cached is None or cached[0] is not text:
+            cached = self._fingerprint = (text, text_fingerprint(text))
+        return cached[1]
+
+    def identity(self) -> dict:
+        """What code-action data carries to name this exact text: the open, the version and the text itself."""
+        return {"generation": f"{SESSION}:{self.generation}", "version": self.version, "text": self.fingerprint}
+
+    def distrust(self, reason: str) -> None:
+        """The editor's text can no longer be known from ours (a change failed to apply): drop ours and refuse
+        every request until the editor sends a full text or reopens the document. Never guess."""
+        self._set_text("")
+        self.untrusted = reason
 
     @property
     def has_nul(self) -> bool:
@@ -142,10 +178,10 @@ class Document:
         """Apply one change; returns the str range (start, old end) it replaced in the text before it, or None
         for a document kept as its length only."""
         if not isinstance(change, types.TextDocumentContentChangePartial):
-            old_length, was_oversized = self.length, self.oversized
+            old_length, was_unknown = self.length, self.oversized or bool(self.untrusted)
             self._set_text(change.text)
-            return None if was_oversized else (0, old_length)
-        if self.oversized:
+            return None if was_unknown else (0, old_length)
+        if self.oversized or self.untrusted:
             return None
         lines = self.lines
         start_line = min(max(change.range.start.line, 0), len(lines) - 1)
@@ -188,6 +224,10 @@ class Document:
         return utf16_to_index(_content(self.lines[line]), position.character)
 
 
+class DocumentDistrusted(Exception):
+    """A didChange could not be applied; the document now refuses requests until full text or reopen."""
+
+
 def _bisect_right(values: list[int], x: int, hi: int) -> int:
     import bisect
 
@@ -197,24 +237,32 @@ def _bisect_right(values: list[int], x: int, hi: int) -> int:
 class DocumentStore:
     def __init__(self) -> None:
         self._documents: dict[str, Document] = {}
+        self._opens = 0  # generation counter: every didOpen gets a new one
 
     def open(self, item: types.TextDocumentItem, max_chars: int | None = None) -> Document:
-        document = Document(item.uri, item.text, item.version, item.language_id, max_chars)
+        self._opens += 1
+        document = Document(item.uri, item.text, item.version, item.language_id, max_chars, self._opens)
         self._documents[item.uri] = document
         return document
 
     def change(self, params: types.DidChangeTextDocumentParams,
                on_edit: Callable[[int, int, str], None] | None = None) -> Document | None:
-        """Apply a didChange; `on_edit(start, old_end, new_text)` hears each change as a str range of the text
-        before it (what the pipeline needs to re-parse incrementally)."""
+        """Apply a didChange, all or nothing: either every change applies and the version moves on, or the
+        document is distrusted (its text dropped) at the new version. `on_edit(start, old_end, new_text)` hears
+        each change as a str range of the text before it (what the pipeline needs to re-parse incrementally)."""
         document = self._documents.get(params.text_document.uri)
         if document is None:
             return None
-        for change in params.content_changes:
-            replaced = document.apply(change)
-            if replaced is not None and on_edit is not None:
-                on_edit(replaced[0], replaced[1], change.text)
         document.version = params.text_document.version
+        try:
+            for change in params.content_changes:
+                replaced = document.apply(change)
+                if replaced is not None and on_edit is not None:
+                    on_edit(replaced[0], replaced[1], change.text)
+        except Exception as exc:  # noqa: BLE001 - a bug here must cost trust in this text, never a drifted copy
+            document.distrust(f"a change at version {document.version} failed to apply "
+                              f"({type(exc).__name__}: {exc})")
+            raise DocumentDistrusted(document.untrusted) from exc
         return document
 
     def close(self, uri: str) -> None:

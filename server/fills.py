@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
 
 from lsprotocol import types
 
@@ -14,7 +15,12 @@ from infill.context.syntax import resolve_language
 from infill.pipeline import CompletionRequest, PipelineResult, has_text
 from infill.types import Cancelled, deadline_in
 
+from .documents import SESSION, Document, text_fingerprint
 from .gate import offset_logged, refusal
+
+T = TypeVar("T")
+LOOP_SCAN_CHARS = 100_000  # texts longer than this are scanned on a worker thread, never on the event loop
+LIST_LIMIT = 500  # placeholders counted for an action's title ("500+" past it): listing stays bounded
 
 
 @dataclass
@@ -29,32 +35,58 @@ def is_markdown(uri: str, language_id: str | None) -> bool:
     return resolve_language(language_id, uri) == "markdown"
 
 
-def gap_spans(text: str, start: int, end: int, mode: str) -> tuple[list[tuple[int, int]], str]:
-    """The spans to fill and, when there are none, why."""
+def gap_spans(text: str, start: int, end: int, mode: str,
+              limit: int | None = None) -> tuple[list[tuple[int, int]], str]:
+    """The spans to fill (at most `limit` placeholders) and, when there are none, why."""
     if mode == "gap":
         if start >= end:
             return [], "the selection is empty: select the gap to fill"
         if not has_text(text, 0, start) and not has_text(text, end, len(text)):
             return [], "the selection covers the whole document: there is no context to fill between"
         return [(start, end)], ""
-    spans = find_placeholders(text, start, end) if start < end else find_placeholders(text, 0, len(text))
+    spans = find_placeholders(text, start, end, limit) if start < end else \
+        find_placeholders(text, 0, len(text), limit)
     if not spans:
         return [], "no placeholders ([[...]], {{...}} or ___) in the selection or document"
     return spans, ""
 
 
-async def compute_fill(ls, uri: str, rng: types.Range, mode: str, expected_version: int | None) -> FillOutcome:
+async def off_loop(size: int, work: Callable[..., T], *args: Any) -> T:
+    """Run `work(*args)` at once when `size` (characters it may scan) is small, else on a worker thread: scanning
+    a multi-megabyte text must not hold the event loop (infill.status, cancels and edits wait behind it)."""
+    if size <= LOOP_SCAN_CHARS:
+        return work(*args)
+    return await asyncio.to_thread(work, *args)
+
+
+def stale_reason(document: Document | None, uri: str, expected: dict | None) -> str | None:
+    """Why `document` is not the text an action was computed for (`expected`: its generation, version and text
+    fingerprint as Document.identity gave them), or None when it is."""
+    if document is None or not expected:
+        return None
+    if expected.get("generation") not in (None, f"{SESSION}:{document.generation}"):
+        return f"{uri} was closed and reopened (or the server restarted) since the action was offered"
+    if "version" in expected and expected["version"] != document.version:
+        return f"{uri} changed since the action was offered (version {expected['version']} -> {document.version})"
+    if expected.get("text") not in (None, document.fingerprint):
+        return f"{uri} holds other text than the action was offered for (same version); no edit"
+    return None
+
+
+async def compute_fill(ls, uri: str, rng: types.Range, mode: str, expected: dict | None) -> FillOutcome:
+    """The fill for `rng`, refused unless the document is exactly the text `expected` names (see stale_reason)."""
     started = time.perf_counter()
     document = ls.documents.get(uri)
-    if document is not None and expected_version is not None and document.version != expected_version:
-        return FillOutcome(None, f"{uri} changed since the action was offered "
-                                 f"(version {expected_version} -> {document.version})")
     if (why := refusal(ls, document, uri)) is not None:
+        return FillOutcome(None, why)
+    if (why := stale_reason(document, uri, expected)) is not None:
         return FillOutcome(None, why)
     version, text = document.version, document.text
     start, end = offset_logged(ls, document, rng.start), offset_logged(ls, document, rng.end)
     start, end = min(start, end), max(start, end)
-    spans, why = gap_spans(text, start, end, mode)
+    spans, why = await off_loop(len(text), gap_spans, text, start, end, mode)
+    if ls.documents.get(uri) is not document or document.version != version:
+        return FillOutcome(None, f"{uri} changed while its placeholders were found; no edit for the old version")
     if not spans:
         return FillOutcome(None, why)
     request = CompletionRequest(text=text, start=spans[0][0], end=spans[0][1], mode="gap" if mode == "gap" else "gaps",
@@ -79,7 +111,8 @@ async def compute_fill(ls, uri: str, rng: types.Range, mode: str, expected_versi
     finally:
         ls.scheduler.close(ticket)
     server_ms = (time.perf_counter() - started) * 1000
-    stale = ticket.stopped or ls.documents.get(uri) is not document or document.version != version
+    stale = ticket.stopped or ls.documents.get(uri) is not document or document.version != version or \
+        (document.text is not text and document.fingerprint != text_fingerprint(text))
     outcome = "discarded" if stale else ("ok" if result.fills else "empty")
     ls.telemetry.record_completion(kind=mode, uri=uri, version=version, position=[start, end], outcome=outcome,
                                    result=result, server_ms=server_ms, fills=[f.text for f in result.fills])

@@ -13,6 +13,8 @@ def refusal(ls, document: Document | None, uri: str) -> str | None:
     """Why no model work is done for `uri` right now, or None when it may proceed."""
     if document is None:
         return f"{uri} is not open (no didOpen, or closed)"
+    if document.untrusted:
+        return f"{uri} is out of sync with the editor ({document.untrusted}); waiting for its full text or a reopen"
     settings = ls.settings
     if not settings.enabled:
         return "completions are disabled (infill.toggle or setting enabled=false)"

@@ -8,7 +8,8 @@ from typing import Any
 
 from lsprotocol import types
 
-from .fills import compute_fill, gap_spans, is_markdown
+from .documents import text_fingerprint
+from .fills import LIST_LIMIT, compute_fill, gap_spans, is_markdown, off_loop
 from .gate import refusal
 from .settings import plain_json
 
@@ -20,7 +21,7 @@ def register(server) -> None:
     @server.feature(types.TEXT_DOCUMENT_CODE_ACTION,
                     types.CodeActionOptions(code_action_kinds=[KIND], resolve_provider=True))
     async def code_action(ls, params: types.CodeActionParams) -> list[types.CodeAction] | None:
-        actions = list_actions(ls, params)
+        actions = await list_actions(ls, params)
         if actions and not _client_resolves_edit(ls):
             for action in actions:
                 await resolve(ls, action)
@@ -56,8 +57,8 @@ def _client_resolves_edit(ls) -> bool:
     return bool(resolve_support and "edit" in resolve_support.properties)
 
 
-def list_actions(ls, params: types.CodeActionParams) -> list[types.CodeAction]:
-    """The actions that apply here; no model work (resolve does it)."""
+async def list_actions(ls, params: types.CodeActionParams) -> list[types.CodeAction]:
+    """The actions that apply here; no model work (resolve does it), and a large text is scanned off the loop."""
     only = [getattr(kind, "value", kind) for kind in params.context.only or ()]
     if only and not any(KIND.value == kind or KIND.value.startswith(f"{kind}.") for kind in only):
         return []  # the client asked for other kinds (e.g. quickfix, source.organizeImports)
@@ -67,42 +68,89 @@ def list_actions(ls, params: types.CodeActionParams) -> list[types.CodeAction]:
         return []  # why is logged when a fill is asked for; listing stays quiet and instant
     text = document.text
     start, end = sorted((document.offset_at(params.range.start), document.offset_at(params.range.end)))
+    gap, spans = await off_loop(len(text), _scan, text, start, end, is_markdown(uri, document.language_id))
+    if ls.documents.get(uri) is not document or document.text is not text:
+        return []  # edited while scanning: the editor asks again for the new text
+    identity = document.identity()  # O(1): _scan hashed this text, and a str keeps its hash
     actions = []
-    if start < end and gap_spans(text, start, end, "gap")[0]:
-        actions.append(_action("gap", uri, document.version, params.range))
-    if is_markdown(uri, document.language_id):
-        spans, _ = gap_spans(text, start, end, "gaps")
-        if spans:
-            actions.append(_action("gaps", uri, document.version, params.range, count=len(spans)))
+    if gap:
+        actions.append(_action("gap", uri, identity, params.range))
+    if spans:
+        count = f"{len(spans)}+" if len(spans) >= LIST_LIMIT else str(len(spans))
+        actions.append(_action("gaps", uri, identity, params.range, count=count))
     return actions
 
 
-def _action(mode: str, uri: str, version: int | None, rng: types.Range, count: int = 0) -> types.CodeAction:
+def _scan(text: str, start: int, end: int, markdown: bool) -> tuple[bool, list]:
+    """What listing needs from the text: whether "Fill gap" applies and the placeholders (up to LIST_LIMIT) for
+    "Fill all gaps". It also fingerprints the text, since hashing a large str is scan work too."""
+    text_fingerprint(text)
+    gap = start < end and bool(gap_spans(text, start, end, "gap")[0])
+    spans = gap_spans(text, start, end, "gaps", LIST_LIMIT)[0] if markdown else []
+    return gap, spans
+
+
+def _action(mode: str, uri: str, identity: dict, rng: types.Range, count: str = "") -> types.CodeAction:
     title = TITLES[mode] + (f" ({count})" if count else "")
-    data = {"infill": mode, "uri": uri, "version": version,
+    data = {"infill": mode, "uri": uri, **identity,
             "range": [rng.start.line, rng.start.character, rng.end.line, rng.end.character]}
     return types.CodeAction(title=title, kind=KIND, data=data)
 
 
-def _parse_data(data: Any) -> tuple[str, str, int | None, types.Range] | None:
-    try:
-        mode, uri, version, r = data["infill"], data["uri"], data.get("version"), data["range"]
-        if mode not in TITLES or not isinstance(uri, str) or len(r) != 4:
-            return None
-        rng = types.Range(types.Position(int(r[0]), int(r[1])), types.Position(int(r[2]), int(r[3])))
-        return mode, uri, (int(version) if version is not None else None), rng
-    except (KeyError, TypeError, ValueError, AttributeError):
+def lsp_uint(value: Any) -> int | None:
+    """An LSP uinteger (a line or character), or None: not bool, finite, whole, in 0..2^31-1."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
+    if isinstance(value, float) and not (value.is_integer() and abs(value) < 2 ** 53):
+        return None  # inf, nan, 1.5
+    return int(value) if 0 <= value <= 2 ** 31 - 1 else None
+
+
+def _range_of(values: list) -> types.Range | None:
+    numbers = [lsp_uint(v) for v in values]
+    if len(numbers) != 4 or None in numbers:
+        return None
+    return types.Range(types.Position(numbers[0], numbers[1]), types.Position(numbers[2], numbers[3]))
+
+
+def _expected(data: dict) -> dict | None:
+    """The text identity an action or command names (generation, version, fingerprint), checked for type."""
+    expected = {key: data[key] for key in ("generation", "version", "text") if key in data}
+    version = expected.get("version")
+    if version is not None and (lsp_int(version) is None):
+        return None
+    if any(not isinstance(expected.get(key, ""), str) for key in ("generation", "text")):
+        return None
+    return expected
+
+
+def lsp_int(value: Any) -> int | None:
+    """A document version: a whole number in LSP's integer range."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value if -2 ** 31 <= value <= 2 ** 31 - 1 else None
+
+
+def _parse_data(data: Any) -> tuple[str, str, dict | None, types.Range] | None:
+    if not isinstance(data, dict):
+        return None
+    mode, uri, r = data.get("infill"), data.get("uri"), data.get("range")
+    if mode not in TITLES or not isinstance(uri, str) or not isinstance(r, list):
+        return None
+    rng, expected = _range_of(r), _expected(data)
+    if rng is None or expected is None:
+        return None
+    return mode, uri, expected, rng
 
 
 async def resolve(ls, action: types.CodeAction) -> types.CodeAction:
-    parsed = _parse_data(action.data if isinstance(action.data, dict) else plain_json(action.data))
+    parsed = _parse_data(plain_json(action.data))
     if parsed is None:
         ls.log(f"codeAction/resolve: not an infill action or malformed data: {action.data!r}",
                types.MessageType.Warning)
         return action
-    mode, uri, version, rng = parsed
-    outcome = await compute_fill(ls, uri, rng, mode, version)
+    mode, uri, expected, rng = parsed
+    outcome = await compute_fill(ls, uri, rng, mode, expected)
     if outcome.edit is None:
         ls.log(f"{TITLES[mode]}: no edit: {outcome.reason}", types.MessageType.Warning)
     action.edit = outcome.edit
@@ -110,8 +158,10 @@ async def resolve(ls, action: types.CodeAction) -> types.CodeAction:
 
 
 async def run_fill_command(ls, args: tuple, mode: str) -> dict:
-    """Arguments: (uri, range) or ({uri, range}); range may be omitted for infill.fillAllGaps (whole document)."""
-    uri, rng = _command_target(args)
+    """Arguments: (uri, range) or ({uri, range}); range may be omitted for infill.fillAllGaps (whole document).
+    The object form may also name the text it means ("version", and "generation"/"text" as code-action data
+    carries them): the fill is refused for any other text."""
+    uri, rng, expected = _command_target(args)
     if uri is None:
         reason = "arguments must be (uri, range) or ({uri, range})"
         ls.log(f"{TITLES[mode]} command: {reason}; got {args!r}", types.MessageType.Warning)
@@ -120,7 +170,7 @@ async def run_fill_command(ls, args: tuple, mode: str) -> dict:
         if mode == "gap":
             return {"applied": False, "reason": "infill.fillGap needs a range"}
         rng = types.Range(types.Position(0, 0), types.Position(0, 0))
-    outcome = await compute_fill(ls, uri, rng, mode, None)
+    outcome = await compute_fill(ls, uri, rng, mode, expected)
     if outcome.edit is None:
         ls.log(f"{TITLES[mode]}: no edit: {outcome.reason}", types.MessageType.Warning)
         return {"applied": False, "reason": outcome.reason}
@@ -133,22 +183,24 @@ async def run_fill_command(ls, args: tuple, mode: str) -> dict:
     return {"applied": applied, "reason": reason}
 
 
-def _command_target(args: tuple) -> tuple[str | None, types.Range | None]:
+def _command_target(args: tuple) -> tuple[str | None, types.Range | None, dict | None]:
+    expected: dict | None = {}
     if len(args) == 1 and isinstance(plain_json(args[0]), dict):
         target = plain_json(args[0])
         uri, raw_range = target.get("uri"), target.get("range")
+        expected = _expected(target)
     elif args:
         uri, raw_range = args[0], (args[1] if len(args) > 1 else None)
     else:
-        return None, None
-    if not isinstance(uri, str):
-        return None, None
+        return None, None, None
+    if not isinstance(uri, str) or expected is None:
+        return None, None, None
     if raw_range is None:
-        return uri, None
+        return uri, None, expected
     r = plain_json(raw_range)
-    try:
-        start, end = plain_json(r["start"]), plain_json(r["end"])
-        return uri, types.Range(types.Position(int(start["line"]), int(start["character"])),
-                                types.Position(int(end["line"]), int(end["character"])))
-    except (KeyError, TypeError, ValueError):
-        return None, None
+    start = plain_json(r.get("start")) if isinstance(r, dict) else None
+    end = plain_json(r.get("end")) if isinstance(r, dict) else None
+    if not isinstance(start, dict) or not isinstance(end, dict):
+        return None, None, None
+    rng = _range_of([start.get("line"), start.get("character"), end.get("line"), end.get("character")])
+    return (uri, rng, expected) if rng is not None else (None, None, None)

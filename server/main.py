@@ -52,7 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     # The model thread runs Python between torch ops; with the default 5 ms GIL switch interval the event loop
     # (didChange, request building) can wait that long per keystroke. 0.5 ms keeps the editor side responsive.
     sys.setswitchinterval(0.0005)
-    create_server(base).start_io()
+    server = create_server(base)
+    server.start_io()
+    # stdin closed without `exit`: end the same way (pygls would wait on its reader and model threads)
+    server.stop(0 if server.protocol._shutdown else 1)
     return 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import os
 import time
 import uuid
 from typing import Any
@@ -13,14 +14,14 @@ from typing import Any
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol
 
 from infill import __version__, timing
 
 from .backend_host import BackendHost
 from .budget import BudgetPolicy
-from .documents import DocumentStore
+from .documents import DocumentDistrusted, DocumentStore
 from .gate import LogThrottle
+from .jsonrpc import GuardedProtocol, public_message
 from .settings import Settings, clean_layer, parse_settings
 from .telemetry import Telemetry
 from .typed_through import TypedThrough
@@ -32,7 +33,7 @@ STATUS_CHANGED = "infill/statusChanged"
 TELEMETRY = "infill/telemetry"
 
 
-class InfillProtocol(LanguageServerProtocol):
+class InfillProtocol(GuardedProtocol):
     """Routes text sync to the server's own line-based DocumentStore instead of pygls' workspace, whose
     incremental change re-joins the whole document on every keystroke."""
 
@@ -57,7 +58,14 @@ class InfillProtocol(LanguageServerProtocol):
         # Each change is noted (O(1)) so the next context re-parses incrementally from it; nothing is parsed here.
         on_edit = None if pipeline is None else \
             (lambda start, old_end, new_text: pipeline.note_edit(uri, start, old_end, new_text, version))
-        document = server.documents.change(params, on_edit)
+        try:
+            document = server.documents.change(params, on_edit)
+        except DocumentDistrusted as exc:
+            document = server.documents.get(uri)
+            if pipeline is not None:
+                pipeline.forget(uri)  # its syntax tree saw part of the failed change
+            server.log(f"{uri}: {exc}; no completions for it until the editor sends its full text or reopens it",
+                       types.MessageType.Error)
         if document is None:
             server.log(f"didChange for a document that is not open: {uri}; ignored", types.MessageType.Warning)
         else:
@@ -113,6 +121,28 @@ class InfillServer(LanguageServer):
         self._progress_token: str | None = None
         self._progress_ready: asyncio.Future | None = None
         self._raw_layers: dict[str, dict] = {}  # "init" (initializationOptions) and "config" (workspace config)
+
+    # -- lifecycle -------------------------------------------------------------------------------------------------
+    def stop(self, exit_code: int) -> None:
+        """End the process: stop running work, write nothing more, keep what the logs hold, exit with `exit_code`.
+        os._exit, because a normal exit would wait for the thread blocked reading stdin and for the model thread."""
+        self.protocol.closed = True
+        try:
+            self.scheduler.cancel_all("server exiting")
+            self.host.close()
+            self.telemetry.flush(timeout=1.0)
+        finally:
+            log.info("exit (code %d)", exit_code)
+            for handler in logging.getLogger().handlers:
+                handler.flush()
+            os._exit(exit_code)
+
+    def report_server_error(self, error: Exception, source) -> None:
+        """Errors outside a request (a malformed message, a failing notification handler): the local log has the
+        traceback; the client gets one log line (pygls' default pops up a message box each time)."""
+        log.error("server error (%s): %s", getattr(source, "__name__", source), error)
+        if not self.protocol.closed:
+            self.log(f"error: {public_message(str(error))}", types.MessageType.Error)
 
     # -- client-facing messages ------------------------------------------------------------------------------------
     def log(self, message: str, kind: types.MessageType = types.MessageType.Info) -> None:

@@ -96,7 +96,9 @@ def _coerce(name: str, value: Any) -> Any:
     if name in ("denoising_steps", *_MEASURED) and value is None:
         return None
     if name in _INTEGERS:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        # Python's JSON reads 1e400 as inf and NaN as nan: int() of those raises, and nan != nan.
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                (isinstance(value, float) and not value.is_integer()):
             raise TypeError("an integer")
         return int(value)
     if name == "enabled_languages":
@@ -128,7 +130,7 @@ def clean_layer(raw: Any, current: Settings) -> tuple[dict[str, Any], list[str]]
         except TypeError as exc:
             problems.append(f"setting infill.{key} must be {exc}, got {value!r}; kept {getattr(current, name)!r}")
             continue
-        except InfillError as exc:
+        except (InfillError, ValueError, OverflowError) as exc:
             problems.append(f"{exc}; kept {getattr(current, name)!r}")
             continue
         accepted[key] = value

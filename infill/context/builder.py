@@ -33,7 +33,9 @@ _IN_LINE_NODES = ("comment", "string", "template_string", "line_comment", "block
 # Tabs, and every character str.splitlines() splits at or str.strip() strips besides " " and "\n".
 _UNUSUAL_SPACE = re.compile("[\t\r\x0b\x0c\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
 _LEADING_SPACES = re.compile(r"^ *(?=[^ \n])", re.M)  # the indentation of each non-blank line
-_PLACEHOLDER = re.compile(r"\[\[[^\[\]\n]*\]\]|\{\{[^{}\n]*\}\}|_{3,}")
+# A placeholder sits on one line (any LSP line ending) and is short: a match never scans far.
+_PLACEHOLDER = re.compile(r"\[\[[^\[\]\r\n]{0,1000}\]\]|\{\{[^{}\r\n]{0,1000}\}\}|_{3,}")
+_NOT_RULE = re.compile(r"[^ \t_]")
 INDENT_SAMPLE_CHARS = 2000  # text before the gap read for the indentation step (half that after it)
 
 
@@ -78,19 +80,62 @@ class GapContext:
         return not self.is_prose and self.language not in (None, "json")
 
 
-def find_placeholders(text: str, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
-    """Spans of `[[...]]`, `{{...}}` and runs of 3+ underscores in text[start:end]; each whole span is a gap."""
-    end = len(text) if end is None else end
-    return [(m.start(), m.end()) for m in _PLACEHOLDER.finditer(text, start, end) if not _thematic_break(text, m)]
+def find_placeholders(text: str, start: int = 0, end: int | None = None,
+                      limit: int | None = None) -> list[tuple[int, int]]:
+    """Spans of `[[...]]`, `{{...}}` and runs of 3+ underscores in text[start:end]; each whole span is a gap (at
+    most `limit` of them). Work is proportional to the window, whatever the line endings: matches are bounded, and
+    telling a Markdown rule line from a blank looks at the match's neighbours, or measures one run once."""
+    end = len(text) if end is None else min(end, len(text))
+    spans: list[tuple[int, int]] = []
+    position, search = start, _PLACEHOLDER.search
+    run = (0, 0)  # the last run of rule characters found not to be a whole line
+    while (match := search(text, position, end)) is not None:
+        first, last = match.span()
+        position = last
+        if text[first] == "_":
+            before = text[first - 1] if first else "\n"
+            after = text[last] if last < len(text) else "\n"
+            if before in _NOT_RULE_NEIGHBOUR or after in _NOT_RULE_NEIGHBOUR:
+                pass  # text beside it on its line: a blank to fill
+            elif before in "\r\n" and after in "\r\n":
+                continue  # the whole line: a rule
+            elif not run[0] <= first < run[1]:
+                run_start, run_end, whole_line = _rule_run(text, first)
+                if whole_line:
+                    position = max(last, run_end)  # the rest of the rule holds no placeholder: skip it
+                    continue
+                run = (run_start, run_end)
+        spans.append((first, last))
+        if limit is not None and len(spans) >= limit:
+            break
+    return spans
 
 
-def _thematic_break(text: str, match) -> bool:
-    """A line of nothing but underscores is a Markdown horizontal rule, not a blank to fill."""
-    if not match.group().startswith("_"):
-        return False
-    line_start = text.rfind("\n", 0, match.start()) + 1
-    line = text[line_start:line_end(text, match.end())]
-    return set(line.strip()) <= {"_", " "}
+class _NotRuleNeighbour:
+    """Any character that cannot sit on a rule line (everything but " ", tab, "_" and line endings)."""
+
+    def __contains__(self, char: str) -> bool:
+        return char not in " \t_\r\n"
+
+
+_NOT_RULE_NEIGHBOUR = _NotRuleNeighbour()
+
+
+def _rule_run(text: str, index: int) -> tuple[int, int, bool]:
+    """The run of " ", tab and "_" characters around `index`, and whether it is a whole line: a line of nothing
+    but underscores is a Markdown horizontal rule, not a blank to fill. Scans only the run itself."""
+    stop = _NOT_RULE.search(text, index)
+    run_end = len(text) if stop is None else stop.start()
+    run_start, step = index, 64
+    while run_start > 0:  # backwards in growing chunks: rstrip runs at C speed
+        chunk_start = max(0, run_start - step)
+        kept = len(text[chunk_start:run_start].rstrip(" \t_"))
+        run_start, step = chunk_start + kept, step * 4
+        if kept:
+            break
+    whole_line = (run_start == 0 or text[run_start - 1] in "\r\n") and \
+        (run_end == len(text) or text[run_end] in "\r\n")
+    return run_start, run_end, whole_line
 
 
 class ContextBuilder:

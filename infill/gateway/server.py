@@ -18,6 +18,7 @@ import socketserver
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
@@ -36,9 +37,16 @@ DRAIN_LIMIT_BYTES = 16 << 20  # unread bodies up to this are read and dropped so
 # -- HTTP -------------------------------------------------------------------------------------------------------
 
 class GatewayServer(ThreadingHTTPServer):
-    """The HTTP server plus its readiness: requests before `set_pipeline` get 503 with the loading state."""
+    """The HTTP server plus its readiness: requests before `set_pipeline` get 503 with the loading state.
+
+    Connections are served by a bounded pool, not a thread each: up to `max_pending` wait in its queue (and the
+    kernel's listen backlog holds as many more); past that a connection is answered 503 with Retry-After at once.
+    socketserver's default backlog of 5 made the kernel reset connections of a burst without any answer."""
 
     daemon_threads = True
+    request_queue_size = 1024  # listen backlog (the kernel caps it at net.core.somaxconn)
+    workers = 32
+    max_pending = 1024  # connections being served or queued for a worker
 
     def __init__(self, address: tuple[str, int], settings: GatewaySettings, pipeline: Pipeline | None) -> None:
         if ":" in address[0]:
@@ -46,6 +54,8 @@ class GatewayServer(ThreadingHTTPServer):
         # Every completion runs on this one thread; a newer request for the same document stops the older one.
         # (Made first: a failed bind calls server_close, which stops it.)
         self.worker = ModelWorker("infill-gateway-model")
+        self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="infill-gateway-http")
+        self._slots = threading.BoundedSemaphore(self.max_pending)
         super().__init__(address, _Handler)
         self.settings = settings
         self._pipeline = pipeline
@@ -57,6 +67,35 @@ class GatewayServer(ThreadingHTTPServer):
         socketserver.TCPServer.server_bind(self)
         self.server_name, self.server_port = self.server_address[:2]
 
+    def process_request(self, request, client_address) -> None:
+        if not self._slots.acquire(blocking=False):
+            self._refuse_busy(request)
+            return
+        self._pool.submit(self._serve_connection, request, client_address)
+
+    def _serve_connection(self, request, client_address) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except Exception:  # noqa: BLE001 - one connection's failure is logged by handle_error, the rest go on
+            self.handle_error(request, client_address)
+        finally:
+            self.shutdown_request(request)
+            self._slots.release()
+
+    def _refuse_busy(self, request) -> None:
+        """Over capacity: say so (503, Retry-After) rather than let the connection wait unbounded or be reset."""
+        body = json.dumps({"error": {"message": "server busy: too many connections; retry shortly",
+                                     "type": "service_unavailable"}}).encode()
+        head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
+                "\r\nRetry-After: 1\r\nConnection: close\r\n\r\n").encode()
+        try:
+            request.settimeout(1.0)
+            request.sendall(head + body)
+        except OSError:
+            pass
+        finally:
+            self.shutdown_request(request)
+
     @property
     def url(self) -> str:
         host = self.server_name if ":" not in str(self.server_name) else f"[{self.server_name}]"
@@ -65,6 +104,7 @@ class GatewayServer(ThreadingHTTPServer):
     def server_close(self) -> None:
         super().server_close()
         self.worker.shutdown()
+        self._pool.shutdown(wait=False)  # queued connections are still answered
 
     def set_pipeline(self, pipeline: Pipeline) -> None:
         with self._state_lock:

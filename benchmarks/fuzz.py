@@ -1,0 +1,112 @@
+"""Fuzz the real infill-ls over stdio (tiny random-weight DiffusionGemma) for --minutes and print one JSON line:
+sessions, requests, crashes, hangs, stale_edits, bad_edits, protocol_errors (and the first problems found).
+
+    .venv/bin/python benchmarks/fuzz.py --minutes 30 [--seed 14] [--session-seconds 60]
+    .venv/bin/python benchmarks/fuzz.py --actions    # listing code actions on huge Markdown, and infill.status
+
+The generator and invariants are tests/fuzz/session.py (the suite runs the same for about two minutes)."""
+
+from __future__ import annotations
+
+import sys
+
+# benchmarks/typing.py would shadow the standard library's typing for modules imported from here
+sys.path[:] = [p for p in sys.path if not p.rstrip("/").endswith("benchmarks")]
+
+import argparse  # noqa: E402
+import json
+import os  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=5.0)
+    parser.add_argument("--seed", type=int, default=14)
+    parser.add_argument("--session-seconds", type=float, default=60.0)
+    parser.add_argument("--actions", action="store_true",
+                        help="instead: ms to list code actions on a 2 MB CR-only and a 1 MB one-line Markdown file, "
+                             "and how long infill.status waits meanwhile")
+    args = parser.parse_args()
+    from fuzz.session import run_fuzz
+    from infill.testing.tiny_checkpoint import write_tiny_checkpoint
+
+    with tempfile.TemporaryDirectory(prefix="infill-fuzz-") as tmp:
+        checkpoint = write_tiny_checkpoint(Path(tmp) / "tiny")
+        if args.actions:
+            print(json.dumps({**time_actions(checkpoint), "cores": os.cpu_count(), "cpu_flags": _cpu_flags()}))
+            return 0
+        started = time.monotonic()
+        stats = run_fuzz(str(checkpoint), args.minutes * 60, seed=args.seed, session_seconds=args.session_seconds,
+                         stderr_dir=tmp)
+        summary = stats.summary()
+        summary["minutes"] = round((time.monotonic() - started) / 60, 2)
+    summary["seed"] = args.seed
+    summary["cores"] = os.cpu_count()
+    summary["cpu_flags"] = _cpu_flags()
+    print(json.dumps(summary))
+    return 0
+
+
+CR_UNIT, LINE_UNIT = "Some prose with a ___ blank, and [[a gap]] here.\r___\r\r", "A ___ blank and [[a gap]]. "
+HUGE = {  # the two shapes of issue 14, fault 2 (just under the default maxDocumentChars of 2,000,000)
+    "cr_only_2mb": CR_UNIT * (1_999_000 // len(CR_UNIT)),
+    "one_line_1mb": LINE_UNIT * (1_000_000 // len(LINE_UNIT)),
+}
+TIMEOUT_S = 60.0
+
+
+def time_actions(checkpoint) -> dict:
+    """Per document: ms until the code-action listing (cursor at the end, no selection) answers, and ms until an
+    infill.status sent right after it answers (the event loop's wait); TIMEOUT_S * 1000 means no answer by then."""
+    from fuzz.rpc import RawServer
+
+    server = RawServer(["--model", str(checkpoint)], configuration={"enabledLanguages": ["markdown"]})
+    results = {}
+    try:
+        server.initialize()
+        server.wait_ready()
+        for name, text in HUGE.items():
+            uri = f"file:///{name}.md"
+            server.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "markdown",
+                                                                    "version": 1, "text": text}})
+            server.status()  # the open is applied
+            last = text.count("\r")
+            at = {"line": last, "character": 0}
+            sent = time.monotonic()
+            listing = server.request("textDocument/codeAction", {"textDocument": {"uri": uri},
+                                                                 "range": {"start": at, "end": at},
+                                                                 "context": {"diagnostics": []}})
+            status = server.request("workspace/executeCommand", {"command": "infill.status"})
+            answers = {key: server.wait(msg_id, TIMEOUT_S) for key, msg_id in (("list", listing), ("status", status))}
+            results[name] = {f"{key}_ms": round(((reply or {}).get("_at", sent + TIMEOUT_S) - sent) * 1000, 1)
+                             for key, reply in answers.items()}
+            reply = answers["list"] or {}
+            results[name]["titles"] = [a["title"] for a in reply.get("result") or []] if "result" in reply else \
+                reply.get("error", "no answer")
+            if answers["list"] is None:
+                break  # the loop is still busy with it: a second document would only queue behind
+    finally:
+        server.kill()
+    return results
+
+
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                return " ".join(sorted(flags & {"avx2", "avx512f", "avx512_bf16", "amx_tile", "fma", "f16c"}))
+    except OSError:
+        pass
+    return ""
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""JSON-RPC and LSP lifecycle rules pygls 2 (2.1.1) does not keep, kept here: every request gets an answer, no reply
+carries a traceback or a machine path, nothing is written after the stream closes, and `exit` ends the process.
+
+pygls 2.1.1 structures each message inside `json.loads(object_hook=...)`; a request whose params fail validation
+raises there, the read loop logs it and the client never hears back (JSON-RPC requires -32602). After `shutdown`
+it drops every request silently (LSP requires InvalidRequest). Its internal errors put the traceback in
+`error.data`. Its `exit` raises SystemExit inside a callback, which its own `start_io` swallows (exit code 0 even
+without shutdown) and then waits for the stdin reader thread, while pending replies are written to the closed
+stdout and every failed write is reported by writing again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams, JsonRpcInvalidRequest
+from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.json_rpc import RPCRequest
+
+log = logging.getLogger(__name__)
+
+# An absolute path of two or more parts (POSIX or Windows), not inside a URI: error messages sent to a client
+# name no place on this machine.
+_PATH = re.compile(r"(?<![\w:/\\])(?:[A-Za-z]:)?(?:[/\\][^\s'\"/\\:]+){2,}")
+MAX_ERROR_CHARS = 300
+
+
+def public_message(message: str) -> str:
+    """What a client may see of an error message: its first line, machine paths replaced, bounded."""
+    first = (message or "internal error").strip().splitlines()[0] if (message or "").strip() else "internal error"
+    return _PATH.sub("<path>", first)[:MAX_ERROR_CHARS]
+
+
+@dataclass
+class Unreadable:
+    """A message pygls could not structure: answered (a request) or logged (a notification) by handle_message."""
+    id: Any
+    method: Any
+    error: JsonRpcException
+
+
+class GuardedProtocol(LanguageServerProtocol):
+    closed = False  # the client's stream is gone (or `exit` came): nothing more is written
+
+    def structure_message(self, data: dict[str, Any]):
+        try:
+            return super().structure_message(data)
+        except JsonRpcException as exc:
+            if not isinstance(data, dict) or "method" not in data:
+                raise  # a malformed response to one of our requests: pygls logs it
+            cause = exc.__cause__
+            detail = str(cause).splitlines()[0] if cause is not None else exc.message
+            return Unreadable(data.get("id"), data.get("method"),
+                              JsonRpcInvalidParams(f"invalid params for {data.get('method')!r}: {detail}"))
+
+    def handle_message(self, message) -> None:
+        if isinstance(message, Unreadable):
+            return self._refuse(message.id, message.method, message.error)
+        if isinstance(message, dict) or getattr(message, "jsonrpc", None) != self.VERSION:
+            if isinstance(message, dict) and "method" in message:  # no "jsonrpc" member: pygls passes it raw
+                return self._refuse(message.get("id"), message.get("method"),
+                                    JsonRpcInvalidRequest("not a JSON-RPC 2.0 message (jsonrpc must be \"2.0\")"))
+            if not isinstance(message, dict) and isinstance(message, RPCRequest):
+                return self._refuse(message.id, message.method,
+                                    JsonRpcInvalidRequest("not a JSON-RPC 2.0 message (jsonrpc must be \"2.0\")"))
+            log.warning("ignored a message that is not JSON-RPC 2.0: %.200r", message)
+            return None
+        if self._shutdown and isinstance(message, RPCRequest) and message.method != types.EXIT:
+            return self._refuse(message.id, message.method,
+                                JsonRpcInvalidRequest("the server is shutting down: only 'exit' is accepted"))
+        return super().handle_message(message)
+
+    def _refuse(self, msg_id: Any, method: Any, error: JsonRpcException) -> None:
+        """Answer a request with `error`; a notification (no id) can only be logged."""
+        if msg_id is None:
+            log.warning("ignored notification %.100r: %s", method, error.message)
+            return
+        if not isinstance(msg_id, (int, str)) or isinstance(msg_id, bool):
+            msg_id = None  # JSON-RPC: an id that cannot be echoed is answered with null
+        log.warning("refused request %.100r: %s", method, error.message)
+        self._send_response(msg_id, error=error.to_response_error())
+
+    def _send_response(self, msg_id, result=None, error: types.ResponseError | None = None) -> None:
+        if error is not None:  # a message only: pygls puts tracebacks in data
+            error = types.ResponseError(code=error.code, message=public_message(error.message))
+        super()._send_response(msg_id, result, error)
+
+    def _send_data(self, data: Any) -> None:
+        """pygls' _send_data, except that a closed stream stops all writing quietly (pygls reports the failure
+        to the client, which writes again), and a reply that cannot be encoded becomes an error reply."""
+        if self.closed or not data or self.writer is None:
+            return
+        try:
+            body = json.dumps(data, default=self._serialize_message)
+        except Exception as exc:  # noqa: BLE001 - an unencodable result must still answer its request
+            log.exception("a message could not be encoded")
+            msg_id = getattr(data, "id", None)
+            if msg_id is None or getattr(data, "error", None) is not None:
+                return
+            error = types.ResponseError(code=-32603, message=f"the reply could not be encoded: {type(exc).__name__}")
+            body = json.dumps(types.ResponseErrorMessage(id=msg_id, error=error), default=self._serialize_message)
+        if self._include_headers:
+            # json.dumps escapes every non-ASCII character, so len(body) is its length in bytes
+            body = f"Content-Length: {len(body)}\r\nContent-Type: {self.CONTENT_TYPE}; charset={self.CHARSET}\r\n\r\n" \
+                + body
+        try:
+            written = self.writer.write(body.encode(self.CHARSET))
+            if inspect.isawaitable(written):
+                asyncio.ensure_future(written)
+        except (OSError, ValueError) as exc:  # broken pipe, or stdout closed
+            self.closed = True
+            log.warning("the client's stream is closed (%s); nothing more will be written", exc)
+
+    def lsp_exit(self, *args) -> None:
+        """End the process now, with LSP's code: 0 after shutdown, 1 without."""
+        self._server.stop(0 if self._shutdown else 1)
+
+    lsp_exit.method_name = types.EXIT  # type: ignore[attr-defined]
