@@ -8,17 +8,13 @@ The generator and invariants are tests/fuzz/session.py (the suite runs the same 
 
 from __future__ import annotations
 
-import sys
-
-# benchmarks/typing.py would shadow the standard library's typing for modules imported from here
-sys.path[:] = [p for p in sys.path if not p.rstrip("/").endswith("benchmarks")]
-
-import argparse  # noqa: E402
+import argparse
 import json
-import os  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))

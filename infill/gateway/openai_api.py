@@ -156,7 +156,7 @@ def run_completion(pipeline: Pipeline, params: CompletionParams, settings: Gatew
 # Generic FIM clients send no language, and without one the pipeline has no grammar to check a fill against.
 # Each code grammar parses the text around the gap; the one with the fewest syntax errors wins (ties: the order
 # below). Text that no grammar parses well (prose, an unknown language) stays without a language, as before.
-# On benchmarks/typing.py's sources and code found on this machine (see docs/gateway.md) this picks the right
+# On benchmarks/ghost_typing.py's sources and code found on this machine (see docs/gateway.md) this picks the right
 # grammar for Python, JavaScript, TypeScript, Go, Rust and JSON; a look at keywords could not tell JS from TS.
 DETECTED = ("json", "python", "typescript", "javascript", "go", "rust")
 DETECT_PREFIX_CHARS = 3000  # the text parsed: a window around the gap (parsing is linear in it)

@@ -30,7 +30,7 @@ Each pause starts with the model idle (the benchmark waits for the server to fin
 same pauses, alternating with this tree's pause by pause, so machine load hits both alike: its figures come
 under "baseline" in the same JSON object.
 
-Usage: python benchmarks/typing.py [--gateway] [--pauses 24] [--per-file 3] [--keys 4] [--seed 12]
+Usage: python benchmarks/ghost_typing.py [--gateway] [--pauses 24] [--per-file 3] [--keys 4] [--seed 12]
                                    [--settings '{"inlineBudgetMs": 8000}'] [--model DIR] [--baseline DIR]
 """
 
