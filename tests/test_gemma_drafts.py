@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from infill.backends.gemma import ARSettings, draft_from_context
-from infill.types import InfillError, InfillRequest
+from infill.types import CancelToken, InfillError, InfillRequest
 
 SOURCE = (Path(__file__).resolve().parents[1] / "infill" / "pipeline.py").read_text()
 
@@ -72,3 +72,19 @@ def test_a_drafted_fill_leaves_a_cache_that_the_next_keystroke_reuses_exactly(ar
     fresh = ar_backend.infill(replace(typed, document_id="fresh.py"))
     assert reused.reused_tokens >= reused.prompt_tokens - 4 and fresh.reused_tokens == 0
     assert reused.middles == fresh.middles
+
+
+@pytest.mark.slow
+def test_a_warmed_prompt_leaves_one_token_to_feed_and_the_same_fill(ar_backend):
+    """warm() (run during the editor's debounce) encodes all of the prompt but its last token; the fill that follows
+    reuses it and is the fill a cold document gets."""
+    prefix = "import os\n\n\ndef config_path(name):\n    base = os.path.expanduser('~')\n    return os.path."
+    cold = ar_backend.infill(InfillRequest(prefix=prefix, suffix="\n", single_line=True, document_id="warm-cold"))
+    held = ar_backend.warm(InfillRequest(prefix=prefix, suffix="\n", single_line=True, document_id="warm-hot"))
+    hot = ar_backend.infill(InfillRequest(prefix=prefix, suffix="\n", single_line=True, document_id="warm-hot"))
+    # (token healing may hold back the prompt's last token too, so held is prompt_tokens - 1 or - 2)
+    assert held > 10 and hot.reused_tokens == held and hot.prompt_tokens - 2 <= held <= hot.prompt_tokens - 1
+    assert cold.reused_tokens == 0 and hot.middles == cold.middles and hot.middles[0].strip()
+    cancelled = CancelToken()
+    cancelled.cancel("superseded")
+    assert ar_backend.warm(InfillRequest(prefix=prefix + "x", document_id="warm-none"), cancel=cancelled) == 0

@@ -165,6 +165,31 @@ class GemmaBackend:
         outcome, error = self._fill_gaps(request, token, deadline, on_draft, tally)
         return self._result(request, tally, outcome, started, error)
 
+    def warm(self, request: InfillRequest, *, cancel: CancelToken | None = None) -> int:
+        """Encode the first gap's prompt, all but its last token, into the document's prefix KV now (while an
+        editor's debounce runs), so that `infill` feeds one token and decodes. Stops between chunks when cancelled
+        and keeps what it encoded (the next keystroke's prompt shares it up to the edit). Returns the prompt tokens
+        now cached. Warming is an optimisation: failures are logged, never raised."""
+        token = cancel if cancel is not None else CancelToken()
+        if token.cancelled or self._closed or not request.prefix.strip():
+            return 0
+        try:
+            # The same prompt `_fill_gap` will build: same fitter, same anchor, same healing.
+            fitted = fit_prompt(self.tokens.chunks(request.prefix), [self._bos], self.settings.max_prompt_tokens,
+                                anchor=self.kv_store.anchor(request.document_id))
+            prompt, _ = self._heal(fitted.ids)
+            cache, reused = self.kv_store.take(request.document_id, prompt, max_keep=len(prompt) - 1)
+            fed = prompt[:reused]
+            try:
+                self._prefill(prompt[:-1], fed, cache, token, None)
+            except Cancelled:
+                pass  # raised between chunks: `fed` matches the cache exactly
+            self.kv_store.put(request.document_id, fed, cache, fitted.anchor)
+            return len(fed)
+        except Exception:  # noqa: BLE001 - the infill that follows will meet (and report) the same problem
+            log.exception("warming the prompt cache failed")
+            return 0
+
     def _result(self, request: InfillRequest, tally: _Tally, outcome: str, started: float,
                 error: str | None = None) -> InfillResult:
         middles = tuple(tally.middles) + ("",) * (request.gap_count - len(tally.middles))
