@@ -27,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from infill.backends.gemma import ARSettings, load_default_backend  # noqa: E402
+from infill.checks.rules import python_error  # noqa: E402
 from infill.pilot.metrics import edit_similarity, exact_match  # noqa: E402
 from infill.stats import percentile  # noqa: E402
 from infill.types import InfillRequest  # noqa: E402
@@ -93,11 +94,7 @@ def cut_holes(packages: list[str], n: int, seed: int) -> list[Hole]:
 
 
 def parses(text: str) -> bool:
-    try:
-        ast.parse(text)
-        return True
-    except (SyntaxError, ValueError):
-        return False
+    return python_error(text) is None
 
 
 def quality(backend, holes: list[Hole], max_tokens: int) -> dict:

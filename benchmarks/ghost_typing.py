@@ -36,21 +36,15 @@ Usage: python benchmarks/ghost_typing.py [--gateway] [--pauses 24] [--per-file 3
 
 from __future__ import annotations
 
-import os
-import sys
-
-# This file is named like the standard library's `typing`: run as a script, its folder leads sys.path and would
-# shadow it for every import below.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [entry for entry in sys.path if os.path.abspath(entry or ".") != _HERE]
-
 import argparse
 import ast
 import asyncio
 import json
+import os
 import random
 import socket
 import subprocess
+import sys
 import sysconfig
 import time
 import urllib.request
@@ -62,6 +56,9 @@ from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from infill.checks.rules import python_error  # noqa: E402
+
 PACKAGES = ("requests", "urllib3", "jinja2", "click", "packaging", "attr", "pygls", "rich", "httpx")
 KEY_GAP_S = 0.12
 SIMPLE = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.Expr, ast.Raise)
@@ -134,11 +131,7 @@ def pick_pauses(count: int, per_file: int, keys: int, seed: int) -> list[Pause]:
 # -- judging a fill ---------------------------------------------------------------------------------------------
 
 def parses(text: str) -> bool:
-    try:
-        ast.parse(text)
-        return True
-    except (SyntaxError, ValueError):
-        return False
+    return python_error(text) is None
 
 
 def judge(original: str, pause: Pause, before: str, after: str, fill: str) -> dict:
