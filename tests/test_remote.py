@@ -20,6 +20,9 @@ from infill.types import CancelToken, InfillError, InfillRequest, deadline_in
 PROMPT = "def add(a, b):\n    return"
 SUFFIX = "\n\n\nprint(add(1, 2))\n"
 TOKEN = "team-token"
+# The gateway detects a language when a request names none, and the watchdog then rejects the tiny random model's
+# text as broken Python; named as plain text, a fill comes back to compare end to end.
+LANGUAGE = "plaintext"
 BOUND_S = 1.0  # every failure must come back well within this
 
 
@@ -114,14 +117,15 @@ def gateway(pipeline):
 @pytest.fixture(scope="module")
 def expected(pipeline) -> str:
     """What the pipeline itself shows for the gap, called directly."""
-    result = pipeline.complete(CompletionRequest(text=PROMPT + SUFFIX, start=len(PROMPT), end=len(PROMPT)))
+    result = pipeline.complete(CompletionRequest(text=PROMPT + SUFFIX, start=len(PROMPT), end=len(PROMPT),
+                                                 language=LANGUAGE))
     return result.fills[0].text if result.fills else ""
 
 
 def gap_request(**overrides) -> InfillRequest:
     # What the pipeline builds for this cursor: text before it on its line, so one line only.
     return InfillRequest(**{"prefix": PROMPT, "suffix": SUFFIX, "single_line": True, "max_middle_tokens": 64,
-                            **overrides})
+                            "language": LANGUAGE, **overrides})
 
 
 def dead_url() -> str:
@@ -157,9 +161,10 @@ def test_remote_over_gateway_returns_what_the_pipeline_shows(gateway, expected, 
 def test_multi_line_gap_over_gateway_matches_the_pipeline(gateway, pipeline):
     prompt, suffix = "def add(a, b):\n", "\n\nprint(add(1, 2))\n"
     direct = pipeline.complete(CompletionRequest(text=prompt + suffix, start=len(prompt), end=len(prompt),
-                                                 mode="gap"))
+                                                 mode="gap", language=LANGUAGE))
     backend = RemoteBackend(gateway.url, token=TOKEN)
-    result = backend.infill(InfillRequest(prefix=prompt, suffix=suffix, max_middle_tokens=direct.max_middle_tokens))
+    result = backend.infill(InfillRequest(prefix=prompt, suffix=suffix, max_middle_tokens=direct.max_middle_tokens,
+                                          language=LANGUAGE))
     assert result.outcome in ("ok", "empty"), result.error
     assert result.middle == (direct.fills[0].text if direct.fills else "")
 
@@ -185,8 +190,8 @@ def test_gateway_as_the_fallback_endpoint_of_another_pipeline(gateway, expected)
     text, labelled as coming from the fallback."""
     fallback = RemoteBackend(gateway.url, token=TOKEN)
     chained = Pipeline(RemoteBackend(dead_url()), fallback=fallback)
-    outcome = chained.complete(CompletionRequest(text=PROMPT + SUFFIX, start=len(PROMPT), end=len(PROMPT)),
-                               deadline=deadline_in(30))
+    outcome = chained.complete(CompletionRequest(text=PROMPT + SUFFIX, start=len(PROMPT), end=len(PROMPT),
+                                                 language=LANGUAGE), deadline=deadline_in(30))
     if not expected:
         pytest.skip("the tiny model's completion is empty here; nothing to fall back to")
     assert outcome.route == "fallback", outcome
