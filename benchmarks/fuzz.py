@@ -26,6 +26,8 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=5.0)
     parser.add_argument("--seed", type=int, default=14)
     parser.add_argument("--session-seconds", type=float, default=60.0)
+    parser.add_argument("--log-dir", help="keep each session's server log here (a hang also dumps the server's "
+                                          "thread stacks into it)")
     parser.add_argument("--actions", action="store_true",
                         help="instead: ms to list code actions on a 2 MB CR-only and a 1 MB one-line Markdown file, "
                              "and how long infill.status waits meanwhile")
@@ -40,7 +42,7 @@ def main() -> int:
             return 0
         started = time.monotonic()
         stats = run_fuzz(str(checkpoint), args.minutes * 60, seed=args.seed, session_seconds=args.session_seconds,
-                         stderr_dir=tmp)
+                         stderr_dir=args.log_dir or tmp)
         summary = stats.summary()
         summary["minutes"] = round((time.monotonic() - started) / 60, 2)
     summary["seed"] = args.seed

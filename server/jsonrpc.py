@@ -6,7 +6,9 @@ raises there, the read loop logs it and the client never hears back (JSON-RPC re
 it drops every request silently (LSP requires InvalidRequest). Its internal errors put the traceback in
 `error.data`. Its `exit` raises SystemExit inside a callback, which its own `start_io` swallows (exit code 0 even
 without shutdown) and then waits for the stdin reader thread, while pending replies are written to the closed
-stdout and every failed write is reported by writing again.
+stdout and every failed write is reported by writing again. Its converter (cattrs, via lsprotocol) reads any
+number or numeric string as an LSP integer (`int(1.5)`, `int("3")`), so a didChange with version 1.5 was applied as
+version 1: `strict_converter` refuses what is not a JSON integer.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from cattrs import transform_error
+from cattrs.errors import ClassValidationError
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams, JsonRpcInvalidRequest
-from pygls.protocol import LanguageServerProtocol
+from pygls.protocol import LanguageServerProtocol, default_converter
 from pygls.protocol.json_rpc import RPCRequest
 
 log = logging.getLogger(__name__)
@@ -36,6 +40,42 @@ def public_message(message: str) -> str:
     """What a client may see of an error message: its first line, machine paths replaced, bounded."""
     first = (message or "internal error").strip().splitlines()[0] if (message or "").strip() else "internal error"
     return _PATH.sub("<path>", first)[:MAX_ERROR_CHARS]
+
+
+def strict_converter():
+    """pygls' converter, except that an LSP integer (line, character, version, kind) must be a JSON integer: 1.5,
+    "3", true or null make the message invalid params (a request gets -32602, a notification is logged and ignored)."""
+    converter = default_converter()
+
+    def structure_int(value: Any, to: type) -> int:
+        if type(value) is not int:  # a bool is an int subclass: refused too
+            raise TypeError(f"expected an integer, got {value!r:.40}")
+        return to(value)  # int subclasses come here too: an IntEnum (a kind) still refuses unknown members
+
+    converter.register_structure_hook(int, structure_int)
+    # cattrs dispatches bool (an int subclass) to the int hook: booleans keep pygls' own reading
+    converter.register_structure_hook(bool, lambda value, _type: bool(value))
+    return converter
+
+
+def _what_is_wrong(exc: JsonRpcException) -> str:
+    """Where the params fail ("invalid value for type, expected int @ $.params.position.line"), not cattrs'
+    "While structuring HoverRequest (1 sub-exception)"."""
+    cause = exc.__cause__
+    if isinstance(cause, ClassValidationError):
+        return "; ".join(transform_error(cause)[:3])
+    return str(cause).splitlines()[0] if cause is not None else exc.message
+
+
+class _QuietUnstructurable(logging.Filter):
+    """pygls logs every message it cannot structure as an ERROR with a traceback; GuardedProtocol logs one line
+    saying which field is wrong, so that one is dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Unable to deserialize message")
+
+
+logging.getLogger("pygls.protocol.json_rpc").addFilter(_QuietUnstructurable())
 
 
 @dataclass
@@ -55,8 +95,7 @@ class GuardedProtocol(LanguageServerProtocol):
         except JsonRpcException as exc:
             if not isinstance(data, dict) or "method" not in data:
                 raise  # a malformed response to one of our requests: pygls logs it
-            cause = exc.__cause__
-            detail = str(cause).splitlines()[0] if cause is not None else exc.message
+            detail = _what_is_wrong(exc)
             return Unreadable(data.get("id"), data.get("method"),
                               JsonRpcInvalidParams(f"invalid params for {data.get('method')!r}: {detail}"))
 

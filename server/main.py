@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
+import signal
 import sys
 
 from infill.backends.choose import add_model_options, spec_from_args
@@ -52,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     # The model thread runs Python between torch ops; with the default 5 ms GIL switch interval the event loop
     # (didChange, request building) can wait that long per keystroke. 0.5 ms keeps the editor side responsive.
     sys.setswitchinterval(0.0005)
+    if hasattr(signal, "SIGUSR1"):  # `kill -USR1 <pid>`: every thread's stack into the log, to see what waits on what
+        faulthandler.register(signal.SIGUSR1, file=handler.stream, all_threads=True)
     server = create_server(base)
     server.start_io()
     # stdin closed without `exit`: end the same way (pygls would wait on its reader and model threads)

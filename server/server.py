@@ -21,7 +21,7 @@ from .backend_host import BackendHost
 from .budget import BudgetPolicy
 from .documents import DocumentDistrusted, DocumentStore
 from .gate import LogThrottle
-from .jsonrpc import GuardedProtocol, public_message
+from .jsonrpc import GuardedProtocol, public_message, strict_converter
 from .settings import Settings, clean_layer, parse_settings
 from .telemetry import Telemetry
 from .typed_through import TypedThrough
@@ -103,7 +103,7 @@ class InfillProtocol(GuardedProtocol):
 
 class InfillServer(LanguageServer):
     def __init__(self, base: Settings) -> None:
-        super().__init__("infill-ls", __version__, protocol_cls=InfillProtocol,
+        super().__init__("infill-ls", __version__, protocol_cls=InfillProtocol, converter_factory=strict_converter,
                          text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
         self.base_settings = base  # command-line options; client settings overlay them
         self.settings = base

@@ -81,6 +81,13 @@ INVALID = [
                                        "character": 0}, "context": {"triggerKind": 1}}),
     ("textDocument/inlineCompletion", {"textDocument": {"uri": "file:///a.txt"}, "position": {"line": 0,
                                        "character": 0}, "context": {"triggerKind": 7}}),
+    # numbers pygls 2.1.1 alone reads as integers: int(1.5) == 1, int("3") == 3
+    ("textDocument/inlineCompletion", {"textDocument": {"uri": "file:///a.txt"}, "position": {"line": 1.5,
+                                       "character": 0}, "context": {"triggerKind": 1}}),
+    ("textDocument/inlineCompletion", {"textDocument": {"uri": "file:///a.txt"}, "position": {"line": "3",
+                                       "character": 0}, "context": {"triggerKind": 1}}),
+    ("textDocument/inlineCompletion", {"textDocument": {"uri": "file:///a.txt"}, "position": {"line": True,
+                                       "character": 0}, "context": {"triggerKind": 1}}),
     ("codeAction/resolve", {"kind": "refactor.rewrite", "data": {}}),  # no title
     ("textDocument/hover", {}),
     ("textDocument/codeAction", {"textDocument": {"uri": "file:///a.txt"}}),
@@ -101,6 +108,32 @@ def test_invalid_params_get_32602_and_the_server_keeps_serving(tiny_checkpoint, 
         assert reply["error"]["code"] == -32602, reply
         assert "data" not in reply["error"] and "Traceback" not in reply["error"]["message"]
     assert status["state"] == "ready"
+
+
+@pytest.mark.parametrize("version", ["1.5", '"2"', "true"])
+def test_a_did_change_whose_version_is_not_an_integer_is_ignored(tiny_checkpoint, tmp_path, version):
+    """Before, pygls applied a didChange with version 1.5 as version 1 and "2" as 2: the server's text changed
+    under a version the client never had."""
+    server = _server(tiny_checkpoint, tmp_path)
+
+    def fill_gap_data() -> dict:
+        listing = server.call("textDocument/codeAction", {"textDocument": {"uri": "file:///a.txt"}, "range": WHOLE,
+                                                          "context": {"diagnostics": []}}, 30)
+        assert listing is not None and "result" in listing, listing
+        (data,) = [a["data"] for a in listing["result"] if a["data"]["infill"] == "gap"]
+        return data
+
+    try:
+        _open(server, "file:///a.txt")
+        before = fill_gap_data()
+        server.notify("textDocument/didChange", raw_params='{"textDocument": {"uri": "file:///a.txt", "version": '
+                      + version + '}, "contentChanges": [{"range": {"start": {"line": 0, "character": 0}, '
+                                  '"end": {"line": 0, "character": 3}}, "text": "Its"}]}')
+        after = fill_gap_data()
+        assert server.status()["state"] == "ready"
+    finally:
+        server.kill()
+    assert (after["version"], after["text"]) == (before["version"], before["text"]) == (1, before["text"])
 
 
 def test_internal_error_replies_carry_a_message_only():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -46,6 +47,11 @@ class RawServer:
         self._write_lock = threading.Lock()
         self._reader = threading.Thread(target=self._read_loop, daemon=True)
         self._reader.start()
+
+    def dump_stacks(self) -> None:
+        """Ask the server to write every thread's stack to its log (server/main.py, SIGUSR1)."""
+        if self.proc.poll() is None and hasattr(signal, "SIGUSR1"):
+            self.proc.send_signal(signal.SIGUSR1)
 
     # -- writing ---------------------------------------------------------------------------------------------------
     def send_bytes(self, body: bytes) -> bool:

@@ -72,8 +72,8 @@ class Pending:
 
 
 class Session:
-    def __init__(self, server: RawServer, rng: random.Random, stats: Stats) -> None:
-        self.server, self.rng, self.stats = server, rng, stats
+    def __init__(self, server: RawServer, rng: random.Random, stats: Stats, seed: int = 0) -> None:
+        self.server, self.rng, self.stats, self.seed = server, rng, stats, seed
         self.docs: dict[str, Doc] = {}
         self.closed: dict[str, Doc] = {}
         self.pending: dict[int, Pending] = {}
@@ -203,9 +203,8 @@ class Session:
             ("textDocument/hover", "{}"),
         ])
         self.request("invalid", method, raw=raw)
-        # An invalid didChange is ignored, so the client's text stays as it is. Not 1.5: pygls 2.1.1's converter
-        # (cattrs) reads 1.5 as 1 and applies the change (open: a strict integer hook would refuse it).
-        if self.rng.random() < 0.3 and bad != "1.5":
+        # An invalid didChange is ignored, so the client's text stays as it is (1.5 too: server/jsonrpc.py).
+        if self.rng.random() < 0.3:
             self.server.notify("textDocument/didChange", raw_params=f'{{"textDocument": {{"uri": '
                                f'{json.dumps(doc.uri)}, "version": {bad}}}, "contentChanges": [{{"range": {{"start": '
                                f'{{"line": {bad}, "character": 0}}, "end": {{"line": 0, "character": 0}}}}, '
@@ -245,7 +244,9 @@ class Session:
             reply = self.server.responses.get(msg_id)
             if reply is None:
                 if owed and now - pending.sent > HANG_S:
-                    self.stats.note("hangs", f"{pending.kind} id {msg_id} unanswered after {HANG_S:.0f} s")
+                    self.stats.note("hangs", f"seed {self.seed}: {pending.kind} id {msg_id} unanswered after "
+                                             f"{HANG_S:.0f} s")
+                    self.server.dump_stacks()  # into the server's log, when it keeps one
                     del self.pending[msg_id]
                 continue
             del self.pending[msg_id]
@@ -342,7 +343,7 @@ def run_session(checkpoint: str, seed: int, seconds: float, stats: Stats, stderr
         if not ready or ready.get("state") != "ready":
             stats.note("hangs", f"not ready: {ready}")
             return
-        session = Session(server, rng, stats)
+        session = Session(server, rng, stats, seed)
         end = time.monotonic() + seconds
         steps = 0
         while time.monotonic() < end:
