@@ -24,7 +24,7 @@ from typing import Any
 from cattrs import transform_error
 from cattrs.errors import ClassValidationError
 from lsprotocol import types
-from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams, JsonRpcInvalidRequest
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams, JsonRpcInvalidRequest, JsonRpcMethodNotFound
 from pygls.protocol import LanguageServerProtocol, default_converter
 from pygls.protocol.json_rpc import RPCRequest
 
@@ -95,9 +95,21 @@ class GuardedProtocol(LanguageServerProtocol):
         except JsonRpcException as exc:
             if not isinstance(data, dict) or "method" not in data:
                 raise  # a malformed response to one of our requests: pygls logs it
-            detail = _what_is_wrong(exc)
-            return Unreadable(data.get("id"), data.get("method"),
-                              JsonRpcInvalidParams(f"invalid params for {data.get('method')!r}: {detail}"))
+            method = data.get("method")
+            if not self._known(method):  # no such method: its params were never the problem
+                return Unreadable(data.get("id"), method, JsonRpcMethodNotFound.of(str(method)[:100]))
+            return Unreadable(data.get("id"), method,
+                              JsonRpcInvalidParams(f"invalid params for {method!r}: {_what_is_wrong(exc)}"))
+
+    def _known(self, method: Any) -> bool:
+        """An LSP method (whose params have a shape) or one this server registered."""
+        if not isinstance(method, str):
+            return False
+        try:
+            self._get_handler(method)
+            return True
+        except JsonRpcMethodNotFound:
+            return self.get_message_type(method) is not None
 
     def handle_message(self, message) -> None:
         if isinstance(message, Unreadable):

@@ -110,6 +110,19 @@ def test_invalid_params_get_32602_and_the_server_keeps_serving(tiny_checkpoint, 
     assert status["state"] == "ready"
 
 
+def test_an_unknown_method_is_method_not_found_with_or_without_params(tiny_checkpoint, tmp_path):
+    """Without params, an unknown method was answered -32602 (pygls could not structure the generic request)."""
+    server = _server(tiny_checkpoint, tmp_path)
+    try:
+        bare, with_params = server.new_id(), server.new_id()
+        server.send(f'{{"jsonrpc": "2.0", "id": {bare}, "method": "no/such/method"}}')
+        server.send(f'{{"jsonrpc": "2.0", "id": {with_params}, "method": "no/such/method", "params": {{"a": 1}}}}')
+        replies = [server.wait(bare, 15), server.wait(with_params, 15)]
+    finally:
+        server.kill()
+    assert [r["error"]["code"] for r in replies] == [-32601, -32601], replies
+
+
 @pytest.mark.parametrize("version", ["1.5", '"2"', "true"])
 def test_a_did_change_whose_version_is_not_an_integer_is_ignored(tiny_checkpoint, tmp_path, version):
     """Before, pygls applied a didChange with version 1.5 as version 1 and "2" as 2: the server's text changed
