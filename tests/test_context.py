@@ -406,3 +406,35 @@ def test_window_budgets_count_characters_not_bytes():
         ctx = builder.build(builder.document(text, "python", None), [(cursor, cursor)], "inline")
         windows.append((cursor - ctx.prefix_start, ctx.suffix_end - cursor))
     assert windows[0] == windows[1] and windows[0][0] > 250
+
+
+class _CountingBytes(bytes):
+    """A document's UTF-8 bytes that count how many bytes are sliced out of them."""
+
+    sliced = 0
+
+    def __getitem__(self, key):
+        part = super().__getitem__(key)
+        if isinstance(key, slice):
+            _CountingBytes.sliced += len(part)
+        return part
+
+
+@pytest.mark.parametrize("text", [
+    "x = [" + "'é', " * 330_000 + "]\r",  # one line of thousands of small nodes (a fuzzer's hang, issue 14)
+    "y = 'é'\r" * 200_000,  # CR-only line endings
+])
+def test_a_window_costs_the_window_not_the_document(text):
+    """Each candidate boundary used to cost the whole document (a decode from its start, a search back for a
+    newline): 2.6 s for this one-line list, over 60 s in the fuzzer. Now the bytes decoded stay near the window."""
+    from infill.context.builder import _node_at
+    from infill.context.windows import syntactic_window
+
+    builder = ContextBuilder()
+    doc = builder.document(text, "python", "file:///huge.py")
+    doc.__dict__["data"] = _CountingBytes(text.encode("utf-8"))  # DocumentSnapshot.data is a cached_property
+    cursor = len(text) * 3 // 4
+    _CountingBytes.sliced = 0
+    start, end, _ = syntactic_window(doc, _node_at(doc, cursor), cursor, cursor, 7000, 2000)
+    assert start <= cursor <= end
+    assert _CountingBytes.sliced < 4 * (7000 + 2000) * 2, _CountingBytes.sliced  # 'é' is 2 bytes

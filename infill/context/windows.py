@@ -34,11 +34,14 @@ def char_index(doc: DocumentSnapshot, offset: int) -> int:
 
 def syntactic_window(doc: DocumentSnapshot, node, first: int, last: int, prefix_budget: int,
                      suffix_budget: int) -> tuple[int, int, str]:
-    """Prefer the farthest start / end of a whole unit (an enclosing node or one of its children) in budget."""
+    """Prefer the farthest start / end of a whole unit (an enclosing node or one of its children) in budget.
+    Work is proportional to the window, whatever the line endings or the characters (one line of megabytes,
+    CR-only text and non-ASCII text once cost the whole document per candidate boundary)."""
+    text = doc.text
     begin, finish = byte_offset(doc, first), byte_offset(doc, last)
     # Budgets are in characters; tree offsets are bytes (the same numbers for ASCII text).
-    low = byte_offset(doc, max(0, first - prefix_budget)) if not doc.is_ascii else begin - prefix_budget
-    high = byte_offset(doc, min(len(doc.text), last + suffix_budget)) if not doc.is_ascii else finish + suffix_budget
+    low_char, high_char = max(0, first - prefix_budget), min(len(text), last + suffix_budget)
+    low, high = begin - _utf8_length(doc, low_char, first), finish + _utf8_length(doc, last, high_char)
     starts, ends, unit = [], [], "document"
     ancestor = node
     while ancestor is not None:
@@ -54,19 +57,61 @@ def syntactic_window(doc: DocumentSnapshot, node, first: int, last: int, prefix_
             if child.end_byte >= finish:
                 ends.append(child.end_byte)
         ancestor = ancestor.parent
-    text = doc.text
+    starts = sorted({b for b in starts if low <= b <= begin})
+    ends = sorted({b for b in ends if finish <= b <= high}, reverse=True)
     # Only boundaries at line starts / line ends count: a window never begins or ends mid-line.
-    # The farthest candidate that passes is taken, so candidates are tried from the farthest on (byte offsets and
-    # str indices are in the same order).
-    start_ok = (i for i in (char_index(doc, b) for b in sorted(set(starts)) if b >= low)
-                if text[text.rfind("\n", 0, i) + 1:i].strip() == "")
-    end_ok = (i for i in (char_index(doc, b) for b in sorted(set(ends), reverse=True) if b <= high)
-              if text[i:line_end(text, i)].strip() == "")
-    farthest_start, farthest_end = next(start_ok, None), next(end_ok, None)
+    # The farthest candidate that passes is taken, so candidates are tried from the farthest on.
+    start_chars = _char_indices(doc, starts, begin, first)
+    end_chars = _char_indices(doc, ends, finish, last)
+    farthest_start = next((i for i in start_chars if _blank_before(text, i, low_char)), None)
+    farthest_end = next((i for i in end_chars if _blank_after(text, i, high_char)), None)
     fallback = line_window(text, first, last, prefix_budget, suffix_budget)
     prefix_start = _snap_to_line_start(text, farthest_start) if farthest_start is not None else fallback[0]
     suffix_end = _snap_to_line_end(text, farthest_end) if farthest_end is not None else fallback[1]
     return min(prefix_start, first), max(suffix_end, last), unit
+
+
+# How far past the window a boundary's line is followed to its start or end (indentation, a trailing comment);
+# a line reaching farther than that does not give a whole-line boundary.
+LINE_SLACK = 4096
+
+
+def _utf8_length(doc: DocumentSnapshot, start: int, end: int) -> int:
+    return end - start if doc.is_ascii else len(doc.text[start:end].encode("utf-8"))
+
+
+def _char_indices(doc: DocumentSnapshot, offsets: list[int], anchor_byte: int, anchor_char: int) -> list[int]:
+    """The str indices of byte `offsets` (sorted, all on one side of the anchor), walking out from a known pair:
+    each step decodes only the bytes between two boundaries, so the whole walk costs the window once."""
+    if doc.is_ascii:
+        return list(offsets)
+    data, found = doc.data, {}
+    at_byte, at_char = anchor_byte, anchor_char
+    for offset in sorted(offsets, key=lambda b: abs(b - anchor_byte)):  # nearest first
+        lo, hi = sorted((offset, at_byte))
+        step = len(data[lo:hi].decode("utf-8", "ignore"))
+        at_byte, at_char = offset, at_char + (step if offset > at_byte else -step)
+        found[offset] = at_char
+    return [found[b] for b in offsets]
+
+
+def _blank_before(text: str, index: int, low: int) -> bool:
+    """Only whitespace between the start of `index`'s line and `index` (looking back at most LINE_SLACK chars
+    before the window's `low`)."""
+    floor = max(0, low - LINE_SLACK)
+    newline = text.rfind("\n", floor, index)
+    if newline < 0 and floor > 0:
+        return False
+    return text[newline + 1:index].strip() == ""
+
+
+def _blank_after(text: str, index: int, high: int) -> bool:
+    """Only whitespace between `index` and the end of its line (looking at most LINE_SLACK chars past `high`)."""
+    ceiling = min(len(text), high + LINE_SLACK)
+    newline = text.find("\n", index, ceiling)
+    if newline < 0 and ceiling < len(text):
+        return False
+    return text[index:newline if newline >= 0 else ceiling].strip() == ""
 
 
 def _children_near(node, low: int, high: int):
@@ -87,12 +132,15 @@ def _children_near(node, low: int, high: int):
 
 
 def _snap_to_line_start(text: str, index: int) -> int:
-    line_start = text.rfind("\n", 0, index) + 1
-    return line_start if text[line_start:index].strip() == "" else index
+    line_start = text.rfind("\n", max(0, index - LINE_SLACK), index) + 1
+    return line_start if text[line_start:index].strip() == "" and (line_start > 0 or index <= LINE_SLACK) else index
 
 
 def _snap_to_line_end(text: str, index: int) -> int:
-    end = line_end(text, index)
+    end = text.find("\n", index, index + LINE_SLACK)
+    if end < 0 and len(text) - index > LINE_SLACK:
+        return index  # the line runs on too far to end the window with it
+    end = len(text) if end < 0 else end
     if text[index:end].strip() == "":
         return min(len(text), end + 1)
     return index
