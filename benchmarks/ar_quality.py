@@ -174,11 +174,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--typed", type=int, default=3, help="characters typed per hole")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--no-healing", action="store_true", help="turn token healing off")
+    parser.add_argument("--dtype", default=None, help="auto (default: int8 weights on a CPU with the kernels), "
+                                                     "int8, bfloat16, float32")
     args = parser.parse_args(argv)
 
     settings = ARSettings(num_threads=args.threads, token_healing=not args.no_healing)
     started = time.monotonic()
-    backend = load_default_backend(settings=settings)
+    backend = load_default_backend(dtype=args.dtype, settings=settings)
     load_s = time.monotonic() - started
     holes = cut_holes(args.packages.split(","), args.n, args.seed)[args.skip:]
     print(f"{len(holes)} holes from {args.packages} (seed {args.seed}); model loaded in {load_s:.1f} s; "

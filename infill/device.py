@@ -10,24 +10,31 @@ import logging
 import os
 import platform
 import re
+from functools import lru_cache
 
 from infill.types import InfillError
 
 log = logging.getLogger(__name__)
 
 DTYPE_NAMES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
-               "float16": "float16", "fp16": "float16"}
+               "float16": "float16", "fp16": "float16", "int8": "int8"}  # int8: weights (infill/backends/int8.py)
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
+
+
+@lru_cache(maxsize=1)
+def _cpu_flags() -> frozenset[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            return frozenset(fh.read().split())
+    except OSError:
+        return frozenset()
 
 
 def cpu_supports_bf16() -> bool:
     """Native bf16 matmuls (AVX512-BF16/AMX on x86, the BF16 extension on Arm); emulated bf16 is slower than fp32."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
-            info = fh.read()
-    except OSError:
+    if not _cpu_flags():
         return platform.system() == "Darwin" and platform.machine() == "arm64"
-    return bool({"avx512_bf16", "amx_bf16", "bf16"} & set(info.split()))
+    return bool({"avx512_bf16", "amx_bf16", "bf16"} & _cpu_flags())
 
 
 def resolve_device(device: str | None) -> str:
@@ -45,8 +52,9 @@ def resolve_device(device: str | None) -> str:
 
 
 def resolve_dtype(dtype: str | None, device: str, *, supported: tuple[str, ...] = ("float32", "bfloat16", "float16"),
-                  bf16_on_cpu: bool = True) -> str:
-    """The dtype name for `device`. "auto" (or None): bf16 on CUDA, and on a CPU with native bf16 when the backend
+                  bf16_on_cpu: bool = True, int8_on_cpu: bool = False) -> str:
+    """The dtype name for `device`. "auto" (or None): bf16 on CUDA; on a CPU, int8 weights when the backend has them
+    (`int8_on_cpu`) and this torch has the kernels, else bf16 where the CPU computes it natively and the backend
     gains from it (`bf16_on_cpu`), else float32. float16 where a backend does not support it (Gemma 3 overflows
     in fp16) is taken as "auto" with a warning: the setting may be meant for another backend."""
     name = (dtype or "auto").strip().lower()
@@ -58,18 +66,37 @@ def resolve_dtype(dtype: str | None, device: str, *, supported: tuple[str, ...] 
         log.warning("float16 is not supported by this model (its activations overflow); choosing automatically")
         name = "auto"
     if name == "auto":
+        if device == "cpu" and int8_on_cpu and "int8" in supported and int8_kernels():
+            return "int8"
         return "bfloat16" if device != "cpu" or (bf16_on_cpu and cpu_supports_bf16()) else "float32"
     if name not in supported:
         raise InfillError(f"unsupported dtype {dtype!r} for this model: use auto or one of {', '.join(supported)}")
+    if name == "int8" and (device != "cpu" or not int8_kernels()):
+        raise InfillError("int8 weights run on the CPU only (with this torch's int8 kernels); use auto, bfloat16 "
+                          "or float32")
     return name
+
+
+@lru_cache(maxsize=1)
+def int8_kernels() -> bool:
+    """This torch multiplies by int8 weights on the CPU (`_weight_int8pack_mm`, infill/backends/int8.py)."""
+    import torch
+
+    try:
+        out = torch.ops.aten._weight_int8pack_mm(torch.ones(1, 32), torch.ones(8, 32, dtype=torch.int8),
+                                                 torch.ones(8))
+        return bool(out.shape == (1, 8) and float(out[0, 0]) == 32.0)
+    except (RuntimeError, AttributeError, NotImplementedError):
+        return False
 
 
 def resolve_device_dtype(device: str | None, dtype: str | None, *,
                          supported: tuple[str, ...] = ("float32", "bfloat16"),
-                         bf16_on_cpu: bool = True) -> tuple[str, str]:
-    """(device, dtype name) for a backend; the defaults are the offline Gemma 3 270M's."""
+                         bf16_on_cpu: bool = True, int8_on_cpu: bool = False) -> tuple[str, str]:
+    """(device, dtype name) for a backend."""
     resolved = resolve_device(device)
-    return resolved, resolve_dtype(dtype, resolved, supported=supported, bf16_on_cpu=bf16_on_cpu)
+    return resolved, resolve_dtype(dtype, resolved, supported=supported, bf16_on_cpu=bf16_on_cpu,
+                                   int8_on_cpu=int8_on_cpu)
 
 
 def torch_dtype(name: str):

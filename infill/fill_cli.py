@@ -19,7 +19,7 @@ from infill.backends.choose import add_model_options, open_backend, spec_from_ar
 from infill.context.builder import find_placeholders
 from infill.context.syntax import apply_fills
 from infill.context.lines import line_content, split_lines
-from infill.pipeline import CompletionRequest, Pipeline, PipelineSettings
+from infill.pipeline import MAX_GAPS, CompletionRequest, Pipeline, PipelineSettings
 from infill.types import InfillError, deadline_in
 
 MAX_FILE_BYTES = 10 * 2**20
@@ -79,9 +79,12 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr)
     try:
         text = read_document(args.path)
-        spans = find_placeholders(text) if args.all_gaps else []
+        spans = find_placeholders(text, limit=MAX_GAPS) if args.all_gaps else []
         if args.all_gaps and not spans:
             raise InfillError(f"{args.path} has no placeholders ([[...]], {{{{...}}}} or ___) to fill")
+        if len(spans) == MAX_GAPS:
+            print(f"infill-ls fill: filling the first {MAX_GAPS} placeholders; run it again for the rest",
+                  file=sys.stderr)
         if args.all_gaps:
             start, end = spans[0]
         elif args.at:

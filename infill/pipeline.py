@@ -134,6 +134,9 @@ class PipelineResult:
         }
 
 
+MAX_GAPS = 100  # placeholders filled by one request: each gets its own context and decode (callers take the first)
+
+
 def _spans(req: CompletionRequest) -> list[tuple[int, int]]:
     cap = req.max_middle_tokens
     if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
@@ -144,6 +147,8 @@ def _spans(req: CompletionRequest) -> list[tuple[int, int]]:
         spans = [tuple(s) for s in req.spans]
         if not spans:
             raise InfillError("mode 'gaps' needs at least one span")
+        if len(spans) > MAX_GAPS:
+            raise InfillError(f"{len(spans)} gaps in one request; at most {MAX_GAPS} (fill them in parts)")
     else:
         spans = [(req.start, req.start if req.end is None else req.end)]
     previous = 0

@@ -12,7 +12,7 @@ from lsprotocol import types
 
 from infill.context.builder import find_placeholders
 from infill.context.syntax import resolve_language
-from infill.pipeline import CompletionRequest, PipelineResult, has_text
+from infill.pipeline import MAX_GAPS, CompletionRequest, PipelineResult, has_text
 from infill.types import Cancelled, deadline_in
 
 from .documents import SESSION, Document, text_fingerprint
@@ -84,11 +84,15 @@ async def compute_fill(ls, uri: str, rng: types.Range, mode: str, expected: dict
     version, text = document.version, document.text
     start, end = offset_logged(ls, document, rng.start), offset_logged(ls, document, rng.end)
     start, end = min(start, end), max(start, end)
-    spans, why = await off_loop(len(text), gap_spans, text, start, end, mode)
+    # The first MAX_GAPS placeholders: a file of thousands of blanks once held the model thread for minutes.
+    spans, why = await off_loop(len(text), gap_spans, text, start, end, mode, MAX_GAPS)
     if ls.documents.get(uri) is not document or document.version != version:
         return FillOutcome(None, f"{uri} changed while its placeholders were found; no edit for the old version")
     if not spans:
         return FillOutcome(None, why)
+    if mode == "gaps" and len(spans) == MAX_GAPS:
+        ls.log(f"Fill all gaps in {uri}: filling the first {MAX_GAPS} placeholders; run it again for the rest",
+               types.MessageType.Info)
     request = CompletionRequest(text=text, start=spans[0][0], end=spans[0][1], mode="gap" if mode == "gap" else "gaps",
                                 language=document.language_id, document_id=uri, version=version,
                                 spans=tuple(spans) if mode == "gaps" else ())

@@ -68,11 +68,13 @@ def _what_is_wrong(exc: JsonRpcException) -> str:
 
 
 class _QuietUnstructurable(logging.Filter):
-    """pygls logs every message it cannot structure as an ERROR with a traceback; GuardedProtocol logs one line
-    saying which field is wrong, so that one is dropped."""
+    """pygls logs every message it cannot structure as an ERROR with a traceback (GuardedProtocol logs one line
+    saying which field is wrong), and warns of every cancel that crossed its request's reply (the normal fate of a
+    cancel while typing): both are dropped."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith("Unable to deserialize message")
+        message = record.getMessage()
+        return not message.startswith(("Unable to deserialize message", "Cancel notification for unknown message"))
 
 
 logging.getLogger("pygls.protocol.json_rpc").addFilter(_QuietUnstructurable())

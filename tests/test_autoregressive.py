@@ -148,7 +148,11 @@ def test_info_says_small_offline_fallback(ar_backend):
     info = ar_backend.info
     assert info.kind == "autoregressive" and info.is_fallback
     assert "270M" in info.label and "fallback" in info.label
-    assert info.dtype in ("bfloat16", "float32") and info.device == "cpu"
+    assert info.dtype in ("int8", "bfloat16", "float32") and info.device == "cpu"
+    from infill.device import int8_kernels
+
+    if int8_kernels():  # the CPU default: int8 weights, the 262,144-row head included
+        assert info.dtype == "int8" and type(ar_backend._model.lm_head).__name__ == "Int8Linear"
 
 
 @pytest.mark.slow

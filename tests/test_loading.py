@@ -70,6 +70,19 @@ def test_unknown_dtype_is_refused():
     assert resolve_dtype(None, "cpu", bf16_on_cpu=False) == "float32" and resolve_dtype(None, "cuda") == "bfloat16"
 
 
+def test_int8_weights_are_the_cpu_default_only_where_a_backend_has_them():
+    from infill.device import int8_kernels
+
+    offline = {"supported": ("float32", "bfloat16", "int8"), "int8_on_cpu": True}
+    assert resolve_dtype(None, "cpu", **offline) == ("int8" if int8_kernels() else resolve_dtype(None, "cpu"))
+    assert resolve_dtype(None, "cuda", **offline) == "bfloat16"  # fbgemm's kernels are CPU kernels
+    assert resolve_dtype("bf16", "cpu", **offline) == "bfloat16"  # an explicit choice wins
+    with pytest.raises(InfillError, match="unsupported dtype"):
+        resolve_dtype("int8", "cpu")  # DiffusionGemma's support set has no int8
+    with pytest.raises(InfillError, match="CPU"):
+        resolve_dtype("int8", "cuda", **offline)
+
+
 def test_both_backends_read_device_and_dtype_the_same_way(tiny_checkpoint):
     # The offline backend once refused the "bf16" alias DiffusionGemma accepted, and DiffusionGemma took a CUDA
     # device that does not exist to the weight loader; one policy now answers both.

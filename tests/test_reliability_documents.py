@@ -143,3 +143,26 @@ def test_listing_actions_on_a_huge_markdown_never_blocks_status(raw_server, endi
     assert reply is not None and "error" not in reply, reply
     titles = [a["title"] for a in reply["result"]]
     assert titles == ["Fill all gaps (500+)"]
+
+
+def test_fill_all_gaps_in_a_file_of_thousands_of_blanks_fills_the_first_hundred(raw_server):
+    """A fuzzer's hang: Fill all gaps over a CR-only Markdown file of 20,000 blanks built a context per blank on the
+    model thread (minutes), and every request behind it waited. One request now fills at most MAX_GAPS."""
+    MAX_GAPS = 100  # infill.pipeline.MAX_GAPS
+
+    uri = "file:///blanks.md"
+    text = "prose ___ more\r___\r" * 10_000
+    _open(raw_server, uri, text, language="markdown")
+    before = len(raw_server.applied_edits)
+    started = time.monotonic()
+    reply = raw_server.call("workspace/executeCommand", {"command": "infill.fillAllGaps", "arguments": [uri]}, 120)
+    took = time.monotonic() - started
+    assert reply is not None and "error" not in reply, reply
+    assert took < 60, took  # a hang bound: before, this did not answer within minutes
+    assert f"filling the first {MAX_GAPS} placeholders" in raw_server.logs()
+    edits = raw_server.applied_edits[before:]
+    if edits:  # the tiny random model may leave every blank empty: then there is no edit, and that is fine
+        (change,) = edits[-1]["documentChanges"]
+        assert 0 < len(change["edits"]) <= MAX_GAPS
+        assert max(e["range"]["start"]["line"] for e in change["edits"]) < 2 * MAX_GAPS  # the first ones
+    assert raw_server.status(timeout=10)["state"] == "ready"
