@@ -25,7 +25,7 @@ class Settings:
     inline_budget_ms: int | None = None  # automatic trigger
     invoked_budget_ms: int | None = None  # explicitly invoked (no debounce)
     code_action_budget_ms: int = 10000
-    debounce_ms: int = 120
+    debounce_ms: int = 50  # short: the prompt is encoded meanwhile and kept; a superseded run stops in one forward
     max_middle_tokens: int = 64
     enabled_languages: tuple[str, ...] = ()  # empty: every language
     fallback_endpoint: str | None = None
