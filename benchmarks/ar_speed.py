@@ -134,28 +134,33 @@ def profile(backend, holes, max_steps: int = 8) -> dict:
 
 
 def dtype_profile(backend, holes, steps: int = 6) -> dict:
-    """Median ms of one decoding forward (body + head) in bf16 and in float32, alternating on the same tokens."""
-    import copy
-
+    """Median ms of one decoding forward of 1, 4 and 9 tokens and of a 256-token prefill chunk, for each weight
+    format the offline default loads (int8, bf16, float32), alternating formats on the same tokens."""
     import torch
     from transformers import DynamicCache
 
-    models = {"bfloat16": copy.deepcopy(backend._model).to(torch.bfloat16),
-              "float32": copy.deepcopy(backend._model).to(torch.float32)}
-    times: dict[str, list[float]] = {name: [] for name in models}
+    models = {name: load_default_backend(dtype=name)._model for name in ("int8", "bfloat16", "float32")}
+    times: dict[str, list[float]] = {f"{name}_{what}": [] for name in models
+                                     for what in ("forward_1", "forward_4", "forward_9", "prefill_256")}
+
+    def timed(key: str, model, ids: list[int], cache) -> None:
+        started = time.perf_counter()
+        model(input_ids=torch.tensor([ids]), cache=cache, use_cache=True, logits_to_keep=len(ids) if
+              len(ids) < 16 else 1)
+        times[key].append((time.perf_counter() - started) * 1000)
+
     with torch.inference_mode():
         for hole in holes:
             ids = backend.tokens.encode(hole.prefix)[-300:]
-            caches = {name: DynamicCache() for name in models}
-            for name, model in models.items():
-                model(input_ids=torch.tensor([ids]), cache=caches[name], use_cache=True, logits_to_keep=1)
             for step in range(steps):
-                for name, model in (models.items() if step % 2 else reversed(models.items())):
-                    started = time.perf_counter()
-                    model(input_ids=torch.tensor([[ids[step]]]), cache=caches[name], use_cache=True,
-                          logits_to_keep=1)
-                    times[name].append((time.perf_counter() - started) * 1000)
-    return {f"{name}_forward_ms": statistics.median(values) for name, values in times.items()}
+                order = list(models.items()) if step % 2 else list(reversed(models.items()))
+                for name, model in order:
+                    cache = DynamicCache()
+                    timed(f"{name}_prefill_256", model, ids[:256], cache)
+                    for rows in (1, 4, 9):
+                        timed(f"{name}_forward_{rows}", model, ids[256:256 + rows], cache)
+                        cache.crop(-rows)
+    return {f"{key}_ms": statistics.median(values) for key, values in times.items() if values}
 
 
 def _rounded(value):
@@ -174,11 +179,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=24)
     parser.add_argument("--typed", type=int, default=2, help="characters typed per hole (timed keystrokes)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    parser.add_argument("--dtype", default=None, help="auto, bfloat16 or float32")
+    parser.add_argument("--dtype", default=None, help="auto (int8 weights on a CPU with the kernels), int8, "
+                                                     "bfloat16 or float32")
     parser.add_argument("--modes", nargs="+", default=["plain:draft_tokens=0", "drafts:"],
                         help="name:setting=value,... per mode; the first is the reference")
     parser.add_argument("--profile", action="store_true", help="also time the parts of one fill")
-    parser.add_argument("--dtypes", action="store_true", help="also time one forward in bf16 vs float32")
+    parser.add_argument("--dtypes", action="store_true",
+                        help="also time forwards of 1, 4, 9 tokens and a 256-token prefill in int8, bf16 and float32")
     args = parser.parse_args(argv)
 
     modes = [parse_mode(m) for m in args.modes]
