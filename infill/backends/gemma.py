@@ -43,7 +43,7 @@ class ARSettings:
     num_threads: int | None = None  # torch intra-op threads (process-wide); None leaves torch's default
     token_healing: bool = True  # re-choose the prompt's last token (a trailing space or half a word) when decoding
     # Tokens drafted from the context and verified per forward (0: one token per forward). None: 3 with int8
-    # weights (their kernel's cost grows past 4 rows: 35-47 ms for 1-4, 96 ms for 9), else 8 (bf16: 62 vs 78 ms).
+    # weights (their kernel's cost grows past 4 rows: 37-45 ms for 1-4, 100 ms for 9), else 8 (bf16: 64 vs 74 ms).
     draft_tokens: int | None = None
     draft_ngram: int = 3  # longest run of last tokens looked up in the context to draft from
 
