@@ -61,6 +61,8 @@ from infill.checks.rules import python_error  # noqa: E402
 
 PACKAGES = ("requests", "urllib3", "jinja2", "click", "packaging", "attr", "pygls", "rich", "httpx")
 KEY_GAP_S = 0.12
+SERVER_TIMINGS = ("context_ms", "encode_ms", "denoise_ms", "prompt_tokens", "reused_tokens", "steps",
+                  "tokens_per_forward")
 SIMPLE = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.Expr, ast.Raise)
 
 
@@ -349,8 +351,11 @@ def gateway_pause(args, base: str, pause: Pause) -> dict:
         body = post(base + "/v1/completions", {"prompt": before, "suffix": after, "max_tokens": 64}, args.wait_s)
         fill = body["choices"][0]["text"]
     except OSError:
-        fill = ""
-    return _record(original, pause, before, after, fill, (time.perf_counter() - started) * 1000)
+        fill, body = "", {}
+    record = _record(original, pause, before, after, fill, (time.perf_counter() - started) * 1000)
+    if args.verbose:  # where the time went, from the gateway's own account
+        record["infill"] = {k: body.get("infill", {}).get(k) for k in SERVER_TIMINGS}
+    return record
 
 
 def run_gateway(args, pauses: list[Pause], trees: list[Path]) -> list[tuple[list[dict], dict]]:

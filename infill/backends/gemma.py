@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
+from infill.backends import attention
 from infill.cache.kv_store import PrefixKVStore
 from infill.cache.tokens import ChunkedTokenizer, fit_prompt
 from infill.backends.gemma_stops import GapShape, comment_only, cut_fill, finish_fill, gap_shape, trim_unfinished
@@ -80,7 +81,8 @@ def load_default_backend(device: str | None = None, dtype: str | None = None,
     started = time.monotonic()
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(directory))
-        model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=getattr(torch, activations))
+        model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=getattr(torch, activations),
+                                                     attn_implementation=attention.register())
     except (OSError, ValueError, RuntimeError) as exc:
         raise InfillError(f"could not load the offline model from {directory} ({exc}); delete that directory to "
                           f"convert it again from {PACKAGE}") from exc

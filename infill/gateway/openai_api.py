@@ -216,6 +216,7 @@ def _extension(outcome: PipelineResult, latency_ms: float, start: int) -> dict:
         "encode_ms": round(result.timings.encode_ms, 2) if result else 0.0,
         "denoise_ms": round(result.timings.denoise_ms, 2) if result else 0.0,
         "prompt_tokens": result.prompt_tokens if result else 0,
+        "reused_tokens": result.reused_tokens if result else 0,
         "max_middle_tokens": outcome.max_middle_tokens, "single_line": outcome.single_line,
         "rejections": [list(r) for r in outcome.rejections], "error": result.error if result else None,
         "versions": result.versions if result else {},
