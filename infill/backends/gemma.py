@@ -19,6 +19,7 @@ from importlib import metadata
 from typing import Any
 
 from infill.backends import attention
+from infill.backends.head import OutputHead
 from infill.cache.kv_store import PrefixKVStore
 from infill.cache.tokens import ChunkedTokenizer, fit_prompt
 from infill.backends.gemma_stops import GapShape, comment_only, cut_fill, finish_fill, gap_shape, trim_unfinished
@@ -47,6 +48,7 @@ class ARSettings:
     # weights (their kernel's cost grows past 4 rows: 37-45 ms for 1-4, 100 ms for 9), else 8 (bf16: 64 vs 74 ms).
     draft_tokens: int | None = None
     draft_ngram: int = 3  # longest run of last tokens looked up in the context to draft from
+    ascii_head: bool = True  # an all-ASCII prompt gets logits over ASCII-text tokens only (infill/backends/head.py)
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_prompt_tokens, int) or self.max_prompt_tokens < 16:
@@ -128,7 +130,8 @@ class GemmaBackend:
         self.kv_store = PrefixKVStore(settings.kv_store_bytes)
         self._closed = False
         self._bos = tokenizer.bos_token_id
-        self._vocab: list[str] | None = None  # token id -> its text, for token healing
+        self._vocab: list[str] | None = None  # token id -> its text, for token healing and the ASCII head
+        self._head: OutputHead | None = None
         self._heal_masks: dict[str, Any] = {}
         self._stop_ids = {i for i in (tokenizer.eos_token_id, tokenizer.pad_token_id,
                                       tokenizer.convert_tokens_to_ids("<end_of_turn>")) if isinstance(i, int)}
@@ -154,7 +157,7 @@ class GemmaBackend:
         """Pay one-time costs (kernel setup, the token-healing vocabulary) at load, not on the first keystroke."""
         from transformers import DynamicCache
 
-        self._vocab_texts()
+        self._output_head()
         self._forward(self.tokens.encode("def main():\n    return 0\n"), DynamicCache())
 
     @property
@@ -195,7 +198,7 @@ class GemmaBackend:
             cache, reused = self.kv_store.take(request.document_id, prompt, max_keep=len(prompt) - 1)
             fed = prompt[:reused]
             try:
-                self._prefill(prompt[:-1], fed, cache, token, None)
+                self._prefill(prompt[:-1], fed, cache, token, None, logits=False)
             except Cancelled:
                 pass  # raised between chunks: `fed` matches the cache exactly
             self.kv_store.put(request.document_id, fed, cache, fitted.anchor)
@@ -253,14 +256,16 @@ class GemmaBackend:
         # at least one token is fed, to get the next-token logits
         cache, reused = self.kv_store.take(request.document_id, prompt, max_keep=len(prompt) - 1)
         fed = prompt[:reused]
+        ascii_only = self.settings.ascii_head and self._output_head().covers(prompt)
         tally.prompt_tokens += len(fitted.ids)
         tally.reused_tokens += reused
         intact = False
         t1 = None
         try:
-            logits = self._prefill(prompt, fed, cache, token, deadline)
+            logits = self._prefill(prompt, fed, cache, token, deadline, ascii_only=ascii_only)
             t1 = time.perf_counter()
-            fill = self._decode(logits, fed, cache, shape, healed, request, token, deadline, on_draft, tally)
+            fill = self._decode(logits, fed, cache, shape, healed, request, token, deadline, on_draft, tally,
+                                ascii_only)
             intact = True
             return finish_fill(fill, shape)
         except (Cancelled, _DeadlineReached):
@@ -273,26 +278,36 @@ class GemmaBackend:
             if intact:
                 self.kv_store.put(request.document_id, fed, cache, fitted.anchor)
 
-    def _forward(self, ids: list[int], cache: Any, keep: int = 1):
-        """Logits of the last `keep` positions, one row each."""
+    def _forward(self, ids: list[int], cache: Any, keep: int = 1, ascii_only: bool = False):
+        """Logits of the last `keep` positions, one row each (none when keep is 0: the cache is all it fills)."""
         import torch
 
         with torch.inference_mode():
-            out = self._model(input_ids=torch.tensor([ids], device=self._device), cache=cache, use_cache=True,
-                              logits_to_keep=keep)
-        return out.logits[0]
+            hidden = self._model.model(input_ids=torch.tensor([ids], device=self._device), cache=cache,
+                                       use_cache=True).last_hidden_state[0]
+            return self._output_head()(hidden[-keep:], ascii_only) if keep else None
 
-    def _prefill(self, ids: list[int], fed: list[int], cache: Any, token: CancelToken, deadline: float | None):
+    def _output_head(self) -> OutputHead:
+        if self._head is None:
+            self._head = OutputHead(self._model.get_output_embeddings(), self._vocab_texts(), self._stop_ids,
+                                    self._model.config.vocab_size,
+                                    getattr(self._model.config, "final_logit_softcapping", None))
+        return self._head
+
+    def _prefill(self, ids: list[int], fed: list[int], cache: Any, token: CancelToken, deadline: float | None,
+                 ascii_only: bool = False, logits: bool = True):
+        """Encode ids[len(fed):] into `cache`, a chunk at a time; the last position's logits (when `logits`)."""
         chunk = self.settings.prefill_chunk_tokens
-        logits = None
+        last = None
         while len(fed) < len(ids):
             part = ids[len(fed):len(fed) + chunk]
-            logits = self._forward(part, cache)
+            final = len(fed) + len(part) == len(ids)
+            last = self._forward(part, cache, keep=1 if logits and final else 0, ascii_only=ascii_only)
             fed.extend(part)
             token.raise_if_cancelled()
             if len(fed) < len(ids) and deadline is not None and time.monotonic() >= deadline:
                 raise _DeadlineReached("")
-        return logits
+        return last
 
     def _heal(self, ids: list[int]) -> tuple[list[int], str]:
         """Token healing: drop a trailing partial token (`return ` ends in a bare space token, which a model
@@ -328,7 +343,7 @@ class GemmaBackend:
 
     def _decode(self, logits: Any, fed: list[int], cache: Any, shape: GapShape, healed: str,
                 request: InfillRequest, token: CancelToken, deadline: float | None,
-                on_draft: DraftCallback | None, tally: _Tally) -> str:
+                on_draft: DraftCallback | None, tally: _Tally, ascii_only: bool) -> str:
         """Greedy decoding. Each forward also verifies tokens drafted from the document (`_step`); a token is
         handled the same way whether it came from a one-token forward or a verified draft."""
         generated: list[int] = []
@@ -356,7 +371,8 @@ class GemmaBackend:
                 token.raise_if_cancelled()
                 if deadline is not None and time.monotonic() >= deadline:
                     raise _DeadlineReached(finish_fill(trim_unfinished(fill, shape), shape))
-            pending = self._step(generated[-1], fed, cache, request.max_middle_tokens - len(generated), tally)
+            pending = self._step(generated[-1], fed, cache, request.max_middle_tokens - len(generated), tally,
+                                 ascii_only)
 
     def _pick(self, logits: Any) -> list[tuple[int, float]]:
         """Greedy choice and its probability for each row of `logits` (one host transfer for all rows)."""
@@ -366,7 +382,8 @@ class GemmaBackend:
         best_p, best = probs.max(dim=-1)
         return list(zip(best.tolist(), best_p.tolist()))
 
-    def _step(self, last: int, fed: list[int], cache: Any, room: int, tally: _Tally) -> list[tuple[int, float]]:
+    def _step(self, last: int, fed: list[int], cache: Any, room: int, tally: _Tally,
+              ascii_only: bool) -> list[tuple[int, float]]:
         """Feed `last` plus up to `room - 1` tokens drafted from the context, and return the greedy tokens the
         forward confirms: the model's choice after `last`, and after every draft token that matched it. Exactly
         the tokens one-token forwards would give (a rejected draft only costs its share of this forward); the
@@ -376,7 +393,7 @@ class GemmaBackend:
         if drafts is None:
             drafts = 3 if self._info.dtype == "int8" else 8
         draft = draft_from_context(fed, min(drafts, room - 1), self.settings.draft_ngram)
-        chosen = self._pick(self._forward([last] + draft, cache, keep=len(draft) + 1))
+        chosen = self._pick(self._forward([last] + draft, cache, keep=len(draft) + 1, ascii_only=ascii_only))
         tally.forwards += 1
         accepted = 0
         while accepted < len(draft) and chosen[accepted][0] == draft[accepted]:
