@@ -61,6 +61,8 @@ def test_settings_are_validated():
     with pytest.raises(InfillError):
         ARSettings(max_prompt_tokens=4)
     with pytest.raises(InfillError):
+        ARSettings(max_prompt_tokens=256, fresh_prompt_tokens=512)  # more from scratch than a prompt may hold
+    with pytest.raises(InfillError):
         ARSettings(kv_store_bytes=-1)
     with pytest.raises(InfillError):
         InfillRequest(prefix="x", max_middle_tokens=0)
@@ -273,7 +275,7 @@ def test_line_tokens_round_trip_and_are_memoised(ar_backend):
 @pytest.mark.slow
 def test_prompt_longer_than_the_context_keeps_the_near_end(ar_backend):
     small = GemmaBackend(ar_backend._model, ar_backend._tokenizer, device="cpu", dtype=ar_backend.info.dtype,
-                         settings=ARSettings(max_prompt_tokens=64))
+                         settings=ARSettings(max_prompt_tokens=64, fresh_prompt_tokens=64))
     prefix = "".join(f"value_{i} = {i}\n" for i in range(1, 60)) + "value_60 ="
     chunks = ChunkedTokenizer(ar_backend._tokenizer).chunks(prefix)
     fitted = fit_prompt(chunks, [ar_backend._tokenizer.bos_token_id], 64)
@@ -363,6 +365,34 @@ def test_one_prompt_fitter_keeps_its_cut_while_the_text_grows():
     assert fit_prompt(grown, [0], 16, anchor=first.anchor).ids[:4] == [0, 7, 7, 7]  # same start: KV reusable
     assert fit_prompt(grown, [0], 16, refit_fraction=1.0).ids[:4] == [0, 6, 6, 6]  # as many whole lines as fit
     assert fit_prompt([("x" * 50, (5,) * 40)], [0], 16).ids == [0] + [5] * 15  # one huge line: its end
+    # keep_anchor: a cut start stays even where the whole text would now fit (a prompt grown from its cache)
+    assert fit_prompt(grown, [0], 64, anchor=first.anchor, keep_anchor=True).ids[:4] == [0, 7, 7, 7]
+    assert fit_prompt(grown, [0], 64, anchor=first.anchor).ids[:4] == [0, 0, 0, 0]
+    assert fit_prompt(grown, [0], 64, anchor="gone\n", keep_anchor=True).ids[:4] == [0, 0, 0, 0]
+
+
+@pytest.mark.slow
+def test_a_prompt_grows_from_its_cached_start_while_little_is_new(ar_backend):
+    """fresh_prompt_tokens from scratch, then up to max_prompt_tokens as long as each request encodes no more
+    than fresh_prompt_tokens anew; a jump further than that starts over within fresh_prompt_tokens."""
+    backend = GemmaBackend(ar_backend._model, ar_backend._tokenizer, device="cpu", dtype=ar_backend.info.dtype,
+                           settings=ARSettings(max_prompt_tokens=160, fresh_prompt_tokens=64))
+    lines = [f"total_{i} = total_{i - 1} + {i}\n" for i in range(1, 200)]
+    text = lambda n: "".join(lines[:n])  # noqa: E731
+
+    def warm(n):
+        backend.warm(InfillRequest(prefix=text(n) + "total", document_id="doc", single_line=True))
+        return backend._fit(text(n) + "total", "doc")
+
+    first = warm(40)
+    assert 16 < len(first.ids) <= 64 and first.anchor  # from scratch: the near end within 64
+    later = warm(43)  # three lines on (~40 tokens): only they are new, so the prompt keeps its start and grows
+    assert later.anchor == first.anchor and len(later.ids) > 64
+    assert len(later.ids) - backend.kv_store.reusable("doc", later.ids) <= 64
+    longest = warm(46)
+    assert longest.anchor == first.anchor and len(longest.ids) > len(later.ids)
+    jumped = warm(120)  # far on: growing would encode more than 64 tokens anew, so it starts over
+    assert jumped.anchor != first.anchor and len(jumped.ids) <= 64
 
 
 def test_apostrophes_in_words_do_not_count_as_strings():

@@ -21,7 +21,7 @@ from typing import Any
 from infill.backends import attention
 from infill.backends.head import OutputHead
 from infill.cache.kv_store import PrefixKVStore
-from infill.cache.tokens import ChunkedTokenizer, fit_prompt
+from infill.cache.tokens import ChunkedTokenizer, FittedPrompt, fit_prompt
 from infill.backends.gemma_stops import GapShape, comment_only, cut_fill, finish_fill, gap_shape, trim_unfinished
 from infill.device import cpu_supports_bf16, resolve_device_dtype, set_threads
 from infill.types import ProgressCallback
@@ -37,9 +37,11 @@ CACHE_DTYPE = "bfloat16"  # the cache is always bf16 (exact enough for a Q4 sour
 
 @dataclass(frozen=True)
 class ARSettings:
-    # Prompt window; longer prefixes keep their near end (whole lines). 512, not 1024: the same exact match on
-    # benchmarks/ar_quality.py's 60 holes (25/60 each, int8) and a cold fill 653 ms instead of 1,052 ms.
-    max_prompt_tokens: int = 512
+    # Prompt window; longer prefixes keep their near end (whole lines). A prompt encodes at most
+    # fresh_prompt_tokens from scratch (a cold fill of 512 takes ~650 ms, of 1024 ~1,050 ms), then grows from its
+    # cached start up to max_prompt_tokens while each request encodes no more than that anew (`_fit`).
+    max_prompt_tokens: int = 1024
+    fresh_prompt_tokens: int = 512
     kv_store_bytes: int = 192 * 2**20  # prefix-KV kept across requests (~18 KiB per token in bf16)
     prefill_chunk_tokens: int = 256  # cancellation and the deadline are checked between prefill chunks
     num_threads: int | None = None  # torch intra-op threads (process-wide); None leaves torch's default
@@ -53,6 +55,10 @@ class ARSettings:
     def __post_init__(self) -> None:
         if not isinstance(self.max_prompt_tokens, int) or self.max_prompt_tokens < 16:
             raise InfillError(f"max_prompt_tokens must be an integer >= 16, got {self.max_prompt_tokens!r}")
+        fresh = self.fresh_prompt_tokens
+        if not isinstance(fresh, int) or not 16 <= fresh <= self.max_prompt_tokens:
+            raise InfillError(f"fresh_prompt_tokens must be an integer from 16 to max_prompt_tokens "
+                              f"({self.max_prompt_tokens}), got {self.fresh_prompt_tokens!r}")
         if not isinstance(self.kv_store_bytes, int) or self.kv_store_bytes < 0:
             raise InfillError(f"kv_store_bytes must be a non-negative integer, got {self.kv_store_bytes!r}")
         if self.num_threads is not None and (not isinstance(self.num_threads, int) or self.num_threads < 1):
@@ -151,7 +157,8 @@ class GemmaBackend:
             gguf_sha, package = "unknown", PACKAGE
         return {"model": MODEL_ID, "package": package, "gguf_sha256": gguf_sha, "cache_format": CACHE_FORMAT,
                 "dtype": dtype, "decoding": "greedy", "prompt": "prefix-only",
-                "max_prompt_tokens": self.settings.max_prompt_tokens}
+                "max_prompt_tokens": self.settings.max_prompt_tokens,
+                "fresh_prompt_tokens": self.settings.fresh_prompt_tokens}
 
     def warm_up(self) -> None:
         """Pay one-time costs (kernel setup, the token-healing vocabulary) at load, not on the first keystroke."""
@@ -192,8 +199,7 @@ class GemmaBackend:
             return 0
         try:
             # The same prompt `_fill_gap` will build: same fitter, same anchor, same healing.
-            fitted = fit_prompt(self.tokens.chunks(request.prefix), [self._bos], self.settings.max_prompt_tokens,
-                                anchor=self.kv_store.anchor(request.document_id))
+            fitted = self._fit(request.prefix, request.document_id)
             prompt, _ = self._heal(fitted.ids)
             cache, reused = self.kv_store.take(request.document_id, prompt, max_keep=len(prompt) - 1)
             fed = prompt[:reused]
@@ -250,8 +256,7 @@ class GemmaBackend:
         if deadline is not None and time.monotonic() >= deadline:
             raise _DeadlineReached("")
         t0 = time.perf_counter()
-        fitted = fit_prompt(self.tokens.chunks(before), [self._bos], self.settings.max_prompt_tokens,
-                            anchor=self.kv_store.anchor(request.document_id))
+        fitted = self._fit(before, request.document_id)
         prompt, healed = self._heal(fitted.ids)
         # at least one token is fed, to get the next-token logits
         cache, reused = self.kv_store.take(request.document_id, prompt, max_keep=len(prompt) - 1)
@@ -277,6 +282,17 @@ class GemmaBackend:
             tally.decode_s += now - t1 if t1 is not None else 0.0
             if intact:
                 self.kv_store.put(request.document_id, fed, cache, fitted.anchor)
+
+    def _fit(self, text: str, key: str | None) -> FittedPrompt:
+        """The prompt for `text`: grown from the cached prompt's start (up to max_prompt_tokens) when that leaves no
+        more than fresh_prompt_tokens to encode, else the near end of the text within fresh_prompt_tokens. Typing
+        and moving on down a file so keep more context at no more cost than starting over."""
+        chunks, settings = self.tokens.chunks(text), self.settings
+        anchor = self.kv_store.anchor(key)
+        grown = fit_prompt(chunks, [self._bos], settings.max_prompt_tokens, anchor=anchor, keep_anchor=True)
+        if len(grown.ids) - self.kv_store.reusable(key, grown.ids) <= settings.fresh_prompt_tokens:
+            return grown
+        return fit_prompt(chunks, [self._bos], settings.fresh_prompt_tokens, anchor=anchor)
 
     def _forward(self, ids: list[int], cache: Any, keep: int = 1, ascii_only: bool = False):
         """Logits of the last `keep` positions, one row each (none when keep is 0: the cache is all it fills)."""

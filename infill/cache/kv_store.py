@@ -77,6 +77,13 @@ class PrefixKVStore:
             entry = self._entries.get(key)
         return entry.anchor if entry is not None else ""
 
+    def reusable(self, key: str | None, ids: torch.Tensor | Sequence[int]) -> int:
+        """How many leading tokens of `ids` the cache kept for `key` holds (it stays in the store)."""
+        with self._lock:
+            entry = self._entries.get(key)
+            held = entry.ids if entry is not None else None
+        return 0 if held is None else common_prefix_length(held, _as_ids(ids))
+
     def take(self, key: str | None, ids: torch.Tensor | Sequence[int],
              max_keep: int | None = None) -> tuple[DynamicCache, int]:
         """Remove and return the cache for `key` cropped to its common prefix with `ids` (at most `max_keep`

@@ -79,17 +79,19 @@ class FittedPrompt:
 
 
 def fit_prompt(chunks: list[Chunk], head: Sequence[int], budget: int, anchor: str = "",
-               refit_fraction: float = 0.75) -> FittedPrompt:
+               refit_fraction: float = 0.75, keep_anchor: bool = False) -> FittedPrompt:
     """`head` (e.g. BOS) + the near end of the text within `budget` tokens, dropping whole leading chunks.
 
     When it must cut, it first tries the previous cut (`anchor`, the first kept chunks last time) so that the prompt
     start, and with it the reusable KV, stays put while the user types; otherwise it cuts down to
     `refit_fraction` of the budget, leaving room for the next keystrokes before it must cut again (1.0: keep as
-    many whole chunks as fit).
+    many whole chunks as fit). With `keep_anchor`, the anchor is kept even where the whole text would fit (a
+    prompt that grows from a cached start instead of starting over).
     """
     head = list(head)
     counts = [len(ids) for _, ids in chunks]
-    if len(head) + sum(counts) <= budget:
+    fits = len(head) + sum(counts) <= budget
+    if fits and not (keep_anchor and anchor):
         return FittedPrompt(head + [i for _, ids in chunks for i in ids], 0, "")
     room = budget - len(head)
     if room <= 0:
@@ -101,6 +103,8 @@ def fit_prompt(chunks: list[Chunk], head: Sequence[int], budget: int, anchor: st
     if anchor:
         start = next((k for k in range(1, len(chunks)) if tails[k] <= room and _starts_with(chunks, k, anchor)),
                      None)
+    if start is None and fits:
+        return FittedPrompt(head + [i for _, ids in chunks for i in ids], 0, "")
     if start is None:
         target = max(1, int(budget * refit_fraction)) - len(head)
         start = next((k for k in range(1, len(chunks)) if tails[k] <= target), len(chunks) - 1)
