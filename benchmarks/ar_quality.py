@@ -176,9 +176,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-healing", action="store_true", help="turn token healing off")
     parser.add_argument("--dtype", default=None, help="auto (default: int8 weights on a CPU with the kernels), "
                                                      "int8, bfloat16, float32")
+    parser.add_argument("--fresh-prompt-tokens", type=int, default=ARSettings.fresh_prompt_tokens,
+                        help="most prompt tokens encoded from scratch (each hole here is a cold fill)")
+    parser.add_argument("--max-prompt-tokens", type=int, default=ARSettings.max_prompt_tokens)
     args = parser.parse_args(argv)
 
-    settings = ARSettings(num_threads=args.threads, token_healing=not args.no_healing)
+    settings = ARSettings(num_threads=args.threads, token_healing=not args.no_healing,
+                          fresh_prompt_tokens=args.fresh_prompt_tokens, max_prompt_tokens=args.max_prompt_tokens)
     started = time.monotonic()
     backend = load_default_backend(dtype=args.dtype, settings=settings)
     load_s = time.monotonic() - started
@@ -186,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(holes)} holes from {args.packages} (seed {args.seed}); model loaded in {load_s:.1f} s; "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
     figures = {"model": backend.info.label, "dtype": backend.info.dtype, "token_healing": not args.no_healing,
-               "threads": args.threads, "load_s": load_s, **quality(backend, holes, args.max_tokens)}
+               "threads": args.threads, "fresh_prompt_tokens": settings.fresh_prompt_tokens,
+               "max_prompt_tokens": settings.max_prompt_tokens, "load_s": load_s, **quality(backend, holes, args.max_tokens)}
     if args.latency_holes > 0:
         figures.update(keystrokes(backend, holes[:args.latency_holes], args.typed, args.max_tokens))
     figures["load_average"] = os.getloadavg()[0]

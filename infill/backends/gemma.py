@@ -43,7 +43,7 @@ class ARSettings:
     max_prompt_tokens: int = 1024
     fresh_prompt_tokens: int = 512
     kv_store_bytes: int = 192 * 2**20  # prefix-KV kept across requests (~18 KiB per token in bf16)
-    prefill_chunk_tokens: int = 256  # cancellation and the deadline are checked between prefill chunks
+    prefill_chunk_tokens: int = 256  # the deadline is checked between prefill chunks, cancellation per layer
     num_threads: int | None = None  # torch intra-op threads (process-wide); None leaves torch's default
     token_healing: bool = True  # re-choose the prompt's last token (a trailing space or half a word) when decoding
     # Tokens drafted from the context and verified per forward (0: one token per forward). None: 3 with int8
@@ -138,6 +138,11 @@ class GemmaBackend:
         self._bos = tokenizer.bos_token_id
         self._vocab: list[str] | None = None  # token id -> its text, for token healing and the ASCII head
         self._head: OutputHead | None = None
+        # Checked before each decoder layer while a prefill chunk runs: a keystroke that supersedes the prompt
+        # being encoded (warming runs on every keystroke) waits ~15 ms for a layer, not ~250 ms for a chunk.
+        self._interrupt: CancelToken | None = None
+        for layer in getattr(getattr(model, "model", None), "layers", ()):
+            layer.register_forward_pre_hook(self._before_layer)
         self._heal_masks: dict[str, Any] = {}
         self._stop_ids = {i for i in (tokenizer.eos_token_id, tokenizer.pad_token_id,
                                       tokenizer.convert_tokens_to_ids("<end_of_turn>")) if isinstance(i, int)}
@@ -294,6 +299,10 @@ class GemmaBackend:
             return grown
         return fit_prompt(chunks, [self._bos], settings.fresh_prompt_tokens, anchor=anchor)
 
+    def _before_layer(self, module: Any, args: Any) -> None:
+        if self._interrupt is not None:
+            self._interrupt.raise_if_cancelled()
+
     def _forward(self, ids: list[int], cache: Any, keep: int = 1, ascii_only: bool = False):
         """Logits of the last `keep` positions, one row each (none when keep is 0: the cache is all it fills)."""
         import torch
@@ -318,7 +327,14 @@ class GemmaBackend:
         while len(fed) < len(ids):
             part = ids[len(fed):len(fed) + chunk]
             final = len(fed) + len(part) == len(ids)
-            last = self._forward(part, cache, keep=1 if logits and final else 0, ascii_only=ascii_only)
+            self._interrupt = token
+            try:
+                last = self._forward(part, cache, keep=1 if logits and final else 0, ascii_only=ascii_only)
+            except Cancelled:
+                _rewind(cache, len(fed))  # the layers before the check took the chunk's keys: drop them again
+                raise
+            finally:
+                self._interrupt = None
             fed.extend(part)
             token.raise_if_cancelled()
             if len(fed) < len(ids) and deadline is not None and time.monotonic() >= deadline:
@@ -418,6 +434,14 @@ class GemmaBackend:
         if accepted < len(draft):
             cache.crop(-(len(draft) - accepted))
         return chosen[:accepted + 1]
+
+
+def _rewind(cache: Any, length: int) -> None:
+    """Cut every layer of a DynamicCache back to `length` tokens."""
+    for layer in cache.layers:
+        held = layer.get_seq_length() if getattr(layer, "is_initialized", True) else 0
+        if held > length:
+            layer.crop(-(held - length))
 
 
 def draft_from_context(ids: list[int], count: int, max_ngram: int) -> list[int]:
