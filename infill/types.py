@@ -25,8 +25,7 @@ class Cancelled(Exception):
 
 
 class CancelToken:
-    """Thread-safe cancellation flag, checked by backends between steps (the offline default also checks it
-    between the layers of a prefill forward, and rewinds its cache)."""
+    """Thread-safe cancellation flag, checked by backends between steps (never inside a forward)."""
 
     __slots__ = ("_event", "reason")
 

@@ -401,38 +401,3 @@ def test_apostrophes_in_words_do_not_count_as_strings():
     code = gap_shape("x = 1  # ", "\n", single_line=True, language="python")
     assert cut_fill("don't touch\nnext", code) == ("don't touch", True)
 
-
-@pytest.mark.slow
-def test_a_prefill_stops_between_layers_when_cancelled_and_keeps_a_consistent_cache(ar_backend):
-    """Warming runs on every keystroke; the next keystroke cancels it inside a 256-token forward, and the cache
-    it keeps must hold exactly the chunks it finished (every layer the same length), so later fills match."""
-    from infill.types import CancelToken
-
-    text = "".join(f"def handler_{i}(request):\n    return respond(request, code={i})\n\n" for i in range(60))
-    request = InfillRequest(prefix=text + "def handler_60(request):\n    return ", single_line=True,
-                            max_middle_tokens=8, document_id="cancelled-warm")
-    ar_backend.kv_store.clear()
-    cold = ar_backend.infill(request)
-    ar_backend.kv_store.clear()
-    token = CancelToken()
-    layers = ar_backend._model.model.layers
-    calls = []
-
-    def cancel_in_the_second_chunk(module, args):
-        calls.append(1)
-        if len(calls) == len(layers) + 5:  # as the fifth layer of the second chunk starts
-            token.cancel("next keystroke")
-
-    hooks = [layer.register_forward_pre_hook(cancel_in_the_second_chunk) for layer in layers]
-    try:
-        kept = ar_backend.warm(request, cancel=token)
-    finally:
-        for hook in hooks:
-            hook.remove()
-    assert kept == ar_backend.settings.prefill_chunk_tokens  # the first chunk, whole; nothing of the second
-    assert len(calls) == len(layers) + 5  # the sixth layer never ran: it stopped there, not at the chunk's end
-    cache, reused = ar_backend.kv_store.take("cancelled-warm", ar_backend._fit(request.prefix, None).ids)
-    assert reused == kept and {layer.get_seq_length() for layer in cache.layers} == {kept}
-    ar_backend.kv_store.put("cancelled-warm", ar_backend._fit(request.prefix, None).ids[:kept], cache)
-    warm = ar_backend.infill(request)
-    assert warm.reused_tokens == kept and warm.middles == cold.middles

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from infill.backends.gemma import ARSettings, draft_from_context
+from infill.backends.gemma import ARSettings
+from infill.backends.gemma_tokens import draft_from_context
 from infill.types import CancelToken, InfillError, InfillRequest
 
 # A real module that does not change with this repository (infill/pipeline.py did, and with it how much of each

@@ -19,6 +19,7 @@ from importlib import metadata
 from typing import Any
 
 from infill.backends import attention
+from infill.backends.gemma_tokens import TokenTexts, draft_from_context
 from infill.backends.head import OutputHead
 from infill.cache.kv_store import PrefixKVStore
 from infill.cache.tokens import ChunkedTokenizer, FittedPrompt, fit_prompt
@@ -43,7 +44,9 @@ class ARSettings:
     max_prompt_tokens: int = 1024
     fresh_prompt_tokens: int = 512
     kv_store_bytes: int = 192 * 2**20  # prefix-KV kept across requests (~18 KiB per token in bf16)
-    prefill_chunk_tokens: int = 256  # the deadline is checked between prefill chunks, cancellation per layer
+    # Cancellation and the deadline are checked between prefill chunks. Not inside a chunk: warming runs on every
+    # keystroke (~120 ms apart), and a chunk cut short would be thrown away, so warming would never get ahead.
+    prefill_chunk_tokens: int = 256
     num_threads: int | None = None  # torch intra-op threads (process-wide); None leaves torch's default
     token_healing: bool = True  # re-choose the prompt's last token (a trailing space or half a word) when decoding
     # Tokens drafted from the context and verified per forward (0: one token per forward). None: 3 with int8
@@ -136,14 +139,8 @@ class GemmaBackend:
         self.kv_store = PrefixKVStore(settings.kv_store_bytes)
         self._closed = False
         self._bos = tokenizer.bos_token_id
-        self._vocab: list[str] | None = None  # token id -> its text, for token healing and the ASCII head
+        self.texts = TokenTexts(tokenizer, model.config.vocab_size, device)
         self._head: OutputHead | None = None
-        # Checked before each decoder layer while a prefill chunk runs: a keystroke that supersedes the prompt
-        # being encoded (warming runs on every keystroke) waits ~15 ms for a layer, not ~250 ms for a chunk.
-        self._interrupt: CancelToken | None = None
-        for layer in getattr(getattr(model, "model", None), "layers", ()):
-            layer.register_forward_pre_hook(self._before_layer)
-        self._heal_masks: dict[str, Any] = {}
         self._stop_ids = {i for i in (tokenizer.eos_token_id, tokenizer.pad_token_id,
                                       tokenizer.convert_tokens_to_ids("<end_of_turn>")) if isinstance(i, int)}
         self._info = BackendInfo(name=f"gemma3-270m:{MODEL_ID}", kind="autoregressive", model=MODEL_ID,
@@ -299,9 +296,8 @@ class GemmaBackend:
             return grown
         return fit_prompt(chunks, [self._bos], settings.fresh_prompt_tokens, anchor=anchor)
 
-    def _before_layer(self, module: Any, args: Any) -> None:
-        if self._interrupt is not None:
-            self._interrupt.raise_if_cancelled()
+    def _heal(self, ids: list[int]) -> tuple[list[int], str]:
+        return self.texts.heal(ids) if self.settings.token_healing else (ids, "")
 
     def _forward(self, ids: list[int], cache: Any, keep: int = 1, ascii_only: bool = False):
         """Logits of the last `keep` positions, one row each (none when keep is 0: the cache is all it fills)."""
@@ -314,7 +310,7 @@ class GemmaBackend:
 
     def _output_head(self) -> OutputHead:
         if self._head is None:
-            self._head = OutputHead(self._model.get_output_embeddings(), self._vocab_texts(), self._stop_ids,
+            self._head = OutputHead(self._model.get_output_embeddings(), self.texts.texts, self._stop_ids,
                                     self._model.config.vocab_size,
                                     getattr(self._model.config, "final_logit_softcapping", None))
         return self._head
@@ -327,51 +323,12 @@ class GemmaBackend:
         while len(fed) < len(ids):
             part = ids[len(fed):len(fed) + chunk]
             final = len(fed) + len(part) == len(ids)
-            self._interrupt = token
-            try:
-                last = self._forward(part, cache, keep=1 if logits and final else 0, ascii_only=ascii_only)
-            except Cancelled:
-                _rewind(cache, len(fed))  # the layers before the check took the chunk's keys: drop them again
-                raise
-            finally:
-                self._interrupt = None
+            last = self._forward(part, cache, keep=1 if logits and final else 0, ascii_only=ascii_only)
             fed.extend(part)
             token.raise_if_cancelled()
             if len(fed) < len(ids) and deadline is not None and time.monotonic() >= deadline:
                 raise _DeadlineReached("")
         return last
-
-    def _heal(self, ids: list[int]) -> tuple[list[int], str]:
-        """Token healing: drop a trailing partial token (`return ` ends in a bare space token, which a model
-        rarely sees before a word) and let decoding pick a token that starts with its text instead."""
-        if not self.settings.token_healing or len(ids) < 3:
-            return ids, ""
-        text = self._vocab_texts()[ids[-1]]
-        if not text or "\n" in text:
-            return ids, ""
-        return ids[:-1], text
-
-    def _vocab_texts(self) -> list[str]:
-        if self._vocab is None:
-            pieces = self._tokenizer.convert_ids_to_tokens(list(range(len(self._tokenizer))))
-            # byte-fallback pieces (<0x..>) never start a healed word; control tokens are not text
-            self._vocab = ["" if p is None or p.startswith("<") and p.endswith(">") and len(p) > 2
-                           else p.replace("\u2581", " ") for p in pieces]
-        return self._vocab
-
-    def _allowed_after_heal(self, text: str):
-        import torch
-
-        mask = self._heal_masks.get(text)
-        if mask is None:
-            starts = [i for i, piece in enumerate(self._vocab_texts()) if piece.startswith(text)]
-            size = max(self._model.config.vocab_size, len(self._vocab_texts()))
-            mask = torch.zeros(size, dtype=torch.bool, device=self._device)
-            mask[torch.tensor(starts, device=self._device)] = True
-            if len(self._heal_masks) > 512:
-                self._heal_masks.clear()
-            self._heal_masks[text] = mask
-        return mask
 
     def _decode(self, logits: Any, fed: list[int], cache: Any, shape: GapShape, healed: str,
                 request: InfillRequest, token: CancelToken, deadline: float | None,
@@ -382,7 +339,7 @@ class GemmaBackend:
         confidence: list[float] = []
         fill = ""
         if healed:
-            logits = logits.masked_fill(~self._allowed_after_heal(healed)[: logits.shape[-1]], float("-inf"))
+            logits = logits.masked_fill(~self.texts.allowed_after_heal(healed)[: logits.shape[-1]], float("-inf"))
         pending = self._pick(logits)
         while True:
             for next_id, best_p in pending:
@@ -434,26 +391,3 @@ class GemmaBackend:
         if accepted < len(draft):
             cache.crop(-(len(draft) - accepted))
         return chosen[:accepted + 1]
-
-
-def _rewind(cache: Any, length: int) -> None:
-    """Cut every layer of a DynamicCache back to `length` tokens."""
-    for layer in cache.layers:
-        held = layer.get_seq_length() if getattr(layer, "is_initialized", True) else 0
-        if held > length:
-            layer.crop(-(held - length))
-
-
-def draft_from_context(ids: list[int], count: int, max_ngram: int) -> list[int]:
-    """Prompt-lookup drafting: find the latest earlier occurrence of the last `max_ngram` (then fewer, down to 2)
-    tokens of `ids` and propose the `count` tokens that followed it. Code repeats its identifiers and lines, so
-    these guesses are often right, and a wrong one costs little."""
-    if count <= 0:
-        return []
-    for n in range(min(max_ngram, len(ids) - 1), 1, -1):
-        tail = ids[-n:]
-        first = tail[0]
-        for start in range(len(ids) - n - 1, -1, -1):
-            if ids[start] == first and ids[start:start + n] == tail:
-                return ids[start + n:start + n + count]
-    return []
