@@ -275,7 +275,7 @@ def test_line_tokens_round_trip_and_are_memoised(ar_backend):
 @pytest.mark.slow
 def test_prompt_longer_than_the_context_keeps_the_near_end(ar_backend):
     small = GemmaBackend(ar_backend._model, ar_backend._tokenizer, device="cpu", dtype=ar_backend.info.dtype,
-                         settings=ARSettings(max_prompt_tokens=64, fresh_prompt_tokens=64))
+                         settings=ARSettings(max_prompt_tokens=96, fresh_prompt_tokens=64))
     prefix = "".join(f"value_{i} = {i}\n" for i in range(1, 60)) + "value_60 ="
     chunks = ChunkedTokenizer(ar_backend._tokenizer).chunks(prefix)
     fitted = fit_prompt(chunks, [ar_backend._tokenizer.bos_token_id], 64)
@@ -373,8 +373,8 @@ def test_one_prompt_fitter_keeps_its_cut_while_the_text_grows():
 
 @pytest.mark.slow
 def test_a_prompt_grows_from_its_cached_start_while_little_is_new(ar_backend):
-    """fresh_prompt_tokens from scratch, then up to max_prompt_tokens as long as each request encodes no more
-    than fresh_prompt_tokens anew; a jump further than that starts over within fresh_prompt_tokens."""
+    """fresh_prompt_tokens from scratch, then up to max_prompt_tokens as long as growing encodes no more anew than
+    starting over; a jump further than that starts over within fresh_prompt_tokens."""
     backend = GemmaBackend(ar_backend._model, ar_backend._tokenizer, device="cpu", dtype=ar_backend.info.dtype,
                            settings=ARSettings(max_prompt_tokens=160, fresh_prompt_tokens=64))
     lines = [f"total_{i} = total_{i - 1} + {i}\n" for i in range(1, 200)]
@@ -388,7 +388,7 @@ def test_a_prompt_grows_from_its_cached_start_while_little_is_new(ar_backend):
     assert 16 < len(first.ids) <= 64 and first.anchor  # from scratch: the near end within 64
     later = warm(43)  # three lines on (~40 tokens): only they are new, so the prompt keeps its start and grows
     assert later.anchor == first.anchor and len(later.ids) > 64
-    assert len(later.ids) - backend.kv_store.reusable("doc", later.ids) <= 64
+    assert len(later.ids) - backend.kv_store.reusable("doc", later.ids) < 48
     longest = warm(46)
     assert longest.anchor == first.anchor and len(longest.ids) > len(later.ids)
     jumped = warm(120)  # far on: growing would encode more than 64 tokens anew, so it starts over

@@ -38,11 +38,11 @@ CACHE_DTYPE = "bfloat16"  # the cache is always bf16 (exact enough for a Q4 sour
 
 @dataclass(frozen=True)
 class ARSettings:
-    # Prompt window; longer prefixes keep their near end (whole lines). A prompt encodes at most
-    # fresh_prompt_tokens from scratch (a cold fill of 512 takes ~650 ms, of 1024 ~1,050 ms), then grows from its
-    # cached start up to max_prompt_tokens while each request encodes no more than that anew (`_fit`).
+    # Prompt window; longer prefixes keep their near end (whole lines). A prompt starts with at most
+    # fresh_prompt_tokens (encoding 384 takes ~370 ms on two cores) and grows from its cached start up to
+    # max_prompt_tokens while that encodes no more anew than starting over would (`_fit`).
     max_prompt_tokens: int = 1024
-    fresh_prompt_tokens: int = 512
+    fresh_prompt_tokens: int = 384
     kv_store_bytes: int = 192 * 2**20  # prefix-KV kept across requests (~18 KiB per token in bf16)
     # Cancellation and the deadline are checked between prefill chunks. Not inside a chunk: warming runs on every
     # keystroke (~120 ms apart), and a chunk cut short would be thrown away, so warming would never get ahead.
@@ -286,15 +286,15 @@ class GemmaBackend:
                 self.kv_store.put(request.document_id, fed, cache, fitted.anchor)
 
     def _fit(self, text: str, key: str | None) -> FittedPrompt:
-        """The prompt for `text`: grown from the cached prompt's start (up to max_prompt_tokens) when that leaves no
-        more than fresh_prompt_tokens to encode, else the near end of the text within fresh_prompt_tokens. Typing
-        and moving on down a file so keep more context at no more cost than starting over."""
+        """The prompt for `text`: the near end of the text within fresh_prompt_tokens, unless growing the cached
+        prompt from its start (up to max_prompt_tokens) encodes no more tokens anew. Typing, and moving on down a
+        file, so keep more context at no more cost than starting over."""
         chunks, settings = self.tokens.chunks(text), self.settings
         anchor = self.kv_store.anchor(key)
+        fresh = fit_prompt(chunks, [self._bos], settings.fresh_prompt_tokens, anchor=anchor, refit_fraction=1.0)
         grown = fit_prompt(chunks, [self._bos], settings.max_prompt_tokens, anchor=anchor, keep_anchor=True)
-        if len(grown.ids) - self.kv_store.reusable(key, grown.ids) <= settings.fresh_prompt_tokens:
-            return grown
-        return fit_prompt(chunks, [self._bos], settings.fresh_prompt_tokens, anchor=anchor)
+        new = lambda fitted: len(fitted.ids) - self.kv_store.reusable(key, fitted.ids)  # noqa: E731
+        return grown if len(grown.ids) > len(fresh.ids) and new(grown) <= new(fresh) else fresh
 
     def _heal(self, ids: list[int]) -> tuple[list[int], str]:
         return self.texts.heal(ids) if self.settings.token_healing else (ids, "")
