@@ -4,6 +4,7 @@ clear error for each kind of bad checkpoint."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -81,6 +82,18 @@ def test_int8_weights_are_the_cpu_default_only_where_a_backend_has_them():
         resolve_dtype("int8", "cpu")  # DiffusionGemma's support set has no int8
     with pytest.raises(InfillError, match="CPU"):
         resolve_dtype("int8", "cuda", **offline)
+
+
+def test_a_torch_held_to_avx2_computes_in_float32_as_an_avx2_laptop_does():
+    """ATEN_CPU_CAPABILITY=avx2 (how benchmarks measure an AVX2-only laptop here) turns native bf16 off."""
+    probe = "from infill.device import cpu_supports_bf16, resolve_dtype; print(cpu_supports_bf16(), " \
+            "resolve_dtype(None, 'cpu'), resolve_dtype(None, 'cpu', supported=('float32', 'bfloat16', 'int8'), " \
+            "int8_on_cpu=True))"
+    held = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "ATEN_CPU_CAPABILITY": "avx2"})
+    assert held.returncode == 0, held.stderr
+    # and the offline default's int8 weights, slower than float32 with float32 activations there, are not chosen
+    assert held.stdout.split() == ["False", "float32", "float32"]
 
 
 def test_both_backends_read_device_and_dtype_the_same_way(tiny_checkpoint):
