@@ -68,11 +68,13 @@ def resolve_device(device: str | None) -> str:
 
 def resolve_dtype(dtype: str | None, device: str, *, supported: tuple[str, ...] = ("float32", "bfloat16", "float16"),
                   bf16_on_cpu: bool = True, int8_on_cpu: bool = False) -> str:
-    """The dtype name for `device`. "auto" (or None): bf16 on CUDA; on a CPU, int8 weights when the backend has them
-    (`int8_on_cpu`), this torch has the kernels and the CPU computes bf16 natively (with float32 activations, on an
-    AVX2-only CPU, the int8 kernel was slower than float32 weights: 142 against 109 ms for a one-token forward of
-    Gemma 3 270M, 576 against 178 ms for four), else bf16 where the CPU computes it natively and the backend
-    gains from it (`bf16_on_cpu`), else float32. float16 where a backend does not support it (Gemma 3 overflows
+    """The dtype name for `device`. "auto" (or None): bf16 on CUDA. On a CPU, a backend with the offline default's
+    CPU weight formats (`int8_on_cpu`) gets int8 weights where the CPU computes bf16 natively and this torch has the
+    kernels, and bf16 weights where it does not (an AVX2-only CPU: decoding reads bf16 at memory speed and prompts
+    multiply float32 copies, infill/backends/prefill_weights.py; int8 there computes with float32 activations and
+    was the slowest: 142 ms for a one-token forward of Gemma 3 270M, against 109 with float32 and 29 with bf16).
+    Other backends get bf16 where the CPU computes it natively and the backend gains from it (`bf16_on_cpu`),
+    else float32. float16 where a backend does not support it (Gemma 3 overflows
     in fp16) is taken as "auto" with a warning: the setting may be meant for another backend."""
     name = (dtype or "auto").strip().lower()
     if name != "auto":
@@ -83,8 +85,11 @@ def resolve_dtype(dtype: str | None, device: str, *, supported: tuple[str, ...] 
         log.warning("float16 is not supported by this model (its activations overflow); choosing automatically")
         name = "auto"
     if name == "auto":
-        if device == "cpu" and int8_on_cpu and "int8" in supported and int8_kernels() and cpu_supports_bf16():
-            return "int8"
+        if device == "cpu" and int8_on_cpu:
+            if cpu_supports_bf16() and "int8" in supported and int8_kernels():
+                return "int8"
+            if not cpu_supports_bf16() and "bfloat16" in supported:
+                return "bfloat16"
         return "bfloat16" if device != "cpu" or (bf16_on_cpu and cpu_supports_bf16()) else "float32"
     if name not in supported:
         raise InfillError(f"unsupported dtype {dtype!r} for this model: use auto or one of {', '.join(supported)}")

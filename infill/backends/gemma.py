@@ -49,8 +49,8 @@ class ARSettings:
     prefill_chunk_tokens: int = 256
     num_threads: int | None = None  # torch intra-op threads (process-wide); None leaves torch's default
     token_healing: bool = True  # re-choose the prompt's last token (a trailing space or half a word) when decoding
-    # Tokens drafted from the context and verified per forward (0: one token per forward). None: 3 with int8
-    # weights (their kernel's cost grows past 4 rows: 37-45 ms for 1-4, 100 ms for 9), else 8 (bf16: 64 vs 74 ms).
+    # Tokens drafted from the context and verified per forward (0: one token per forward). None: by what a
+    # wider forward costs on this CPU (GemmaBackend._default_drafts).
     draft_tokens: int | None = None
     draft_ngram: int = 3  # longest run of last tokens looked up in the context to draft from
     ascii_head: bool = True  # an all-ASCII prompt gets logits over ASCII-text tokens only (infill/backends/head.py)
@@ -82,7 +82,8 @@ def load_default_backend(device: str | None = None, dtype: str | None = None,
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    # On a CPU, int8 weights where this torch has the kernels (about 2x faster per forward; infill/backends/int8.py)
+    # On a CPU: int8 weights where bf16 is native (about 2x faster per forward; infill/backends/int8.py), else bf16
+    # weights with float32 copies for prompts (infill/backends/prefill_weights.py)
     device, dtype = resolve_device_dtype(device, dtype, supported=("float32", "bfloat16", "int8"), int8_on_cpu=True)
     # int8 weights compute with bf16 activations where the CPU has bf16, else float32
     activations = ("bfloat16" if cpu_supports_bf16() else "float32") if dtype == "int8" else dtype
@@ -101,6 +102,10 @@ def load_default_backend(device: str | None = None, dtype: str | None = None,
         from infill.backends.int8 import quantize_linears
 
         quantize_linears(model)
+    elif dtype == "bfloat16" and device == "cpu" and not cpu_supports_bf16():
+        from infill.backends.prefill_weights import add_float32_prefill_copies
+
+        add_float32_prefill_copies(model)  # bf16 decodes fast there; prompts multiply float32 copies
     model.to(device).eval()
     set_threads(settings.num_threads if settings is not None else None)
     log.info("loaded %s on %s/%s in %.1f s", LABEL, device, dtype, time.monotonic() - started)
@@ -146,6 +151,10 @@ class GemmaBackend:
         self._info = BackendInfo(name=f"gemma3-270m:{MODEL_ID}", kind="autoregressive", model=MODEL_ID,
                                  device=device, dtype=dtype, is_fallback=True, label=LABEL)
         self._versions = self._describe_versions(dtype)
+        # What verifying drafts costs against one token: int8 1-4 rows 35-47 ms, 9 rows 96; bf16 64 vs 74 ms for
+        # 9; bf16 on a CPU that emulates it (AVX2) 29 ms for 1 row, 75 for 4, so there drafts do not pay.
+        emulated_bf16 = dtype == "bfloat16" and device == "cpu" and not cpu_supports_bf16()
+        self._default_drafts = 3 if dtype == "int8" else 0 if emulated_bf16 else 8
 
     def _describe_versions(self, dtype: str) -> dict:
         from infill.backends.gemma_cache import CACHE_FORMAT, MODULE
@@ -380,7 +389,7 @@ class GemmaBackend:
         fed.append(last)
         drafts = self.settings.draft_tokens
         if drafts is None:
-            drafts = 3 if self._info.dtype == "int8" else 8
+            drafts = self._default_drafts
         draft = draft_from_context(fed, min(drafts, room - 1), self.settings.draft_ngram)
         chosen = self._pick(self._forward([last] + draft, cache, keep=len(draft) + 1, ascii_only=ascii_only))
         tally.forwards += 1
