@@ -72,7 +72,7 @@ def resolve_dtype(dtype: str | None, device: str, *, supported: tuple[str, ...] 
     CPU weight formats (`int8_on_cpu`) gets int8 weights where the CPU computes bf16 natively and this torch has the
     kernels, and bf16 weights where it does not (an AVX2-only CPU: decoding reads bf16 at memory speed and prompts
     multiply float32 copies, infill/backends/prefill_weights.py; int8 there computes with float32 activations and
-    was the slowest: 142 ms for a one-token forward of Gemma 3 270M, against 109 with float32 and 29 with bf16).
+    was the slowest: 142 ms for a one-token forward of Gemma 3 270M, against 109 with float32 and 34 with bf16).
     Other backends get bf16 where the CPU computes it natively and the backend gains from it (`bf16_on_cpu`),
     else float32. float16 where a backend does not support it (Gemma 3 overflows
     in fp16) is taken as "auto" with a warning: the setting may be meant for another backend."""
