@@ -30,6 +30,7 @@ def _cpu_flags() -> frozenset[str]:
         return frozenset()
 
 
+@lru_cache(maxsize=1)
 def cpu_supports_bf16() -> bool:
     """Native bf16 matmuls (AVX512-BF16/AMX on x86, the BF16 extension on Arm); emulated bf16 is slower than fp32.
     On x86 torch must also be allowed AVX-512 (`ATEN_CPU_CAPABILITY=avx2` makes this machine compute as an

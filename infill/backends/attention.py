@@ -9,9 +9,9 @@ prefill chunk (256 rows over 512 keys: 2.9 ms against 3.3).
 
 Scores are computed in float32 (as the flash kernel accumulates them) and the softmax too; its probabilities are
 rounded to the values' dtype for the second matmul, as the flash kernel does, except on a CPU without native bf16,
-where that matmul is emulated (0.8 s of a 256-token prefill of bf16 Gemma 3 270M held to AVX2): there it runs
-in float32. The mask is transformers' boolean
-sdpa mask (causal, sliding window); where transformers skips it (a causal prefill), it is built here.
+where that matmul would be emulated (0.8 s of a 256-token prefill of bf16 Gemma 3 270M held to AVX2) and runs in
+float32 instead. The mask is transformers' boolean sdpa mask (causal, sliding window); where transformers leaves it
+out (a causal prompt without a cache), it is built here.
 """
 
 from __future__ import annotations
