@@ -174,8 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--typed", type=int, default=3, help="characters typed per hole")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--no-healing", action="store_true", help="turn token healing off")
-    parser.add_argument("--dtype", default=None, help="auto (default: int8 weights on a CPU with the kernels), "
-                                                     "int8, bfloat16, float32")
+    parser.add_argument("--dtype", default=None, help="auto (default: int8 weights on a CPU with native bf16, "
+                                                     "else bf16 with float32 prompt copies), int8, bfloat16, float32")
     parser.add_argument("--fresh-prompt-tokens", type=int, default=ARSettings.fresh_prompt_tokens,
                         help="most prompt tokens encoded from scratch (each hole here is a cold fill)")
     parser.add_argument("--max-prompt-tokens", type=int, default=ARSettings.max_prompt_tokens)
@@ -191,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
     figures = {"model": backend.info.label, "dtype": backend.info.dtype, "token_healing": not args.no_healing,
                "threads": args.threads, "fresh_prompt_tokens": settings.fresh_prompt_tokens,
-               "max_prompt_tokens": settings.max_prompt_tokens, "load_s": load_s, **quality(backend, holes, args.max_tokens)}
+               "max_prompt_tokens": settings.max_prompt_tokens, "load_s": load_s,
+               **quality(backend, holes, args.max_tokens)}
     if args.latency_holes > 0:
         figures.update(keystrokes(backend, holes[:args.latency_holes], args.typed, args.max_tokens))
     figures["load_average"] = os.getloadavg()[0]

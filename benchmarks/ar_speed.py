@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=24)
     parser.add_argument("--typed", type=int, default=2, help="characters typed per hole (timed keystrokes)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    parser.add_argument("--dtype", default=None, help="auto (int8 weights on a CPU with the kernels), int8, "
+    parser.add_argument("--dtype", default=None, help="auto (int8 weights on a CPU with native bf16, else bf16), int8, "
                                                      "bfloat16 or float32")
     parser.add_argument("--modes", nargs="+", default=["plain:draft_tokens=0", "drafts:"],
                         help="name:setting=value,... per mode; the first is the reference")

@@ -1,4 +1,5 @@
-"""int8 weights for the offline default on a CPU: each `nn.Linear` (the transformer's projections and the 262,144-row
+"""int8 weights for the offline default on a CPU with native bf16 (an AVX2-only CPU gets bf16 weights instead:
+infill/backends/prefill_weights.py): each `nn.Linear` (the transformer's projections and the 262,144-row
 output head) keeps its weights as int8 with one scale per output row; activations stay in the model's float dtype
 (weight-only quantization, torch's `_weight_int8pack_mm`). A decoding forward of Gemma 3 270M reads half the bytes
 of bf16 and the int8 kernel runs near memory bandwidth where bf16's one-row matmul does not.
