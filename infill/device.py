@@ -68,15 +68,15 @@ def resolve_device(device: str | None) -> str:
 
 
 def resolve_dtype(dtype: str | None, device: str, *, supported: tuple[str, ...] = ("float32", "bfloat16", "float16"),
-                  bf16_on_cpu: bool = True, int8_on_cpu: bool = False) -> str:
+                  bf16_on_cpu: bool = True, cpu_weight_formats: bool = False) -> str:
     """The dtype name for `device`. "auto" (or None): bf16 on CUDA. On a CPU, a backend with the offline default's
-    CPU weight formats (`int8_on_cpu`) gets int8 weights where the CPU computes bf16 natively and this torch has the
-    kernels, and bf16 weights where it does not (an AVX2-only CPU: decoding reads bf16 at memory speed and prompts
-    multiply float32 copies, infill/backends/prefill_weights.py; int8 there computes with float32 activations and
-    was the slowest: 142 ms for a one-token forward of Gemma 3 270M, against 109 with float32 and 34 with bf16).
-    Other backends get bf16 where the CPU computes it natively and the backend gains from it (`bf16_on_cpu`),
-    else float32. float16 where a backend does not support it (Gemma 3 overflows
-    in fp16) is taken as "auto" with a warning: the setting may be meant for another backend."""
+    CPU weight formats (`cpu_weight_formats`) gets int8 weights (infill/backends/int8.py) where the CPU computes
+    bf16 natively and this torch has the kernels, and bf16 weights with float32 copies for prompts where it does not
+    (an AVX2-only CPU; infill/backends/prefill_weights.py): there int8 would compute with float32 activations, the
+    slowest (142 ms for a one-token forward of Gemma 3 270M, against 109 with float32 and 34 with bf16). Other
+    backends get bf16 where the CPU computes it natively and the backend gains from it (`bf16_on_cpu`), else
+    float32. float16 where a backend does not support it (Gemma 3 overflows in fp16) is taken as "auto" with a
+    warning: the setting may be meant for another backend."""
     name = (dtype or "auto").strip().lower()
     if name != "auto":
         if name not in DTYPE_NAMES:
@@ -86,7 +86,7 @@ def resolve_dtype(dtype: str | None, device: str, *, supported: tuple[str, ...] 
         log.warning("float16 is not supported by this model (its activations overflow); choosing automatically")
         name = "auto"
     if name == "auto":
-        if device == "cpu" and int8_on_cpu:
+        if device == "cpu" and cpu_weight_formats:
             if cpu_supports_bf16() and "int8" in supported and int8_kernels():
                 return "int8"
             if not cpu_supports_bf16() and "bfloat16" in supported:
@@ -115,11 +115,11 @@ def int8_kernels() -> bool:
 
 def resolve_device_dtype(device: str | None, dtype: str | None, *,
                          supported: tuple[str, ...] = ("float32", "bfloat16"),
-                         bf16_on_cpu: bool = True, int8_on_cpu: bool = False) -> tuple[str, str]:
+                         bf16_on_cpu: bool = True, cpu_weight_formats: bool = False) -> tuple[str, str]:
     """(device, dtype name) for a backend."""
     resolved = resolve_device(device)
     return resolved, resolve_dtype(dtype, resolved, supported=supported, bf16_on_cpu=bf16_on_cpu,
-                                   int8_on_cpu=int8_on_cpu)
+                                   cpu_weight_formats=cpu_weight_formats)
 
 
 def torch_dtype(name: str):

@@ -74,7 +74,7 @@ def test_unknown_dtype_is_refused():
 def test_int8_weights_are_the_cpu_default_only_where_a_backend_has_them():
     from infill.device import int8_kernels
 
-    offline = {"supported": ("float32", "bfloat16", "int8"), "int8_on_cpu": True}
+    offline = {"supported": ("float32", "bfloat16", "int8"), "cpu_weight_formats": True}
     assert resolve_dtype(None, "cpu", **offline) == ("int8" if int8_kernels() else resolve_dtype(None, "cpu"))
     assert resolve_dtype(None, "cuda", **offline) == "bfloat16"  # fbgemm's kernels are CPU kernels
     assert resolve_dtype("bf16", "cpu", **offline) == "bfloat16"  # an explicit choice wins
@@ -88,7 +88,7 @@ def test_a_torch_held_to_avx2_computes_in_float32_as_an_avx2_laptop_does():
     """ATEN_CPU_CAPABILITY=avx2 (how benchmarks measure an AVX2-only laptop here) turns native bf16 off."""
     probe = "from infill.device import cpu_supports_bf16, resolve_dtype; print(cpu_supports_bf16(), " \
             "resolve_dtype(None, 'cpu'), resolve_dtype(None, 'cpu', supported=('float32', 'bfloat16', 'int8'), " \
-            "int8_on_cpu=True))"
+            "cpu_weight_formats=True))"
     held = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "ATEN_CPU_CAPABILITY": "avx2"})
     assert held.returncode == 0, held.stderr

@@ -84,7 +84,8 @@ def load_default_backend(device: str | None = None, dtype: str | None = None,
 
     # On a CPU: int8 weights where bf16 is native (about 2x faster per forward; infill/backends/int8.py), else bf16
     # weights with float32 copies for prompts (infill/backends/prefill_weights.py)
-    device, dtype = resolve_device_dtype(device, dtype, supported=("float32", "bfloat16", "int8"), int8_on_cpu=True)
+    device, dtype = resolve_device_dtype(device, dtype, supported=("float32", "bfloat16", "int8"),
+                                         cpu_weight_formats=True)
     # int8 weights compute with bf16 activations where the CPU has bf16, else float32
     activations = ("bfloat16" if cpu_supports_bf16() else "float32") if dtype == "int8" else dtype
     directory = ensure_converted(CACHE_DTYPE, progress)
