@@ -20,10 +20,12 @@ Reported (the last line printed is one JSON object):
   after a complete expression) — a fill that adds nothing there still counts as valid.
 - cores, cpu_flags, pauses, settings, mode, model, seconds.
 
-Mode --gateway: `infill-ls serve` on a free local port; per pause the same typing, then one POST
-/v1/completions with prompt (text before the cursor) and suffix (text after), `max_tokens` 64, and no
-`language` field, as a generic FIM client sends after its debounce; the reply time runs from the request to its
-answer (the client's own debounce is not counted); shown = a non-empty `text`.
+Mode --gateway: `infill-ls serve` on a free local port, no `language` field, as generic FIM clients send; per pause
+the same typing, each key with a POST /v1/completions (prompt: text before the cursor, suffix: text after,
+`max_tokens` 64) on its own connection, closing the connection of the key before (an editor's client drops the
+request it no longer needs); the reply time runs from the last request to its answer; shown = a non-empty `text`.
+`--gateway-client debounced`: no request while typing, then one (a client with a debounce longer than the key
+gap): every jump to a new line then starts from an empty cache.
 
 Each pause starts with the model idle (the benchmark waits for the server to finish what it gave up on).
 `--baseline DIR` runs a second server from another source tree (e.g. `git archive main | tar -x -C DIR`) on the
@@ -39,6 +41,7 @@ from __future__ import annotations
 import argparse
 import ast
 import asyncio
+import http.client
 import json
 import os
 import random
@@ -46,6 +49,7 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 import urllib.request
 import uuid
@@ -311,13 +315,6 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def post(url: str, body: dict, timeout: float) -> dict:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        return json.loads(response.read())
-
-
 def start_gateway(args, tree: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     extra = ["--model", args.model] if args.model else []
@@ -339,20 +336,63 @@ def start_gateway(args, tree: Path) -> tuple[subprocess.Popen, str]:
         time.sleep(0.5)
 
 
+class AbortableRequest:
+    """One POST /v1/completions on its own connection and thread; `abort` closes the connection, as an editor's FIM
+    client drops the request of an older keystroke."""
+
+    def __init__(self, base: str, body: dict, timeout: float) -> None:
+        host, port = base.removeprefix("http://").split(":")
+        self.connection = http.client.HTTPConnection(host, int(port), timeout=timeout)
+        self.sent = time.perf_counter()
+        self.answer: dict | None = None
+        self.thread = threading.Thread(target=self._run, args=(json.dumps(body),), daemon=True)
+        self.thread.start()
+
+    def _run(self, payload: str) -> None:
+        try:
+            self.connection.request("POST", "/v1/completions", body=payload,
+                                    headers={"Content-Type": "application/json"})
+            self.answer = json.loads(self.connection.getresponse().read())
+        except (OSError, http.client.HTTPException, ValueError):
+            pass  # aborted, or failed: nothing shown
+
+    def abort(self) -> None:
+        sock = self.connection.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self.connection.close()
+
+    def result(self, timeout: float) -> tuple[dict, float]:
+        self.thread.join(timeout)
+        return self.answer or {}, (time.perf_counter() - self.sent) * 1000
+
+
 def gateway_pause(args, base: str, pause: Pause) -> dict:
     original = Path(pause.path).read_text(encoding="utf-8")
     lines = original.split("\n")
-    offset = sum(len(x) + 1 for x in lines[:pause.line]) + pause.keep + len(pause.typed)
-    line_end = sum(len(x) + 1 for x in lines[:pause.line]) + len(lines[pause.line])
-    before, after = original[:offset], original[line_end:]
-    time.sleep(KEY_GAP_S * len(pause.typed))  # the typing, as the client sees it: nothing sent
-    started = time.perf_counter()
-    try:
-        body = post(base + "/v1/completions", {"prompt": before, "suffix": after, "max_tokens": 64}, args.wait_s)
-        fill = body["choices"][0]["text"]
-    except OSError:
-        fill, body = "", {}
-    record = _record(original, pause, before, after, fill, (time.perf_counter() - started) * 1000)
+    line_start = sum(len(x) + 1 for x in lines[:pause.line])
+    after = original[line_start + len(lines[pause.line]):]
+    text_at = lambda typed: original[:line_start + pause.keep + typed]  # noqa: E731 - the prompt after `typed` keys
+    if args.gateway_client == "debounced":
+        time.sleep(KEY_GAP_S * len(pause.typed))  # the typing, as the client sees it: nothing sent
+        request = AbortableRequest(base, {"prompt": text_at(len(pause.typed)), "suffix": after, "max_tokens": 64},
+                                   args.wait_s)
+    else:  # one request per key, each dropping the one before
+        request = None
+        for typed in range(1, len(pause.typed) + 1):
+            if request is not None:
+                request.abort()
+            request = AbortableRequest(base, {"prompt": text_at(typed), "suffix": after, "max_tokens": 64},
+                                       args.wait_s)
+            if typed < len(pause.typed):
+                time.sleep(KEY_GAP_S)
+    body, reply_ms = request.result(args.wait_s)
+    fill = body["choices"][0]["text"] if body.get("choices") else ""
+    before = text_at(len(pause.typed))
+    record = _record(original, pause, before, after, fill, reply_ms)
     if args.verbose:  # where the time went, from the gateway's own account
         record["infill"] = {k: body.get("infill", {}).get(k) for k in SERVER_TIMINGS}
     return record
@@ -404,7 +444,8 @@ def summary(records: list[dict], extra: dict, args, settings: dict, seconds: flo
     share = lambda part, whole: round(len(part) / len(whole), 3) if whole else None  # noqa: E731
     p50, p95 = percentile(replies, 50), percentile(replies, 95)
     return {
-        "mode": "gateway" if args.gateway else "lsp", "pauses": len(records), "shown": share(shown, records),
+        "mode": f"gateway ({args.gateway_client})" if args.gateway else "lsp", "pauses": len(records),
+        "shown": share(shown, records),
         "reply_p50_ms": None if p50 is None else round(p50), "reply_p95_ms": None if p95 is None else round(p95),
         "exact_rest_of_line": share([r for r in shown if r["exact"]], records),
         "exact_of_shown": share([r for r in shown if r["exact"]], shown),
@@ -419,6 +460,9 @@ def summary(records: list[dict], extra: dict, args, settings: dict, seconds: flo
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--gateway", action="store_true", help="drive `infill-ls serve` instead of the LSP server")
+    parser.add_argument("--gateway-client", choices=("per-key", "debounced"), default="per-key",
+                        help="per-key: a request per typed key, each dropping the one before (default); debounced: "
+                        "one request after the typing")
     parser.add_argument("--pauses", type=int, default=24)
     parser.add_argument("--per-file", type=int, default=3)
     parser.add_argument("--keys", type=int, default=4)

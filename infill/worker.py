@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future
+from concurrent.futures import Future, TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Callable, TypeVar
 
@@ -127,7 +127,7 @@ class ModelWorker:
     """One daemon thread running submitted jobs in order (see the module docstring for the rules)."""
 
     def __init__(self, name: str = "infill-model") -> None:
-        self.claims = Claims(on_cancel=self._drop_unrunnable)
+        self.claims = Claims(on_cancel=self.drop_unrunnable)
         self._cond = threading.Condition()
         self._queue: deque[_Job] = deque()
         self._closed = False
@@ -204,9 +204,9 @@ class ModelWorker:
                 if wait is None or wait > 0:
                     self._cond.wait(wait)
                     continue
-            self._drop_unrunnable()
+            self.drop_unrunnable()
 
-    def _drop_unrunnable(self) -> None:
+    def drop_unrunnable(self) -> None:
         """Fail queued jobs that can no longer run (cancelled, out of time) now."""
         with self._cond:
             verdicts = [(job, _why_not_run(job)) for job in self._queue]
@@ -231,12 +231,20 @@ def _why_not_run(job: _Job) -> NotRun | None:
 
 class OnWorker:
     """A pipeline's `complete` run on a model worker, for callers on many threads (the gateway's HTTP threads, the
-    pilot's attempt threads): they block on the job, and a job that never ran reads as an empty result."""
+    pilot's attempt threads): they block on the job, and a job that never ran reads as an empty result.
 
-    def __init__(self, pipeline, worker: ModelWorker, kind: str | None = NEWEST_WINS) -> None:
+    `abandoned`, when given, is asked every ABANDON_POLL_S while the caller waits (the gateway's: has the client
+    closed its connection?); once it says yes the job is cancelled, so a request nobody waits for stops within one
+    model step and keeps the prompt it encoded for the next one."""
+
+    ABANDON_POLL_S = 0.02
+
+    def __init__(self, pipeline, worker: ModelWorker, kind: str | None = NEWEST_WINS,
+                 abandoned: Callable[[], bool] | None = None) -> None:
         self.pipeline = pipeline  # infill.pipeline.Pipeline (or the pilot's RawPipeline)
         self.worker = worker
         self.kind = kind
+        self.abandoned = abandoned
 
     def complete(self, req: CompletionRequest, *, cancel: CancelToken | None = None, deadline: float | None = None,
                  on_draft: DraftCallback | None = None) -> PipelineResult:
@@ -245,8 +253,19 @@ class OnWorker:
             lambda: self.pipeline.complete(req, cancel=token, deadline=deadline, on_draft=on_draft),
             key=req.document_id, cancel=token, deadline=deadline, kind=self.kind)
         try:
-            return future.result()
+            return self._wait(future, token)
         except NotRun as skipped:
             result = InfillResult(middles=(), outcome=skipped.outcome, backend=self.pipeline.backend.info.name,
                                   version=req.version, error=skipped.reason)
             return PipelineResult(fills=[], result=result, route="none", version=req.version)
+
+    def _wait(self, future: Future, token: CancelToken) -> PipelineResult:
+        if self.abandoned is None:
+            return future.result()
+        while True:
+            try:
+                return future.result(timeout=self.ABANDON_POLL_S)
+            except FutureTimeout:
+                if not token.cancelled and self.abandoned():
+                    token.cancel("the client closed the connection")
+                    self.worker.drop_unrunnable()  # queued: answered at once

@@ -338,3 +338,34 @@ def test_a_newer_request_for_the_same_document_stops_the_older_one(tiny_engine):
             assert newer.status_code == 200 and time.monotonic() - started < 30
     finally:
         stop(server, thread)
+
+
+def test_a_request_whose_client_hung_up_stops_and_frees_the_model(tiny_engine):
+    """A generic FIM client (no `infill_document`) aborts the request of an older keystroke by closing its
+    connection: the gateway stops that run within a step instead of computing an answer nobody reads, so the
+    next request does not queue behind it."""
+    from infill.engine.config import EngineConfig
+    from infill.engine.diffusion import DiffusionEngine
+
+    slow = DiffusionEngine(tiny_engine.loaded, EngineConfig(max_denoising_steps=256, confidence_threshold=1e-9))
+    server = make_server(Pipeline(slow), "127.0.0.1", 0)
+    thread = serve(server)
+    try:
+        body = json.dumps({"prompt": "Dear team,\nthe plan", "suffix": "", "max_tokens": 8}).encode()
+        newer = {"prompt": "Dear team,\nthe plans", "suffix": "", "max_tokens": 8}
+        with httpx.Client(base_url=server.url, timeout=120) as http:
+            started = time.monotonic()
+            assert http.post("/v1/completions", json=newer).status_code == 200
+            alone_s = time.monotonic() - started  # what one slow run takes here
+            assert alone_s > 2.0, "the slow engine is too fast on this machine for this test to mean anything"
+
+            with socket.create_connection((server.server_name, server.server_port)) as sock:
+                sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+                time.sleep(0.5)  # it is running now
+            started = time.monotonic()  # the client hung up; a newer request comes
+            assert http.post("/v1/completions", json=newer).status_code == 200
+            waited_s = time.monotonic() - started
+            assert waited_s < alone_s * 1.5, f"the abandoned run held the model ({waited_s:.1f} s, alone {alone_s:.1f})"
+    finally:
+        stop(server, thread)

@@ -13,6 +13,7 @@ import hmac
 import json
 import logging
 import os
+import select
 import socket
 import socketserver
 import sys
@@ -203,7 +204,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _completions(self) -> None:
         params = parse_completion_params(self._read_json(), self.server.settings)
         pipeline = self.server.ready_pipeline()
-        on_worker = OnWorker(pipeline, self.server.worker)
+        on_worker = OnWorker(pipeline, self.server.worker, abandoned=self._client_gone)
         extension, text, finish = run_completion(on_worker, params, self.server.settings)
         body = completion_body(self.server.model_name(pipeline), text, finish, extension)
         if params.stream:
@@ -213,6 +214,21 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_bytes(200, payload, "text/event-stream")
         else:
             self._send_json(200, body)
+
+    def _client_gone(self) -> bool:
+        """Whether the client closed its connection while its completion runs (an editor's FIM client aborts the
+        request of an older keystroke). A client sends nothing after its request, so a readable socket that reads
+        end-of-file has gone; bytes waiting there (a pipelined request) mean it is still there."""
+        try:
+            poller = select.poll()  # (not select.select: descriptors past 1024 are normal under load)
+            poller.register(self.connection, select.POLLIN)
+            if not poller.poll(0):
+                return False
+            return self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False
+        except (OSError, ValueError):  # reset, or closed under us
+            return True
 
     def _read_json(self) -> object:
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
