@@ -58,15 +58,19 @@ def test_ascii_code_fills_the_same_with_the_short_head(ar_backend):
                                       language="python", max_middle_tokens=16))
     original = ar_backend.settings
     try:
-        fills = {}
+        fills, heads = {}, {}
         for short in (False, True):
             ar_backend.settings = replace(original, ascii_head=short)
             ar_backend.kv_store.clear()
-            fills[short] = [ar_backend.infill(r).middles for r in requests]
+            results = [ar_backend.infill(r) for r in requests]
+            fills[short] = [r.middles for r in results]
+            heads[short] = {r.versions["output_head"] for r in results}
+        german = ar_backend.infill(InfillRequest(prefix="# Größe in Millimetern\nwidth = ", suffix="",
+                                                 single_line=True, language="python", max_middle_tokens=4))
         head = ar_backend._output_head()
         assert 100_000 < len(head.rows) < 200_000  # Gemma 3: ~144,000 of 262,144 tokens are ASCII text
-        assert all(head.covers(ar_backend.tokens.encode(r.prefix)) for r in requests)
-        assert not head.covers(ar_backend.tokens.encode("# Größe in Millimetern\nwidth = "))
     finally:
         ar_backend.settings = original
+    # The prompts the backend builds (BOS first) did use the short head, and a non-ASCII one did not.
+    assert heads == {False: {"full"}, True: {"ascii-text"}} and german.versions["output_head"] == "full"
     assert fills[True] == fills[False] and any(m[0].strip() for m in fills[True])

@@ -130,6 +130,7 @@ class _Tally:
     encode_s: float = 0.0
     decode_s: float = 0.0
     middles: list[str] = field(default_factory=list)
+    short_head: bool = False  # a gap's logits came from the ASCII-text rows only (infill/backends/head.py)
 
 
 class GemmaBackend:
@@ -228,7 +229,8 @@ class GemmaBackend:
     def _result(self, request: InfillRequest, tally: _Tally, outcome: str, started: float,
                 error: str | None = None) -> InfillResult:
         middles = tuple(tally.middles) + ("",) * (request.gap_count - len(tally.middles))
-        versions = dict(self._versions, max_middle_tokens=request.max_middle_tokens,
+        versions = dict(self._versions, output_head="ascii-text" if tally.short_head else "full",
+                        max_middle_tokens=request.max_middle_tokens,
                         single_line=request.single_line)
         timings = Timings(encode_ms=tally.encode_s * 1000, denoise_ms=tally.decode_s * 1000,
                           total_ms=(time.perf_counter() - started) * 1000)
@@ -274,6 +276,7 @@ class GemmaBackend:
         cache, reused = self.kv_store.take(request.document_id, prompt, max_keep=len(prompt) - 1)
         fed = prompt[:reused]
         ascii_only = self.settings.ascii_head and self._output_head().covers(prompt)
+        tally.short_head = tally.short_head or ascii_only
         tally.prompt_tokens += len(fitted.ids)
         tally.reused_tokens += reused
         intact = False
@@ -320,7 +323,9 @@ class GemmaBackend:
 
     def _output_head(self) -> OutputHead:
         if self._head is None:
-            self._head = OutputHead(self._model.get_output_embeddings(), self.texts.texts, self._stop_ids,
+            # Every prompt starts with BOS (no text of its own): the short head must cover it too.
+            always = self._stop_ids | ({self._bos} if isinstance(self._bos, int) else set())
+            self._head = OutputHead(self._model.get_output_embeddings(), self.texts.texts, always,
                                     self._model.config.vocab_size,
                                     getattr(self._model.config, "final_logit_softcapping", None))
         return self._head
