@@ -186,10 +186,17 @@ def detect_language(prompt: str, suffix: str) -> str | None:
     if not window.strip():
         return None
     data = window.encode("utf-8", "surrogatepass")
-    counts = sorted((error_nodes(parser.parse(data)), order, key) for order, key in enumerate(DETECTED)
-                    if (parser := new_parser(key)) is not None)
+    counts = []
+    for order, key in enumerate(DETECTED):
+        parser = new_parser(key)
+        if parser is None:
+            continue
+        counts.append((error_nodes(parser.parse(data)), order, key))
+        if counts[-1][0] == 0:  # nothing parses with fewer, and ties go to the earlier: the rest cannot win
+            break  # (the right grammar parses in well under a millisecond; a wrong one's recovery takes 3-6 ms)
     if not counts:
         return None
+    counts.sort()
     best = counts[0][0]
     runner_up = counts[1][0] if len(counts) > 1 else best
     # Few errors for its size (the window's and the gap's cuts cost a few), or far fewer than any other grammar
