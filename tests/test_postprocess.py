@@ -79,6 +79,8 @@ def test_extra_indentation_on_the_first_line_is_removed():
 @pytest.mark.parametrize("source,middle,expected", [
     ("x = §\n", "\n42   ", "42"),  # stray leading newline and trailing spaces of a single-line fill
     ("x = §\n", "compute()\ny = 2\n", "compute()"),  # single-line fills stop at the newline
+    ("x = §\n", "compute(\n    1, 2\n)\ny = 2\n", "compute(\n    1, 2\n)"),  # ... after a call they wrap
+    ("x = §\n", "compute(\n    1, 2\ny = 2\n", "compute("),  # ... and at the first one if it never closes
     ("def f():\n    §\n", "a = 1   \nreturn a\n\n\n", "a = 1\n    return a"),  # trailing ws; fitted
     ("def f():\n    §\n", "\n\nreturn 1", "return 1"),  # leading blank lines on an empty line
 ])

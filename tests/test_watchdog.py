@@ -67,6 +67,9 @@ def test_length_limits():
     assert judge(line, "python", "compute(1, 2, 3, 4, 5, 6)", watchdog).reason == "too_long"
     assert judge(line, "python", "1\ny = 2", watchdog).reason == "too_many_lines"  # single-line fill spans lines
     assert judge(line, "python", "compute(1)", watchdog).ok
+    assert judge(line, "python", "f(\n    1, 2\n)", watchdog).ok  # a call the fill opens and wraps: one line
+    assert judge(line, "python", "f(\n    1, 2\n)\ny", watchdog).reason == "too_many_lines"
+    assert judge("# x = §\n", "python", "f(\n    1\n)", watchdog).reason == "too_many_lines"  # in a comment
 
 
 @pytest.mark.parametrize("language,source,good,bad", [

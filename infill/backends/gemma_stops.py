@@ -17,14 +17,6 @@ _CLOSERS_AND_SEPARATORS = set(",;:.!?)]}")
 STUTTER_MIN_CHARS = 4  # a repeated line this long ends the fill (cutting loses less than the watchdog's reject)
 
 
-def _first_line_end(text: str) -> tuple[str, bool]:
-    """Up to the first newline outside brackets the fill opened: `f(a,` ends its line only once the call closes."""
-    for i, ch, balanced, in_string in rules.balance_points(text):
-        if ch == "\n" and (balanced or in_string):  # a one-line string cannot go on to the next line either
-            return text[:i], True
-    return text, False
-
-
 def trim_unfinished(text: str, shape: GapShape) -> str:
     """A fill cut off by the token bound (or EOS) inside brackets or a string it opened would break the line:
     keep it up to the last point where everything it opened is closed again (whole lines for multi-line gaps),
@@ -90,7 +82,7 @@ def cut_fill(text: str, shape: GapShape) -> tuple[str, bool]:
                 return head[:end], True
         if shape.after_line:
             return head, bool(newline)
-        return _first_line_end(text)
+        return rules.first_line_end(text)
     if shape.prose and "\n\n" in text.lstrip("\n"):
         start = len(text) - len(text.lstrip("\n"))
         return text[:text.index("\n\n", start)], True

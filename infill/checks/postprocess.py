@@ -27,7 +27,11 @@ def postprocess(middle: str, ctx: GapContext, prefix: str, suffix: str) -> str:
     middle = _UNPRINTABLE.sub("", middle.replace("\r\n", "\n"))
     if ctx.single_line:
         middle = middle.lstrip("\n")
-        middle = middle.split("\n", 1)[0]
+        # Code keeps the continuation lines of a call it wraps (the offline default decodes them: cutting them off
+        # left `f(` open, which the watchdog rejects); prose, comments and a bracket never closed end at the newline.
+        head, _ = rules.first_line_end(middle)
+        code = not ctx.is_prose and not ctx.in_comment
+        middle = head if code and rules.closes_what_it_opens(head) else middle.split("\n", 1)[0]
     elif not ctx.line_before.strip():
         middle = middle.lstrip("\n")  # the cursor already sits on its own empty line
     middle = trim_suffix_overlap(middle, suffix)

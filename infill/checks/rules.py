@@ -152,6 +152,29 @@ def balance_points(text: str):
         yield i, ch, depth <= floor, in_string
 
 
+def first_line_end(text: str) -> tuple[str, bool]:
+    """A one-line fill's text: up to the first newline outside brackets the fill opened (`f(a,` ends its line only
+    once the call closes, as code wraps a long call), and whether there was such a newline."""
+    for i, ch, balanced, in_string in balance_points(text):
+        if ch == "\n" and (balanced or in_string):  # a one-line string cannot go on to the next line either
+            return text[:i], True
+    return text, False
+
+
+def closes_what_it_opens(text: str) -> bool:
+    """Whether every bracket and string `text` opens is closed again by its end."""
+    state = (True, False)
+    for _, _, balanced, in_string in balance_points(text):
+        state = (balanced, in_string)
+    return state[0] and not state[1]
+
+
+def one_logical_line(text: str) -> bool:
+    """One line of code, or one call (list, ...) it wraps over several: every newline is inside brackets the text
+    opens, and it closes them all."""
+    return not first_line_end(text)[1] and closes_what_it_opens(text)
+
+
 # -- Python's own parser ----------------------------------------------------------------------------------------
 
 # CPython 3.11's ast.parse is not safe to run in several threads at once ("AST constructor recursion depth

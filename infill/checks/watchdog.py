@@ -111,8 +111,8 @@ class Watchdog:
 
 
 def check_length(middle: str, ctx: GapContext, s: WatchdogSettings) -> Verdict | None:
-    if ctx.single_line and "\n" in middle:
-        return Verdict("too_many_lines", "a single-line fill spans lines")
+    if ctx.single_line and "\n" in middle and (ctx.is_prose or ctx.in_comment or not rules.one_logical_line(middle)):
+        return Verdict("too_many_lines", "a single-line fill spans lines (other than to wrap a call it opens)")
     limit = s.max_single_line_chars if ctx.single_line else s.max_chars
     if len(middle) > limit:
         return Verdict("too_long", f"{len(middle)} chars > {limit}")
