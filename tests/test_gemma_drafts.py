@@ -23,6 +23,10 @@ def test_drafts_continue_the_latest_earlier_occurrence_of_the_last_tokens():
     assert draft_from_context(ids, 10, 3) == [7, 8, 5, 1, 2, 3]  # as many as there are
     assert draft_from_context([4, 5, 6, 0, 5, 6], 2, 3) == [0, 5]  # "4 5 6" never recurs: "5 6" does
     assert draft_from_context([1, 2, 3, 4], 3, 3) == []  # nothing repeats
+    # The text after the gap, nearest first, when the context has no occurrence of that length
+    assert draft_from_context([1, 2, 3, 4], 3, 3, later=[9, 3, 4, 5, 6, 7, 3, 4, 8]) == [5, 6, 7]
+    assert draft_from_context([3, 4, 0, 3, 4], 2, 3, later=[3, 4, 9]) == [0, 3]  # the context's own comes first
+    assert draft_from_context([1, 2, 3, 4], 3, 3, later=[3, 4]) == []  # nothing follows it there
     assert draft_from_context(ids, 0, 3) == []
 
 

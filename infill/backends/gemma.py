@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 LABEL = "Gemma 3 270M (small offline fallback)"
 CACHE_DTYPE = "bfloat16"  # the cache is always bf16 (exact enough for a Q4 source); float32 loads upcast it
+DRAFT_LOOKAHEAD_CHARS = 1500  # text after the gap searched for drafts (9% fewer decoding forwards on ar_quality holes)
 
 
 @dataclass(frozen=True)
@@ -249,7 +250,7 @@ class GemmaBackend:
         for i, after in enumerate(afters):
             shape = gap_shape(before, after, request.single_line, request.language, request.gap if i == 0 else None)
             try:
-                fill = self._fill_gap(before, shape, request, token, deadline, on_draft, tally)
+                fill = self._fill_gap(before, after, shape, request, token, deadline, on_draft, tally)
             except Cancelled as exc:
                 return "cancelled", str(exc) or "cancelled"
             except _DeadlineReached as exc:
@@ -264,7 +265,7 @@ class GemmaBackend:
             return "empty", "; ".join(dropped) or "the model produced no text for the gap"
         return "ok", None
 
-    def _fill_gap(self, before: str, shape: GapShape, request: InfillRequest, token: CancelToken,
+    def _fill_gap(self, before: str, after: str, shape: GapShape, request: InfillRequest, token: CancelToken,
                   deadline: float | None, on_draft: DraftCallback | None, tally: _Tally) -> str:
         token.raise_if_cancelled()
         if deadline is not None and time.monotonic() >= deadline:
@@ -284,7 +285,8 @@ class GemmaBackend:
         try:
             logits = self._prefill(prompt, fed, cache, token, deadline, ascii_only=ascii_only)
             t1 = time.perf_counter()
-            fill = self._decode(logits, fed, cache, shape, healed, request, token, deadline, on_draft, tally,
+            lookahead = self.tokens.encode(after[:DRAFT_LOOKAHEAD_CHARS]) if self._drafts() else []
+            fill = self._decode(logits, fed, lookahead, cache, shape, healed, request, token, deadline, on_draft, tally,
                                 ascii_only)
             intact = True
             return finish_fill(fill, shape)
@@ -345,7 +347,7 @@ class GemmaBackend:
                 raise _DeadlineReached("")
         return last
 
-    def _decode(self, logits: Any, fed: list[int], cache: Any, shape: GapShape, healed: str,
+    def _decode(self, logits: Any, fed: list[int], lookahead: list[int], cache: Any, shape: GapShape, healed: str,
                 request: InfillRequest, token: CancelToken, deadline: float | None,
                 on_draft: DraftCallback | None, tally: _Tally, ascii_only: bool) -> str:
         """Greedy decoding. Each forward also verifies tokens drafted from the document (`_step`); a token is
@@ -375,8 +377,8 @@ class GemmaBackend:
                 token.raise_if_cancelled()
                 if deadline is not None and time.monotonic() >= deadline:
                     raise _DeadlineReached(finish_fill(trim_unfinished(fill, shape), shape))
-            pending = self._step(generated[-1], fed, cache, request.max_middle_tokens - len(generated), tally,
-                                 ascii_only)
+            room = request.max_middle_tokens - len(generated)
+            pending = self._step(generated[-1], fed, lookahead, cache, room, tally, ascii_only)
 
     def _pick(self, logits: Any) -> list[tuple[int, float]]:
         """Greedy choice and its probability for each row of `logits` (one host transfer for all rows)."""
@@ -386,17 +388,18 @@ class GemmaBackend:
         best_p, best = probs.max(dim=-1)
         return list(zip(best.tolist(), best_p.tolist()))
 
-    def _step(self, last: int, fed: list[int], cache: Any, room: int, tally: _Tally,
+    def _drafts(self) -> int:
+        drafts = self.settings.draft_tokens
+        return self._default_drafts if drafts is None else drafts
+
+    def _step(self, last: int, fed: list[int], lookahead: list[int], cache: Any, room: int, tally: _Tally,
               ascii_only: bool) -> list[tuple[int, float]]:
         """Feed `last` plus up to `room - 1` tokens drafted from the context, and return the greedy tokens the
         forward confirms: the model's choice after `last`, and after every draft token that matched it. Exactly
         the tokens one-token forwards would give (a rejected draft only costs its share of this forward); the
         cache is cropped back to the accepted tokens, so `fed` matches it again."""
         fed.append(last)
-        drafts = self.settings.draft_tokens
-        if drafts is None:
-            drafts = self._default_drafts
-        draft = draft_from_context(fed, min(drafts, room - 1), self.settings.draft_ngram)
+        draft = draft_from_context(fed, min(self._drafts(), room - 1), self.settings.draft_ngram, lookahead)
         chosen = self._pick(self._forward([last] + draft, cache, keep=len(draft) + 1, ascii_only=ascii_only))
         tally.forwards += 1
         accepted = 0

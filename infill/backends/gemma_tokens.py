@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -51,10 +52,12 @@ class TokenTexts:
         return mask
 
 
-def draft_from_context(ids: list[int], count: int, max_ngram: int) -> list[int]:
+def draft_from_context(ids: list[int], count: int, max_ngram: int, later: Sequence[int] = ()) -> list[int]:
     """Prompt-lookup drafting: find the latest earlier occurrence of the last `max_ngram` (then fewer, down to 2)
     tokens of `ids` and propose the `count` tokens that followed it. Code repeats its identifiers and lines, so
-    these guesses are often right, and a wrong one costs little."""
+    these guesses are often right, and a wrong one costs little. `later` (the text after the gap, tokenised) is
+    searched too, nearest the gap first, when `ids` has no occurrence of that length: the lines below often
+    repeat the one being written."""
     if count <= 0:
         return []
     for n in range(min(max_ngram, len(ids) - 1), 1, -1):
@@ -63,4 +66,7 @@ def draft_from_context(ids: list[int], count: int, max_ngram: int) -> list[int]:
         for start in range(len(ids) - n - 1, -1, -1):
             if ids[start] == first and ids[start:start + n] == tail:
                 return ids[start + n:start + n + count]
+        for start in range(len(later) - n):
+            if later[start] == first and list(later[start:start + n]) == tail:
+                return list(later[start + n:start + n + count])
     return []
