@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 LABEL = "Gemma 3 270M (small offline fallback)"
 CACHE_DTYPE = "bfloat16"  # the cache is always bf16 (exact enough for a Q4 source); float32 loads upcast it
-DRAFT_LOOKAHEAD_CHARS = 1500  # text after the gap searched for drafts (9% fewer decoding forwards on ar_quality holes)
+DRAFT_LOOKAHEAD_CHARS = 1500  # text after the gap searched for drafts (4% fewer decoding forwards: 120 holes, paired)
 
 
 @dataclass(frozen=True)
