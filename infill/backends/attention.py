@@ -36,6 +36,9 @@ def grouped_query_attention(module, query, key, value, attention_mask, scaling=N
     if softcap is not None:
         scores = torch.tanh(scores / softcap).mul_(softcap)
     scores = scores.view(batch, kv_heads, group, rows, length)
+    if attention_mask is not None and rows == 1 and attention_mask.dtype == torch.bool \
+            and bool(attention_mask[..., -1:, -length:].all()):
+        attention_mask = None  # one new token that sees every key (most decoding steps): masking would change nothing
     if attention_mask is not None:
         mask = attention_mask[..., -rows:, -length:].unsqueeze(2)  # (b, 1, 1, q, s) over the stacked heads
         scores = (scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool
