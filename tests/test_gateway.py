@@ -316,8 +316,8 @@ def test_cli_reports_a_port_in_use(gateway, capsys):
 
 
 def test_a_newer_request_for_the_same_document_stops_the_older_one(tiny_engine):
-    """`infill_document`: a client's cancel cannot reach the gateway, so a newer request for the same document
-    stops the one still running (otherwise stale requests would hold the model until their own deadline)."""
+    """`infill_document`: a newer request for the same document stops the one still running, also for a client
+    that keeps the older connection open (otherwise stale requests would hold the model until their own deadline)."""
     from infill.engine.config import EngineConfig
     from infill.engine.diffusion import DiffusionEngine
 
