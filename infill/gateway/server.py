@@ -219,6 +219,8 @@ class _Handler(BaseHTTPRequestHandler):
         """Whether the client closed its connection while its completion runs (an editor's FIM client aborts the
         request of an older keystroke). A client sends nothing after its request, so a readable socket that reads
         end-of-file has gone; bytes waiting there (a pipelined request) mean it is still there."""
+        if not hasattr(select, "poll"):  # Windows: no check (a hung-up request then runs to its end, as before)
+            return False
         try:
             poller = select.poll()  # (not select.select: descriptors past 1024 are normal under load)
             poller.register(self.connection, select.POLLIN)
