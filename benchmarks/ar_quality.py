@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from infill.backends.gemma import ARSettings, load_default_backend  # noqa: E402
+from infill.backends.offline.backend import ARSettings, load_default_backend  # noqa: E402
 from infill.checks.rules import python_error  # noqa: E402
 from infill.pilot.metrics import edit_similarity, exact_match  # noqa: E402
 from infill.stats import percentile  # noqa: E402
@@ -97,13 +97,13 @@ def parses(text: str) -> bool:
     return python_error(text) is None
 
 
-def quality(backend, holes: list[Hole], max_tokens: int) -> dict:
+def quality(backend, holes: list[Hole], max_tokens: int, per_hole: list | None = None) -> dict:
     exact, similarity, parse_ok, empty, dropped, latencies = 0, [], 0, 0, 0, []
     decode_ms, steps, prefill_ms, prompt_tokens = 0.0, 0, 0.0, 0
     for hole in holes:
         request = InfillRequest(prefix=hole.prefix, suffix=hole.suffix, single_line=True, language="python",
                                 max_middle_tokens=max_tokens)
-        backend.kv_store.clear()  # quality pass: cold, every hole from scratch
+        backend.sequences.clear()  # quality pass: cold, every hole from scratch
         result = backend.infill(request)
         latencies.append(result.timings.total_ms)
         decode_ms, steps = decode_ms + result.timings.denoise_ms, steps + result.steps
@@ -119,18 +119,31 @@ def quality(backend, holes: list[Hole], max_tokens: int) -> dict:
         shown = fill if keeps_parsing else ""
         exact += exact_match(shown, hole.middle)
         similarity.append(edit_similarity(shown, hole.middle))
+        if per_hole is not None:
+            per_hole.append({"source": hole.source, "fill": fill, "shown": shown,
+                             "exact": exact_match(shown, hole.middle), "ms": result.timings.total_ms})
         print(f"{hole.source:45s} {result.outcome:9s} {result.timings.total_ms:7.0f} ms  want {hole.middle!r:40.40s}"
               f"  got {fill!r:40.40s}{'' if keeps_parsing or not fill.strip() else '  [breaks parse]'}",
               flush=True)
     n = len(holes)
     non_empty = n - empty
-    return {"holes": n, "exact_match": exact / n, "edit_similarity": statistics.mean(similarity),
+    return {"holes": n, "exact_match": exact / n, "exact_match_95ci": wilson(exact, n), "edit_similarity": statistics.mean(similarity),
             "parse_ok_of_non_empty": parse_ok / non_empty if non_empty else float("nan"),
             "empty_rate": empty / n, "empty_rate_after_parse_drop": (empty + dropped) / n,
             "cold_p50_ms": percentile(latencies, 50), "cold_p95_ms": percentile(latencies, 95),
             "decode_ms_per_token": decode_ms / max(1, steps),
             "prefill_ms_per_prompt_token": prefill_ms / max(1, prompt_tokens),
             "mean_prompt_tokens": prompt_tokens / n}
+
+
+def wilson(successes: int, n: int, z: float = 1.96) -> list[float]:
+    """The 95% Wilson score interval of a proportion."""
+    if n == 0:
+        return [0.0, 1.0]
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5 / (1 + z * z / n)
+    return [round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)]
 
 
 def keystrokes(backend, holes: list[Hole], typed: int, max_tokens: int) -> dict:
@@ -140,7 +153,7 @@ def keystrokes(backend, holes: list[Hole], typed: int, max_tokens: int) -> dict:
     figures: dict[str, dict[str, list[float]]] = {mode: {"total": [], "encode": [], "reused": [], "new": []}
                                                   for mode in ("reuse", "no_reuse")}
     for index, hole in enumerate(holes):
-        backend.kv_store.clear()
+        backend.sequences.clear()
         for k in range(typed, -1, -1):
             prefix = hole.prefix[:len(hole.prefix) - k]
             for mode, doc in (("reuse", f"doc{index}"), ("no_reuse", f"doc{index}-{k}")):
@@ -172,27 +185,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip", type=int, default=0, help="leave out the first SKIP holes (resume a cut run)")
     parser.add_argument("--latency-holes", type=int, default=6, help="holes for the keystroke simulation")
     parser.add_argument("--typed", type=int, default=3, help="characters typed per hole")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default: the physical cores)")
     parser.add_argument("--no-healing", action="store_true", help="turn token healing off")
-    parser.add_argument("--dtype", default=None, help="auto (default: int8 weights on a CPU with native bf16, "
-                                                     "else bf16 with float32 prompt copies), int8, bfloat16, float32")
     parser.add_argument("--fresh-prompt-tokens", type=int, default=ARSettings.fresh_prompt_tokens,
                         help="most prompt tokens encoded from scratch (each hole here is a cold fill)")
     parser.add_argument("--max-prompt-tokens", type=int, default=ARSettings.max_prompt_tokens)
+    parser.add_argument("--per-hole", default=None, help="write each hole's fill and exact flag here (JSON lines), "
+                                                        "to pair two runs hole by hole")
     args = parser.parse_args(argv)
 
     settings = ARSettings(num_threads=args.threads, token_healing=not args.no_healing,
                           fresh_prompt_tokens=args.fresh_prompt_tokens, max_prompt_tokens=args.max_prompt_tokens)
     started = time.monotonic()
-    backend = load_default_backend(dtype=args.dtype, settings=settings)
+    backend = load_default_backend(settings=settings)
     load_s = time.monotonic() - started
     holes = cut_holes(args.packages.split(","), args.n, args.seed)[args.skip:]
     print(f"{len(holes)} holes from {args.packages} (seed {args.seed}); model loaded in {load_s:.1f} s; "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
-    figures = {"model": backend.info.label, "dtype": backend.info.dtype, "token_healing": not args.no_healing,
+    figures = {"model": backend.info.label, "weights": backend.info.dtype, "versions": backend.versions,
+               "seed": args.seed, "token_healing": not args.no_healing,
                "threads": args.threads, "fresh_prompt_tokens": settings.fresh_prompt_tokens,
                "max_prompt_tokens": settings.max_prompt_tokens, "load_s": load_s,
-               **quality(backend, holes, args.max_tokens)}
+               **quality(backend, holes, args.max_tokens, per_hole := [])}
+    if args.per_hole:
+        Path(args.per_hole).write_text("".join(json.dumps(row) + "\n" for row in per_hole))
     if args.latency_holes > 0:
         figures.update(keystrokes(backend, holes[:args.latency_holes], args.typed, args.max_tokens))
     figures["load_average"] = os.getloadavg()[0]

@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         engine.close()
     print("tiny engine:", json.dumps(figures["tiny_engine"]))
     if args.ar:
-        from infill.backends.gemma import load_default_backend
+        from infill.backends.offline.backend import load_default_backend
 
         backend = load_default_backend()
         figures["ar"] = run_holes(Pipeline(backend, settings=settings), holes[: args.ar_holes], budget_s=None)

@@ -8,4 +8,22 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # torch first, pinned: this resolves to the CPU wheel on local disk; an unpinned torch pulls a multi-GB CUDA build.
 .venv/bin/python -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
+# The offline default runs on llama.cpp, which pip compiles from llama-cpp-python's source once (a few minutes;
+# pip caches the wheel). It is built for this CPU, without AMX: llama.cpp's AMX matmul crashes on Gemma 3.
+if ! .venv/bin/python -c "import llama_cpp" 2>/dev/null; then
+  missing=""
+  command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || command -v clang >/dev/null 2>&1 || missing="a C compiler"
+  command -v c++ >/dev/null 2>&1 || command -v g++ >/dev/null 2>&1 || command -v clang++ >/dev/null 2>&1 || missing="${missing:+$missing, }a C++ compiler"
+  if [ -n "$missing" ]; then
+    echo "infill-ls: building llama.cpp (the offline default's runtime) needs $missing; install one" >&2
+    echo "  (Debian/Ubuntu: sudo apt-get install build-essential cmake; macOS: xcode-select --install)" >&2
+    exit 1
+  fi
+  command -v cmake >/dev/null 2>&1 || echo "infill-ls: no cmake on PATH; pip will fetch CMake from PyPI" >&2
+  echo "infill-ls: compiling llama.cpp for this CPU (once; a few minutes)" >&2
+  if [ -z "${CMAKE_ARGS:-}" ] && [ "$(uname -m)" = "x86_64" ]; then
+    no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    export CMAKE_ARGS="-DGGML_NATIVE=ON -DCMAKE_C_FLAGS='$no_amx' -DCMAKE_CXX_FLAGS='$no_amx'"
+  fi
+fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".${extra:+[$extra]}"

@@ -30,8 +30,8 @@ def tiny_engine(tiny_checkpoint):
 
 @pytest.fixture(scope="session")
 def ar_backend():
-    """The real offline default: Gemma 3 270M, converted once to a local safetensors cache."""
-    from infill.backends.gemma import load_default_backend
+    """The real offline default: Gemma 3 270M on llama.cpp, its GGUF assembled once into the local cache."""
+    from infill.backends.offline.backend import load_default_backend
 
     backend = load_default_backend()
     yield backend

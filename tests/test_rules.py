@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from infill.backends.gemma_stops import comment_only, cut_fill, gap_shape
+from infill.backends.offline.stops import comment_only, cut_fill, gap_shape
 from infill.checks import rules
 from infill.checks.postprocess import trim_unbalanced_closer
 from infill.checks.watchdog import Watchdog

