@@ -205,7 +205,8 @@ def server_command(tree: Path, *args: str) -> list[str]:
 
 
 def tree_env(tree: Path) -> dict:
-    return {**os.environ, "PYTHONPATH": str(tree)}
+    """The tree first on the path; a PYTHONPATH already set stays behind it (e.g. another llama.cpp build)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))}
 
 
 async def lsp_status(client: LanguageClient) -> dict:

@@ -68,6 +68,23 @@ async def complete_inline(ls, params: types.InlineCompletionParams) -> types.Inl
     return reply
 
 
+def warm_after_jump(ls, document, offset: int) -> None:
+    """An edit on another line than the document's last one (a jump) starts encoding the prompt at the edit now,
+    not at the first completion request after it: on a slow CPU encoding a new prompt is most of a jump's wait.
+    The warming holds an inline ticket, so the first request for the document supersedes it; what it encoded by
+    then stays for that request (the backend keeps its work when stopped). Typing on one line starts nothing."""
+    line = document.position_at(offset).line
+    jumped, document.last_edit_line = document.last_edit_line != line, line
+    pipeline = ls.host.current_pipeline
+    if not jumped or pipeline is None or refusal(ls, document, document.uri) is not None:
+        return
+    ticket = ls.scheduler.open(document.uri, "inline")
+    request = CompletionRequest(text=document.text, start=offset, mode="inline", language=document.language_id,
+                                document_id=document.uri, version=document.version)
+    warmed = ls.host.warm_ahead(pipeline, ls.host.prepare_ahead(pipeline, request, ticket.token), ticket.token)
+    warmed.add_done_callback(lambda _: ls.scheduler.close(ticket))
+
+
 JOIN_GRACE_S = 0.05  # a client cancels and re-asks in one go; a model run with no one waiting stops after this
 
 

@@ -21,6 +21,7 @@ from .backend_host import BackendHost
 from .budget import BudgetPolicy
 from .documents import DocumentDistrusted, DocumentStore
 from .gate import LogThrottle
+from .handlers_inline import warm_after_jump
 from .jsonrpc import GuardedProtocol, public_message, strict_converter
 from .settings import Settings, clean_layer, parse_settings
 from .telemetry import Telemetry
@@ -56,8 +57,13 @@ class InfillProtocol(GuardedProtocol):
             log.debug("edit to %s cancelled running requests", uri)
         pipeline, version = server.host.current_pipeline, params.text_document.version
         # Each change is noted (O(1)) so the next context re-parses incrementally from it; nothing is parsed here.
-        on_edit = None if pipeline is None else \
-            (lambda start, old_end, new_text: pipeline.note_edit(uri, start, old_end, new_text, version))
+        edited_to = []  # where the last change ended: the cursor after a jump (handlers_inline.warm_after_jump)
+
+        def on_edit(start: int, old_end: int, new_text: str) -> None:
+            edited_to.append(start + len(new_text))
+            if pipeline is not None:
+                pipeline.note_edit(uri, start, old_end, new_text, version)
+
         try:
             document = server.documents.change(params, on_edit)
         except DocumentDistrusted as exc:
@@ -72,6 +78,8 @@ class InfillProtocol(GuardedProtocol):
             document.last_change_ms = (time.perf_counter() - started) * 1000
             document.last_change_cpu_ms = (time.thread_time() - cpu_started) * 1000
             timing.record("did_change", document.last_change_ms)
+            if edited_to:
+                warm_after_jump(server, document, edited_to[-1])
         if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CHANGE)) is not None:
             yield handler, (params,), None
 

@@ -319,23 +319,50 @@ def test_a_newer_request_for_the_same_document_stops_the_older_one(tiny_engine):
     """`infill_document`: a newer request for the same document stops the one still running, also for a client
     that keeps the older connection open (otherwise stale requests would hold the model until their own deadline)."""
     from infill.engine.config import EngineConfig
+    from infill.engine.denoise import denoise
     from infill.engine.diffusion import DiffusionEngine
 
-    slow = DiffusionEngine(tiny_engine.loaded, EngineConfig(max_denoising_steps=1024, confidence_threshold=1e-9))
-    server = make_server(Pipeline(slow), "127.0.0.1", 0)
+    denoising = threading.Event()
+
+    def signalling_denoise(*args, **kwargs):
+        denoising.set()
+        return denoise(*args, **kwargs)
+
+    slow = DiffusionEngine(tiny_engine.loaded, EngineConfig(max_denoising_steps=256, confidence_threshold=1e-9),
+                           denoiser=signalling_denoise)
+    # No deadline to cut a run short on a slow machine: only the newer request may stop the older one.
+    server = make_server(Pipeline(slow), "127.0.0.1", 0, request_timeout_s=3600)
     thread = serve(server)
     try:
-        with httpx.Client(base_url=server.url, timeout=60) as http:
+        with httpx.Client(base_url=server.url, timeout=None) as http:
             body = {"prompt": "Dear team,\nthe plan", "suffix": "", "max_tokens": 8, "infill_document": "doc-1"}
+            started = time.monotonic()  # what the older request's run takes alone on this machine, now
+            alone = http.post("/v1/completions", json={**body, "infill_document": "doc-alone"})
+            alone_s = time.monotonic() - started
+            assert alone.json()["infill"]["outcome"] not in ("cancelled", "cut_short")
+
+            denoising.clear()
             older = {}
-            first = threading.Thread(target=lambda: older.setdefault("r", http.post("/v1/completions", json=body)))
+
+            def send_older():
+                older["r"] = http.post("/v1/completions", json=body)
+                older["at"] = time.monotonic()
+
+            first = threading.Thread(target=send_older, daemon=True)
             first.start()
-            time.sleep(1.0)  # the first is denoising (1,024 steps take far longer)
+            assert denoising.wait(alone_s * 20 + 60), "the older request never started denoising"
             started = time.monotonic()
             newer = http.post("/v1/completions", json={**body, "prompt": "Dear team,\nthe plans"})
-            first.join(30)
+            first.join(alone_s * 20 + 60)
+            assert not first.is_alive(), "the older request never answered"
             assert older["r"].json()["infill"]["outcome"] == "cancelled"
-            assert newer.status_code == 200 and time.monotonic() - started < 30
+            # Stopped within a step or so, not after its remaining run (about the whole run alone).
+            stopped_s = older["at"] - started
+            assert stopped_s < alone_s / 2, f"the older run went on {stopped_s:.2f} s (alone {alone_s:.2f} s)"
+            # The newer one waited for the model only as long: latency_ms counts its queueing, pipeline_ms not.
+            assert newer.status_code == 200 and newer.json()["infill"]["outcome"] != "cancelled"
+            queued_s = (newer.json()["infill"]["latency_ms"] - newer.json()["infill"]["pipeline_ms"]) / 1000
+            assert queued_s < alone_s / 2, f"the newer request queued {queued_s:.2f} s (alone {alone_s:.2f} s)"
     finally:
         stop(server, thread)
 
@@ -357,12 +384,12 @@ def test_a_request_whose_client_hung_up_stops_and_frees_the_model(tiny_engine):
             started = time.monotonic()
             assert http.post("/v1/completions", json=newer).status_code == 200
             alone_s = time.monotonic() - started  # what one slow run takes here
-            assert alone_s > 2.0, "the slow engine is too fast on this machine for this test to mean anything"
 
             with socket.create_connection((server.server_name, server.server_port)) as sock:
                 sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                              b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-                time.sleep(0.5)  # it is running now
+                # A quarter of a run in, it is running: a run that went on would hold the next for 1.75 runs
+                time.sleep(alone_s / 4)
             started = time.monotonic()  # the client hung up; a newer request comes
             assert http.post("/v1/completions", json=newer).status_code == 200
             waited_s = time.monotonic() - started

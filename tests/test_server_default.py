@@ -3,6 +3,11 @@ and its inline suggestions land at the cursor in UTF-16 terms."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
+from pathlib import Path
+
 import pytest
 import pytest_asyncio
 from lsprotocol import types
@@ -14,7 +19,9 @@ pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def default(tmp_path_factory):
-    client, _ = await start([], init_options={"invokedBudgetMs": 30000})
+    completion_log = tmp_path_factory.mktemp("default-log") / "completions.jsonl"
+    client, _ = await start([], init_options={"invokedBudgetMs": 30000, "completionLog": str(completion_log)})
+    client.completion_log = completion_log
     client.feature("infill/statusChanged")(lambda params: None)
     yield client
     await client.shutdown_session()
@@ -45,3 +52,38 @@ async def test_inline_suggestion_from_the_default_model(default):
     cursor = utf16_offset(text, position)
     assert applied == text[:cursor] + item.insert_text + text[cursor:]
     compile(applied, "add.py", "exec")  # the suggestion leaves valid Python (the watchdog's promise, end to end)
+
+
+async def _invoke(client, uri: str, position: types.Position):
+    return await client.text_document_inline_completion_async(types.InlineCompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=position,
+        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)))
+
+
+def _last_completion(client) -> dict:
+    lines = client.completion_log.read_text().splitlines()
+    return [json.loads(line) for line in lines if '"completion"' in line][-1]["pipeline"]
+
+
+async def test_a_jump_to_another_line_encodes_its_prompt_before_the_first_request(default):
+    """A didChange on another line starts encoding the prompt there: the request that follows finds it encoded.
+    (Without that, the prompt of a line far from the last request shares nothing but BOS with the cached one.)"""
+    await wait_ready(default, timeout=240)
+    uri = "file:///jump.py"
+    text = (Path(__file__).resolve().parents[1] / "infill" / "types.py").read_text()
+    lines = text.split("\n")
+    open_doc(default, uri, text)
+    started = time.monotonic()
+    await _invoke(default, uri, types.Position(line=len(lines) - 2, character=0))
+    cold_s = time.monotonic() - started  # a whole cold prompt encoded and filled, on this machine now
+    far = 40
+    default.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        content_changes=[types.TextDocumentContentChangePartial(
+            range=types.Range(start=types.Position(line=far, character=0), end=types.Position(line=far, character=0)),
+            text="x")]))
+    await asyncio.sleep(2 * cold_s + 0.5)  # no request meanwhile: only the jump itself can have encoded anything
+    await _invoke(default, uri, types.Position(line=far, character=1))
+    record = _last_completion(default)
+    assert record["prompt_tokens"] > 100, record
+    assert record["reused_tokens"] >= record["prompt_tokens"] - 2, record

