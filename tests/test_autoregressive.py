@@ -425,8 +425,8 @@ def test_switching_between_documents_re_encodes_nothing(ar_backend):
 
 @pytest.mark.slow
 def test_a_cancelled_prefill_stops_early_and_keeps_what_it_encoded(ar_backend):
-    """A cancel reaches llama.cpp inside a prompt's encoding; the micro-batches done stay in the document's
-    sequence, and the fill that follows reuses them and gives a cold document's answer."""
+    """A cancel stops a prompt's encoding at the next chunk; the chunks done stay in the document's sequence, and
+    the fill that follows reuses them and gives a cold document's answer."""
     import threading
 
     source = REAL_SOURCE.read_text()

@@ -48,11 +48,11 @@ class ARSettings:
     max_prompt_tokens: int = 1024
     fresh_prompt_tokens: int = 384
     documents: int = 4  # documents whose prompt stays encoded, a llama.cpp KV sequence each (~18 KiB per token)
-    prefill_chunk_tokens: int = 256  # tokens per decode call while encoding a prompt; the deadline is checked between
-    # A prefill stops within this many tokens when cancelled, keeping what it encoded: a newer keystroke never
-    # waits for a whole chunk, and the work done stays for it (its prompt shares all but the edited tail).
-    # 128: a 256-token prefill takes 3% longer than in one graph run (64: 17%), and a cancel waits ~0.2 s at most.
-    cancel_granularity_tokens: int = 128
+    # Tokens per decode call while encoding a prompt; a cancel or the deadline is seen between chunks, and the chunks
+    # done stay encoded. Not inside a chunk: every keystroke cancels the request before it, and a chunk cut short
+    # would be lost, so warming would never get ahead (its prompt shares all but the edited tail with the next).
+    # 128: a 256-token prefill takes 10% longer than in one call (64: 17%); a cancel waits ~0.2 s at most here.
+    prefill_chunk_tokens: int = 128
     num_threads: int | None = None  # llama.cpp threads; None: env INFILL_THREADS, else the physical cores
     token_healing: bool = True  # re-choose the prompt's last token (a trailing space or half a word) when decoding
     # Tokens drafted from the context and verified per forward (0: one token per forward). None: DEFAULT_DRAFTS
@@ -61,8 +61,7 @@ class ARSettings:
     draft_ngram: int = 3  # longest run of last tokens looked up in the context to draft from
 
     def __post_init__(self) -> None:
-        positive = {"max_prompt_tokens": 16, "documents": 1, "prefill_chunk_tokens": 1,
-                    "cancel_granularity_tokens": 1, "draft_ngram": 2}
+        positive = {"max_prompt_tokens": 16, "documents": 1, "prefill_chunk_tokens": 16, "draft_ngram": 2}
         for name, least in positive.items():
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
@@ -79,9 +78,7 @@ class ARSettings:
 
     def runtime_shape(self) -> RuntimeShape:
         return RuntimeShape(sequences=self.documents, sequence_tokens=self.max_prompt_tokens + GENERATION_ROOM,
-                            batch_tokens=self.prefill_chunk_tokens,
-                            micro_batch_tokens=min(self.cancel_granularity_tokens, self.prefill_chunk_tokens),
-                            max_outputs=16, threads=self.num_threads or threads_from_env() or physical_cores())
+                            batch_tokens=self.prefill_chunk_tokens, max_outputs=16, threads=self.num_threads or threads_from_env() or physical_cores())
 
 
 def load_default_backend(device: str | None = None, dtype: str | None = None,
@@ -216,8 +213,8 @@ class GemmaBackend:
     def warm(self, request: InfillRequest, *, cancel: CancelToken | None = None) -> int:
         """Encode the first gap's prompt, all but its last token, into the document's sequence now (while an
         editor's debounce runs, or right after a jump), so that `infill` feeds one token and decodes. A cancel
-        stops it within `cancel_granularity_tokens` and keeps what it encoded (the next keystroke's prompt shares
-        it up to the edit). Returns the prompt tokens now held. Warming is an optimisation: failures are logged,
+        stops it between chunks and keeps what it encoded (the next keystroke's prompt shares it up to the edit).
+        Returns the prompt tokens now held. Warming is an optimisation: failures are logged,
         never raised."""
         token = cancel if cancel is not None else CancelToken()
         if token.cancelled or self._closed or not request.prefix.strip():
@@ -231,7 +228,7 @@ class GemmaBackend:
             try:
                 self._prefill(seq, prompt[:-1], fed, token, None, logits=False)
             except Cancelled:
-                pass  # `fed` was brought back in line with the sequence
+                pass  # raised between chunks: `fed` matches the sequence
             self.sequences.put(request.document_id, seq, fed, fitted.anchor)
             return len(fed)
         except Exception:  # noqa: BLE001 - the infill that follows will meet (and report) the same problem
@@ -298,7 +295,7 @@ class GemmaBackend:
             intact = True
             return finish_fill(fill, shape)
         except (Cancelled, _DeadlineReached):
-            intact = True  # `fed` matches the sequence: raised between forwards, or brought in line by `_prefill`
+            intact = True  # raised between forwards or chunks: `fed` matches the sequence
             raise
         finally:
             now = time.perf_counter()
@@ -326,7 +323,7 @@ class GemmaBackend:
     def _prefill(self, seq: int, ids: list[int], fed: list[int], token: CancelToken, deadline: float | None,
                  logits: bool = True) -> np.ndarray | None:
         """Encode ids[len(fed):] into the sequence a chunk at a time; the last position's logits (when `logits`).
-        A cancel stops it within a micro-batch: `fed` is then what the sequence holds, and Cancelled is raised."""
+        Cancelled and the deadline are raised between chunks, `fed` then matching the sequence."""
         chunk = self.settings.prefill_chunk_tokens
         # The last token goes alone: its logits then come from the same one-row computation whether the rest was
         # encoded just now, by warming or by the previous keystroke (a batched row rounds differently, and near
@@ -334,11 +331,7 @@ class GemmaBackend:
         body = ids[:-1] if logits else ids
         while len(fed) < len(body):
             part = body[len(fed):len(fed) + chunk]
-            try:
-                self.runtime.decode(seq, part, outputs=0, cancelled=lambda: token.cancelled)
-            except Cancelled:
-                fed[:] = ids[:self.runtime.held(seq)]  # the micro-batches done stay; `fed` is always a prefix of ids
-                raise Cancelled(token.reason or "cancelled") from None
+            self.runtime.decode(seq, part, outputs=0)
             fed.extend(part)
             token.raise_if_cancelled()
             if deadline is not None and time.monotonic() >= deadline:

@@ -14,11 +14,9 @@ import os
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Callable
-
 import numpy as np
 
-from infill.types import Cancelled, InfillError
+from infill.types import InfillError
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +39,7 @@ class RuntimeShape:
 
     sequences: int
     sequence_tokens: int
-    batch_tokens: int  # most tokens one decode call takes (a prefill chunk)
-    micro_batch_tokens: int  # tokens computed per graph run: the granularity at which a prefill can be cancelled
+    batch_tokens: int  # most tokens one decode call takes (a prefill chunk, computed in one graph run)
     max_outputs: int  # most logits rows one decode call asks for (one token plus its drafts)
     threads: int
 
@@ -71,7 +68,7 @@ class LlamaRuntime:
         params.n_ctx = shape.sequences * shape.sequence_tokens
         params.n_seq_max = shape.sequences
         params.n_batch = shape.batch_tokens
-        params.n_ubatch = shape.micro_batch_tokens
+        params.n_ubatch = shape.batch_tokens
         params.n_outputs_max = shape.max_outputs
         params.n_threads = params.n_threads_batch = shape.threads
         params.swa_full = True  # sliding-window layers keep every position, so a sequence can be cut back anywhere
@@ -86,8 +83,6 @@ class LlamaRuntime:
         self.n_vocab = lib.llama_vocab_n_tokens(self._vocab)
         self.bos = lib.llama_vocab_bos(self._vocab)
         self._batch = lib.llama_batch_init(shape.batch_tokens, 0, 1)
-        self._cancel_check: Callable[[], bool] | None = None
-        self._abort = lib.ggml_abort_callback(lambda _: bool(self._cancel_check and self._cancel_check()))
         self._pieces: dict[int, bytes] = {}
         self._closed = False
 
@@ -156,12 +151,9 @@ class LlamaRuntime:
             self._lib.llama_memory_seq_rm(self._memory, seq, -1, -1)  # a whole sequence always goes
             raise InfillError(f"llama.cpp could not cut sequence {seq} back to {keep} tokens")
 
-    def decode(self, seq: int, tokens: list[int], outputs: int = 1,
-               cancelled: Callable[[], bool] | None = None) -> np.ndarray | None:
+    def decode(self, seq: int, tokens: list[int], outputs: int = 1) -> np.ndarray | None:
         """Append `tokens` to sequence `seq`; the logits of the last `outputs` of them, one row each (float32,
-        valid until the next call), or None for none. With `cancelled`, the computation stops within one micro-batch
-        once it returns True: the micro-batches done stay in the sequence (`held` says how many tokens), and
-        `Cancelled` is raised."""
+        valid until the next call), or None for none."""
         shape = self.shape
         if not 0 < len(tokens) <= shape.batch_tokens or outputs > min(len(tokens), shape.max_outputs):
             raise InfillError(f"bad decode call: {len(tokens)} tokens, {outputs} outputs")
@@ -176,17 +168,7 @@ class LlamaRuntime:
             batch.seq_id[i][0] = seq
             batch.logits[i] = i >= first_output
         batch.n_tokens = len(tokens)
-        self._cancel_check = cancelled
-        if cancelled is not None:  # only while a prefill runs: the check costs a call into Python per graph node
-            self._lib.llama_set_abort_callback(self._ctx, self._abort, None)
-        try:
-            status = self._lib.llama_decode(self._ctx, batch)
-        finally:
-            if cancelled is not None:
-                self._lib.llama_set_abort_callback(self._ctx, self._lib.ggml_abort_callback(0), None)
-            self._cancel_check = None
-        if status == 2:
-            raise Cancelled("cancelled")
+        status = self._lib.llama_decode(self._ctx, batch)
         if status != 0:
             raise InfillError(f"llama.cpp could not decode (status {status})")
         if not outputs:
