@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install infill-ls and fill a gap offline with the default model (Gemma 3 270M, the small offline fallback, until
-# a DiffusionGemma checkpoint is configured with --model or INFILL_MODEL). The first run converts the model once.
+# a DiffusionGemma checkpoint is configured with --model or INFILL_MODEL). The first install compiles llama.cpp (the
+# offline default's runtime: needs a C/C++ compiler; scripts/setup.sh says what is missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh

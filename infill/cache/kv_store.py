@@ -4,9 +4,9 @@ The stock `DynamicCache(config)` keeps only the last `sliding_window - 1` tokens
 back past them, so an edit could never roll it back. This store keeps full-history caches (`DynamicCache()` without
 a config: every layer holds every token), crops them to the longest common token prefix with the new prompt, and
 lets the engine encode only the new tail. Memory is bounded in bytes; least recently used entries go first.
-Both in-process backends (DiffusionGemma and the Gemma 3 270M default) keep their prompts here. A caller `take`s a
-document's cache (it then owns and mutates it) and `put`s it back with the ids it then holds, so a request that
-fails half-way never leaves a half-written cache in the store.
+The DiffusionGemma engine keeps its prompts here (the offline default keeps its own in llama.cpp's sequences,
+infill/backends/offline/sequences.py). A caller `take`s a document's cache (it then owns and mutates it) and `put`s
+it back with the ids it then holds, so a request that fails half-way never leaves a half-written cache in the store.
 """
 
 from __future__ import annotations

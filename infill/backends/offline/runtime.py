@@ -20,7 +20,7 @@ from infill.types import InfillError
 
 log = logging.getLogger(__name__)
 
-_GGML_LEVELS = {3: logging.WARNING, 4: logging.ERROR}  # ggml_log_level WARN and ERROR; the rest is not logged
+_GGML_LEVELS = {3: logging.INFO, 4: logging.ERROR}  # ggml_log_level WARN (notes such as "full-size SWA cache") and ERROR
 
 
 def _import_llama_cpp():
