@@ -14,13 +14,15 @@ import os
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+
 import numpy as np
 
 from infill.types import InfillError
 
 log = logging.getLogger(__name__)
 
-_GGML_LEVELS = {3: logging.INFO, 4: logging.ERROR}  # ggml_log_level WARN (notes such as "full-size SWA cache") and ERROR
+# ggml_log_level WARN (notes such as "using full-size SWA cache") and ERROR; the rest is not logged
+_GGML_LEVELS = {3: logging.INFO, 4: logging.ERROR}
 
 
 def _import_llama_cpp():
