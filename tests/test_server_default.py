@@ -60,9 +60,17 @@ async def _invoke(client, uri: str, position: types.Position):
         context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)))
 
 
-def _last_completion(client) -> dict:
-    lines = client.completion_log.read_text().splitlines()
-    return [json.loads(line) for line in lines if '"completion"' in line][-1]["pipeline"]
+async def _completion_of(client, version: int, patience_s: float) -> dict:
+    """The completion log's record for `version` (written as the reply goes out: poll for it)."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        lines = client.completion_log.read_text().splitlines() if client.completion_log.exists() else []
+        found = [json.loads(line)["pipeline"] for line in lines if '"completion"' in line]
+        found = [record for record in found if record and record.get("version") == version]
+        if found or time.monotonic() > deadline:
+            assert found, f"no completion logged for version {version}"
+            return found[-1]
+        await asyncio.sleep(0.05)
 
 
 async def test_a_jump_to_another_line_encodes_its_prompt_before_the_first_request(default):
@@ -84,6 +92,6 @@ async def test_a_jump_to_another_line_encodes_its_prompt_before_the_first_reques
             text="x")]))
     await asyncio.sleep(2 * cold_s + 0.5)  # no request meanwhile: only the jump itself can have encoded anything
     await _invoke(default, uri, types.Position(line=far, character=1))
-    record = _last_completion(default)
+    record = await _completion_of(default, 2, patience_s=10 * cold_s + 10)
     assert record["prompt_tokens"] > 100, record
     assert record["reused_tokens"] >= record["prompt_tokens"] - 2, record
