@@ -1,4 +1,4 @@
-"""The gap rules every stage shares (infill/checks/rules.py): the places that once disagreed now give one answer.
+"""The gap rules every stage shares (infill/languages.py): the places that once disagreed now give one answer.
 
 Each test pairs two stages that used their own copy of a rule: Gemma's stop rules and the watchdog, the
 post-processing and Gemma's bracket scanner, the watchdog's locked `ast.parse` and the pilot's unlocked one, the
@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from infill.backends.offline.stops import comment_only, cut_fill, gap_shape
-from infill.checks import rules
+from infill import languages
 from infill.checks.postprocess import trim_unbalanced_closer
 from infill.checks.watchdog import Watchdog
 from infill.context.builder import ContextBuilder
@@ -64,7 +64,7 @@ def test_an_apostrophe_in_a_comment_does_not_hide_a_doubled_closer():
     # Gemma's scanner knew `don't` opens no string; the post-processing's did, and missed the `)` after it.
     middle = "a,  # don't care\n    b)"
     assert trim_unbalanced_closer(middle, ")\n") == "a,  # don't care\n    b"
-    assert rules.first_unopened(middle, ")") == len(middle) - 1
+    assert languages.first_unopened(middle, ")") == len(middle) - 1
 
 
 def test_the_pilot_parses_python_under_the_same_lock_as_the_watchdog():
@@ -76,7 +76,7 @@ def test_the_pilot_parses_python_under_the_same_lock_as_the_watchdog():
         syntax_valid("python", original, filled)
         done.set()
 
-    with rules.AST_LOCK:
+    with languages.AST_LOCK:
         worker = threading.Thread(target=check, daemon=True)
         worker.start()
         assert not done.wait(0.5)  # waits for the lock the watchdog holds

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 
-from infill.checks import rules
-from infill.checks.rules import INDENT_LANGUAGES, opens_block
+from infill import languages
+from infill.languages import INDENT_LANGUAGES, opens_block
 from infill.context.builder import GapContext
 
 _CLOSERS = {")": "(", "]": "[", "}": "{"}
@@ -29,9 +29,9 @@ def postprocess(middle: str, ctx: GapContext, prefix: str, suffix: str) -> str:
         middle = middle.lstrip("\n")
         # Code keeps the continuation lines of a call it wraps (the offline default decodes them: cutting them off
         # left `f(` open, which the watchdog rejects); prose, comments and a bracket never closed end at the newline.
-        head, _ = rules.first_line_end(middle)
+        head, _ = languages.first_line_end(middle)
         code = not ctx.is_prose and not ctx.in_comment
-        middle = head if code and rules.closes_what_it_opens(head) else middle.split("\n", 1)[0]
+        middle = head if code and languages.closes_what_it_opens(head) else middle.split("\n", 1)[0]
     elif not ctx.line_before.strip():
         middle = middle.lstrip("\n")  # the cursor already sits on its own empty line
     middle = trim_suffix_overlap(middle, suffix)
@@ -79,7 +79,7 @@ def _unbalanced_closers(middle: str, piece: str) -> bool:
 
 def trim_unbalanced_closer(middle: str, suffix: str) -> str:
     """Cut the middle where it closes a bracket it did not open, when the suffix already closes it."""
-    i = rules.first_unopened(middle, "".join(_CLOSERS))
+    i = languages.first_unopened(middle, "".join(_CLOSERS))
     if i is not None and suffix.lstrip().startswith(middle[i]):
         return _cut_line_tail(middle, i)
     return middle

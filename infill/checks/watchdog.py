@@ -10,7 +10,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from infill.checks import rules
+from infill import languages
 from infill.context.builder import GapContext
 from infill.context.syntax import DocumentSnapshot, ParsedDocument, apply_fills, error_nodes, errors_inside, load_language  # noqa: F401
 from infill.types import InfillError
@@ -111,7 +111,7 @@ class Watchdog:
 
 
 def check_length(middle: str, ctx: GapContext, s: WatchdogSettings) -> Verdict | None:
-    if ctx.single_line and "\n" in middle and (ctx.is_prose or ctx.in_comment or not rules.one_logical_line(middle)):
+    if ctx.single_line and "\n" in middle and (ctx.is_prose or ctx.in_comment or not languages.one_logical_line(middle)):
         return Verdict("too_many_lines", "a single-line fill spans lines (other than to wrap a call it opens)")
     limit = s.max_single_line_chars if ctx.single_line else s.max_chars
     if len(middle) > limit:
@@ -138,15 +138,15 @@ def check_repetition(middle: str, s: WatchdogSettings, line_above: str = "") -> 
             if all(words[i + k * n:i + (k + 1) * n] == gram for k in range(1, s.ngram_repeats)):
                 return Verdict("repetition", f"{' '.join(gram)!r} repeated {s.ngram_repeats} times")
     lines = [line.strip() for line in middle.split("\n")]
-    seen: Counter[str] = Counter(line for line in lines if len(line) >= 4 and rules.has_words(line))
+    seen: Counter[str] = Counter(line for line in lines if len(line) >= 4 and languages.has_words(line))
     for line, count in seen.items():
         if count >= s.line_repeats:
             return Verdict("repetition", f"line {line!r} {count} times")
     for j in range(1, len(lines)):
-        if rules.stutters(lines, j, s.consecutive_line_chars):
+        if languages.stutters(lines, j, s.consecutive_line_chars):
             return Verdict("repetition", f"line {lines[j]!r} twice in a row")
     first = next((line for line in lines if line), "")
-    if len(first) >= s.consecutive_line_chars and first == line_above.strip() and rules.has_words(first):
+    if len(first) >= s.consecutive_line_chars and first == line_above.strip() and languages.has_words(first):
         return Verdict("repetition", "the fill repeats the line above")
     return None
 
@@ -154,7 +154,7 @@ def check_repetition(middle: str, s: WatchdogSettings, line_above: str = "") -> 
 def _meaningful(gram: list[str]) -> bool:
     if len(gram) == 1:
         return bool(_WORD.match(gram[0])) and not gram[0].isdigit()
-    return any(rules.has_words(w) for w in gram)
+    return any(languages.has_words(w) for w in gram)
 
 
 def _line_above(text: str, index: int) -> str:
@@ -169,7 +169,7 @@ def check_comment_only(middle: str, ctx: GapContext) -> Verdict | None:
     """Code fills that are nothing but comments say nothing the user asked for."""
     if not ctx.is_code or ctx.in_comment:
         return None
-    if rules.comment_only(middle, ctx.language, ctx.line_before):
+    if languages.comment_only(middle, ctx.language, ctx.line_before):
         return Verdict("comment_only", "the fill is only comments")
     return None
 
@@ -221,8 +221,8 @@ def check_python_compiles(text: str, spans: list[tuple[int, int]], middles: list
     start, end = _statement_start(text, spans[0][0]), _statement_end(text, spans[-1][1])
     region = text[start:end]
     local = [(a - start, b - start) for a, b in spans]
-    error = rules.python_error(apply_fills(region, local, middles))
-    if error is None or rules.python_error(region) is not None:
+    error = languages.python_error(apply_fills(region, local, middles))
+    if error is None or languages.python_error(region) is not None:
         return None  # fine, or it did not compile before either: tree-sitter's relative judgement stands
     return Verdict("syntax", f"Python would not compile it: {error}")
 
@@ -238,7 +238,7 @@ def check_python_line_finished(text: str, spans: list[tuple[int, int]], middles:
         return None  # gap fills replace whole selections: the relative checks judge them
     cursor = spans[0][0]
     start, end = _statement_start(text, cursor), _statement_end(text, cursor)
-    error = rules.python_error(apply_fills(text[start:end], [(cursor - start, cursor - start)], middles))
+    error = languages.python_error(apply_fills(text[start:end], [(cursor - start, cursor - start)], middles))
     if error is None:
         return None
     line_start = text.rfind("\n", 0, cursor) + 1
@@ -247,7 +247,7 @@ def check_python_line_finished(text: str, spans: list[tuple[int, int]], middles:
     indent = text[line_start:cursor][:len(text[line_start:cursor]) - len(text[line_start:cursor].lstrip())]
     after = re.search(r"\n([ \t]*)\S", text[line_end:end])  # the next non-blank line: a body under this one?
     stand_in = indent + ("if 1:" if after and len(after.group(1)) > len(indent) else "pass")
-    if rules.python_error(text[start:line_start] + stand_in + text[line_end:end]) is not None:
+    if languages.python_error(text[start:line_start] + stand_in + text[line_end:end]) is not None:
         return None
     return Verdict("syntax", f"the fill leaves its statement unfinished: {error}")
 

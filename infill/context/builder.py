@@ -14,7 +14,7 @@ import threading
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
-from infill.checks.rules import PROSE_LANGUAGES, opens_block
+from infill.languages import PROSE_LANGUAGES, opens_block
 from infill.context.edits import Edit
 from infill.context.syntax import DocumentSnapshot, ParsedDocument, resolve_language
 from infill.cache.tokens import clean_text

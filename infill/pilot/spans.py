@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from infill.checks.rules import python_tree
+from infill.languages import python_tree
 from infill.pilot.files import SourceFile
 
 KINDS = ("single-line", "multi-line", "function-body", "sentence", "json-value")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 
-from infill.checks.rules import python_error
+from infill.languages import python_error
 from infill.context.syntax import error_nodes, new_parser, resolve_language
 
 

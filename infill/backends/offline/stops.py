@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infill.checks import rules
+from infill import languages
 from infill.types import GapFacts
 
 _OPENERS = (":", "{", "(", "[")  # a line ending so is followed by deeper lines (a block, a call, a dict value)
@@ -22,7 +22,7 @@ def trim_unfinished(text: str, shape: GapShape) -> str:
     keep it up to the last point where everything it opened is closed again (whole lines for multi-line gaps),
     without a dangling operator or comma."""
     last = 0
-    for i, ch, balanced, in_string in rules.balance_points(text):
+    for i, ch, balanced, in_string in languages.balance_points(text):
         if balanced and not in_string and (shape.single_line or ch == "\n"):
             last = i + 1
     if last == len(text):
@@ -63,8 +63,8 @@ def gap_shape(before: str, after: str, single_line: bool, language: str | None,
         cursor_line = before.rsplit("\n", 1)[-1]
         reference = cursor_line if cursor_line.strip() else \
             before[:len(before) - len(cursor_line)].rstrip().rsplit("\n", 1)[-1]
-        block_indent, opener = rules.indent_width(reference), reference.rstrip().endswith(_OPENERS)
-        prose = rules.is_prose_language(language)
+        block_indent, opener = languages.indent_width(reference), reference.rstrip().endswith(_OPENERS)
+        prose = languages.is_prose_language(language)
     return GapShape(single_line=single_line or bool(after_line.strip()), block_indent=block_indent, opener=opener,
                     cursor_line=cursor_line, after_line=after_line.strip(), after_next=after_next, prose=prose,
                     language=language, in_comment=facts is not None and facts.in_comment)
@@ -77,12 +77,12 @@ def cut_fill(text: str, shape: GapShape) -> tuple[str, bool]:
         if len(shape.after_line) >= 3 and shape.after_line in head:  # the model wrote on into the fixed text
             return head[:head.index(shape.after_line)], True
         if shape.after_line[:1] in _CLOSERS_AND_SEPARATORS:
-            end = rules.first_unopened(head, shape.after_line[0])
+            end = languages.first_unopened(head, shape.after_line[0])
             if end is not None:  # `f(|)`, `{"a": |, ...}`, `... is |.`: the model wrote on past the gap
                 return head[:end], True
         if shape.after_line:
             return head, bool(newline)
-        return rules.first_line_end(text)
+        return languages.first_line_end(text)
     if shape.prose and "\n\n" in text.lstrip("\n"):
         start = len(text) - len(text.lstrip("\n"))
         return text[:text.index("\n\n", start)], True
@@ -91,11 +91,11 @@ def cut_fill(text: str, shape: GapShape) -> tuple[str, bool]:
         line = lines[j]
         if not line.strip():
             continue
-        indent = rules.indent_width(line)
+        indent = languages.indent_width(line)
         dedented = indent <= shape.block_indent if shape.opener else indent < shape.block_indent
         complete = j < len(lines) - 1
         repeats_after = complete and shape.after_next and line.strip() == shape.after_next
-        if dedented or repeats_after or (complete and rules.stutters(lines, j, STUTTER_MIN_CHARS)):
+        if dedented or repeats_after or (complete and languages.stutters(lines, j, STUTTER_MIN_CHARS)):
             return "\n".join(lines[:j]), True
     return text, False
 
@@ -112,4 +112,4 @@ def finish_fill(text: str, shape: GapShape) -> str:
 
 def comment_only(fill: str, shape: GapShape) -> bool:
     """True when every non-blank line the fill writes is a comment (and the cursor was not already in one)."""
-    return not shape.prose and not shape.in_comment and rules.comment_only(fill, shape.language, shape.cursor_line)
+    return not shape.prose and not shape.in_comment and languages.comment_only(fill, shape.language, shape.cursor_line)
