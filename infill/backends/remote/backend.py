@@ -26,10 +26,10 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from infill.backends import vllm_diffusion as vd
-from infill.backends.remote_http import (RemoteFailure, RemoteHTTPError, _count, _decode, _describe_http_error,
+import infill.backends.remote.vllm_diffusion as vd
+from infill.backends.remote.http import (RemoteFailure, RemoteHTTPError, _count, _decode, _describe_http_error,
                                          _GapAnswer, _is_loopback, _ms, _NotFound, normalize_endpoint, render_fim)
-from infill.backends.remote_native import NativeDiffusionRoute
+from infill.backends.remote.native import NativeDiffusionRoute
 from infill.engine.config import EngineConfig
 from infill.types import (BackendInfo, CancelToken, Cancelled, Draft, DraftCallback, InfillError, InfillRequest,
                     InfillResult, Timings)

@@ -1,13 +1,13 @@
 """RemoteBackend's native route to vLLM serving DiffusionGemma: detection, canvases, tokens (a mixin, so the HTTP
-plumbing, deadlines and cancellation stay in remote.py). The canvas layout and scoring live in vllm_diffusion.py."""
+plumbing, deadlines and cancellation stay in backend.py). The canvas layout and scoring live in vllm_diffusion.py."""
 
 from __future__ import annotations
 
 import logging
 import random
 
-from infill.backends import vllm_diffusion as vd
-from infill.backends.remote_http import RemoteFailure, RemoteHTTPError, _GapAnswer
+import infill.backends.remote.vllm_diffusion as vd
+from infill.backends.remote.http import RemoteFailure, RemoteHTTPError, _GapAnswer
 from infill.types import CancelToken, Draft, DraftCallback, InfillError, InfillRequest
 
 log = logging.getLogger("infill.backends.remote")
