@@ -15,7 +15,7 @@ a suggestion:
 Each report only raises what is known (an accept seen both in a notification and in the didChange counts once).
 
 Retained: RETAIN_DELAY_S after a suggestion's first accept, the accepted text is looked for in the document around
-its anchor (infill.pilot.metrics.retained_chars, the definition the pilot uses too). GitHub's headline measure is
+its anchor (infill.metrics.retained_chars, the definition the pilot uses too). GitHub's headline measure is
 accepted-and-retained characters; 30 s is long enough for an immediate undo or rewrite to show, short enough to be
 measured before most documents close. A document closed first is not measured. Units are characters (code
 points); the protocol's UTF-16 lengths are converted on arrival."""
@@ -29,7 +29,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable
 
-from infill.pilot.metrics import retained_chars
+from infill.metrics import retained_chars
 
 from .documents import utf16_to_index
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from infill.pilot.attempt import run_attempt
 from infill.pilot.holes import Hole
-from infill.pilot.metrics import AcceptRule
+from infill.metrics import AcceptRule
 from infill.pipeline import Pipeline
 from infill.types import BackendInfo, CancelToken, InfillResult
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from infill.pilot.metrics import (AcceptRule, cost_per_accepted, edit_similarity, exact_match, levenshtein, normalise,
+from infill.metrics import (AcceptRule, cost_per_accepted, edit_similarity, exact_match, levenshtein, normalise,
                                   throughput_per_hour)
 from infill.pilot.summary import summarise_backend
 from infill.pilot.syntax import syntax_valid

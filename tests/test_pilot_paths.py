@@ -1,12 +1,12 @@
 """Pilot outputs name the source as the user gave it, never this machine's absolute path; accepted and retained
-characters follow the server's telemetry definitions (infill.pilot.metrics.retained_chars)."""
+characters follow the server's telemetry definitions (infill.metrics.retained_chars)."""
 
 from __future__ import annotations
 
 import json
 
 from infill.pilot.cli import main as pilot_main
-from infill.pilot.metrics import retained_chars
+from infill.metrics import retained_chars
 
 CODE = '''def mean(values):
     """The arithmetic mean of a non-empty list."""

@@ -8,7 +8,7 @@ from infill.pipeline import CompletionRequest, Pipeline, PipelineResult
 from infill.context.syntax import apply_fills
 from infill.types import CancelToken
 from infill.pilot.holes import Hole
-from infill.pilot.metrics import AcceptRule, edit_similarity, exact_match, retained_chars
+from infill.metrics import AcceptRule, edit_similarity, exact_match, retained_chars
 from infill.pilot.syntax import syntax_valid
 
 # LSP language ids (what an editor sends) for the pilot's language names.

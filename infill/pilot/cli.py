@@ -17,7 +17,7 @@ from infill.pipeline import PipelineSettings
 from infill.types import InfillError
 from infill.pilot.files import DiscoverySettings, discover
 from infill.pilot.holes import CutSettings, cut_holes, write_holes
-from infill.pilot.metrics import AcceptRule
+from infill.metrics import AcceptRule
 from infill.pilot.report import write_plots, write_report
 from infill.pilot.runner import Progress, RunSettings, run_pilot
 from infill.pilot.spans import KINDS

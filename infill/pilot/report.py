@@ -169,7 +169,7 @@ NOTES = """## What was measured
 - **Cost per accepted**: GPU-hour price × the cell's wall hours / accepted results in it. An accepted result is
   what the editor's telemetry counts as an accept (`infill.status`: `accepted`); its characters are
   `accepted_chars`, and `retained_chars` are those of them the author wrote too, by the definition the server
-  uses for accepted characters still present 30 s later (`infill.pilot.metrics.retained_chars`).
+  uses for accepted characters still present 30 s later (`infill.metrics.retained_chars`).
 - **Watchdog rejections** and **fallback rate** come from the pipeline's `rejections` and `route`.
 - Raw data: `holes.jsonl` (every hole with prefix/middle/suffix), `attempts.jsonl` (every attempt),
   `cells.jsonl` (every backend × concurrency pass), `summary.json`.

@@ -20,7 +20,7 @@ from infill.types import CancelToken, InfillError
 from infill.worker import ModelWorker, OnWorker
 from infill.pilot.attempt import run_attempt
 from infill.pilot.holes import Hole
-from infill.pilot.metrics import AcceptRule
+from infill.metrics import AcceptRule
 from infill.pilot.targets import OpenedTarget, TargetPool, TargetSpec
 
 JOIN_POLL_S = 0.1

@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from infill.stats import percentile
-from infill.pilot.metrics import cost_per_accepted, mean, share, throughput_per_hour
+from infill.metrics import cost_per_accepted, mean, share, throughput_per_hour
 
 FAILED_OUTCOMES = ("exception", "error")
 
