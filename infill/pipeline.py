@@ -24,7 +24,7 @@ from typing import Literal
 from infill import timing
 from infill.context.builder import ContextBuilder, ContextSettings, GapContext, find_placeholders
 from infill.checks.postprocess import postprocess
-from infill.context.syntax import DocumentSnapshot
+from infill.context.syntax import DocumentSnapshot, resolve_language
 from infill.types import (CancelToken, Draft, DraftCallback, GapFacts, InfillBackend, InfillError, InfillRequest,
                           InfillResult)
 from infill.checks.watchdog import Verdict, Watchdog, WatchdogSettings, check_length, check_repetition
@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 Mode = Literal["inline", "gap", "gaps"]
 _NON_SPACE = re.compile(r"\S")
 __all__ = ["CompletionRequest", "Fill", "Pipeline", "PipelineResult", "PipelineSettings", "Prepared",
-           "find_placeholders", "has_text"]
+           "find_placeholders", "has_text", "resolve_language"]
 
 
 @dataclass(frozen=True)

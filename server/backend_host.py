@@ -16,7 +16,6 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from infill.backends.choose import BackendSpec, open_backend
-from infill.engine.config import EngineConfig
 from infill.pipeline import CompletionRequest, Pipeline, PipelineResult, PipelineSettings, Prepared
 from infill.types import BackendInfo, CancelToken, InfillBackend
 from infill.worker import ModelWorker
@@ -36,11 +35,10 @@ class Loaded:
 
 
 def spec_for(settings: Settings) -> BackendSpec:
-    engine = EngineConfig(max_denoising_steps=settings.denoising_steps) if settings.denoising_steps else None
     return BackendSpec.from_env(model=settings.model, device=settings.device, dtype=settings.dtype,
                                 load_format=settings.load_format, endpoint=settings.remote_endpoint,
                                 endpoint_model=settings.remote_model, endpoint_protocol=settings.remote_protocol,
-                                engine=engine)
+                                denoising_steps=settings.denoising_steps)
 
 
 class BackendHost:

@@ -10,9 +10,7 @@ from typing import Any, Callable, TypeVar
 
 from lsprotocol import types
 
-from infill.context.builder import find_placeholders
-from infill.context.syntax import resolve_language
-from infill.pipeline import MAX_GAPS, CompletionRequest, PipelineResult, has_text
+from infill.pipeline import MAX_GAPS, CompletionRequest, PipelineResult, find_placeholders, has_text, resolve_language
 from infill.types import Cancelled, deadline_in
 
 from .documents import SESSION, Document, text_fingerprint

@@ -28,9 +28,13 @@ class BackendSpec:
     threads: int | None = None  # CPU threads (env INFILL_THREADS): torch's, process-wide, or llama.cpp's; None: default
 
     @classmethod
-    def from_env(cls, **overrides) -> "BackendSpec":
+    def from_env(cls, *, denoising_steps: int | None = None, **overrides) -> "BackendSpec":
+        """The spec `overrides` name (None: not set), env INFILL_MODEL / INFILL_THREADS filling gaps;
+        `denoising_steps` caps DiffusionGemma's steps (the one engine setting callers choose)."""
         values = {"model": os.environ.get("INFILL_MODEL") or None, "threads": threads_from_env()}
         values.update({k: v for k, v in overrides.items() if v is not None})
+        if denoising_steps:
+            values["engine"] = EngineConfig(max_denoising_steps=denoising_steps)
         return cls(**values)
 
 
@@ -85,4 +89,4 @@ def spec_from_args(args: argparse.Namespace) -> BackendSpec:
         raise InfillError(f"--threads must be a positive integer, got {threads}")
     return BackendSpec.from_env(model=getattr(args, "model", None), load_format=getattr(args, "load_format", None),
                                 endpoint=getattr(args, "endpoint", None), device=args.device, dtype=args.dtype,
-                                engine=EngineConfig(max_denoising_steps=steps) if steps else None, threads=threads)
+                                denoising_steps=steps, threads=threads)
