@@ -17,7 +17,9 @@ MAX_DOCUMENTS = 32  # documents remembered (each holds a reference to one text, 
 
 
 @dataclass(frozen=True)
-class Suggestion:
+class SentSuggestion:
+    """The last suggestion sent for a document, with the text it was computed for."""
+
     text: str  # the document text the suggestion was computed for
     cursor: int  # where it was inserted (str offset)
     end: int  # it replaced text[cursor:end] (normally end == cursor)
@@ -26,7 +28,7 @@ class Suggestion:
 
 class TypedThrough:
     def __init__(self) -> None:
-        self._last: OrderedDict[str, Suggestion] = OrderedDict()
+        self._last: OrderedDict[str, SentSuggestion] = OrderedDict()
         self.answered = 0
 
     def remember(self, uri: str, text: str, cursor: int, start: int, end: int, insert: str) -> None:
@@ -34,14 +36,14 @@ class TypedThrough:
         the cursor can be typed through; anything else forgets the document's last one."""
         self._last.pop(uri, None)
         if start == cursor <= end and insert.strip():
-            self._last[uri] = Suggestion(text, cursor, end, insert)
+            self._last[uri] = SentSuggestion(text, cursor, end, insert)
             while len(self._last) > MAX_DOCUMENTS:
                 self._last.popitem(last=False)
 
     def forget(self, uri: str) -> None:
         self._last.pop(uri, None)
 
-    def answer(self, uri: str, text: str, cursor: int) -> Suggestion | None:
+    def answer(self, uri: str, text: str, cursor: int) -> SentSuggestion | None:
         """The rest of the last suggestion when `text` is its text with the suggestion's first characters typed
         (zero or more) and the cursor right after them; None otherwise. A hit becomes the new last suggestion."""
         last = self._last.get(uri)
@@ -57,7 +59,7 @@ class TypedThrough:
         rest = last.insert[typed:]
         if not rest.strip():
             return None  # only spaces left: nothing worth showing
-        hit = Suggestion(text, cursor, cursor + last.end - last.cursor, rest)
+        hit = SentSuggestion(text, cursor, cursor + last.end - last.cursor, rest)
         self._last[uri] = hit
         self._last.move_to_end(uri)
         self.answered += 1
