@@ -10,6 +10,7 @@ import uuid
 from dataclasses import dataclass
 
 from infill.context.syntax import error_nodes, new_parser
+from infill.gateway.fim_prompts import split_fim_prompt
 from infill.pipeline import CompletionRequest, Pipeline, PipelineResult
 from infill.types import InfillError
 
@@ -62,6 +63,7 @@ class CompletionParams:
     language: str | None
     budget_ms: float | None  # `infill_budget_ms`: the caller's remaining time (RemoteBackend sends it)
     document: str | None = None  # `infill_document`: an opaque document key; a newer request for it stops older ones
+    fim_format: str | None = None  # the FIM-token format `prompt` was split from (infill/gateway/fim_prompts.py)
 
 
 # -- request validation -----------------------------------------------------------------------------------------
@@ -82,7 +84,11 @@ def parse_completion_params(body: object, settings: GatewaySettings) -> Completi
         prompt = prompt[0]
     if not isinstance(prompt, str):
         raise HttpError(400, "prompt must be a string (the text before the gap)", param="prompt")
-    suffix = _optional(body, "suffix", str, "a string (the text after the gap)") or ""
+    suffix = _optional(body, "suffix", str, "a string (the text after the gap)")
+    fim = split_fim_prompt(prompt) if suffix is None else None  # a client-built FIM prompt (Zed's) has no suffix
+    if fim is not None:
+        prompt, suffix = fim.prefix, fim.suffix
+    suffix = suffix or ""
     max_tokens = _optional(body, "max_tokens", int, "an integer")
     if max_tokens is not None and not 1 <= max_tokens <= settings.max_tokens_limit:
         raise HttpError(400, f"max_tokens must be between 1 and {settings.max_tokens_limit}, got {max_tokens}",
@@ -110,16 +116,16 @@ def parse_completion_params(body: object, settings: GatewaySettings) -> Completi
     return CompletionParams(prompt=prompt, suffix=suffix, max_tokens=max_tokens, stop=_parse_stop(body.get("stop")),
                             stream=bool(_optional(body, "stream", bool, "true or false")), mode=mode,
                             language=_optional(body, "language", str, "a string"), budget_ms=budget_ms,
-                            document=document)
+                            document=document, fim_format=fim.format if fim is not None else None)
 
 
-def _parse_stop(stop: object) -> tuple[str, ...]:
+def _parse_stop(stop: object, limit: int = MAX_STOP_SEQUENCES) -> tuple[str, ...]:
     if stop is None:
         return ()
     stops = [stop] if isinstance(stop, str) else stop
-    if (not isinstance(stops, list) or len(stops) > MAX_STOP_SEQUENCES
+    if (not isinstance(stops, list) or len(stops) > limit
             or not all(isinstance(s, str) and s for s in stops)):
-        raise HttpError(400, f"stop must be a non-empty string or a list of up to {MAX_STOP_SEQUENCES} of them",
+        raise HttpError(400, f"stop must be a non-empty string or a list of up to {limit} of them",
                         param="stop")
     return tuple(stops)
 
