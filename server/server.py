@@ -18,7 +18,7 @@ from pygls.lsp.server import LanguageServer
 from infill import __version__, timing
 
 from .backend_host import BackendHost
-from .budget import BudgetPolicy
+from .scheduling import BudgetPolicy
 from .documents import DocumentDistrusted, DocumentStore
 from .gate import LogThrottle
 from .handlers_inline import warm_after_jump

@@ -21,7 +21,7 @@ class Settings:
     load_format: str = "auto"
     enabled: bool = True
     # Deadlines of inline requests after the debounce; None: the runaway guard measured on this machine
-    # (server/budget.py). An explicit value wins.
+    # (server/scheduling.py). An explicit value wins.
     inline_budget_ms: int | None = None  # automatic trigger
     invoked_budget_ms: int | None = None  # explicitly invoked (no debounce)
     code_action_budget_ms: int = 10000
@@ -68,7 +68,7 @@ def _camel(name: str) -> str:
     return head + "".join(part.capitalize() for part in rest)
 
 
-_MEASURED = ("inline_budget_ms", "invoked_budget_ms")  # None: the guard server/budget.py measures
+_MEASURED = ("inline_budget_ms", "invoked_budget_ms")  # None: the guard server/scheduling.py measures
 _CAMEL = {f.name: _camel(f.name) for f in fields(Settings)}
 _FIELD_OF = {camel: name for name, camel in _CAMEL.items()}
 _OPTIONAL_TEXT = {"model", "device", "dtype", "fallback_endpoint", "fallback_model", "remote_endpoint",

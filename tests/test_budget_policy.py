@@ -1,4 +1,4 @@
-"""The inline budget is a runaway guard measured on this machine (server/budget.py), not a deadline shorter than
+"""The inline budget is a runaway guard measured on this machine (server/scheduling.py), not a deadline shorter than
 the model's honest time: a slow model still shows its suggestion with default settings, the status says when the
 machine is too slow for automatic suggestions, and an explicit inlineBudgetMs still wins."""
 
@@ -11,7 +11,7 @@ import pytest_asyncio
 from lsprotocol import types
 
 from lsp_helpers import log_text, open_doc, start, status, wait_ready
-from server.budget import GUARD_CAP_MS, GUARD_FACTOR, GUARD_FLOOR_MS, MIN_SAMPLES, TOO_SLOW_P50_MS, BudgetPolicy
+from server.scheduling import GUARD_CAP_MS, GUARD_FACTOR, GUARD_FLOOR_MS, MIN_SAMPLES, TOO_SLOW_P50_MS, BudgetPolicy
 from server.settings import Settings, parse_settings
 
 # -- the policy itself ------------------------------------------------------------------------------------------
