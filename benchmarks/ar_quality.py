@@ -27,9 +27,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from infill.backends.offline.backend import ARSettings, load_default_backend  # noqa: E402
-from infill.checks.rules import python_error  # noqa: E402
-from infill.pilot.metrics import edit_similarity, exact_match  # noqa: E402
-from infill.stats import percentile  # noqa: E402
+from infill.languages import python_error  # noqa: E402
+from infill.metrics import edit_similarity, exact_match  # noqa: E402
+from infill.stats import percentile, wilson_interval  # noqa: E402
 from infill.types import InfillRequest  # noqa: E402
 
 PREFIX_CHARS = 8000  # the pipeline's window before the gap
@@ -127,7 +127,8 @@ def quality(backend, holes: list[Hole], max_tokens: int, per_hole: list | None =
               flush=True)
     n = len(holes)
     non_empty = n - empty
-    return {"holes": n, "exact_match": exact / n, "exact_match_95ci": wilson(exact, n),
+    return {"holes": n, "exact_match": exact / n,
+            "exact_match_95ci": [round(x, 4) for x in wilson_interval(exact, n)],
             "edit_similarity": statistics.mean(similarity),
             "parse_ok_of_non_empty": parse_ok / non_empty if non_empty else float("nan"),
             "empty_rate": empty / n, "empty_rate_after_parse_drop": (empty + dropped) / n,
@@ -135,16 +136,6 @@ def quality(backend, holes: list[Hole], max_tokens: int, per_hole: list | None =
             "decode_ms_per_token": decode_ms / max(1, steps),
             "prefill_ms_per_prompt_token": prefill_ms / max(1, prompt_tokens),
             "mean_prompt_tokens": prompt_tokens / n}
-
-
-def wilson(successes: int, n: int, z: float = 1.96) -> list[float]:
-    """The 95% Wilson score interval of a proportion."""
-    if n == 0:
-        return [0.0, 1.0]
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5 / (1 + z * z / n)
-    return [round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)]
 
 
 def keystrokes(backend, holes: list[Hole], typed: int, max_tokens: int) -> dict:

@@ -1,0 +1,213 @@
+"""What users are shown, on held-out holes, through the pipeline: the LSP path and the gateway without a language.
+
+Holes are cut by the pilot's cutter (`infill.pilot.holes`, seeded) from the Python files of installed third-party
+packages, in two disjoint sets:
+- held-out (`--set heldout`, the default): HELD_OUT_PACKAGES with HELD_OUT_SEED. No choice is made on these: no
+  setting, prompt format or rule may be picked by looking at them. Report them; tune nothing on them.
+- development (`--set dev`): DEV_PACKAGES, any seed. Every package an earlier benchmark chose anything on
+  (ar_quality's httpx, pygls and gguf; ghost_typing's sources) is here, never in the held-out set.
+
+Each hole goes through `infill.pipeline.Pipeline.complete`, the watchdog, cleaning and fallback included, two ways:
+- lsp: as the server asks: the document's language given, the server's pipeline settings, the inline guard
+  (server/budget.py's cap: automatic requests are stopped by the client, not by a deadline);
+- gateway: as a generic FIM client asks `infill-ls serve`: prompt + suffix, no `language`, through the gateway's
+  own request parsing and `run_completion` (HTTP itself left out).
+
+Per path: shown (a non-blank fill), empty, exact match and edit similarity (the pilot's definitions: nothing shown
+scores 0), valid of shown (the filled file parses), each with a 95% interval (Wilson for shares, normal for means);
+p50/p95 latency over every hole; why nothing was shown (the backend's outcome and the watchdog's reasons); and
+for the gateway the language it detected. A cold prompt per hole: each has its own document.
+
+    python benchmarks/fill_quality.py [--set heldout|dev] [--n 120] [--kinds single-line] [--paths lsp,gateway]
+                                      [--per-hole FILE.jsonl]       # last line: one JSON object
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from importlib import import_module
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from infill.backends.offline.backend import load_default_backend  # noqa: E402
+from infill.gateway.openai_api import (GatewaySettings, detect_language, parse_completion_params,  # noqa: E402
+                                       run_completion)
+from infill.pilot.files import Discovery, discover  # noqa: E402
+from infill.pilot.holes import CutSettings, Hole, cut_holes  # noqa: E402
+from infill.metrics import edit_similarity, exact_match  # noqa: E402
+from infill.pilot.syntax import syntax_valid  # noqa: E402
+from infill.pipeline import CompletionRequest, Pipeline, PipelineSettings  # noqa: E402
+from infill.stats import mean_interval, percentile, wilson_interval  # noqa: E402
+from server.budget import GUARD_CAP_MS  # noqa: E402
+from server.settings import Settings  # noqa: E402
+
+HELD_OUT_PACKAGES = ("cattrs", "h11", "anyio", "fsspec", "markdown_it", "networkx")
+HELD_OUT_SEED = 2026
+DEV_PACKAGES = ("httpx", "pygls", "gguf", "jinja2", "click", "packaging", "rich", "urllib3", "requests", "attr")
+
+
+@dataclass
+class Attempt:
+    shown: str  # the middle as shown ("" when nothing was)
+    ms: float
+    outcome: str
+    reasons: list[str]
+    language: str | None
+
+
+def package_files(names: tuple[str, ...]) -> Discovery:
+    """The Python files of the named packages that are installed, paths prefixed with the package's name."""
+    merged = Discovery(root=Path("."), from_git=False)
+    for name in names:
+        try:
+            root = Path(import_module(name).__file__).parent
+        except ImportError:
+            continue
+        found = discover(root)
+        merged.files.extend(type(f)(path=f"{name}/{f.path}", language=f.language, text=f.text)
+                            for f in found.files if f.language == "python")
+        merged.skipped.update(found.skipped)
+    return merged
+
+
+def middle_of(text: str, start: int, end: int, fill: str, hole: Hole) -> str:
+    """The middle a fill replacing text[start:end] shows between the hole's prefix and suffix (a fill may also
+    rewrite typed characters before the cursor or text after it)."""
+    filled = text[:start] + fill + text[end:]
+    if not (filled.startswith(hole.prefix) and filled.endswith(hole.suffix)):
+        return fill  # it rewrote the context itself: judged as it stands
+    return filled[len(hole.prefix):len(filled) - len(hole.suffix)]
+
+
+def ask_lsp(pipeline: Pipeline, hole: Hole, deadline_ms: float) -> Attempt:
+    text, start = hole.text_without_middle, len(hole.prefix)
+    request = CompletionRequest(text=text, start=start, end=start, mode=hole.mode, language=hole.language,
+                                document_id=f"bench-lsp:{hole.id}")
+    t0 = time.perf_counter()
+    outcome = pipeline.complete(request, deadline=time.monotonic() + deadline_ms / 1000)
+    ms = (time.perf_counter() - t0) * 1000
+    fill = outcome.fills[0] if outcome.fills else None
+    shown = middle_of(text, fill.start, fill.end, fill.text, hole) if fill and fill.text.strip() else ""
+    return Attempt(shown, ms, outcome.result.outcome if outcome.result else "none",
+                   [reason for _, reason in outcome.rejections], hole.language)
+
+
+def ask_gateway(pipeline: Pipeline, hole: Hole, settings: GatewaySettings) -> Attempt:
+    params = parse_completion_params({"prompt": hole.prefix, "suffix": hole.suffix,
+                                      "infill_document": f"bench-gw-{hole.id}"}, settings)
+    t0 = time.perf_counter()
+    extension, text, _ = run_completion(pipeline, params, settings)
+    ms = (time.perf_counter() - t0) * 1000
+    start, end = extension["replace"]
+    shown = middle_of(hole.text_without_middle, start, end, text, hole) if text.strip() else ""
+    return Attempt(shown, ms, extension["outcome"], [reason for _, reason in extension["rejections"]],
+                   detect_language(hole.prefix, hole.suffix))
+
+
+def judge(hole: Hole, attempt: Attempt) -> dict:
+    original = hole.prefix + hole.middle + hole.suffix
+    shown = bool(attempt.shown.strip())
+    valid = syntax_valid(hole.language, original, hole.prefix + attempt.shown + hole.suffix) if shown else None
+    why = None if shown else (attempt.reasons[0].split(":")[0] if attempt.reasons else attempt.outcome)
+    return {"shown": shown, "exact": shown and exact_match(attempt.shown, hole.middle),
+            "similarity": edit_similarity(attempt.shown, hole.middle) if shown else 0.0,
+            "valid": valid, "ms": round(attempt.ms, 1), "why_not_shown": why, "language": attempt.language,
+            "fill": attempt.shown}
+
+
+def _share(count: int, n: int) -> dict:
+    low, high = wilson_interval(count, n)
+    return {"value": round(count / n, 4) if n else None, "ci95": [round(low, 4), round(high, 4)], "count": count,
+            "of": n}
+
+
+def summarise(records: list[dict]) -> dict:
+    n = len(records)
+    shown = [r for r in records if r["shown"]]
+    judged = [r for r in shown if r["valid"] is not None]
+    similarity = [r["similarity"] for r in records]
+    interval = mean_interval(similarity)
+    times = [r["ms"] for r in records]
+    return {
+        "holes": n, "shown": _share(len(shown), n), "empty": _share(n - len(shown), n),
+        "exact": _share(sum(r["exact"] for r in records), n),
+        "edit_similarity": {"value": round(sum(similarity) / n, 4) if n else None,
+                            "ci95": [round(min(1.0, max(0.0, x)), 4) for x in interval] if interval else None},
+        "valid_of_shown": _share(sum(1 for r in judged if r["valid"]), len(judged)),
+        "p50_ms": round(percentile(times, 50) or 0), "p95_ms": round(percentile(times, 95) or 0),
+        "why_not_shown": dict(Counter(r["why_not_shown"] for r in records if not r["shown"]).most_common()),
+        "languages": dict(Counter(str(r["language"]) for r in records).most_common()),
+    }
+
+
+def cpu_flags() -> list[str]:
+    wanted = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16")
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                have = set(line.split(":", 1)[1].split())
+                return [flag for flag in wanted if flag in have]
+    except OSError:
+        pass
+    return []
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--set", choices=("heldout", "dev"), default="heldout")
+    parser.add_argument("--n", type=int, default=120)
+    parser.add_argument("--seed", type=int, default=None, help="dev set only (the held-out seed is fixed)")
+    parser.add_argument("--kinds", default="single-line", help="comma-separated pilot hole kinds")
+    parser.add_argument("--paths", default="lsp,gateway")
+    parser.add_argument("--per-hole", default=None, help="write each hole's result here (JSON lines)")
+    args = parser.parse_args(argv)
+    if args.set == "heldout" and args.seed not in (None, HELD_OUT_SEED):
+        parser.error(f"the held-out set has one seed ({HELD_OUT_SEED}); other seeds are for --set dev")
+    packages = HELD_OUT_PACKAGES if args.set == "heldout" else DEV_PACKAGES
+    seed = HELD_OUT_SEED if args.set == "heldout" else (args.seed if args.seed is not None else 1)
+    paths = [p for p in args.paths.split(",") if p]
+
+    started = time.monotonic()
+    files = package_files(packages)
+    holes = cut_holes(files, CutSettings(n=args.n, seed=seed, kinds=tuple(args.kinds.split(","))))
+    backend = load_default_backend()
+    lsp = Pipeline(backend, settings=PipelineSettings(max_middle_tokens=Settings().max_middle_tokens))
+    gateway, gateway_settings = Pipeline(backend), GatewaySettings()
+    records: dict[str, list[dict]] = {path: [] for path in paths}
+    out = open(args.per_hole, "w", encoding="utf-8") if args.per_hole else None
+    for hole in holes:
+        for path in paths:
+            attempt = (ask_lsp(lsp, hole, GUARD_CAP_MS) if path == "lsp"
+                       else ask_gateway(gateway, hole, gateway_settings))
+            record = judge(hole, attempt)
+            records[path].append(record)
+            if out:
+                out.write(json.dumps({"id": hole.id, "path": path, "source": f"{hole.path}:{hole.line}",
+                                      "want": hole.middle, **record}) + "\n")
+            print(f"{path:7s} {hole.path}:{hole.line:<5d} {record['ms']:7.0f} ms want {hole.middle!r:.40s} "
+                  f"got {record['fill']!r:.40s} {'' if record['shown'] else record['why_not_shown']}", flush=True)
+    if out:
+        out.close()
+    backend.close()
+    report = {"set": args.set, "packages": [p for p in packages if p in {f.path.split('/')[0] for f in files.files}],
+              "seed": seed, "kinds": args.kinds, "holes": len(holes),
+              **{path: summarise(recs) for path, recs in records.items()},
+              "backend": backend.info.model, "cores": os.cpu_count(), "cpu_flags": cpu_flags(),
+              "seconds": round(time.monotonic() - started)}
+    if len(paths) == 2:
+        pairs = list(zip(*records.values()))
+        report["exact_only_in"] = {paths[0]: sum(a["exact"] and not b["exact"] for a, b in pairs),
+                                   paths[1]: sum(b["exact"] and not a["exact"] for a, b in pairs)}
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
