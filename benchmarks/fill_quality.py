@@ -9,7 +9,7 @@ packages, in two disjoint sets:
 
 Each hole goes through `infill.pipeline.Pipeline.complete`, the watchdog, cleaning and fallback included, two ways:
 - lsp: as the server asks: the document's language given, the server's pipeline settings, the inline guard
-  (server/budget.py's cap: automatic requests are stopped by the client, not by a deadline);
+  (server/scheduling.py's cap: automatic requests are stopped by the client, not by a deadline);
 - gateway: as a generic FIM client asks `infill-ls serve`: prompt + suffix, no `language`, through the gateway's
   own request parsing and `run_completion` (HTTP itself left out).
 
@@ -45,7 +45,7 @@ from infill.metrics import edit_similarity, exact_match  # noqa: E402
 from infill.pilot.syntax import syntax_valid  # noqa: E402
 from infill.pipeline import CompletionRequest, Pipeline, PipelineSettings  # noqa: E402
 from infill.stats import mean_interval, percentile, wilson_interval  # noqa: E402
-from server.budget import GUARD_CAP_MS  # noqa: E402
+from server.scheduling import GUARD_CAP_MS  # noqa: E402
 from server.settings import Settings  # noqa: E402
 
 HELD_OUT_PACKAGES = ("cattrs", "h11", "anyio", "fsspec", "markdown_it", "networkx")
