@@ -24,6 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 from infill.backends.choose import add_model_options, spec_from_args
+from infill.gateway import llama_infill
 from infill.gateway.openai_api import GatewaySettings, HttpError, completion_body, parse_completion_params, run_completion
 from infill.pipeline import Pipeline
 from infill.types import InfillError
@@ -31,7 +32,7 @@ from infill.worker import ModelWorker, OnWorker
 
 log = logging.getLogger(__name__)
 
-ROUTES = {"/v1/models": "GET", "/v1/completions": "POST", "/health": "GET"}
+ROUTES = {"/v1/models": "GET", "/v1/completions": "POST", "/infill": "POST", "/health": "GET"}
 DRAIN_LIMIT_BYTES = 16 << 20  # unread bodies up to this are read and dropped so the client sees the error reply
 
 
@@ -170,6 +171,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return status
             if path == "/v1/models":
                 self._models()
+            elif path == "/infill":
+                self._infill()
             else:
                 self._completions()
             return 200
@@ -214,6 +217,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_bytes(200, payload, "text/event-stream")
         else:
             self._send_json(200, body)
+
+    def _infill(self) -> None:
+        """llama.cpp's /infill (llama.vim, llama.vscode): infill/gateway/llama_infill.py."""
+        params = llama_infill.parse_infill_params(self._read_json(), self.server.settings)
+        answer = llama_infill.answer_infill(params, self.server.settings, self.server.ready_pipeline(),
+                                            self.server.worker, self._client_gone)
+        payload = llama_infill.encode_body(llama_infill.pick_fields(answer, params.response_fields))
+        self._send_bytes(200, payload, "application/json")
 
     def _client_gone(self) -> bool:
         """Whether the client closed its connection while its completion runs (an editor's FIM client aborts the
