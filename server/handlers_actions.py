@@ -1,12 +1,14 @@
-"""Code actions "Fill gap" / "Fill all gaps" (listing is instant; the fill runs in codeAction/resolve, or at once
-for clients that cannot resolve `edit`) and the commands infill.fillGap / infill.fillAllGaps / infill.status /
-infill.toggle."""
+"""Code actions "Fill gap" / "Fill all gaps" and the commands infill.fillGap / infill.fillAllGaps / infill.status /
+infill.toggle. Listing never runs the model: the fill runs in codeAction/resolve, or, for a client that cannot
+resolve `edit`, when it executes the command the action carries (infill.fillGap / infill.fillAllGaps, which apply
+the edit with workspace/applyEdit). Resolve data the server did not produce is refused with -32602."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from lsprotocol import types
+from pygls.exceptions import JsonRpcInvalidParams
 
 from .documents import text_fingerprint
 from .fills import LIST_LIMIT, compute_fill, gap_spans, is_markdown, off_loop
@@ -15,6 +17,7 @@ from .settings import plain_json
 
 KIND = types.CodeActionKind.RefactorRewrite
 TITLES = {"gap": "Fill gap", "gaps": "Fill all gaps"}
+COMMANDS = {"gap": "infill.fillGap", "gaps": "infill.fillAllGaps"}
 
 
 def register(server) -> None:
@@ -22,9 +25,9 @@ def register(server) -> None:
                     types.CodeActionOptions(code_action_kinds=[KIND], resolve_provider=True))
     async def code_action(ls, params: types.CodeActionParams) -> list[types.CodeAction] | None:
         actions = await list_actions(ls, params)
-        if actions and not _client_resolves_edit(ls):
-            for action in actions:
-                await resolve(ls, action)
+        if not _client_resolves_edit(ls):
+            for action in actions:  # the fill runs when the client executes the command, not now
+                action.command = _fill_command(action)
         return actions or None
 
     @server.feature(types.CODE_ACTION_RESOLVE)
@@ -81,6 +84,16 @@ async def list_actions(ls, params: types.CodeActionParams) -> list[types.CodeAct
     return actions
 
 
+def _fill_command(action: types.CodeAction) -> types.Command:
+    """The command that fills what `action` names, with the same text identity (run_fill_command's object form)."""
+    data = action.data
+    line, character, end_line, end_character = data["range"]
+    target = {key: data[key] for key in ("uri", "generation", "version", "text")}
+    target["range"] = {"start": {"line": line, "character": character},
+                       "end": {"line": end_line, "character": end_character}}
+    return types.Command(title=action.title, command=COMMANDS[data["infill"]], arguments=[target])
+
+
 def _scan(text: str, start: int, end: int, markdown: bool) -> tuple[bool, list]:
     """What listing needs from the text: whether "Fill gap" applies and the placeholders (up to LIST_LIMIT) for
     "Fill all gaps". It also fingerprints the text, since hashing a large str is scan work too."""
@@ -135,7 +148,7 @@ def _parse_data(data: Any) -> tuple[str, str, dict | None, types.Range] | None:
     if not isinstance(data, dict):
         return None
     mode, uri, r = data.get("infill"), data.get("uri"), data.get("range")
-    if mode not in TITLES or not isinstance(uri, str) or not isinstance(r, list):
+    if not isinstance(mode, str) or mode not in TITLES or not isinstance(uri, str) or not isinstance(r, list):
         return None
     rng, expected = _range_of(r), _expected(data)
     if rng is None or expected is None:
@@ -145,10 +158,9 @@ def _parse_data(data: Any) -> tuple[str, str, dict | None, types.Range] | None:
 
 async def resolve(ls, action: types.CodeAction) -> types.CodeAction:
     parsed = _parse_data(plain_json(action.data))
-    if parsed is None:
-        ls.log(f"codeAction/resolve: not an infill action or malformed data: {action.data!r}",
-               types.MessageType.Warning)
-        return action
+    if parsed is None:  # not data this server listed: -32602, logged once by the protocol (jsonrpc.py)
+        raise JsonRpcInvalidParams("codeAction/resolve: data is not that of an action this server listed "
+                                   "(expected {infill: 'gap'|'gaps', uri, range: [4 integers], version, ...})")
     mode, uri, expected, rng = parsed
     outcome = await compute_fill(ls, uri, rng, mode, expected)
     if outcome.edit is None:

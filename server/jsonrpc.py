@@ -8,7 +8,15 @@ it drops every request silently (LSP requires InvalidRequest). Its internal erro
 without shutdown) and then waits for the stdin reader thread, while pending replies are written to the closed
 stdout and every failed write is reported by writing again. Its converter (cattrs, via lsprotocol) reads any
 number or numeric string as an LSP integer (`int(1.5)`, `int("3")`), so a didChange with version 1.5 was applied as
-version 1: `strict_converter` refuses what is not a JSON integer.
+version 1: `strict_converter` refuses what is not a JSON integer, and likewise a string, array or id field that
+is not one (it read `{"a": 1}` as the string "{'a': 1}", a string as an array of its characters, and passed any
+value as a request id or progress token, which then failed as a dict key deep inside pygls).
+
+Beyond pygls, every message the client sends is checked at the edge (`GuardedProtocol.structure_message`): params
+that are present must be a JSON object (JSON-RPC allows an array too, but every LSP method takes an object), a
+notification method sent with an id is refused (pygls structured it as a notification and never answered), and
+`initialize` / `initialized` count once. A handler that refuses its request (JsonRpcException) is answered with one
+log line; pygls logged a traceback for each.
 """
 
 from __future__ import annotations
@@ -18,9 +26,11 @@ import inspect
 import json
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional, Union, get_args, get_origin
 
+import attrs
 from cattrs import transform_error
 from cattrs.errors import ClassValidationError
 from lsprotocol import types
@@ -55,7 +65,42 @@ def strict_converter():
     converter.register_structure_hook(int, structure_int)
     # cattrs dispatches bool (an int subclass) to the int hook: booleans keep pygls' own reading
     converter.register_structure_hook(bool, lambda value, _type: bool(value))
+    converter.register_structure_hook(str, _structure_str)
+    converter.register_structure_hook(Union[int, str], _structure_id)  # request ids, progress tokens
+    converter.register_structure_hook(Optional[Union[int, str]], _structure_id)
+    converter.register_structure_hook_factory(_is_sequence, lambda to: _sequence_hook(converter, to))
     return converter
+
+
+def _structure_str(value: Any, to: type) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {value!r:.40}")
+    return to(value)  # str subclasses come here too (a string enum keeps refusing unknown members)
+
+
+def _structure_id(value: Any, _to: type) -> int | str | None:
+    """An id or token (int | str): lsprotocol passes any value through."""
+    if value is None or isinstance(value, str) or (type(value) is int):
+        return value
+    raise TypeError(f"expected an integer or a string, got {value!r:.40}")
+
+
+def _is_sequence(to: Any) -> bool:
+    return get_origin(to) in (Sequence, list, tuple) and to is not tuple and len(get_args(to)) == 1
+
+
+def _sequence_hook(converter, to: Any):
+    """An LSP array must be a JSON array (cattrs iterates any iterable: a string became its characters, an object
+    its keys)."""
+    (item_type,) = get_args(to)
+    build = list if get_origin(to) is list else tuple
+
+    def structure(value: Any, _to: Any):
+        if not isinstance(value, list):
+            raise TypeError(f"expected an array, got {value!r:.40}")
+        return build(converter.structure(item, item_type) for item in value)
+
+    return structure
 
 
 def _what_is_wrong(exc: JsonRpcException) -> str:
@@ -80,6 +125,20 @@ class _QuietUnstructurable(logging.Filter):
 logging.getLogger("pygls.protocol.json_rpc").addFilter(_QuietUnstructurable())
 
 
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return {str: "a string", list: "an array"}.get(type(value), "a value of another kind")
+
+
+def _is_lsp_notification(method: str) -> bool:
+    """An LSP method that is a notification (its message type has no id)."""
+    message_type = types.METHOD_TO_TYPES.get(method, (None,))[0]
+    return attrs.has(message_type) and "id" not in attrs.fields_dict(message_type)
+
+
 @dataclass
 class Unreadable:
     """A message pygls could not structure: answered (a request) or logged (a notification) by handle_message."""
@@ -88,10 +147,17 @@ class Unreadable:
     error: JsonRpcException
 
 
+ONCE = (types.INITIALIZE, types.INITIALIZED)  # each counts the first time only
+
+
 class GuardedProtocol(LanguageServerProtocol):
     closed = False  # the client's stream is gone (or `exit` came): nothing more is written
+    _seen_once: frozenset = frozenset()  # which of ONCE have been handled
 
     def structure_message(self, data: dict[str, Any]):
+        if isinstance(data, dict) and "jsonrpc" in data and "method" in data:
+            if (refused := self._refusal_at_edge(data)) is not None:
+                return Unreadable(data.get("id"), data.get("method"), refused)
         try:
             return super().structure_message(data)
         except JsonRpcException as exc:
@@ -102,6 +168,19 @@ class GuardedProtocol(LanguageServerProtocol):
                 return Unreadable(data.get("id"), method, JsonRpcMethodNotFound.of(str(method)[:100]))
             return Unreadable(data.get("id"), method,
                               JsonRpcInvalidParams(f"invalid params for {method!r}: {_what_is_wrong(exc)}"))
+
+    def _refusal_at_edge(self, data: dict[str, Any]) -> JsonRpcException | None:
+        """What is wrong with a client message before any converter or handler sees it (None: nothing)."""
+        method = data["method"]
+        if not self._known(method) or method == types.EXIT:
+            return None  # unknown: MethodNotFound (a request) or ignored (a notification); exit always ends
+        params = data.get("params")
+        if params is not None and not isinstance(params, dict):
+            return JsonRpcInvalidParams(f"invalid params for {method!r}: params must be a JSON object, got "
+                                        f"{_json_type(params)}")
+        if "id" in data and _is_lsp_notification(method):
+            return JsonRpcInvalidRequest(f"{method!r} is a notification: send it without an id")
+        return None
 
     def _known(self, method: Any) -> bool:
         """An LSP method (whose params have a shape) or one this server registered."""
@@ -128,7 +207,25 @@ class GuardedProtocol(LanguageServerProtocol):
         if self._shutdown and isinstance(message, RPCRequest) and message.method != types.EXIT:
             return self._refuse(message.id, message.method,
                                 JsonRpcInvalidRequest("the server is shutting down: only 'exit' is accepted"))
+        method = getattr(message, "method", None)
+        if method in ONCE:
+            if method in self._seen_once:  # a second initialize would re-run setup and reload the backend
+                return self._refuse(getattr(message, "id", None), method,
+                                    JsonRpcInvalidRequest(f"{method!r} was already received; it counts once"))
+            self._seen_once = self._seen_once | {method}
         return super().handle_message(message)
+
+    def _send_handler_result(self, future, *, msg_id) -> None:
+        """A handler that refused its request (a JsonRpcException: unknown command, bad arguments) is answered
+        with its error and one log line; pygls logs a traceback for each. Anything else stays pygls' (an
+        internal error, with the traceback in the local log: a bug)."""
+        exc = None if future.cancelled() else future.exception()
+        if isinstance(exc, JsonRpcException):
+            self._request_futures.pop(msg_id, None)
+            log.warning("refused request %r: %s", msg_id, public_message(exc.message))
+            self._send_response(msg_id, error=exc.to_response_error())
+            return
+        super()._send_handler_result(future, msg_id=msg_id)
 
     def _refuse(self, msg_id: Any, method: Any, error: JsonRpcException) -> None:
         """Answer a request with `error`; a notification (no id) can only be logged."""
