@@ -2,14 +2,16 @@
 
 `GET /v1/models`, `POST /v1/completions` (prompt + suffix = fill-in-the-middle, as vLLM and llama.cpp accept) and
 `GET /health`. Every completion goes through `infill.pipeline.Pipeline`, so what the gateway returns is what an
-editor would show. Standard library only (`ThreadingHTTPServer`); binds 127.0.0.1 unless told otherwise, and with a
-token every `/v1` route needs `Authorization: Bearer <token>`.
+editor would show. Standard library only (`ThreadingHTTPServer` accepting, `front.Front` reading each request in
+full under deadlines, a bounded pool of handler threads answering); binds 127.0.0.1 unless told otherwise, and with
+a token every `/v1` route needs `Authorization: Bearer <token>`.
 """
 
 from __future__ import annotations
 
 import argparse
 import hmac
+import io
 import json
 import logging
 import os
@@ -20,11 +22,13 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 from infill.backends.choose import add_model_options, spec_from_args
 from infill.gateway import llama_infill
+from infill.gateway.front import Arrival, ConnectionLimits, Front, SocketWriter
 from infill.gateway.openai_api import GatewaySettings, HttpError, completion_body, parse_completion_params, run_completion
 from infill.pipeline import Pipeline
 from infill.types import InfillError
@@ -33,6 +37,7 @@ from infill.worker import ModelWorker, OnWorker
 log = logging.getLogger(__name__)
 
 ROUTES = {"/v1/models": "GET", "/v1/completions": "POST", "/infill": "POST", "/health": "GET"}
+QUICK_ROUTES = ("/health", "/v1/models")  # never run the model: served by their own threads, never queued behind it
 DRAIN_LIMIT_BYTES = 16 << 20  # unread bodies up to this are read and dropped so the client sees the error reply
 
 
@@ -41,23 +46,35 @@ DRAIN_LIMIT_BYTES = 16 << 20  # unread bodies up to this are read and dropped so
 class GatewayServer(ThreadingHTTPServer):
     """The HTTP server plus its readiness: requests before `set_pipeline` get 503 with the loading state.
 
-    Connections are served by a bounded pool, not a thread each: up to `max_pending` wait in its queue (and the
-    kernel's listen backlog holds as many more); past that a connection is answered 503 with Retry-After at once.
-    socketserver's default backlog of 5 made the kernel reset connections of a burst without any answer."""
+    The accepting thread hands each connection to the front (front.py), which reads every request in full, under
+    deadlines, before a worker takes it: a slow client holds a socket, never a worker. A bounded pool answers
+    (`workers`), quick routes a small pool of their own; connections are bounded in total and per client (503 with
+    Retry-After past either). socketserver's default backlog of 5 made the kernel reset a burst's connections."""
 
     daemon_threads = True
     request_queue_size = 1024  # listen backlog (the kernel caps it at net.core.somaxconn)
     workers = 32
-    max_pending = 1024  # connections being served or queued for a worker
+    quick_workers = 4
+    limits = ConnectionLimits()  # docs/gateway.md, "Limits"
 
-    def __init__(self, address: tuple[str, int], settings: GatewaySettings, pipeline: Pipeline | None) -> None:
+    @property
+    def max_pending(self) -> int:
+        """The bound on connections open at once (limits.max_connections), under the name tests patch."""
+        return self.limits.max_connections
+
+    def __init__(self, address: tuple[str, int], settings: GatewaySettings, pipeline: Pipeline | None,
+                 limits: ConnectionLimits | None = None) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         # Every completion runs on this one thread; a newer request for the same document stops the older one.
         # (Made first: a failed bind calls server_close, which stops it.)
         self.worker = ModelWorker("infill-gateway-model")
         self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="infill-gateway-http")
-        self._slots = threading.BoundedSemaphore(self.max_pending)
+        self._quick_pool = ThreadPoolExecutor(self.quick_workers, thread_name_prefix="infill-gateway-quick")
+        limits = limits or replace(self.limits, max_connections=self.max_pending)
+        self.limits = replace(limits, max_body_bytes=settings.max_body_bytes,
+                              drain_limit_bytes=max(DRAIN_LIMIT_BYTES, settings.max_body_bytes))
+        self.front = Front(self.limits, self._dispatch)
         super().__init__(address, _Handler)
         self.settings = settings
         self._pipeline = pipeline
@@ -70,33 +87,21 @@ class GatewayServer(ThreadingHTTPServer):
         self.server_name, self.server_port = self.server_address[:2]
 
     def process_request(self, request, client_address) -> None:
-        if not self._slots.acquire(blocking=False):
-            self._refuse_busy(request)
-            return
-        self._pool.submit(self._serve_connection, request, client_address)
+        self.front.admit(request, client_address)  # the front owns the connection from here to its close
 
-    def _serve_connection(self, request, client_address) -> None:
+    def _dispatch(self, arrival: Arrival) -> None:
+        """On the front's thread: a request read in full goes to a worker."""
+        pool = self._quick_pool if arrival.path in QUICK_ROUTES else self._pool
+        pool.submit(self._serve_arrival, arrival)
+
+    def _serve_arrival(self, arrival: Arrival) -> None:
+        keep_alive = False
         try:
-            self.finish_request(request, client_address)
+            keep_alive = not self.RequestHandlerClass(arrival, arrival.client_address, self).close_connection
         except Exception:  # noqa: BLE001 - one connection's failure is logged by handle_error, the rest go on
-            self.handle_error(request, client_address)
+            self.handle_error(arrival.sock, arrival.client_address)
         finally:
-            self.shutdown_request(request)
-            self._slots.release()
-
-    def _refuse_busy(self, request) -> None:
-        """Over capacity: say so (503, Retry-After) rather than let the connection wait unbounded or be reset."""
-        body = json.dumps({"error": {"message": "server busy: too many connections; retry shortly",
-                                     "type": "service_unavailable"}}).encode()
-        head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
-                "\r\nRetry-After: 1\r\nConnection: close\r\n\r\n").encode()
-        try:
-            request.settimeout(1.0)
-            request.sendall(head + body)
-        except OSError:
-            pass
-        finally:
-            self.shutdown_request(request)
+            self.front.resume(arrival, keep_alive)
 
     @property
     def url(self) -> str:
@@ -105,8 +110,10 @@ class GatewayServer(ThreadingHTTPServer):
 
     def server_close(self) -> None:
         super().server_close()
+        self.front.stop()
         self.worker.shutdown()
-        self._pool.shutdown(wait=False)  # queued connections are still answered
+        self._pool.shutdown(wait=False)  # requests already read are still answered
+        self._quick_pool.shutdown(wait=False)
 
     def set_pipeline(self, pipeline: Pipeline) -> None:
         with self._state_lock:
@@ -136,18 +143,37 @@ class GatewayServer(ThreadingHTTPServer):
 
 
 class _Handler(BaseHTTPRequestHandler):
+    """Answers one request the front read in full (`Arrival`): it reads from memory and writes to the socket, so a
+    worker never waits on a client's bytes; the front keeps the connection between requests."""
+
     server: GatewayServer
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # headers and body go out as two writes: Nagle + delayed ACK would add ~40 ms
-    timeout = 30  # socket timeout: a client that stops sending mid-body cannot hold a thread forever
+    timeout = 10  # bounds writing the reply: a client that stops reading cannot hold a worker for longer
     server_version = "infill-ls"
+
+    def setup(self) -> None:
+        arrival: Arrival = self.request
+        self.connection = arrival.sock
+        self.connection.settimeout(self.timeout)
+        if self.disable_nagle_algorithm:
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
+        self.rfile = io.BytesIO(arrival.data)
+        self.wfile = SocketWriter(self.connection)
+
+    def handle(self) -> None:
+        self.close_connection = True  # unless the request keeps it alive (parse_request decides)
+        self.handle_one_request()
+
+    def handle_expect_100(self) -> bool:
+        return True  # the front sent 100 Continue before it read the body
 
     def do_GET(self) -> None:
         t0 = time.perf_counter()
         self._body_read = False
         try:
             status = self._answer(self.command)
-        except OSError as exc:  # the client went away (or stalled past `timeout`) mid-request
+        except OSError as exc:  # the client went away (or stopped reading past `timeout`) mid-reply
             self.close_connection = True
             status = 499
             log.info("%s %s: client gone: %s", self.command, self.path, exc)
@@ -313,10 +339,10 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def make_server(pipeline: Pipeline | None, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
-                **settings) -> GatewayServer:
+                limits: ConnectionLimits | None = None, **settings) -> GatewayServer:
     """A bound, not yet serving gateway (port 0: any free port, see `.server_port`). With `pipeline=None` it
     answers 503 until `set_pipeline`. Run it with `.serve_forever()`, stop it with `.shutdown()`."""
-    return GatewayServer((host, port), GatewaySettings(token=token, **settings), pipeline)
+    return GatewayServer((host, port), GatewaySettings(token=token, **settings), pipeline, limits)
 
 
 # -- command line -----------------------------------------------------------------------------------------------
