@@ -1,7 +1,9 @@
 """transformers' exact sampler (its ops in its RNG order: multinomial, `Categorical.entropy`, self-conditioning
-through the model's own forward), as a drop-in `denoiser` for DiffusionEngine. With it the engine's whole path
-(prompt, cache view, canvas, masks, row choice) is proven equal to `model.generate()` token for token; the
-engine's fast step is proven equal to these ops in test_sampler.py. Test and benchmark code only."""
+through the model's own forward, and its own `StableAndConfidentStoppingCriteria`), as a drop-in `denoiser` for
+DiffusionEngine. With no pinned slots this is `model.generate()`'s loop, and tests check it yields generate()'s
+tokens; with pinned slots it is that loop plus the clamping (one-hot self-conditioning, stopping judged per row
+over its free slots). tests/test_stopping.py compares the engine's fast sampler with it where the two are
+deterministic. Test and benchmark code only."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ from dataclasses import dataclass
 import torch
 
 from infill.engine.denoise import DenoiseOutput, join_score
-from infill.engine.sampler import entropy_bound_accept, stable_and_confident, temperature
+from infill.engine.sampler import entropy_bound_accept, temperature
+from transformers.models.diffusion_gemma.generation_diffusion_gemma import StableAndConfidentStoppingCriteria
 
 
 @dataclass
@@ -52,7 +55,10 @@ def reference_denoise(model, config, canvas, view, masks: dict, generator: torch
     finished = torch.zeros(rows, dtype=torch.bool, device=device)
     current = torch.where(free, torch.randint(0, vocab, (rows, width), generator=generator, device=device), fixed)
     argmax, score = current, torch.zeros(rows, device=device)
-    history = torch.full((config.stability_threshold, rows, width), -1, dtype=current.dtype, device=device)
+    # One criterion per row, fed only that row's free slots: transformers' rule with pinned and pad slots left out
+    criteria = [StableAndConfidentStoppingCriteria(config.stability_threshold, config.confidence_threshold)
+                for _ in range(rows)]
+    row_steps = torch.zeros(rows, dtype=torch.int32, device=device)
     prev_logits = None
     steps, outcome, n = 0, "ok", config.max_denoising_steps
     attention = None if masks[next(iter(masks))] is None else masks
@@ -63,6 +69,7 @@ def reference_denoise(model, config, canvas, view, masks: dict, generator: torch
         if deadline is not None and steps > 0 and time.monotonic() >= deadline:
             outcome = "cut_short"
             break
+        row_steps += ~finished
         sc = None if prev_logits is None else one_hot_logits(prev_logits, fixed, free)
         logits = model(decoder_input_ids=current, cache=view, self_conditioning_logits=sc,
                        decoder_attention_mask=attention, decoder_position_ids=canvas.position_ids).logits
@@ -76,7 +83,9 @@ def reference_denoise(model, config, canvas, view, masks: dict, generator: torch
         keep = finished[:, None]  # finished rows keep their tokens and score, as in transformers
         new_argmax, nxt = torch.where(keep, argmax, new_argmax), torch.where(keep, current, nxt)
         new_score = torch.where(finished, score, new_score)
-        stopped, history = stable_and_confident(history, new_argmax, entropy, free, config.confidence_threshold)
+        stopped = torch.tensor([bool(criteria[r](new_argmax[r:r + 1, free[r]],
+                                                 out.processed_logits[r:r + 1, free[r]])[0])
+                                for r in range(rows)], device=device)
         finished = finished | stopped
         current, argmax, score, prev_logits = nxt, new_argmax, new_score, out.processed_logits
         steps += 1
@@ -84,4 +93,4 @@ def reference_denoise(model, config, canvas, view, masks: dict, generator: torch
             on_step(steps, argmax, out.max_prob, score)
         if bool(finished.all()):
             break
-    return DenoiseOutput(argmax, score, steps, outcome)
+    return DenoiseOutput(argmax, score, steps, outcome, row_steps)

@@ -76,3 +76,33 @@ def test_fast_decoder_forward_equals_stock_forward(tiny_engine):
         cap = model.config.text_config.final_logit_softcapping
         ours = torch.tanh(ours / cap) * cap
     assert torch.allclose(ours, stock, atol=1e-4)
+
+
+def test_clamped_slots_self_conditioning_equals_one_hot_logits_through_the_stock_forward(tiny_engine):
+    """A pinned slot's self-conditioning is its own embedding in the fast path; the model's own forward reaches
+    the same decoder input from one-hot logits at that slot (tests/reference_sampler.py's input)."""
+    from reference_sampler import one_hot_logits
+
+    engine = tiny_engine
+    model = engine.model
+    ids = torch.tensor(engine.prompt_ids("x = {'a': 1, 'b': 2}\n" * 3))
+    cache, _, _ = engine._encode_prompt("sampler-clamp-test", ids)
+    view = decoder_cache_view(cache, engine.layer_types, engine.sliding_window, 1)
+    gen = torch.Generator().manual_seed(5)
+    canvas = torch.randint(3, 512, (1, 24), generator=gen)
+    free = torch.ones(1, 24, dtype=torch.bool)
+    free[0, 16:] = False  # the last 8 slots are a pinned suffix
+    positions = ids.numel() + torch.arange(24)[None]
+    prev_logits = torch.randn(1, 24, 512, generator=gen) * 5
+    with torch.inference_mode():
+        stock = model(decoder_input_ids=canvas, cache=view, decoder_position_ids=positions,
+                      self_conditioning_logits=one_hot_logits(prev_logits, canvas, free)).logits
+        clamp = model.model.decoder.embed_tokens(canvas)
+        soft = self_conditioning_embeddings(model, torch.softmax(prev_logits, -1), clamp, free)
+        ours = decoder_logits(model, canvas, soft, view, positions, {k: None for k in engine.layer_types})
+        cap = model.config.text_config.final_logit_softcapping
+        ours = torch.tanh(ours / cap) * cap
+        free_only = model(decoder_input_ids=canvas, cache=view, decoder_position_ids=positions,
+                          self_conditioning_logits=prev_logits).logits
+    assert torch.allclose(ours, stock, atol=1e-4)
+    assert not torch.allclose(free_only, stock, atol=1e-2)  # the pinned slots' input does change the output

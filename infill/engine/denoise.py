@@ -33,6 +33,7 @@ class DenoiseOutput:
     join_score: torch.Tensor  # (B,) mean log-prob of the clamped anchor tokens at the last step
     steps: int  # decoder forwards
     outcome: str  # "ok", "cut_short" or "cancelled"
+    row_steps: torch.Tensor | None = None  # (B,) forwards each row ran before it stopped (transformers' count)
 
 
 StepCallback = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], None]  # (step, argmax, max_prob, score)
@@ -156,6 +157,7 @@ def denoise(model, config: EngineConfig, canvas: Canvas, view, masks: dict, gene
     state = first_state(inputs, config, shape.vocab_size, generator)
     scales = step_scales(config, shape.softcap, device)
     steps, outcome = 0, "ok"
+    row_steps = torch.zeros(rows, dtype=torch.int32, device=device)
     for step in range(config.max_denoising_steps):
         if cancel is not None and cancel.cancelled:
             outcome = "cancelled"
@@ -165,10 +167,11 @@ def denoise(model, config: EngineConfig, canvas: Canvas, view, masks: dict, gene
             break
         uniform = torch.rand((rows, width), generator=generator, device=device)
         noise = torch.randint(0, shape.vocab_size, (rows, width), generator=generator, device=device)
+        row_steps += ~state.finished
         state = denoise_step(model, inputs, state, scales[step], uniform, noise, sample)
         steps += 1
         if on_step is not None:
             on_step(steps, state.argmax, state.max_prob, state.score)
         if bool(state.finished.all()):  # the step's one host sync
             break
-    return DenoiseOutput(state.argmax, state.score, steps, outcome)
+    return DenoiseOutput(state.argmax, state.score, steps, outcome, row_steps)

@@ -76,8 +76,31 @@ def tiny_tokenizer(vocab_size: int = 512):
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS, bos_token=BOS)
 
 
-def write_tiny_checkpoint(directory: str | Path, seed: int = 0, canvas_length: int = 64, **text_kwargs) -> Path:
-    """Write a complete random-weight checkpoint (config, safetensors, tokenizer, generation config) to `directory`."""
+def make_confident(model, winners: tuple[int, int], gain: float = 1e4) -> None:
+    """Edit `model`'s weights in place so that every canvas slot predicts `winners[0]` or `winners[1]` with
+    near-certainty (entropy ~1e-12 at the default temperatures), so that stable+confident stopping can fire.
+
+    The decoder's final norm keeps one hidden dimension k, scaled by `gain`; in the tied embedding, column k is
+    zero except +1 for winners[0] and -1 for winners[1]. The logits are then ±gain·x_k/rms(x) for the two winners
+    and 0 elsewhere, softcapped to ±30: the sign of x_k picks the winner per slot, so the canvas still depends on
+    the prompt and on the previous step, and stability takes real steps to reach."""
+    import torch
+
+    k = 0
+    with torch.no_grad():
+        norm = model.model.decoder.norm.weight
+        norm.zero_()
+        norm[k] = gain
+        table = model.model.decoder.embed_tokens.weight  # tied with lm_head
+        table[:, k] = 0.0
+        table[winners[0], k] = 1.0
+        table[winners[1], k] = -1.0
+
+
+def write_tiny_checkpoint(directory: str | Path, seed: int = 0, canvas_length: int = 64,
+                          confident: tuple[int, int] | None = None, **text_kwargs) -> Path:
+    """Write a complete random-weight checkpoint (config, safetensors, tokenizer, generation config) to `directory`.
+    `confident`: two token ids the model then predicts with near-certainty (`make_confident`)."""
     import torch
     from transformers import DiffusionGemmaForBlockDiffusion
 
@@ -85,6 +108,8 @@ def write_tiny_checkpoint(directory: str | Path, seed: int = 0, canvas_length: i
     config = tiny_config(canvas_length=canvas_length, **text_kwargs)
     torch.manual_seed(seed)
     model = DiffusionGemmaForBlockDiffusion(config)
+    if confident is not None:
+        make_confident(model, confident)
     model.generation_config.eos_token_id = 1
     model.generation_config.pad_token_id = 0
     model.generation_config.bos_token_id = 2
