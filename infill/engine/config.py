@@ -1,8 +1,13 @@
-"""Validated engine configuration. Defaults reproduce transformers' DiffusionGemma generation defaults."""
+"""Validated engine configuration. Defaults reproduce transformers' DiffusionGemma generation defaults; a
+checkpoint's own sampler settings (its generation_config.json) replace them, and explicit settings replace both
+(`resolve_engine_config`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
 from infill.types import InfillError
 
 @dataclass(frozen=True)
@@ -63,3 +68,76 @@ class EngineConfig:
     def describe(self) -> dict:
         """Sampler and stopping parameters, for the versions block of every result."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+# EngineConfig field -> where transformers' DiffusionGemmaGenerationConfig keeps it (generation_config.json).
+GENERATION_FIELDS = {"max_denoising_steps": "max_denoising_steps", "t_min": "t_min", "t_max": "t_max",
+                     "stability_threshold": "stability_threshold", "confidence_threshold": "confidence_threshold",
+                     "entropy_bound": "sampler_config.entropy_bound"}
+# The canvas length is the model's (DiffusionGemmaConfig.canvas_length, config.json), not a generation setting.
+MODEL_FIELDS = {"canvas_length": "canvas_length"}
+EXPLICIT, CHECKPOINT_GENERATION, CHECKPOINT_MODEL, DEFAULT = ("explicit", "generation_config.json", "config.json",
+                                                              "default")
+
+
+@dataclass(frozen=True)
+class ResolvedEngineConfig:
+    """An EngineConfig and, per sampler setting, where its value came from (EXPLICIT, CHECKPOINT_*, DEFAULT)."""
+
+    config: EngineConfig
+    sources: dict[str, str]
+
+    def describe(self) -> str:
+        return ", ".join(f"{name}={getattr(self.config, name)} ({source})" for name, source in self.sources.items())
+
+
+def explicit_settings(config: EngineConfig | Mapping[str, Any] | None) -> dict[str, Any]:
+    """The settings a caller chose. A mapping is taken as it is; of a whole EngineConfig, the fields that differ
+    from EngineConfig()'s defaults (so a value equal to the default cannot override a checkpoint's: pass a mapping
+    for that)."""
+    if config is None:
+        return {}
+    if isinstance(config, Mapping):
+        return dict(config)
+    default = EngineConfig()
+    return {f.name: getattr(config, f.name) for f in fields(config) if getattr(config, f.name) != getattr(default, f.name)}
+
+
+def _lookup(source, dotted: str) -> Any:
+    value = source
+    for part in dotted.split("."):
+        if value is None:
+            return None
+        value = value.get(part) if isinstance(value, Mapping) else getattr(value, part, None)
+    return value
+
+
+def resolve_engine_config(generation_config, model_config,
+                          explicit: EngineConfig | Mapping[str, Any] | None = None) -> ResolvedEngineConfig:
+    """EngineConfig from, in priority order: `explicit` settings, the checkpoint's generation config
+    (`model.generation_config`, read from generation_config.json) and model config, then EngineConfig's defaults
+    (transformers' generation defaults). A combination that does not validate is an InfillError naming the
+    sources."""
+    chosen = explicit_settings(explicit)
+    unknown = set(chosen) - {f.name for f in fields(EngineConfig)}
+    if unknown:
+        raise InfillError(f"unknown engine settings: {', '.join(sorted(unknown))}")
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for origin, table, where in ((CHECKPOINT_GENERATION, GENERATION_FIELDS, generation_config),
+                                 (CHECKPOINT_MODEL, MODEL_FIELDS, model_config)):
+        for name, dotted in table.items():
+            if name in chosen:
+                values[name], sources[name] = chosen[name], EXPLICIT
+                continue
+            found = _lookup(where, dotted)
+            if found is not None:
+                values[name], sources[name] = found, origin
+            else:
+                sources[name] = DEFAULT
+    values.update({k: v for k, v in chosen.items() if k not in sources})
+    try:
+        config = replace(EngineConfig(), **values)
+    except (InfillError, TypeError) as exc:
+        raise InfillError(f"{exc} (settings from: {sources})") from exc
+    return ResolvedEngineConfig(config, sources)

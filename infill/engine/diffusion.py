@@ -17,7 +17,7 @@ import torch
 import transformers
 
 from infill.engine.canvas import build_canvas, decoder_masks, fit_lengths
-from infill.engine.config import EngineConfig
+from infill.engine.config import EngineConfig, ResolvedEngineConfig, resolve_engine_config
 from infill.engine.denoise import DenoiseOutput, denoise
 from infill.engine.model import decoder_cache_view, encode, shape_of
 from infill.cache.kv_store import PrefixKVStore
@@ -37,12 +37,17 @@ def _should_stop(cancel: CancelToken | None, deadline: float | None) -> bool:
 
 
 class DiffusionEngine:
-    def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None, *,
+    def __init__(self, loaded: LoadedModel, config: EngineConfig | ResolvedEngineConfig | None = None, *,
                  denoiser: Callable[..., DenoiseOutput] = denoise) -> None:
+        """`config`: a ResolvedEngineConfig is used as it is; an EngineConfig's non-default fields (or None: no
+        field) override the checkpoint's own sampler settings (config.resolve_engine_config)."""
         self.loaded = loaded
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
-        self.config = config or EngineConfig()
+        resolved = config if isinstance(config, ResolvedEngineConfig) else resolve_engine_config(
+            self.model.generation_config, self.model.config, config)
+        self.config, self.config_sources = resolved.config, resolved.sources
+        log.info("DiffusionGemma engine settings for %s: %s", loaded.model_id, resolved.describe())
         self.denoiser = denoiser  # tests swap in transformers' exact sampler (tests/reference_sampler.py)
         shape = shape_of(self.model)
         self.layer_types = list(shape.layer_types)
@@ -72,7 +77,8 @@ class DiffusionEngine:
         return {"backend": "diffusion", "model": self.loaded.model_id, "revision": self.loaded.revision,
                 "dtype": self.loaded.dtype, "device": self.loaded.device, "canvas_width": self.width,
                 "quantization": str(getattr(self.model.config, "quantization_config", None) or "none"),
-                "transformers": transformers.__version__, **self.config.describe()}
+                "transformers": transformers.__version__, **self.config.describe(),
+                "settings_from": dict(self.config_sources)}
 
     # ---- public entry point -------------------------------------------------------------------------------------
 

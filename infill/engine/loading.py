@@ -67,6 +67,7 @@ def load_diffusion_model(model: str, *, revision: str | None = None, device: str
     if load_format == "dummy":
         with torch.device(device):
             net = DiffusionGemmaForBlockDiffusion._from_config(config, dtype=torch_dtype)
+        _read_generation_config(net, model, revision)
     else:
         if local.is_dir():
             _check_local_weights(local)
@@ -88,6 +89,19 @@ def load_diffusion_model(model: str, *, revision: str | None = None, device: str
     dtype_name = str(torch_dtype).removeprefix("torch.") + ("(dummy weights)" if load_format == "dummy" else "")
     log.info("loaded %s on %s as %s", model, device, dtype_name)
     return LoadedModel(net, tokenizer, model, str(rev), device, dtype_name)
+
+
+def _read_generation_config(net, model: str, revision: str | None) -> None:
+    """Dummy weights skip from_pretrained, which reads generation_config.json: read it here, so the checkpoint's
+    sampler settings apply as they would to its real weights. A checkpoint without one keeps the defaults."""
+    from transformers.models.diffusion_gemma.generation_diffusion_gemma import DiffusionGemmaGenerationConfig
+
+    try:
+        net.generation_config = DiffusionGemmaGenerationConfig.from_pretrained(model, revision=revision)
+    except OSError:
+        log.info("%s has no generation_config.json: transformers' sampler defaults apply", model)
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise InfillError(f"cannot read the generation config of {model!r}: {exc}") from exc
 
 
 def _fill_special_ids(net, tokenizer) -> None:
