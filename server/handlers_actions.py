@@ -1,14 +1,15 @@
 """Code actions "Fill gap" / "Fill all gaps" and the commands infill.fillGap / infill.fillAllGaps / infill.status /
 infill.toggle. Listing never runs the model: the fill runs in codeAction/resolve, or, for a client that cannot
-resolve `edit`, when it executes the command the action carries (infill.fillGap / infill.fillAllGaps, which apply
-the edit with workspace/applyEdit). Resolve data the server did not produce is refused with -32602."""
+resolve `edit`, when it executes the command the action carries, or that is listed in its place for a client
+without code-action literal support (infill.fillGap / infill.fillAllGaps, which apply the edit with
+workspace/applyEdit). Resolve data the server did not produce is refused: the action comes back
+without an edit."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from lsprotocol import types
-from pygls.exceptions import JsonRpcInvalidParams
 
 from .documents import text_fingerprint
 from .fills import LIST_LIMIT, compute_fill, gap_spans, is_markdown, off_loop
@@ -23,10 +24,12 @@ COMMANDS = {"gap": "infill.fillGap", "gaps": "infill.fillAllGaps"}
 def register(server) -> None:
     @server.feature(types.TEXT_DOCUMENT_CODE_ACTION,
                     types.CodeActionOptions(code_action_kinds=[KIND], resolve_provider=True))
-    async def code_action(ls, params: types.CodeActionParams) -> list[types.CodeAction] | None:
+    async def code_action(ls, params: types.CodeActionParams) -> list[types.CodeAction | types.Command] | None:
         actions = await list_actions(ls, params)
-        if not _client_resolves_edit(ls):
-            for action in actions:  # the fill runs when the client executes the command, not now
+        if actions and not _client_resolves_edit(ls):  # the fill runs when the client executes the command
+            if not _client_takes_literals(ls):
+                return [_fill_command(action) for action in actions]  # LSP: commands only, without literal support
+            for action in actions:
                 action.command = _fill_command(action)
         return actions or None
 
@@ -58,6 +61,11 @@ def _client_resolves_edit(ls) -> bool:
     caps = ls.client_capabilities.text_document
     resolve_support = caps.code_action.resolve_support if caps and caps.code_action else None
     return bool(resolve_support and "edit" in resolve_support.properties)
+
+
+def _client_takes_literals(ls) -> bool:
+    caps = ls.client_capabilities.text_document
+    return bool(caps and caps.code_action and caps.code_action.code_action_literal_support)
 
 
 async def list_actions(ls, params: types.CodeActionParams) -> list[types.CodeAction]:
@@ -158,9 +166,10 @@ def _parse_data(data: Any) -> tuple[str, str, dict | None, types.Range] | None:
 
 async def resolve(ls, action: types.CodeAction) -> types.CodeAction:
     parsed = _parse_data(plain_json(action.data))
-    if parsed is None:  # not data this server listed: -32602, logged once by the protocol (jsonrpc.py)
-        raise JsonRpcInvalidParams("codeAction/resolve: data is not that of an action this server listed "
-                                   "(expected {infill: 'gap'|'gaps', uri, range: [4 integers], version, ...})")
+    if parsed is None:  # not data this server listed: refused inside the result (no edit), with one log line
+        ls.log(f"codeAction/resolve: not an action this server listed (data {action.data!r:.200}); no edit",
+               types.MessageType.Warning)
+        return action
     mode, uri, expected, rng = parsed
     outcome = await compute_fill(ls, uri, rng, mode, expected)
     if outcome.edit is None:

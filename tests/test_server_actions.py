@@ -10,10 +10,12 @@ from __future__ import annotations
 import time
 
 import pytest
+import pytest_asyncio
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
-from lsp_helpers import apply_edits, code_actions, log_text, open_doc
+from lsp_helpers import CONFIG, INIT_OPTIONS, SERVER_ARGS, apply_edits, code_actions, log_text, open_doc, start, \
+    status, wait_ready
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -104,3 +106,51 @@ async def test_unknown_command_is_an_error(lsp):
     with pytest.raises(JsonRpcException) as caught:
         await lsp.workspace_execute_command_async(types.ExecuteCommandParams(command="infill.nope"))
     assert "unknown command 'infill.nope'" in str(caught.value)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def unresolving(tiny_checkpoint):
+    """A second real server, for a client without codeAction resolveSupport (the shared `lsp` client has it)."""
+    client, _ = await start(["--model", str(tiny_checkpoint), *SERVER_ARGS], init_options=INIT_OPTIONS,
+                            configuration=CONFIG, resolve_edit=False)
+    client.applied_edits = []
+    client.feature(types.WORKSPACE_APPLY_EDIT)(
+        lambda params: client.applied_edits.append(params.edit) or types.ApplyWorkspaceEditResult(applied=True))
+    client.feature("infill/statusChanged")(lambda params: None)
+    assert (await wait_ready(client))["state"] == "ready"
+    yield client
+    await client.shutdown_session()
+    await client.stop()
+
+
+async def test_listing_never_runs_the_model_for_a_client_that_cannot_resolve(unresolving):
+    """Issue 26: listing used to resolve every action eagerly (two model runs per listing in Markdown). Now each
+    action carries the command that fills it when executed, with the text identity the listing saw."""
+    uri = "file:///no-resolve.md"
+    text = "# Note\n\nDear [[name]], we meet at ___.\n"
+    open_doc(unresolving, uri, text, language="markdown", version=9)
+    selection = types.Range(start=types.Position(2, 0), end=types.Position(2, 30))  # the line with both blanks
+    before = (await status(unresolving))["pipeline"]
+    commands = await code_actions(unresolving, uri, selection)  # no codeActionLiteralSupport: plain Commands
+    assert [c.title for c in commands] == ["Fill gap", "Fill all gaps (2)"]
+    assert all(isinstance(c, types.Command) for c in commands)
+    assert [c.command for c in commands] == ["infill.fillGap", "infill.fillAllGaps"]
+    assert (await status(unresolving))["pipeline"] == before  # no fill ran
+
+    fill = commands[0]
+    reply = await unresolving.workspace_execute_command_async(types.ExecuteCommandParams(
+        command=fill.command, arguments=fill.arguments))
+    assert reply["applied"] is True, (reply, log_text(unresolving)[-2000:])
+    (edit,) = unresolving.applied_edits
+    (change,) = edit.document_changes
+    assert change.text_document.version == 9 and [e.range for e in change.edits] == [selection]
+    assert (await status(unresolving))["pipeline"] != before  # the counters do see a fill
+
+    unresolving.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=10),
+        content_changes=[types.TextDocumentContentChangeWholeDocument(text=text + "More.\n")]))
+    fill_all = commands[1]  # listed for version 9: executing it now must not edit version 10
+    stale = await unresolving.workspace_execute_command_async(types.ExecuteCommandParams(
+        command=fill_all.command, arguments=fill_all.arguments))
+    assert stale["applied"] is False and stale["reason"], stale
+    assert len(unresolving.applied_edits) == 1
