@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from infill.gateway.openai_api import detect_language
+from infill.gateway.language import _by_grammar, _window, detect_language
 from infill.gateway.server import make_server
 from infill.pipeline import Pipeline
 
@@ -70,6 +70,43 @@ the meeting rooms should be booked through the shared calendar rather than by sh
 Sam will ask the landlord about bicycle parking, and Priya will collect the questions people still have about
 the lease before the end of the month. The next meeting is on '''
 
+UNCLOSED = '''from __future__ import annotations
+
+import typing
+
+
+def as_text(
+    value: str | bytes, encoding: str | None = None, errors: str | None = None
+) -> str:
+    if isinstance(value, str):
+        return value
+    elif not isinstance(value, bytes):
+        raise TypeError(f"cannot read a {type(value).__name__}")
+    if encoding or errors:
+        return value.decode(encoding or "utf-8"'''
+UNCLOSED_AFTER = '''
+    return value.decode()
+
+
+def as_bytes(
+    value: str | bytes, encoding: str | None = None, errors: str | None = None
+) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    elif not isinstance(value, str):
+        raise TypeError(f"cannot write a {type(value).__name__}")
+    if encoding or errors:
+        return value.encode(encoding or "utf-8", errors=errors or "strict")
+    return value.encode()
+'''
+NOTES = '''## How the handler reads its settings
+
+The handler keeps its settings on `self.settings`, and every field defaults to None when the client sent
+nothing for it. When the server starts it reads the file, and if the file is missing it uses the defaults:
+nothing else is read from the disk before the first request arrives at the server. The values are checked
+in `__post_init__`, and a value that is not None and not of the right type is refused with a clear error:
+'''
+
 
 @pytest.mark.parametrize("prompt, suffix, expected", [
     (PYTHON, PYTHON_AFTER, "python"),
@@ -86,6 +123,17 @@ def test_language_is_detected_from_the_text_around_the_gap(prompt, suffix, expec
 def test_a_gap_inside_an_open_bracket_still_detects_python():
     prompt = PYTHON.replace("        return ", "        return sum(\n            self.side,\n            ")
     assert detect_language(prompt, PYTHON_AFTER) == "python"
+
+
+def test_python_the_grammars_cannot_read_around_an_open_call_is_known_by_its_marks():
+    """tree-sitter's Python grammar cannot recover around this gap (the call stays open), so no grammar fits;
+    `def f(`, `elif`, `is not`-style marks and `from x import y` still say Python."""
+    assert _by_grammar(_window(UNCLOSED, UNCLOSED_AFTER)) is None
+    assert detect_language(UNCLOSED, UNCLOSED_AFTER) == "python"
+
+
+def test_prose_that_names_python_constructs_stays_without_a_language():
+    assert detect_language(NOTES, "\n") is None
 
 
 def _post(url: str, body: dict) -> dict:

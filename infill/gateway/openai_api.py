@@ -4,13 +4,12 @@ shape), one completion through the pipeline, and the response body with its `inf
 
 from __future__ import annotations
 
-import re
 import time
 import uuid
 from dataclasses import dataclass
 
-from infill.context.syntax import error_nodes, new_parser
 from infill.gateway.fim_prompts import split_fim_prompt
+from infill.gateway.language import detect_language
 from infill.pipeline import CompletionRequest, Pipeline, PipelineResult
 from infill.types import InfillError
 
@@ -155,61 +154,6 @@ def run_completion(pipeline: Pipeline, params: CompletionParams, settings: Gatew
     text, stopped = _apply_stop(text, params.stop)
     finish = "stop" if stopped or result is None or result.outcome != "cut_short" else "length"
     return _extension(outcome, latency_ms, start), text, finish
-
-
-# -- language detection -----------------------------------------------------------------------------------------
-
-# Generic FIM clients send no language, and without one the pipeline has no grammar to check a fill against.
-# Each code grammar parses the text around the gap; the one with the fewest syntax errors wins (ties: the order
-# below). Text that no grammar parses well (prose, an unknown language) stays without a language, as before.
-# On benchmarks/ghost_typing.py's sources and code found on this machine (see docs/gateway.md) this picks the right
-# grammar for Python, JavaScript, TypeScript, Go, Rust and JSON; a look at keywords could not tell JS from TS.
-DETECTED = ("json", "python", "typescript", "javascript", "go", "rust")
-DETECT_PREFIX_CHARS = 3000  # the text parsed: a window around the gap (parsing is linear in it)
-DETECT_SUFFIX_CHARS = 1000
-MAX_ERRORS_PER_LINE = 0.05  # above this even the best grammar does not fit: prose or another language ...
-CLEAR_WIN = 0.6  # ... unless it has far fewer errors than the runner-up (and at most 0.2 per line)
-
-
-def _window(prompt: str, suffix: str) -> str:
-    """The text around the gap, from a line that starts at column 0 (a top-level statement, rarely inside a string
-    or block) to a line end, so that the window's own cuts cost no grammar an error."""
-    head = max(0, len(prompt) - DETECT_PREFIX_CHARS)
-    if head:
-        top = _COLUMN_0.search(prompt, head)
-        head = top.start() + 1 if top is not None else prompt.find("\n", head) + 1
-    end = suffix.rfind("\n", 0, DETECT_SUFFIX_CHARS) if len(suffix) > DETECT_SUFFIX_CHARS else len(suffix)
-    return prompt[head:] + suffix[:max(0, end)]
-
-
-_COLUMN_0 = re.compile(r"\n[^\s#/*}\])]")
-
-
-def detect_language(prompt: str, suffix: str) -> str | None:
-    """The grammar key that parses the text around the gap with the fewest errors (ties: DETECTED's order), or
-    None when none fits."""
-    window = _window(prompt, suffix)
-    if not window.strip():
-        return None
-    data = window.encode("utf-8", "surrogatepass")
-    counts = []
-    for order, key in enumerate(DETECTED):
-        parser = new_parser(key)
-        if parser is None:
-            continue
-        counts.append((error_nodes(parser.parse(data)), order, key))
-        if counts[-1][0] == 0:  # nothing parses with fewer, and ties go to the earlier: the rest cannot win
-            break  # (the right grammar parses in well under a millisecond; a wrong one's recovery takes 3-6 ms)
-    if not counts:
-        return None
-    counts.sort()
-    best = counts[0][0]
-    runner_up = counts[1][0] if len(counts) > 1 else best
-    # Few errors for its size (the window's and the gap's cuts cost a few), or far fewer than any other grammar
-    # (a gap inside an open bracket costs the right grammar a cascade, the wrong ones more).
-    lines = window.count("\n") + 1
-    fits = best <= 3 + MAX_ERRORS_PER_LINE * lines or (best <= CLEAR_WIN * runner_up and best <= 0.2 * lines)
-    return counts[0][2] if fits else None
 
 
 def _apply_stop(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
