@@ -1,7 +1,10 @@
 """Fuzz the real infill-ls over stdio (tiny random-weight DiffusionGemma) for --minutes and print one JSON line:
-sessions, requests, crashes, hangs, stale_edits, bad_edits, protocol_errors (and the first problems found).
+sessions, requests, crashes, hangs, stale_edits, bad_edits, protocol_errors, internal_errors, tracebacks (and the
+first problems found). --gateway fuzzes the real gateway instead: --slow slow connections kept open beside normal
+traffic and bursts of --burst connections at once (tests/fuzz/gateway.py).
 
     .venv/bin/python benchmarks/fuzz.py --minutes 30 [--seed 14] [--session-seconds 60]
+    .venv/bin/python benchmarks/fuzz.py --gateway --minutes 10 [--slow 200] [--burst 200]
     .venv/bin/python benchmarks/fuzz.py --actions    # listing code actions on huge Markdown, and infill.status
 
 The generator and invariants are tests/fuzz/session.py (the suite runs the same for about two minutes)."""
@@ -31,6 +34,9 @@ def main() -> int:
     parser.add_argument("--actions", action="store_true",
                         help="instead: ms to list code actions on a 2 MB CR-only and a 1 MB one-line Markdown file, "
                              "and how long infill.status waits meanwhile")
+    parser.add_argument("--gateway", action="store_true", help="fuzz the gateway with slow connections instead")
+    parser.add_argument("--slow", type=int, default=200, help="--gateway: slow connections kept open")
+    parser.add_argument("--burst", type=int, default=200, help="--gateway: connections opened at once, each burst")
     args = parser.parse_args()
     from fuzz.session import run_fuzz
     from infill.testing.tiny_checkpoint import write_tiny_checkpoint
@@ -39,6 +45,10 @@ def main() -> int:
         checkpoint = write_tiny_checkpoint(Path(tmp) / "tiny")
         if args.actions:
             print(json.dumps({**time_actions(checkpoint), "cores": os.cpu_count(), "cpu_flags": _cpu_flags()}))
+            return 0
+        if args.gateway:
+            print(json.dumps({**fuzz_gateway(checkpoint, args), "seed": args.seed, "cores": os.cpu_count(),
+                              "cpu_flags": _cpu_flags()}))
             return 0
         started = time.monotonic()
         stats = run_fuzz(str(checkpoint), args.minutes * 60, seed=args.seed, session_seconds=args.session_seconds,
@@ -50,6 +60,23 @@ def main() -> int:
     summary["cpu_flags"] = _cpu_flags()
     print(json.dumps(summary))
     return 0
+
+
+def fuzz_gateway(checkpoint, args) -> dict:
+    from fuzz.gateway import run_gateway_fuzz
+    from infill.engine.config import EngineConfig
+    from infill.engine.diffusion import DiffusionEngine
+    from infill.engine.loading import load_diffusion_model
+    from infill.pipeline import Pipeline
+
+    engine = DiffusionEngine(load_diffusion_model(str(checkpoint)), EngineConfig(max_denoising_steps=2))
+    started = time.monotonic()
+    try:
+        stats = run_gateway_fuzz(Pipeline(engine), args.minutes * 60, seed=args.seed, slow=args.slow,
+                                 burst=args.burst)
+    finally:
+        engine.close()
+    return {**stats, "minutes": round((time.monotonic() - started) / 60, 2)}
 
 
 CR_UNIT, LINE_UNIT = "Some prose with a ___ blank, and [[a gap]] here.\r___\r\r", "A ___ blank and [[a gap]]. "

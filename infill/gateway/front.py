@@ -248,6 +248,10 @@ class Front:
             self._refuse(connection, 431, "request head too large", "invalid_request_error")
             return False
         head = _parse_head(bytes(buffer[:head_length]))
+        if head.path is None:  # HTTP/0.9 or noise: http.server would answer it without a status line, or not at all
+            self._refuse(connection, 400, "malformed request line: expected METHOD TARGET HTTP/1.x",
+                         "invalid_request_error")
+            return False
         connection.head_length, connection.path = head_length, head.path
         length = head.content_length
         connection.body_length = 0
@@ -339,7 +343,7 @@ class SocketWriter(io.RawIOBase):
 
 @dataclass(frozen=True)
 class _Head:
-    path: str
+    path: str | None  # None: the request line is not METHOD SP TARGET SP HTTP/1.x
     content_length: int | None  # None: chunked, invalid, or repeated differently (the handler refuses those)
     expects_continue: bool
 
@@ -348,12 +352,14 @@ def _parse_head(head: bytes) -> _Head:
     """What the front needs from a head: the path (to route), the body's length, Expect: 100-continue. The
     handler parses the head again, fully; where they could disagree (chunked, an unreadable length) the front
     waits for no body and the handler refuses the request and closes the connection."""
-    lines = head.decode("latin-1").splitlines()
-    parts = lines[0].split() if lines else []
-    path = (urlsplit(parts[1]).path.rstrip("/") or "/") if len(parts) >= 2 else "/"
+    lines = head.decode("latin-1").split("\n")
+    parts = lines[0].rstrip("\r").split(" ")
+    good = len(parts) == 3 and parts[0].isalpha() and parts[0].isupper() and parts[1] and \
+        parts[2] in ("HTTP/1.0", "HTTP/1.1")
+    path = (urlsplit(parts[1]).path.rstrip("/") or "/") if good else None
     lengths, chunked, expects = [], False, False
     for line in lines[1:]:
-        name, _, value = line.partition(":")
+        name, _, value = line.rstrip("\r").partition(":")
         name, value = name.strip().lower(), value.strip()
         if name == "content-length":
             lengths.append(value)
@@ -374,7 +380,7 @@ def _parse_head(head: bytes) -> _Head:
 
 def _reply(sock: socket.socket, status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> None:
     """An error reply (OpenAI's shape, as the handler sends) written by the front itself, best effort."""
-    reasons = {408: "Request Timeout", 431: "Request Header Fields Too Large", 503: "Service Unavailable"}
+    reasons = {400: "Bad Request", 408: "Request Timeout", 431: "Request Header Fields Too Large", 503: "Service Unavailable"}
     body = json.dumps({"error": {"message": message, "type": kind, "param": None, "code": status}}).encode()
     extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
     head = (f"HTTP/1.1 {status} {reasons.get(status, 'Error')}\r\nContent-Type: application/json\r\n"

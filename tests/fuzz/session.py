@@ -8,7 +8,10 @@ the invariants of issue 14 checked as replies arrive:
   covers exactly the selection (else `bad_edits`); an edit for text the client no longer had when it asked for the
   edit is `stale_edits` (a close and reopen, or newer versions);
 - inline ranges are valid UTF-16 positions of the text the request was made on;
-- no internal error (-32603), no error with data, a traceback or a machine path (`protocol_errors`).
+- no internal error (-32603, `internal_errors`), no error with data, a traceback or a machine path
+  (`protocol_errors`), and no traceback on the server's stderr (`tracebacks`);
+- what the server never produced (edge_cases.py) is refused: non-object params get -32602, resolve data of any
+  other shape comes back without an edit.
 """
 
 from __future__ import annotations
@@ -18,35 +21,15 @@ import random
 import time
 from dataclasses import dataclass, field
 
+from .edge_cases import edge_request
 from .rpc import RawServer
+from .stats import Stats, count_tracebacks
 from .texts import line_spans, offset_of, position_of, random_document, random_position, random_text
 
 HANG_S = 60.0
 EXIT_S = 10.0
 CONFIG = {"codeActionBudgetMs": 4000, "invokedBudgetMs": 3000, "inlineBudgetMs": 400, "debounceMs": 20,
           "enabledLanguages": ["plaintext", "markdown", "python"]}
-
-
-@dataclass
-class Stats:
-    sessions: int = 0
-    requests: int = 0
-    crashes: int = 0
-    hangs: int = 0
-    stale_edits: int = 0
-    bad_edits: int = 0
-    protocol_errors: int = 0
-    edits_checked: int = 0  # coverage: edits and inline items whose ranges were checked
-    actions_checked: int = 0
-    problems: list = field(default_factory=list)
-
-    def note(self, kind: str, detail: str) -> None:
-        setattr(self, kind, getattr(self, kind) + 1)
-        if len(self.problems) < 20:
-            self.problems.append(f"{kind}: {detail[:400]}")
-
-    def summary(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "problems"} | {"problems": self.problems}
 
 
 @dataclass
@@ -185,6 +168,10 @@ class Session:
         return None
 
     def invalid(self, doc: Doc) -> None:
+        if self.rng.random() < 0.5:  # what the server never produced (edge_cases.py)
+            kind, method, raw = edge_request(self.rng, doc.uri)
+            self.request(kind, method, raw=raw)
+            return
         bad = self.rng.choice(["-1", "2147483648", "1e400", "-1e400", "NaN", '"x"', "null", "1.5"])
         method, raw = self.rng.choice([
             ("textDocument/inlineCompletion", f'{{"textDocument": {{"uri": {json.dumps(doc.uri)}}}, "position": '
@@ -260,12 +247,21 @@ class Session:
         error = reply.get("error")
         if error is not None:
             text = json.dumps(error)
-            if error.get("code") == -32603 or "data" in error or "Traceback" in text or "site-packages" in text:
+            if error.get("code") == -32603:
+                self.stats.note("internal_errors", f"{pending.kind}: {text}")
+            elif "data" in error or "Traceback" in text or "site-packages" in text:
                 self.stats.note("protocol_errors", f"{pending.kind}: {text}")
-            elif pending.kind not in ("invalid",) and error.get("code") not in (-32800,):
+            elif pending.kind == "edge_params" and error.get("code") != -32602:
+                self.stats.note("protocol_errors", f"non-object params answered {text}, not -32602")
+            elif pending.kind not in ("invalid", "edge_params") and error.get("code") not in (-32800,):
                 self.stats.note("protocol_errors", f"{pending.kind} answered {text}")
             return
-        if pending.kind == "invalid":
+        if pending.kind == "edge_params":
+            self.stats.note("protocol_errors", f"non-object params were accepted: {str(reply)[:200]}")
+            return
+        if pending.kind == "edge_resolve" and (reply.get("result") or {}).get("edit") is not None:
+            self.stats.note("bad_edits", f"resolve data the server never produced got an edit: {str(reply)[:200]}")
+        if pending.kind in ("invalid", "edge_resolve"):
             return  # some are valid after all (a null line is refused, "x" is not): an answer is what is owed
         result = reply.get("result")
         if pending.kind == "actions" and pending.doc is not None and result:
@@ -358,6 +354,7 @@ def run_session(checkpoint: str, seed: int, seconds: float, stats: Stats, stderr
         finish(server, session, rng, stats, seed)
     finally:
         server.kill()
+        count_tracebacks(stderr_path, stats, seed)
 
 
 def finish(server: RawServer, session: Session, rng: random.Random, stats: Stats, seed: int) -> None:
