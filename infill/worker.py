@@ -10,11 +10,16 @@ a `CancelToken` and a deadline (`time.monotonic()`):
   `NotRun` (a `Cancelled`) whose `outcome` says "cancelled" or "cut_short", at once (a cancel through the claims,
   a deadline reached while another job holds the thread: a small watcher thread answers those; it never runs
   model work) or when the thread reaches it (a token cancelled directly);
-- a document change (`Claims.document_changed`) cancels every claim on that document, of any kind.
+- a document change (`Claims.document_changed`) cancels every claim on that document, of any kind;
+- joining: an inline request that asks exactly what the document's live inline request asks (the same `key`: a
+  client cancelling and re-asking in one go) takes its run over instead of starting another: the older request
+  is answered "nothing" at once, as a superseded one is, and the run answers the newest; a run that no request
+  waits for any more is stopped (`Claims.leave`, `release`).
 
 `Claims` is the registry of live requests per document (a `Ticket` each, from the moment a request arrives, so a
 newer keystroke supersedes an older request still in its debounce); `ModelWorker.submit` claims for the job's own
-lifetime when the caller has not claimed already.
+lifetime when the caller has not claimed already. `ModelWorker.complete` is the one way to run a pipeline's
+completion here: its future always holds a `PipelineResult`, a job dropped unrun reading as an empty one.
 """
 
 from __future__ import annotations
@@ -25,9 +30,9 @@ import time
 from collections import deque
 from concurrent.futures import Future, TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Callable, TypeVar
+from typing import Callable, Hashable, TypeVar
 
-from infill.pipeline import CompletionRequest, PipelineResult
+from infill.pipeline import CompletionRequest, PipelineResult, Prepared
 from infill.types import CancelToken, Cancelled, DraftCallback, InfillResult
 
 log = logging.getLogger(__name__)
@@ -52,10 +57,27 @@ class Ticket:
     uri: str
     kind: str  # NEWEST_WINS ("inline") or anything else ("action": runs unless the document changes)
     token: CancelToken = field(default_factory=CancelToken)
+    key: Hashable | None = None  # what an inline request asks (version, cursor, trigger); an identical one joins
+    run: object = None  # the caller's handle on the work done for the ticket, shared by the requests that joined
+    answering: "Claim | None" = None  # the request the run answers; None: no request waits for it
 
     @property
     def stopped(self) -> bool:
         return self.token.cancelled
+
+
+@dataclass(eq=False)
+class Claim:
+    """One request's hold on a ticket: the ticket it opened, or the one it joined (taking the run over)."""
+
+    ticket: Ticket
+    joined: bool = False
+    taken_over: Future = field(default_factory=Future)  # done when a newer identical request takes the run over
+
+    @property
+    def answered(self) -> bool:
+        """This request gets the run's answer: no identical request took it over."""
+        return self.ticket.answering is self
 
 
 class Claims:
@@ -67,8 +89,8 @@ class Claims:
         self._all: dict[str, set[Ticket]] = {}
         self._on_cancel = on_cancel  # the worker drops cancelled queued jobs at once
 
-    def open(self, uri: str, kind: str, token: CancelToken | None = None) -> Ticket:
-        ticket = Ticket(uri, kind, token or CancelToken())
+    def open(self, uri: str, kind: str, token: CancelToken | None = None, key: Hashable | None = None) -> Ticket:
+        ticket = Ticket(uri, kind, token or CancelToken(), key)
         older = None
         with self._lock:
             if kind == NEWEST_WINS:
@@ -79,6 +101,40 @@ class Claims:
             older.token.cancel("superseded by a newer inline request")
             self._on_cancel()
         return ticket
+
+    def join_or_open(self, uri: str, key: Hashable) -> Claim:
+        """An inline request for `uri` asking `key`: it joins the document's live inline ticket when that one asks
+        the same and still runs, else it opens a new ticket, which supersedes the older one."""
+        with self._lock:
+            live = self._newest.get(uri)
+            if live is not None and live.key == key and not live.token.cancelled:
+                claim, older = Claim(live, joined=True), live.answering
+                live.answering = claim
+            else:
+                live = None
+        if live is None:
+            ticket = self.open(uri, NEWEST_WINS, key=key)
+            ticket.answering = claim = Claim(ticket)
+        elif older is not None and not older.taken_over.done():  # (done: that request stopped waiting already)
+            older.taken_over.set_result(None)
+        return claim
+
+    def leave(self, claim: Claim) -> bool:
+        """`claim`'s request stops waiting (its client cancelled it). Whether no request waits for the run now: the
+        caller then `release`s it, after a grace in which an identical request may still join."""
+        with self._lock:
+            if claim.ticket.answering is claim:
+                claim.ticket.answering = None
+            return claim.ticket.answering is None
+
+    def release(self, ticket: Ticket, reason: str = "request cancelled by the client") -> bool:
+        """Stop `ticket`'s run if no request waits for it; whether it was stopped."""
+        with self._lock:
+            unwaited = ticket.answering is None
+        if unwaited and not ticket.token.cancelled:
+            ticket.token.cancel(reason)
+            self._on_cancel()
+        return unwaited
 
     def close(self, ticket: Ticket) -> None:
         with self._lock:
@@ -115,12 +171,13 @@ class Claims:
 
 
 @dataclass(eq=False)
-class _Job:
+class _QueuedJob:
     run: Callable[[], object]
     future: Future
     token: CancelToken
     deadline: float | None
     ticket: Ticket | None
+    unrun: Callable[[NotRun], object] | None = None  # the answer of a job dropped unrun (else it raises NotRun)
 
 
 class ModelWorker:
@@ -129,7 +186,7 @@ class ModelWorker:
     def __init__(self, name: str = "infill-model") -> None:
         self.claims = Claims(on_cancel=self.drop_unrunnable)
         self._cond = threading.Condition()
-        self._queue: deque[_Job] = deque()
+        self._queue: deque[_QueuedJob] = deque()
         self._closed = False
         self.busy = False  # a job is running (status "modelBusy")
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
@@ -138,14 +195,16 @@ class ModelWorker:
         self._watcher.start()
 
     def submit(self, run: Callable[[], T], *, key: str | None = None, cancel: CancelToken | None = None,
-               deadline: float | None = None, kind: str | None = None) -> "Future[T]":
+               deadline: float | None = None, kind: str | None = None,
+               unrun: Callable[[NotRun], T] | None = None) -> "Future[T]":
         """Queue `run` (which should honour `cancel` and `deadline` itself once started). With `kind`, the job
-        claims `key` for its lifetime; kind "inline" supersedes the document's older inline request."""
+        claims `key` for its lifetime; kind "inline" supersedes the document's older inline request. A job dropped
+        unrun fails with `NotRun`, or answers `unrun(why)` when given."""
         if self._closed:
             raise RuntimeError("the model worker is shut down")
         token = cancel or CancelToken()
         ticket = self.claims.open(key, kind, token) if key is not None and kind is not None else None
-        job = _Job(run, Future(), token, deadline, ticket)
+        job = _QueuedJob(run, Future(), token, deadline, ticket, unrun)
         with self._cond:
             if self._closed:  # (shut down meanwhile)
                 if ticket is not None:
@@ -154,6 +213,31 @@ class ModelWorker:
             self._queue.append(job)
             self._cond.notify_all()  # the thread, and the deadline watcher (a new earliest deadline)
         return job.future
+
+    def complete(self, pipeline, req: CompletionRequest, *, cancel: CancelToken, deadline: float | None = None,
+                 queue_deadline: bool = True, on_draft: DraftCallback | None = None,
+                 context: "Future[Prepared] | None" = None, kind: str | None = None) -> "Future[PipelineResult]":
+        """Run `pipeline.complete(req)` here: the one way a caller runs a completion on the model thread. The
+        future holds a PipelineResult, also for a job dropped unrun (route "not_run", outcome "cancelled" or
+        "cut_short"). `context` is the request's context being built on another thread (`Pipeline.prepare`),
+        waited for here. With `queue_deadline=False` the deadline bounds the backend only, not the wait in the
+        queue (the LSP server's choice: see docs/concurrency.md)."""
+
+        def run() -> PipelineResult:
+            if context is None:
+                return pipeline.complete(req, cancel=cancel, deadline=deadline, on_draft=on_draft)
+            started = time.perf_counter()
+            prepared = context.result()  # built during the debounce: normally done already
+            prepared.trace.add("context_wait", (time.perf_counter() - started) * 1000)
+            return pipeline.complete(req, cancel=cancel, deadline=deadline, on_draft=on_draft, prepared=prepared)
+
+        def unrun(why: NotRun) -> PipelineResult:
+            result = InfillResult(middles=(), outcome=why.outcome, backend=pipeline.backend.info.name,
+                                  version=req.version, error=why.reason)
+            return PipelineResult(fills=[], result=result, route="not_run", version=req.version)
+
+        return self.submit(run, key=req.document_id, cancel=cancel, deadline=deadline if queue_deadline else None,
+                           kind=kind, unrun=unrun)
 
     def shutdown(self, wait: bool = False) -> None:
         """Run what is queued (cancelled jobs return at once), then stop the thread."""
@@ -174,13 +258,13 @@ class ModelWorker:
                 job = self._queue.popleft()
             self._run(job)
 
-    def _run(self, job: _Job) -> None:
+    def _run(self, job: _QueuedJob) -> None:
         try:
             if not job.future.set_running_or_notify_cancel():
                 return
             skip = _why_not_run(job)
             if skip is not None:
-                job.future.set_exception(skip)
+                _answer_unrun(job, skip)
                 return
             self.busy = True
             try:
@@ -216,12 +300,22 @@ class ModelWorker:
             self._queue = deque(job for job, why in verdicts if why is None)
         for job, why in dropped:
             if job.future.set_running_or_notify_cancel():
-                job.future.set_exception(why)
+                _answer_unrun(job, why)
             if job.ticket is not None:
                 self.claims.close(job.ticket)
 
 
-def _why_not_run(job: _Job) -> NotRun | None:
+def _answer_unrun(job: _QueuedJob, why: NotRun) -> None:
+    if job.unrun is None:
+        job.future.set_exception(why)
+        return
+    try:
+        job.future.set_result(job.unrun(why))
+    except BaseException as exc:  # noqa: BLE001 - the caller gets it
+        job.future.set_exception(exc)
+
+
+def _why_not_run(job: _QueuedJob) -> NotRun | None:
     if job.token.cancelled:
         return NotRun("cancelled", job.token.reason or "cancelled while queued")
     if job.deadline is not None and time.monotonic() >= job.deadline:
@@ -230,8 +324,8 @@ def _why_not_run(job: _Job) -> NotRun | None:
 
 
 class OnWorker:
-    """A pipeline's `complete` run on a model worker, for callers on many threads (the gateway's HTTP threads, the
-    pilot's attempt threads): they block on the job, and a job that never ran reads as an empty result.
+    """A pipeline's `complete` run on a model worker (`ModelWorker.complete`), for callers on many threads that
+    block on it (the gateway's HTTP threads, the pilot's attempt threads).
 
     `abandoned`, when given, is asked every ABANDON_POLL_S while the caller waits (the gateway's: has the client
     closed its connection?); once it says yes the job is cancelled, so a request nobody waits for stops within one
@@ -249,15 +343,9 @@ class OnWorker:
     def complete(self, req: CompletionRequest, *, cancel: CancelToken | None = None, deadline: float | None = None,
                  on_draft: DraftCallback | None = None) -> PipelineResult:
         token = cancel or CancelToken()
-        future = self.worker.submit(
-            lambda: self.pipeline.complete(req, cancel=token, deadline=deadline, on_draft=on_draft),
-            key=req.document_id, cancel=token, deadline=deadline, kind=self.kind)
-        try:
-            return self._wait(future, token)
-        except NotRun as skipped:
-            result = InfillResult(middles=(), outcome=skipped.outcome, backend=self.pipeline.backend.info.name,
-                                  version=req.version, error=skipped.reason)
-            return PipelineResult(fills=[], result=result, route="none", version=req.version)
+        future = self.worker.complete(self.pipeline, req, cancel=token, deadline=deadline, on_draft=on_draft,
+                                      kind=self.kind)
+        return self._wait(future, token)
 
     def _wait(self, future: Future, token: CancelToken) -> PipelineResult:
         if self.abandoned is None:

@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from infill.backends.choose import BackendSpec, open_backend
-from infill.pipeline import CompletionRequest, Pipeline, PipelineResult, PipelineSettings, Prepared
+from infill.loader import close_quietly, open_pipeline
+from infill.pipeline import CompletionRequest, Pipeline, Prepared
 from infill.types import BackendInfo, CancelToken, InfillBackend
 from infill.worker import ModelWorker
 
@@ -104,14 +105,10 @@ class BackendHost:
             self._listener("loading", message, fraction)
 
         started = time.perf_counter()
+        fallback = BackendSpec(endpoint=settings.fallback_endpoint, endpoint_model=settings.fallback_model) \
+            if settings.fallback_endpoint else None
         try:
-            primary = self._opener(spec, progress=progress)
-            backends: tuple[InfillBackend, ...] = (primary,)
-            fallback = None
-            if settings.fallback_endpoint:
-                fallback = self._opener(BackendSpec(endpoint=settings.fallback_endpoint,
-                                                    endpoint_model=settings.fallback_model), progress=progress)
-                backends += (fallback,)
+            pipeline, backends = open_pipeline(spec, fallback=fallback, progress=progress, opener=self._opener)
         except BaseException as exc:  # noqa: BLE001 - any load failure (incl. MemoryError) is a state, not a crash
             message = f"cannot load the backend ({what}): {type(exc).__name__}: {exc}"
             log.exception(message)
@@ -125,8 +122,7 @@ class BackendHost:
             current = generation == self._generation
             if current:
                 # (a maxMiddleTokens change made while this was loading is in self._max_middle_tokens)
-                pipeline = Pipeline(primary, fallback=fallback,
-                                    settings=PipelineSettings(max_middle_tokens=self._max_middle_tokens))
+                pipeline.settings = replace(pipeline.settings, max_middle_tokens=self._max_middle_tokens)
                 replaced = self._loaded.backends if self._loaded else ()
                 if self._loaded is not None:
                     pipeline.carry_counters_from(self._loaded.pipeline)
@@ -134,13 +130,14 @@ class BackendHost:
                 self.state, self.error = "ready", None
         if not current:  # a newer load (or shutdown) came meanwhile: these never served anything
             for backend in backends:
-                _close_quietly(backend)
+                close_quietly(backend)
             return
         # Close on the worker so a request still running on the old backend finishes first.
         for backend in replaced:
-            self.worker.submit(lambda backend=backend: _close_quietly(backend))
+            self.worker.submit(lambda backend=backend: close_quietly(backend))
         seconds = time.perf_counter() - started
-        self._listener("ready", f"{primary.info.label or primary.info.name} ready in {seconds:.1f} s", 1.0)
+        info = pipeline.backend.info
+        self._listener("ready", f"{info.label or info.name} ready in {seconds:.1f} s", 1.0)
 
     def set_max_middle_tokens(self, tokens: int) -> None:
         """Applies to the loaded pipeline and to one still loading."""
@@ -153,7 +150,8 @@ class BackendHost:
     # -- running ---------------------------------------------------------------------------------------------------
     def prepare_ahead(self, pipeline: Pipeline, request: CompletionRequest,
                       cancel: CancelToken) -> Future[Prepared]:
-        """Build `request`'s context on the context thread (while its debounce still runs), for `submit`."""
+        """Build `request`'s context on the context thread (while its debounce still runs), for the model
+        worker's `complete(..., context=)`."""
 
         def run() -> Prepared:
             cancel.raise_if_cancelled()
@@ -161,31 +159,12 @@ class BackendHost:
 
         return self.context_worker.submit(run)
 
-    def warm_ahead(self, pipeline: Pipeline, prepared: Future[Prepared], cancel: CancelToken) -> Future[int]:
+    def warm_ahead(self, pipeline: Pipeline, context: Future[Prepared], cancel: CancelToken) -> Future[int]:
         """Once the context is built, let the backend encode the prompt on the model thread (while the debounce
-        still runs), so the request's model run only denoises. Cancelled with the request's token; a stopped
+        still runs), so the request's model run only decodes. Cancelled with the request's token; a stopped
         encode keeps its work for the next keystroke."""
 
-        return self.worker.submit(lambda: pipeline.warm(prepared.result(), cancel), cancel=cancel)
-
-    def submit(self, pipeline: Pipeline, request: CompletionRequest, cancel: CancelToken, deadline: float,
-               prepared: Future[Prepared] | None = None) -> Future[PipelineResult]:
-        """Run one completion on the model worker, with its context from `prepare_ahead` if given. A request
-        cancelled while still queued never starts: its future raises `NotRun` (a `Cancelled`). Supersession needs
-        nothing here: the request's ticket (`worker.claims`) claimed its document already. The deadline is left to
-        the backend, not the queue: an automatic request usually waits only for its own prompt encoding (`warm`),
-        and the backend still answers at the deadline with at least one step's draft, which the completion log
-        records (the gateway and the pilot, whose callers block, drop jobs at their deadline)."""
-
-        def run() -> PipelineResult:
-            context = None
-            if prepared is not None:
-                started = time.perf_counter()
-                context = prepared.result()  # built during the debounce: normally done already
-                context.trace.add("context_wait", (time.perf_counter() - started) * 1000)
-            return pipeline.complete(request, cancel=cancel, deadline=deadline, prepared=context)
-
-        return self.worker.submit(run, cancel=cancel)
+        return self.worker.submit(lambda: pipeline.warm(context.result(), cancel), cancel=cancel)
 
     def close(self) -> None:
         """Shut down: the backends are closed on the model thread after what it is running (requests were
@@ -194,13 +173,6 @@ class BackendHost:
             self._generation += 1
             loaded, self._loaded = self._loaded, None
         for backend in loaded.backends if loaded else ():
-            self.worker.submit(lambda backend=backend: _close_quietly(backend))
+            self.worker.submit(lambda backend=backend: close_quietly(backend))
         self.worker.shutdown(wait=False)
         self.context_worker.shutdown(wait=False, cancel_futures=True)
-
-
-def _close_quietly(backend: InfillBackend) -> None:
-    try:
-        backend.close()
-    except Exception:  # noqa: BLE001 - closing must not take the server down
-        log.exception("closing backend %s failed", getattr(backend, "info", backend))

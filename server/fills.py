@@ -11,7 +11,7 @@ from typing import Any, Callable, TypeVar
 from lsprotocol import types
 
 from infill.pipeline import MAX_GAPS, CompletionRequest, PipelineResult, find_placeholders, has_text, resolve_language
-from infill.types import Cancelled, deadline_in
+from infill.types import deadline_in
 
 from .documents import SESSION, Document, text_fingerprint
 from .gate import offset_logged, refusal
@@ -97,21 +97,21 @@ async def compute_fill(ls, uri: str, rng: types.Range, mode: str, expected: dict
     pipeline = ls.host.pipeline
     if pipeline is None:
         return FillOutcome(None, f"the backend is not ready (state {ls.host.state})")
-    ticket = ls.scheduler.open(uri, "action")
+    ticket = ls.claims.open(uri, "action")
     try:
-        future = ls.host.submit(pipeline, request, ticket.token,
-                                deadline_in(ls.settings.code_action_budget_ms / 1000))
+        future = ls.host.worker.complete(pipeline, request, cancel=ticket.token, queue_deadline=False,
+                                         deadline=deadline_in(ls.settings.code_action_budget_ms / 1000))
         result: PipelineResult = await asyncio.wrap_future(future)
     except asyncio.CancelledError:
         ticket.token.cancel("request cancelled by the client")
         raise
-    except Cancelled:
-        return FillOutcome(None, f"{uri} changed before the fill started; no edit for the old version")
     except Exception as exc:  # noqa: BLE001 - a failing backend (OOM, bug) costs this request only
         ls.log(f"fill for {uri} failed: {type(exc).__name__}: {exc}", types.MessageType.Error)
         return FillOutcome(None, f"the backend failed: {type(exc).__name__}: {exc}")
     finally:
-        ls.scheduler.close(ticket)
+        ls.claims.close(ticket)
+    if result.route == "not_run":
+        return FillOutcome(None, f"{uri} changed before the fill started; no edit for the old version")
     server_ms = (time.perf_counter() - started) * 1000
     stale = ticket.stopped or ls.documents.get(uri) is not document or document.version != version or \
         (document.text is not text and document.fingerprint != text_fingerprint(text))

@@ -41,7 +41,7 @@ def register(server) -> None:
 
     @server.feature(types.SHUTDOWN)
     def shutdown(ls, params: Any) -> None:
-        ls.scheduler.cancel_all("server shutting down")
+        ls.claims.cancel_all("server shutting down")
         ls.host.close()
         ls.telemetry.flush()  # the completion log's queued records reach the file before exit
 

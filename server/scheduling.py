@@ -1,26 +1,44 @@
-"""The time budget of inline completions: a runaway guard measured on this machine, not a latency target.
+"""How an inline request is scheduled: who runs, when, and for how long. The rules:
 
-An automatic request is stopped by the client — a newer request, `$/cancelRequest`, an edit — long before any
-deadline while the person types. What is left for the deadline is to stop a run that went wrong (a model
-stuck generating, a machine suddenly swapping), so it must sit well above the model's honest time here: a
-deadline shorter than that shows nothing, ever (issue 12: 600 ms on a 2-core laptop cut every Gemma 3 270M fill).
-
-Policy (docs/server.md, "Budget"):
-- the guard is `GUARD_FACTOR` x the p95 of the last `WINDOW` fills' times on this machine (from submit to result,
-  the span the deadline bounds), at least `GUARD_FLOOR_MS`, at most `GUARD_CAP_MS`;
-- before `MIN_SAMPLES` fills have been timed it is the cap;
-- a fill cut short by the guard counts at its cut time, so a guard that is too tight grows by itself;
-- an explicit `inlineBudgetMs` / `invokedBudgetMs` wins over the guard;
-- the status says the machine is too slow for automatic suggestions when the fills' p50 is above
-  `TOO_SLOW_P50_MS` (the peers' order of magnitude: Cody's single-line P75 is 690 ms, llama.vim caps at 1.5 s).
+- Supersession, joining and take-over are the model worker's claims (infill/worker.py, `Claims.join_or_open`): a
+  request opens its document's inline ticket, superseding the older one wherever it is (debounce, queue, model),
+  or takes its run over when it asks exactly the same (version, cursor, trigger: a client re-asking), the older
+  request then answered "nothing" at once; a run nobody waits for stops after JOIN_GRACE_S.
+- Debounce (automatic triggers; `debounceMs`; none for an invoked request): nothing is done in its first half,
+  so a fast typist's next key supersedes the request for free; in the second half the context is built on the
+  context thread and the prompt encoded on the model thread, so when it ends the model only decodes.
+- Budget: the deadline bounds the backend, not the queue (docs/concurrency.md). It is a runaway guard measured
+  on this machine, not a latency target (`BudgetPolicy`, docs/server.md "Budget"): an automatic request is
+  stopped by the client long before it while the person types, so it must sit well above the model's honest time
+  here (issue 12: 600 ms on a 2-core laptop cut every Gemma 3 270M fill):
+  - the guard is `GUARD_FACTOR` x the p95 of the last `WINDOW` fills' times (submit to result), at least
+    `GUARD_FLOOR_MS`, at most `GUARD_CAP_MS`; before `MIN_SAMPLES` fills it is the cap;
+  - a fill cut short by the guard counts at its cut time, so a guard that is too tight grows by itself;
+  - an explicit `inlineBudgetMs` / `invokedBudgetMs` wins over the guard;
+  - the status says the machine is too slow for automatic suggestions when the fills' p50 is above
+    `TOO_SLOW_P50_MS` (the peers' order of magnitude: Cody's single-line P75 is 690 ms, llama.vim caps at 1.5 s).
+- A jump (an edit on another line than the document's last one) encodes the prompt at the edit
+  (`warm_after_jump`), holding an inline ticket the next request supersedes; typing on one line starts nothing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
 from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass
 
+from lsprotocol import types
+
+from infill import timing
+from infill.pipeline import CompletionRequest, PipelineResult
 from infill.stats import percentile
+from infill.types import deadline_in
+from infill.worker import Claims, Ticket
+
+from .gate import refusal
 
 GUARD_FACTOR = 4.0
 GUARD_FLOOR_MS = 1500.0
@@ -28,6 +46,120 @@ GUARD_CAP_MS = 15000.0
 WINDOW = 50
 MIN_SAMPLES = 3
 TOO_SLOW_P50_MS = 1000.0
+JOIN_GRACE_S = 0.05  # a client cancels and re-asks in one go; a run with no one waiting stops after this
+
+
+@dataclass
+class InlineRun:
+    """What one inline model run computed, for the request(s) waiting on it."""
+
+    completion: PipelineResult
+    version: int
+    stopped: bool  # superseded or edited while computing
+    started: float  # perf_counter when the model job was submitted (the completion's own latency counts from here)
+    cursor: int
+    phases: timing.Trace
+
+
+async def run_inline(ls, document, cursor: int, invoked: bool) -> InlineRun | None:
+    """The answer for an inline request at `cursor`, or None: superseded, the document changed, taken over by a
+    newer identical request, or the backend failed (logged)."""
+    claim = ls.claims.join_or_open(document.uri, (document.version, cursor, invoked))
+    ticket = claim.ticket
+    if claim.joined:
+        ls.joined += 1  # the same request as the one in flight (a client re-asking): no second model run
+    else:
+        ticket.run = asyncio.ensure_future(_debounce_and_run(ls, document, ticket, cursor, invoked))
+    taken_over = asyncio.wrap_future(claim.taken_over)
+    try:
+        await asyncio.wait({ticket.run, taken_over}, return_when=asyncio.FIRST_COMPLETED)  # (never cancels the run)
+    except asyncio.CancelledError:
+        if ls.claims.leave(claim):  # no one waits for the run now: stop it, unless an identical request joins
+            asyncio.get_running_loop().call_later(JOIN_GRACE_S, _release, ls.claims, ticket)
+        raise
+    finally:
+        taken_over.cancel()
+    if not claim.answered or not ticket.run.done():
+        return None  # a newer identical request took the run over: the newest request gets the answer
+    return ticket.run.result()
+
+
+def _release(claims: Claims, ticket: Ticket) -> None:
+    if claims.release(ticket) and not ticket.run.done():
+        ticket.run.cancel()
+
+
+async def _debounce_and_run(ls, document, ticket: Ticket, cursor: int, invoked: bool) -> InlineRun | None:
+    phases = timing.trace()  # benchmark phases only (a no-op unless timing is on)
+    phases.start("inline_request")  # event-loop work the completion waits for
+    uri = document.uri
+    debounce = 0.0 if invoked else ls.settings.debounce_ms / 1000
+    debounce_end = asyncio.get_running_loop().time() + debounce  # one deadline: two sleeps overshoot once
+    try:
+        if debounce > 0:
+            phases.stop("inline_request")
+            await asyncio.sleep(debounce / 2)
+            if ticket.stopped:
+                return None
+            phases.start("inline_ahead")  # event-loop work done while the debounce runs
+        pipeline = ls.host.pipeline
+        if pipeline is None:
+            return None  # the backend started reloading during the debounce
+        version = document.version
+        request = CompletionRequest(text=document.text, start=cursor, mode="inline", language=document.language_id,
+                                    document_id=uri, version=version)
+        context: Future | None = None
+        if debounce > 0:
+            context = ls.host.prepare_ahead(pipeline, request, ticket.token)
+            ls.host.warm_ahead(pipeline, context, ticket.token)
+            phases.stop("inline_ahead")
+            await asyncio.sleep(max(0.0, debounce_end - asyncio.get_running_loop().time()))
+            if ticket.stopped or ls.host.pipeline is not pipeline:
+                return None
+            phases.start("inline_request")
+        started = time.perf_counter()
+        setting = ls.settings.invoked_budget_ms if invoked else ls.settings.inline_budget_ms
+        future = ls.host.worker.complete(pipeline, request, cancel=ticket.token, context=context,
+                                         deadline=deadline_in(ls.budget.budget_ms(setting) / 1000),
+                                         queue_deadline=False)
+        phases.stop("inline_request")
+        completion: PipelineResult = await asyncio.wrap_future(future)
+    except asyncio.CancelledError:
+        ticket.token.cancel("request cancelled by the client")  # the backend stops within one step
+        raise
+    except Exception as exc:  # noqa: BLE001 - a failing backend (OOM, bug) costs this request only
+        ls.log(f"inline completion for {uri} failed: {type(exc).__name__}: {exc}", types.MessageType.Error)
+        return None
+    finally:
+        ls.claims.close(ticket)
+        stopped = ticket.stopped  # superseded or edited while computing
+        ticket.token.cancel("request ended")  # nothing queued for it (context, warm) may run on after it
+    if completion.route == "not_run":
+        return None  # cancelled (an edit, a newer request) before the model thread got to it
+    _time_fill(ls, completion, started)
+    return InlineRun(completion, version, stopped, started, cursor, phases)
+
+
+def _time_fill(ls, completion: PipelineResult, started: float) -> None:
+    """A run that reached its end (not cancelled) is one of this machine's fill times."""
+    outcome = completion.result.outcome if completion.result is not None else None
+    if outcome in ("ok", "empty", "cut_short") and ls.budget.record_fill((time.perf_counter() - started) * 1000):
+        ls.notify_status()  # the machine just became (or stopped being) too slow for automatic suggestions
+
+
+def warm_after_jump(ls, document, offset: int) -> None:
+    """After an edit at `offset`: on another line than the document's last edit, encode the prompt there now (on a
+    slow CPU encoding a new prompt is most of a jump's wait); what it encoded stays for the next request."""
+    line = document.position_at(offset).line
+    jumped, document.last_edit_line = document.last_edit_line != line, line
+    pipeline = ls.host.current_pipeline
+    if not jumped or pipeline is None or refusal(ls, document, document.uri) is not None:
+        return
+    ticket = ls.claims.open(document.uri, "inline")
+    request = CompletionRequest(text=document.text, start=offset, mode="inline", language=document.language_id,
+                                document_id=document.uri, version=document.version)
+    warmed = ls.host.warm_ahead(pipeline, ls.host.prepare_ahead(pipeline, request, ticket.token), ticket.token)
+    warmed.add_done_callback(lambda _: ls.claims.close(ticket))
 
 
 class BudgetPolicy:

@@ -1,4 +1,4 @@
-"""The language server object: pygls' LanguageServer plus infill's state (settings, documents, backend, scheduler,
+"""The language server object: pygls' LanguageServer plus infill's state (settings, documents, backend, claims,
 telemetry), logging to the client, status notifications and start-up progress."""
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ from pygls.lsp.server import LanguageServer
 from infill import __version__, timing
 
 from .backend_host import BackendHost
-from .scheduling import BudgetPolicy
+from .scheduling import BudgetPolicy, warm_after_jump
 from .documents import DocumentDistrusted, DocumentStore
 from .gate import LogThrottle
-from .handlers_inline import warm_after_jump
 from .jsonrpc import GuardedProtocol, public_message, strict_converter
 from .settings import Settings, clean_layer, parse_settings
 from .telemetry import Telemetry
@@ -53,11 +52,11 @@ class InfillProtocol(GuardedProtocol):
         server = self._server
         started, cpu_started = time.perf_counter(), time.thread_time()
         uri = params.text_document.uri
-        if server.scheduler.document_changed(uri):
+        if server.claims.document_changed(uri):
             log.debug("edit to %s cancelled running requests", uri)
         pipeline, version = server.host.current_pipeline, params.text_document.version
         # Each change is noted (O(1)) so the next context re-parses incrementally from it; nothing is parsed here.
-        edited_to = []  # where the last change ended: the cursor after a jump (handlers_inline.warm_after_jump)
+        edited_to = []  # where the last change ended: the cursor after a jump (scheduling.warm_after_jump)
 
         def on_edit(start: int, old_end: int, new_text: str) -> None:
             edited_to.append(start + len(new_text))
@@ -85,7 +84,7 @@ class InfillProtocol(GuardedProtocol):
 
     def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams):
         uri = params.text_document.uri
-        self._server.scheduler.document_changed(uri)
+        self._server.claims.document_changed(uri)
         self._server.documents.close(uri)
         if (pipeline := self._server.host.current_pipeline) is not None:
             pipeline.forget(uri)  # its cached syntax tree
@@ -118,14 +117,13 @@ class InfillServer(LanguageServer):
         self.documents = DocumentStore()
         self.telemetry = Telemetry(base.completion_log)
         self.host = BackendHost(self._on_load_event)
-        self.scheduler = self.host.worker.claims  # per-document tickets live with the model worker
+        self.claims = self.host.worker.claims  # per-document tickets: supersession, joining (infill/worker.py)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.logged_refusals: set[tuple] = set()  # (uri, version, reason) already logged once
         self.discard_log = LogThrottle()  # completions superseded or outdated while computing
         self.budget = BudgetPolicy()  # inline deadlines: a runaway guard measured on this machine
         self.typed_through = TypedThrough()  # the rest of a suggestion the person types through
-        self.inline_jobs: dict[str, Any] = {}  # uri -> the inline model run in flight (identical requests join it)
-        self.joined = 0
+        self.joined = 0  # inline requests that joined an identical run in flight
         self._progress_token: str | None = None
         self._progress_ready: asyncio.Future | None = None
         self._raw_layers: dict[str, dict] = {}  # "init" (initializationOptions) and "config" (workspace config)
@@ -136,7 +134,7 @@ class InfillServer(LanguageServer):
         os._exit, because a normal exit would wait for the thread blocked reading stdin and for the model thread."""
         self.protocol.closed = True
         try:
-            self.scheduler.cancel_all("server exiting")
+            self.claims.cancel_all("server exiting")
             self.host.close()
             self.telemetry.flush(timeout=1.0)
         finally:
@@ -169,7 +167,7 @@ class InfillServer(LanguageServer):
             "dtype": info.dtype if info else self.settings.dtype, "isFallback": info.is_fallback if info else None,
             "label": info.label if info else None, "enabled": self.settings.enabled, "error": self.host.error,
             "latencies": self.telemetry.latency_summary(), "telemetry": self.telemetry.summary(),
-            "documents": len(self.documents), "running": self.scheduler.running, "modelBusy": self.host.busy,
+            "documents": len(self.documents), "running": self.claims.running, "modelBusy": self.host.busy,
             "version": __version__,
             "pipeline": self._pipeline_stats(),
             "overhead": timing.summary(),  # benchmark phases (infill/timing.py), empty unless timing is on

@@ -186,3 +186,42 @@ def test_newer_request_for_the_same_document_supersedes_the_older_gemma(worker, 
                       document_id="doc://s"), cancel=newer_token), key="doc://s", cancel=newer_token, kind="inline")
     assert older.result(60).outcome == "cancelled" and "superseded" in older.result().error
     assert newer.result(60).outcome == "ok"
+
+
+def test_an_identical_inline_request_takes_the_run_over_and_a_different_one_supersedes_it(worker):
+    first = worker.claims.join_or_open("doc", (1, 10, True))
+    again = worker.claims.join_or_open("doc", (1, 10, True))  # a client re-asking the same
+    assert again.joined and again.ticket is first.ticket and not first.ticket.stopped
+    assert first.taken_over.done() and not first.answered and again.answered
+    other = worker.claims.join_or_open("doc", (1, 11, True))  # the cursor moved: a new request
+    assert not other.joined and other.ticket is not first.ticket
+    assert first.ticket.stopped and "superseded" in first.ticket.token.reason
+
+
+def test_a_run_nobody_waits_for_is_released_unless_an_identical_request_joined(worker):
+    claim = worker.claims.join_or_open("doc", "key")
+    assert worker.claims.leave(claim)  # its client cancelled: no one waits
+    rejoined = worker.claims.join_or_open("doc", "key")  # ... and re-asked within the grace
+    assert rejoined.joined and not worker.claims.release(rejoined.ticket) and not claim.ticket.stopped
+    assert worker.claims.leave(rejoined) and worker.claims.release(rejoined.ticket)
+    assert claim.ticket.stopped
+    assert not worker.claims.join_or_open("doc", "key").joined  # a stopped run is never joined
+
+
+def test_complete_answers_a_job_dropped_unrun_with_an_empty_result(worker, ar_backend):
+    from infill.pipeline import CompletionRequest, Pipeline
+
+    pipeline = Pipeline(ar_backend)
+    blocker = Blocker()
+    worker.submit(blocker)
+    assert blocker.started.wait(5)
+    token = CancelToken()
+    request = CompletionRequest(text="def area(r):\n    return ", start=24, document_id="doc", version=3)
+    future = worker.complete(pipeline, request, cancel=token, kind="inline")
+    worker.claims.document_changed("doc")  # the document changed while the job was queued
+    result = future.result(5)  # answered at once, while the blocker still holds the thread
+    assert result.route == "not_run" and result.fills == [] and result.version == 3
+    assert result.result.outcome == "cancelled" and "changed" in result.result.error
+    blocker.release.set()
+    ran = worker.complete(pipeline, request, cancel=CancelToken()).result(60)
+    assert ran.route != "not_run" and ran.result.outcome in ("ok", "empty")

@@ -1,0 +1,37 @@
+"""Open what serves: the backend a spec names, an optional fallback, and the pipeline over them. The one loader
+of the LSP server (server/backend_host.py, which runs it on its loading thread and swaps pipelines) and the
+gateway (infill/gateway/server.py)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from infill.backends.choose import BackendSpec, open_backend
+from infill.pipeline import Pipeline, PipelineSettings
+from infill.types import InfillBackend, ProgressCallback
+
+log = logging.getLogger(__name__)
+
+
+def open_pipeline(spec: BackendSpec, *, fallback: BackendSpec | None = None,
+                  settings: PipelineSettings | None = None, progress: ProgressCallback | None = None,
+                  opener: Callable[..., InfillBackend] = open_backend) -> tuple[Pipeline, tuple[InfillBackend, ...]]:
+    """The pipeline and the backends it opened (the caller closes them when it replaces the pipeline). Raises
+    what opening raised; a primary already open is closed when the fallback fails to open."""
+    primary = opener(spec, progress=progress)
+    if fallback is None:
+        return Pipeline(primary, settings=settings), (primary,)
+    try:
+        second = opener(fallback, progress=progress)
+    except BaseException:
+        close_quietly(primary)
+        raise
+    return Pipeline(primary, fallback=second, settings=settings), (primary, second)
+
+
+def close_quietly(backend: InfillBackend) -> None:
+    try:
+        backend.close()
+    except Exception:  # noqa: BLE001 - closing must not take a server down
+        log.exception("closing backend %s failed", getattr(backend, "info", backend))
