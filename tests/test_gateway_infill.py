@@ -19,7 +19,7 @@ from infill.gateway.openai_api import GatewaySettings, detect_language
 from infill.gateway.server import make_server
 from infill.pipeline import CompletionRequest, Pipeline
 
-PREFIX = ("Dear team,\n\nThank you all for the work on the spring release. It went out on time, and the customers "
+PREFIX = ("Dear colleagues,\n\nThank you all for the work on the autumn release. It went out on time, and the customers "
           "noticed.\n")
 LINE = "The meeting on Thursday"  # llama.vim's `prompt`: the cursor line before the cursor
 SUFFIX = ("\nWe will meet in the big room upstairs, and lunch is on me.\n\nBest wishes,\nAnna\n")
@@ -103,6 +103,7 @@ def pipeline_fill(pipeline, text: str, cursor: int, tokens: int = 16) -> str:
 
 
 def test_llama_vims_request_gets_the_pipelines_fill_and_the_fields_it_reads(client, pipeline):
+    assert detect_language(PREFIX + LINE, SUFFIX) is None  # prose: no grammar to reject the tiny model's words
     response = client.post("/infill", json=llama_vim_request())  # the first of this text: its prompt is new
     assert response.status_code == 200, response.text
     assert '"content":"' in response.text  # llama.vim's check before it decodes: no space after the colon
