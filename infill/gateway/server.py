@@ -364,17 +364,18 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def _load_in_background(server: GatewayServer, spec, holder: list) -> None:
-    from infill.backends.choose import open_backend
+    from infill.loader import open_pipeline  # the LSP server's loader too
 
     try:
-        backend = open_backend(spec, progress=lambda message, fraction: log.info("%s", message))
+        pipeline, backends = open_pipeline(spec, progress=lambda message, fraction: log.info("%s", message))
     except Exception as exc:  # reported by /health and as 503 on every request
         log.exception("model failed to load")
         server.set_error(f"{type(exc).__name__}: {exc}")
         return
-    holder.append(backend)
-    server.set_pipeline(Pipeline(backend))
-    log.info("ready: serving %s (%s)", backend.info.model, backend.info.label or backend.info.kind)
+    holder.extend(backends)
+    server.set_pipeline(pipeline)
+    info = pipeline.backend.info
+    log.info("ready: serving %s (%s)", info.model, info.label or info.kind)
 
 
 def main(argv: list[str] | None = None) -> int:
