@@ -12,6 +12,7 @@ it back with the ids it then holds, so a request that fails half-way never leave
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -38,6 +39,43 @@ def cache_nbytes(cache: DynamicCache) -> int:
             if isinstance(t, torch.Tensor):
                 total += t.numel() * t.element_size()
     return total
+
+
+def kv_bytes_per_token(text_config, dtype: torch.dtype) -> int:
+    """Bytes one prompt token takes in a full-history cache: keys and values of every layer (sliding layers keep
+    every token here, so that an edit can roll back; layers whose V comes from K still cache both)."""
+    per_layer = getattr(text_config, "per_layer_config", None)
+    layers = [per_layer[i] if per_layer is not None else text_config for i in range(text_config.num_hidden_layers)]
+    element = torch.empty((), dtype=dtype).element_size()
+    return sum(2 * layer.num_key_value_heads * layer.head_dim * element for layer in layers)
+
+
+CUDA_FREE_SHARE = 0.5  # of the memory free once the model is loaded; the rest is for activations (262k-wide logits)
+CPU_RAM_SHARE = 0.25  # of physical memory, at most
+CPU_PROMPTS = 4  # full-length prompts the CPU store makes room for (documents open at once)
+MIN_STORE_BYTES = 512 * 2**20
+
+
+def physical_memory_bytes() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def store_budget(per_token: int, device: torch.device | str, max_prompt_tokens: int) -> int:
+    """The prefix-KV store's byte bound for a model whose prompt tokens take `per_token` bytes each. CUDA: a
+    share of the device memory free now (call it after loading the model). CPU: room for a few full-length
+    prompts, at least 512 MiB, at most a share of physical memory."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        budget = int(free * CUDA_FREE_SHARE)
+    else:
+        wanted = max(MIN_STORE_BYTES, CPU_PROMPTS * max_prompt_tokens * per_token)
+        budget = min(wanted, int(physical_memory_bytes() * CPU_RAM_SHARE))
+    if budget < max_prompt_tokens * per_token:
+        log.warning("the prompt cache holds %d tokens (%.0f MiB at %d bytes a token), fewer than one full prompt "
+                    "(%d): longer prompts are re-encoded on every request; set kv_store_bytes to change it",
+                    budget // max(per_token, 1), budget / 2**20, per_token, max_prompt_tokens)
+    return budget
 
 
 def common_prefix_length(a: torch.Tensor, b: torch.Tensor) -> int:

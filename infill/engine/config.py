@@ -32,7 +32,9 @@ class EngineConfig:
     suffix_in_prompt_tokens: int = 0
     suffix_frame: tuple[str, str] = ("<suffix>\n", "\n</suffix>\n")
     max_prompt_tokens: int = 8192  # far end of the prefix dropped beyond this (whole lines at a time)
-    kv_store_bytes: int = 512 * 2**20  # bound on cached prefix KV across documents (LRU eviction)
+    # Bound on cached prefix KV across documents (LRU eviction). None: sized from the model and the device
+    # (infill/cache/kv_store.store_budget).
+    kv_store_bytes: int | None = None
     seed: int | None = 0  # default seed per request (None: nondeterministic)
 
     def __post_init__(self) -> None:
@@ -58,7 +60,8 @@ class EngineConfig:
         need(0 <= self.suffix_in_prompt_tokens < self.max_prompt_tokens // 2,
              "suffix_in_prompt_tokens must be >= 0 and below half of max_prompt_tokens")
         need(len(self.suffix_frame) == 2, "suffix_frame is (text before the suffix, text after it)")
-        need(self.kv_store_bytes >= 0, "kv_store_bytes must be >= 0")
+        need(self.kv_store_bytes is None or (isinstance(self.kv_store_bytes, int) and self.kv_store_bytes >= 0),
+             "kv_store_bytes must be an integer >= 0 (or None: sized from the model and device)")
 
     def single_line_lengths_for(self, device: str) -> tuple[int, ...]:
         if self.single_line_lengths is not None:

@@ -20,7 +20,7 @@ from infill.engine.canvas import build_canvas, decoder_masks, fit_lengths
 from infill.engine.config import EngineConfig, ResolvedEngineConfig, resolve_engine_config
 from infill.engine.denoise import DenoiseOutput, denoise
 from infill.engine.model import decoder_cache_view, encode, shape_of
-from infill.cache.kv_store import PrefixKVStore
+from infill.cache.kv_store import PrefixKVStore, kv_bytes_per_token, store_budget
 from infill.engine.loading import LoadedModel
 from infill.cache.tokens import ChunkedTokenizer
 from infill.types import (BackendInfo, CancelToken, Draft, DraftCallback, InfillError, InfillRequest, InfillResult,
@@ -61,7 +61,11 @@ class DiffusionEngine:
         self.additive_masks = shape.additive_masks
         self.device = shape.device
         self.tokens = ChunkedTokenizer(self.tokenizer)
-        self.store = PrefixKVStore(self.config.kv_store_bytes)
+        self.kv_bytes_per_token = kv_bytes_per_token(self.model.config.text_config, self.model.dtype)
+        self.store = PrefixKVStore(self.config.kv_store_bytes if self.config.kv_store_bytes is not None else
+                                   store_budget(self.kv_bytes_per_token, self.device, self.max_prompt))
+        log.info("prefix KV store: %.0f MiB, %d bytes a prompt token (%s)", self.store.max_bytes / 2**20,
+                 self.kv_bytes_per_token, "explicit" if self.config.kv_store_bytes is not None else "by device")
         self._info = BackendInfo(name=f"diffusiongemma:{loaded.model_id}", kind="diffusion", model=loaded.model_id,
                                  device=loaded.device, dtype=loaded.dtype,
                                  label=f"DiffusionGemma {loaded.model_id} ({loaded.device}, {loaded.dtype})")
@@ -78,7 +82,7 @@ class DiffusionEngine:
                 "dtype": self.loaded.dtype, "device": self.loaded.device, "canvas_width": self.width,
                 "quantization": str(getattr(self.model.config, "quantization_config", None) or "none"),
                 "transformers": transformers.__version__, **self.config.describe(),
-                "settings_from": dict(self.config_sources)}
+                "settings_from": dict(self.config_sources), "kv_store_bytes": self.store.max_bytes}
 
     # ---- public entry point -------------------------------------------------------------------------------------
 

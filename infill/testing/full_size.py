@@ -1,0 +1,59 @@
+"""The full-size DiffusionGemma architecture (google/diffusiongemma-26B-A4B-it: Gemma 4 26B-A4B's text stack, 30
+layers, 128 experts top-8, 262,144-token vocabulary), as configs, for benchmarks and tests that need the real
+dimensions without the ~50 GB checkpoint: `--load-format dummy` builds it with random weights, and a few layers
+keep it small enough for a CPU.
+
+The checkpoint's config.json cannot be downloaded here; these values are Gemma 4 26B-A4B's published text config.
+Two checks tie them to what was measured elsewhere: 1.51 GiB of bf16 weights per layer (vLLM measured 1.53 GiB
+per layer with the real config, /work/shared/notes/vllm-cpu.md) and 25 sliding layers of 8 KV heads x 256 plus 5
+full layers of 2 KV heads x 512 (the ~210 KiB per prompt token issue 23 quotes, counting the full layers' shared
+K=V once; the cache stores both, so 220 KiB).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+FULL_SIZE_TEXT = dict(
+    vocab_size=262_144, hidden_size=2816, intermediate_size=2112, num_hidden_layers=30, num_attention_heads=16,
+    num_key_value_heads=8, num_global_key_value_heads=2, head_dim=256, global_head_dim=512, attention_k_eq_v=True,
+    sliding_window=1024, max_position_embeddings=262_144, num_experts=128, top_k_experts=8, moe_intermediate_size=704,
+    final_logit_softcapping=30.0, pad_token_id=0, eos_token_id=1, bos_token_id=2,
+)
+FULL_SIZE_CANVAS = 256
+# transformers' DiffusionGemma generation defaults, written out as a checkpoint would carry them (vLLM reads them)
+FULL_SIZE_GENERATION = {"max_denoising_steps": 48, "t_min": 0.4, "t_max": 0.8, "stability_threshold": 1,
+                        "confidence_threshold": 0.005,
+                        "sampler_config": {"_cls_name": "EntropyBoundSamplerConfig", "entropy_bound": 0.1},
+                        "pad_token_id": 0, "eos_token_id": 1, "bos_token_id": 2}
+
+
+def full_size_config(layers: int | None = None):
+    """The 26B-A4B `DiffusionGemmaConfig`; `layers` keeps only the first N layers of the real 5:1 sliding/full
+    pattern (the last is always full attention, as transformers forces)."""
+    from transformers import DiffusionGemmaConfig, DiffusionGemmaTextConfig, Gemma4VisionConfig
+
+    text = dict(FULL_SIZE_TEXT)
+    if layers is not None:
+        pattern = ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(layers)]
+        pattern[-1] = "full_attention"
+        text.update(num_hidden_layers=layers, layer_types=pattern)
+    vision = Gemma4VisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=1,
+                                num_key_value_heads=1, head_dim=16)  # the engine is text only
+    return DiffusionGemmaConfig(text_config=DiffusionGemmaTextConfig(**text), vision_config=vision,
+                                canvas_length=FULL_SIZE_CANVAS)
+
+
+def write_full_size_config(directory: str | Path, layers: int | None = None) -> Path:
+    """A checkpoint directory without weights (config, generation config, a stand-in tokenizer) for
+    `--load-format dummy`. The tokenizer is the tiny test one (Gemma 4's is not on PyPI): its ids are valid in the
+    real vocabulary, so shapes and costs are real; text is meaningless anyway with random weights."""
+    from infill.testing.tiny_checkpoint import tiny_tokenizer
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    full_size_config(layers).save_pretrained(directory)
+    (directory / "generation_config.json").write_text(json.dumps(FULL_SIZE_GENERATION, indent=2))
+    tiny_tokenizer().save_pretrained(directory)
+    return directory
