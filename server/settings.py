@@ -36,6 +36,7 @@ class Settings:
     completion_log: str | None = None  # opt-in JSONL log of completions and telemetry; None: nothing written
     max_document_chars: int = 2_000_000  # larger documents are refused politely (bounded work per request)
     denoising_steps: int | None = None  # DiffusionGemma engine step cap; None: the engine's default
+    kv_store_mib: int | None = None  # DiffusionGemma prompt-cache bound; None: sized by model and device
 
     def __post_init__(self) -> None:
         def need(ok: bool, message: str) -> None:
@@ -53,6 +54,7 @@ class Settings:
              "remoteProtocol must be 'auto', 'openai' or 'vllm-diffusion'")
         need(1 <= self.max_document_chars <= 200_000_000, "maxDocumentChars must be in 1..200000000")
         need(self.denoising_steps is None or 1 <= self.denoising_steps <= 1024, "denoisingSteps must be in 1..1024")
+        need(self.kv_store_mib is None or 0 <= self.kv_store_mib <= 2**24, "kvStoreMib must be in 0..16777216 MiB")
 
     def language_enabled(self, language: str | None) -> bool:
         return not self.enabled_languages or (language or "") in self.enabled_languages
@@ -74,7 +76,7 @@ _FIELD_OF = {camel: name for name, camel in _CAMEL.items()}
 _OPTIONAL_TEXT = {"model", "device", "dtype", "fallback_endpoint", "fallback_model", "remote_endpoint",
                   "remote_model", "completion_log"}
 _INTEGERS = {"inline_budget_ms", "invoked_budget_ms", "code_action_budget_ms", "debounce_ms", "max_middle_tokens",
-             "max_document_chars", "denoising_steps"}
+             "max_document_chars", "denoising_steps", "kv_store_mib"}
 
 
 def _coerce(name: str, value: Any) -> Any:
@@ -93,7 +95,7 @@ def _coerce(name: str, value: Any) -> Any:
         if isinstance(value, bool):
             return value
         raise TypeError("true or false")
-    if name in ("denoising_steps", *_MEASURED) and value is None:
+    if name in ("denoising_steps", "kv_store_mib", *_MEASURED) and value is None:
         return None
     if name in _INTEGERS:
         # Python's JSON reads 1e400 as inf and NaN as nan: int() of those raises, and nan != nan.
