@@ -125,6 +125,19 @@ class _QuietUnstructurable(logging.Filter):
 logging.getLogger("pygls.protocol.json_rpc").addFilter(_QuietUnstructurable())
 
 
+class _QuietUnparsable(logging.Filter):
+    """pygls logs a body that is not JSON (or not UTF-8) with a traceback; the server's report_server_error logs
+    the same error in one line, so the traceback is dropped. Any other failure keeps its traceback (a bug)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not (record.getMessage() == "Unable to handle message"
+                    and isinstance(error, (json.JSONDecodeError, UnicodeDecodeError)))
+
+
+logging.getLogger("pygls.server").addFilter(_QuietUnparsable())
+
+
 def _json_type(value: Any) -> str:
     if isinstance(value, bool):
         return "a boolean"
