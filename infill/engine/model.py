@@ -71,7 +71,7 @@ def decoder_logits(model, canvas_ids: torch.Tensor, soft: torch.Tensor, view: Dy
                    position_ids: torch.Tensor, masks: dict) -> torch.Tensor:
     """The decoder forward with self-conditioning given as embeddings (so the softmax the sampler already
     computed is not recomputed; zeros before the first step, as the model does without self-conditioning) and the
-    raw LM head output (softcap applied by the sampler, in place)."""
+    raw LM head output (softcap applied by the sampler)."""
     decoder = model.model.decoder
     hidden = decoder.embed_tokens(canvas_ids)
     hidden = decoder.self_conditioning(hidden, soft)

@@ -1,6 +1,7 @@
 """Per-step sampling math: entropy-bound acceptance, linear temperature, stable+confident stopping.
 
-`fast_step`: in-place softcap+temperature, one max/exp/sum pass that yields argmax, probabilities and entropy
+`fast_step`: softcap+temperature (one new buffer, then in place: the step never writes its inputs, which would
+keep torch.compile from using CUDA graphs), one max/exp/sum pass that yields argmax, probabilities and entropy
 together (H = log Z - sum p*(x - max)), and exact two-level inverse-CDF sampling (block sums, then one block)
 instead of a multinomial over the whole vocabulary. The probabilities double as the next step's self-conditioning
 input, so the decoder does not recompute the softmax. Everything here is pure tensor math with no host sync (the
@@ -32,16 +33,16 @@ def temperature(step_remaining: int, steps: int, t_min: float, t_max: float) -> 
 
 
 def logit_scale(cap: float | None, inv_temperature: float) -> float:
-    """The factor `softcap_` multiplies by: the softcap's `cap` fused with 1/T."""
+    """The factor `softcap` multiplies by: the softcap's `cap` fused with 1/T."""
     return cap * inv_temperature if cap else inv_temperature
 
 
-def softcap_(logits: torch.Tensor, cap: float | None, scale: torch.Tensor | float) -> torch.Tensor:
-    """In place: cap * tanh(logits / cap) / T, with `scale` = logit_scale(cap, 1/T) (a tensor inside the compiled
-    step, so a new temperature is a new input rather than a new graph)."""
+def softcap(logits: torch.Tensor, cap: float | None, scale: torch.Tensor | float) -> torch.Tensor:
+    """cap * tanh(logits / cap) / T in a new tensor, with `scale` = logit_scale(cap, 1/T) (a tensor inside the
+    compiled step, so a new temperature is a new input rather than a new graph)."""
     if cap:
-        return logits.div_(cap).tanh_().mul_(scale)
-    return logits.mul_(scale)
+        return logits.div(cap).tanh_().mul_(scale)
+    return logits.mul(scale)
 
 
 def sample_inverse_cdf(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
@@ -68,9 +69,9 @@ def sample_inverse_cdf(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tens
 
 def fast_step(logits: torch.Tensor, cap: float | None, scale: torch.Tensor | float,
               uniform: torch.Tensor) -> StepOutput:
-    """`logits` are the raw LM-head outputs (float32); they are overwritten. `uniform` (B, W) in [0, 1) draws
-    the samples."""
-    scaled = softcap_(logits, cap, scale)
+    """`logits` are the raw LM-head outputs (float32), left as they are. `uniform` (B, W) in [0, 1) draws the
+    samples."""
+    scaled = softcap(logits, cap, scale)
     peak, argmax = scaled.max(-1, keepdim=True)
     scaled.sub_(peak)
     probs = scaled.exp()
