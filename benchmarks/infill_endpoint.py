@@ -59,7 +59,8 @@ def holes(count: int, seed: int) -> list[tuple[str, str, str, str]]:
         line = lines[i].rstrip("\n")
         col = len(line) - len(line.lstrip()) + rng.randrange(4, len(line.strip()) // 2 + 5)
         col = min(col, len(line) - 1)
-        out.append((str(path.relative_to(REPO)), "".join(lines[:i]), line[:col], line[col:] + "\n" + "".join(lines[i + 1:])))
+        after = line[col:] + "\n" + "".join(lines[i + 1:])
+        out.append((str(path.relative_to(REPO)), "".join(lines[:i]), line[:col], after))
     return out
 
 

@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from infill.gateway.fim_prompts import FORMATS, split_fim_prompt
-from infill.gateway.openai_api import GatewaySettings, detect_language, parse_completion_params
+from infill.gateway.language import detect_language
+from infill.gateway.openai_api import GatewaySettings, parse_completion_params
 from infill.gateway.server import make_server
 from infill.pipeline import CompletionRequest, Pipeline
 

@@ -15,12 +15,13 @@ import pytest
 
 from infill.gateway.llama_infill import (ExtraChunk, InfillParams, build_document, cut_at_dedent,
                                          parse_infill_params)
-from infill.gateway.openai_api import GatewaySettings, detect_language
+from infill.gateway.language import detect_language
+from infill.gateway.openai_api import GatewaySettings
 from infill.gateway.server import make_server
 from infill.pipeline import CompletionRequest, Pipeline
 
-PREFIX = ("Dear colleagues,\n\nThank you all for the work on the autumn release. It went out on time, and the customers "
-          "noticed.\n")
+PREFIX = ("Dear colleagues,\n\nThank you all for the work on the autumn release. It went out on time, and the "
+          "customers noticed.\n")
 LINE = "The meeting on Thursday"  # llama.vim's `prompt`: the cursor line before the cursor
 SUFFIX = ("\nWe will meet in the big room upstairs, and lunch is on me.\n\nBest wishes,\nAnna\n")
 TIMINGS = ["prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second", "predicted_n", "predicted_ms",
@@ -148,7 +149,8 @@ def test_input_extra_reaches_the_model_ahead_of_the_prefix(client, backend):
 
 
 def test_extra_context_is_bounded_newest_first(pipeline):
-    window = int(min(pipeline.settings.prefix_chars, pipeline.settings.prefix_tokens * pipeline.settings.chars_per_token))
+    s = pipeline.settings
+    window = int(min(s.prefix_chars, s.prefix_tokens * s.chars_per_token))
     big = ExtraChunk("big.txt", "x" * window)  # more than the extra context's share: left out
     old, new = ExtraChunk("a.txt", "oldest chunk\n"), ExtraChunk("b.txt", "newest chunk\n")
     params = InfillParams(prefix="y\n" * window, suffix="", extra=(old, big, new), n_predict=None, budget_ms=None,

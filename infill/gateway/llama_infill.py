@@ -23,7 +23,8 @@ import textwrap
 import time
 from dataclasses import dataclass
 
-from infill.gateway.openai_api import GatewaySettings, HttpError, _optional, _parse_stop, detect_language
+from infill.gateway.language import detect_language
+from infill.gateway.openai_api import GatewaySettings, HttpError, optional_field, parse_stop
 from infill.pipeline import CompletionRequest, Pipeline, PipelineResult
 from infill.types import CancelToken, Draft, InfillError
 from infill.worker import ModelWorker, OnWorker
@@ -61,37 +62,37 @@ class InfillParams:
 def parse_infill_params(body: object, settings: GatewaySettings) -> InfillParams:
     if not isinstance(body, dict):
         raise HttpError(400, f"request body must be a JSON object, got {type(body).__name__}")
-    text = lambda name, what: _optional(body, name, str, what) or ""  # noqa: E731
+    text = lambda name, what: optional_field(body, name, str, what) or ""  # noqa: E731
     prefix = text("input_prefix", "a string (the text before the cursor's line)")
     suffix = text("input_suffix", "a string (the text after the cursor)")
     line = text("prompt", "a string (the cursor line's text before the cursor)")
-    n_predict = _optional(body, "n_predict", int, "an integer")
+    n_predict = optional_field(body, "n_predict", int, "an integer")
     if n_predict is not None and not -1 <= n_predict <= settings.max_tokens_limit:
         raise HttpError(400, f"n_predict must be -1 (no limit), 0 (warm the cache) or up to "
                              f"{settings.max_tokens_limit}, got {n_predict}", param="n_predict")
-    times = [_optional(body, name, (int, float), "a number of milliseconds") for name in
+    times = [optional_field(body, name, (int, float), "a number of milliseconds") for name in
              ("t_max_prompt_ms", "t_max_predict_ms")]
     if any(t is not None and t < 0 for t in times):
         raise HttpError(400, "t_max_prompt_ms and t_max_predict_ms must be >= 0 (0: no limit)")
-    n_indent = _optional(body, "n_indent", int, "an integer") or 0
+    n_indent = optional_field(body, "n_indent", int, "an integer") or 0
     if n_indent < 0:
         raise HttpError(400, f"n_indent must be >= 0, got {n_indent}", param="n_indent")
-    if _optional(body, "stream", bool, "true or false"):
+    if optional_field(body, "stream", bool, "true or false"):
         raise HttpError(400, "stream is not supported on /infill: send stream: false", param="stream")
     for name, kinds, what in (("samplers", list, "a list"), ("cache_prompt", bool, "true or false"),
                               ("temperature", (int, float), "a number"), ("top_k", int, "an integer"),
                               ("top_p", (int, float), "a number"), ("model", str, "a string")):
-        _optional(body, name, kinds, what)  # accepted and ignored (docs/gateway.md says why), but well-typed
-    document = _optional(body, "infill_document", str, "a string")
+        optional_field(body, name, kinds, what)  # accepted and ignored (docs/gateway.md says why), but well-typed
+    document = optional_field(body, "infill_document", str, "a string")
     if document is not None and not 1 <= len(document) <= 128:
         raise HttpError(400, "infill_document must be 1 to 128 characters", param="infill_document")
     predict_ms = times[1] or 0
     return InfillParams(prefix=prefix + line, suffix=suffix, extra=_parse_extra(body.get("input_extra")),
                         n_predict=None if n_predict in (None, -1) else n_predict,
                         budget_ms=(times[0] or 0) + predict_ms if predict_ms > 0 else None, n_indent=n_indent,
-                        stop=_parse_stop(body.get("stop"), MAX_STOP_STRINGS),
+                        stop=parse_stop(body.get("stop"), MAX_STOP_STRINGS),
                         response_fields=_parse_fields(body.get("response_fields")),
-                        id_slot=_optional(body, "id_slot", int, "an integer") or 0, document=document)
+                        id_slot=optional_field(body, "id_slot", int, "an integer") or 0, document=document)
 
 
 def _parse_extra(extra: object) -> tuple[ExtraChunk, ...]:

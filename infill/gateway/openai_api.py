@@ -67,7 +67,7 @@ class CompletionParams:
 
 # -- request validation -----------------------------------------------------------------------------------------
 
-def _optional(body: dict, name: str, kinds: type | tuple, what: str):
+def optional_field(body: dict, name: str, kinds: type | tuple, what: str):
     value = body.get(name)
     accepts_bool = bool in (kinds if isinstance(kinds, tuple) else (kinds,))
     if value is not None and (not isinstance(value, kinds) or (isinstance(value, bool) and not accepts_bool)):
@@ -83,42 +83,42 @@ def parse_completion_params(body: object, settings: GatewaySettings) -> Completi
         prompt = prompt[0]
     if not isinstance(prompt, str):
         raise HttpError(400, "prompt must be a string (the text before the gap)", param="prompt")
-    suffix = _optional(body, "suffix", str, "a string (the text after the gap)")
+    suffix = optional_field(body, "suffix", str, "a string (the text after the gap)")
     fim = split_fim_prompt(prompt) if suffix is None else None  # a client-built FIM prompt (Zed's) has no suffix
     if fim is not None:
         prompt, suffix = fim.prefix, fim.suffix
     suffix = suffix or ""
-    max_tokens = _optional(body, "max_tokens", int, "an integer")
+    max_tokens = optional_field(body, "max_tokens", int, "an integer")
     if max_tokens is not None and not 1 <= max_tokens <= settings.max_tokens_limit:
         raise HttpError(400, f"max_tokens must be between 1 and {settings.max_tokens_limit}, got {max_tokens}",
                         param="max_tokens")
     for name in ("n", "best_of"):
-        if _optional(body, name, int, "an integer") not in (None, 1):
+        if optional_field(body, name, int, "an integer") not in (None, 1):
             raise HttpError(400, f"{name} must be 1: this server returns one completion per request", param=name)
-    temperature = _optional(body, "temperature", (int, float), "a number")
+    temperature = optional_field(body, "temperature", (int, float), "a number")
     if temperature is not None and not 0 <= temperature <= 2:
         raise HttpError(400, f"temperature must be between 0 and 2, got {temperature}", param="temperature")
     if body.get("echo"):
         raise HttpError(400, "echo is not supported", param="echo")
     if body.get("logprobs") is not None:
         raise HttpError(400, "logprobs are not supported", param="logprobs")
-    _optional(body, "model", str, "a string")
-    mode = _optional(body, "mode", str, "a string") or "inline"
+    optional_field(body, "model", str, "a string")
+    mode = optional_field(body, "mode", str, "a string") or "inline"
     if mode not in ("inline", "gap"):
         raise HttpError(400, f"mode must be 'inline' or 'gap', got {mode!r}", param="mode")
-    budget_ms = _optional(body, "infill_budget_ms", (int, float), "a number of milliseconds")
+    budget_ms = optional_field(body, "infill_budget_ms", (int, float), "a number of milliseconds")
     if budget_ms is not None and budget_ms <= 0:
         raise HttpError(400, "infill_budget_ms must be > 0", param="infill_budget_ms")
-    document = _optional(body, "infill_document", str, "a string")
+    document = optional_field(body, "infill_document", str, "a string")
     if document is not None and not 1 <= len(document) <= 128:
         raise HttpError(400, "infill_document must be 1 to 128 characters", param="infill_document")
-    return CompletionParams(prompt=prompt, suffix=suffix, max_tokens=max_tokens, stop=_parse_stop(body.get("stop")),
-                            stream=bool(_optional(body, "stream", bool, "true or false")), mode=mode,
-                            language=_optional(body, "language", str, "a string"), budget_ms=budget_ms,
+    return CompletionParams(prompt=prompt, suffix=suffix, max_tokens=max_tokens, stop=parse_stop(body.get("stop")),
+                            stream=bool(optional_field(body, "stream", bool, "true or false")), mode=mode,
+                            language=optional_field(body, "language", str, "a string"), budget_ms=budget_ms,
                             document=document, fim_format=fim.format if fim is not None else None)
 
 
-def _parse_stop(stop: object, limit: int = MAX_STOP_SEQUENCES) -> tuple[str, ...]:
+def parse_stop(stop: object, limit: int = MAX_STOP_SEQUENCES) -> tuple[str, ...]:
     if stop is None:
         return ()
     stops = [stop] if isinstance(stop, str) else stop
