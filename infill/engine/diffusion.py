@@ -119,6 +119,22 @@ class DiffusionEngine:
             log.exception("warming the prompt cache failed")
             return 0
 
+    def warm_up(self) -> float:
+        """On CUDA, build the compiled sampling step now, outside any request: one single-line and one multi-line
+        fill on a throwaway prompt (their canvas shapes are the common ones; torch compiles other widths once
+        more, with dynamic shapes). Elsewhere nothing compiles and this returns at once. Returns seconds spent."""
+        if self.device.type != "cuda":
+            return 0.0
+        started = time.perf_counter()
+        key = "\0warm-up"
+        for single_line in (True, False):
+            result = self.infill(InfillRequest(prefix="def area(w, h):\n    return ", suffix="\n\nprint(area(2, 3))\n",
+                                               single_line=single_line, document_id=key))
+            if result.outcome == "error":
+                log.warning("warm-up fill failed: %s", result.error)
+        self.store.take(key, [])  # drop its cache
+        return time.perf_counter() - started
+
     def _empty(self, request: InfillRequest, outcome: str, started: float, error: str | None) -> InfillResult:
         return InfillResult(middles=tuple("" for _ in range(request.gap_count)), outcome=outcome,  # type: ignore
                             backend=self._info.name, version=request.version, versions=self.versions(), error=error,
