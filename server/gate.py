@@ -49,25 +49,3 @@ def offset_logged(ls, document: Document, position: types.Position) -> int:
     if clamp.note:
         ls.log(f"{document.uri}@{document.version}: {clamp.note}; clamped", types.MessageType.Warning)
     return offset
-
-
-class LogThrottle:
-    """At most one line per key every `every_s` seconds, saying how many were held back since: for things that
-    happen on every keystroke (a completion superseded by the next key), where a line each would flood the
-    client's log and cost the event loop a notification per key."""
-
-    def __init__(self, every_s: float = 10.0, max_keys: int = 1000) -> None:
-        self.every_s = every_s
-        self.max_keys = max_keys
-        self._last: dict[object, tuple[float, int]] = {}  # key -> (time of the last line, lines held back since)
-
-    def admit(self, key: object, now: float) -> int | None:
-        """None: hold this line back. Otherwise log it, noting the returned count of lines held back before it."""
-        last = self._last.get(key)
-        if last is not None and now - last[0] < self.every_s:
-            self._last[key] = (last[0], last[1] + 1)
-            return None
-        if len(self._last) >= self.max_keys:
-            self._last.clear()
-        self._last[key] = (now, 0)
-        return 0 if last is None else last[1]

@@ -18,12 +18,11 @@ from pygls.lsp.server import LanguageServer
 from infill import __version__, timing
 
 from .backend_host import BackendHost
-from .scheduling import BudgetPolicy, warm_after_jump
 from .documents import DocumentDistrusted, DocumentStore
-from .gate import LogThrottle
 from .jsonrpc import GuardedProtocol, public_message, strict_converter
+from .scheduling import BudgetPolicy, warm_after_jump
 from .settings import Settings, clean_layer, parse_settings
-from .telemetry import Telemetry
+from .telemetry import LogThrottle, Telemetry
 from .typed_through import TypedThrough
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def test_log_throttle_lets_one_line_through_per_window_and_counts_the_rest():
-    from server.gate import LogThrottle
+    from server.telemetry import LogThrottle
 
     throttle = LogThrottle(every_s=10)
     assert throttle.admit("a", 0.0) == 0  # the first line goes out
