@@ -114,8 +114,8 @@ def prefill(engine: DiffusionEngine, clock: Clock, sizes: list[int], vocab: int)
     return out
 
 
-def keystroke_encode(engine: DiffusionEngine, clock: Clock, vocab: int, repeat: int) -> float:
-    ids = random_ids(2048, vocab, 1)
+def keystroke_encode(engine: DiffusionEngine, clock: Clock, vocab: int, repeat: int, context: int) -> float:
+    ids = random_ids(context, vocab, 1)
     cache, _, _ = engine._encode_prompt("keys", ids)
     engine.store.put("keys", ids, cache)
     times = []
@@ -138,9 +138,10 @@ def canvas_inputs(engine: DiffusionEngine, cache, prompt_length: int, rows: int,
     return canvas, view, masks
 
 
-def forwards(engine: DiffusionEngine, clock: Clock, vocab: int, repeat: int, bandwidth_gbs: float) -> dict:
+def forwards(engine: DiffusionEngine, clock: Clock, vocab: int, repeat: int, bandwidth_gbs: float,
+             context: int) -> dict:
     model = engine.model
-    ids = random_ids(2048, vocab, 2)
+    ids = random_ids(context, vocab, 2)
     cache, _, _ = engine._encode_prompt("forward", ids)
     parts = weight_bytes(model)
     out = {"weight_bytes": parts, "bandwidth_gbs": bandwidth_gbs, "prompt_tokens": ids.numel()}
@@ -217,8 +218,8 @@ def source_text(lines: int) -> str:
                    for i in range(lines))
 
 
-def fills(engine: DiffusionEngine) -> dict:
-    text = source_text(120)
+def fills(engine: DiffusionEngine, lines: int) -> dict:
+    text = source_text(lines)
     single = InfillRequest(prefix=text + "def area(w, h):\n    return ", suffix="\n\nprint(area(2, 3))\n",
                            single_line=True, document_id="fill", max_middle_tokens=24)
     multi = InfillRequest(prefix=text + "def area(w, h):\n", suffix="\n\nprint(area(2, 3))\n",
@@ -235,8 +236,8 @@ def fills(engine: DiffusionEngine) -> dict:
     return out
 
 
-def kv_after_keystrokes(engine: DiffusionEngine, clock: Clock, keystrokes: int) -> dict:
-    text = source_text(200) + "def area(w, h):\n    return "
+def kv_after_keystrokes(engine: DiffusionEngine, clock: Clock, keystrokes: int, lines: int) -> dict:
+    text = source_text(lines) + "def area(w, h):\n    return "
     typed = "w * h + (w - h) * 0 if w > 0 else -1  # the area of the rectangle, in square units, rounded" * 3
     times = []
     for i in range(keystrokes):
@@ -258,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefills", default="512,2048,8192")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--keystrokes", type=int, default=200)
+    parser.add_argument("--context", type=int, default=2048, help="prompt tokens for keystrokes and forwards")
+    parser.add_argument("--text-lines", type=int, default=200,
+                        help="source lines before the gap in fills and keystrokes (200: ~7k tokens, 30: ~1k)")
     parser.add_argument("--bandwidth-gbs", type=float, default=4300.0, help="memory bandwidth for the floor (H200)")
     parser.add_argument("--skip", default="", help="comma-separated sections to leave out")
     args = parser.parse_args(argv)
@@ -274,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     load_s = time.perf_counter() - t0
     text = loaded.model.config.text_config
     vocab = text.vocab_size  # the model's (the stand-in tokenizer of a dummy run has fewer ids)
-    result: dict = {"device": str(device), "device_name": torch.cuda.get_device_name(device)
+    result: dict = {"settings": {k: v for k, v in vars(args).items() if k != "model"}, "device": str(device), "device_name": torch.cuda.get_device_name(device)
                     if device.type == "cuda" else "cpu", "dtype": loaded.dtype, "layers": text.num_hidden_layers,
                     "vocab_size": text.vocab_size, "hidden_size": text.hidden_size, "experts": text.num_experts,
                     "steps": engine.config.max_denoising_steps, "torch": torch.__version__,
@@ -284,11 +288,13 @@ def main(argv: list[str] | None = None) -> int:
     result["warm_up_s"] = round(warm_s, 1)
     with torch.inference_mode():
         sections = [("prefill_ms", lambda: prefill(engine, clock, [int(n) for n in args.prefills.split(",")], vocab)),
-                    ("keystroke_encode_ms", lambda: keystroke_encode(engine, clock, vocab, args.repeat)),
-                    ("decoder_forward", lambda: forwards(engine, clock, vocab, args.repeat, args.bandwidth_gbs)),
+                    ("keystroke_encode_ms", lambda: keystroke_encode(engine, clock, vocab, args.repeat, args.context)),
+                    ("decoder_forward", lambda: forwards(engine, clock, vocab, args.repeat, args.bandwidth_gbs,
+                                                                 args.context)),
                     ("sample_step", lambda: compiled_vs_eager(engine, clock, vocab, args.repeat)),
-                    ("fills", lambda: fills(engine)),
-                    ("kv_after_keystrokes", lambda: kv_after_keystrokes(engine, clock, args.keystrokes))]
+                    ("fills", lambda: fills(engine, args.text_lines)),
+                    ("kv_after_keystrokes", lambda: kv_after_keystrokes(engine, clock, args.keystrokes,
+                                                                                   args.text_lines))]
         for name, run in sections:
             if name in skip:
                 continue

@@ -5,7 +5,8 @@
 # last stdout line is one JSON object.
 # Usage: benchmarks/gpu.sh [--layers N] [--device cpu] [engine_gpu.py options...]
 #   On a CPU, the same run at the real dimensions and vocabulary with 2 layers catches shape, dtype and memory
-#   errors: benchmarks/gpu.sh --layers 2 --device cpu --steps 4 --repeat 2 --keystrokes 40
+#   errors: INFILL_BENCH_TIMEOUT=1800 benchmarks/gpu.sh --layers 2 --device cpu --steps 2 --repeat 1
+#   --keystrokes 20 --context 512 --text-lines 15 --prefills 512,8192
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${INFILL_PYTHON:-.venv/bin/python}"

@@ -2,7 +2,8 @@
 # Integration test against the real vLLM (CPU build, Triton interpreter): builds or reuses a separate vLLM venv
 # outside the repo, installs the infill-vllm plugin and the CPU-only test harness into it, serves a tiny
 # random-weight DiffusionGemma on 127.0.0.1 and runs infill-ls's pipeline through RemoteBackend
-# (tests/vllm/integration.py). Last line: one JSON object (requests, suffix_held, p50_ms, ...).
+# (tests/vllm/integration.py), then compares the in-process engine with vLLM on the same weights
+# (tests/vllm/cross_check.py). Last line: one JSON object (requests, suffix_held, p50_ms, ..., cross_check).
 # Usage: scripts/test-vllm.sh [--build-only]. Exit 0 with "SKIPPED:" only when the vLLM venv cannot be built.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -56,4 +57,23 @@ install_plugin_and_harness || { echo "installing the plugin and CPU harness into
 # The plugin against vLLM's own step function (seconds), then the real server (minutes).
 "$VENV/bin/python" tests/vllm/plugin_check.py 2>&1 | grep -v "^WARNING: Location" >&2
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "the plugin check failed" >&2; exit 1; }
-exec "$PY" tests/vllm/integration.py --vllm-python "$VENV/bin/python" "$@"
+# The pipeline through the real server, then the in-process engine against vLLM on the same weights
+# (tests/vllm/cross_check.py: canvas for canvas, steps and anchor log-probs). Each prints one JSON object last; the
+# script's last line is the integration's object with the cross-check's under "cross_check".
+LOGS="$(mktemp -d "${TMPDIR:-/tmp}/infill-vllm-out-XXXXXX")"
+"$PY" tests/vllm/integration.py --vllm-python "$VENV/bin/python" "$@" > "$LOGS/integration.out"
+integration=$?
+head -n -1 "$LOGS/integration.out"
+"$PY" tests/vllm/cross_check.py --vllm-python "$VENV/bin/python" > "$LOGS/cross.out"
+cross=$?
+head -n -1 "$LOGS/cross.out"
+"$PY" -c 'import json, sys
+def last(path):
+    lines = open(path).read().strip().splitlines()
+    try:
+        return json.loads(lines[-1])
+    except (IndexError, ValueError):
+        return {"error": "no JSON line", "tail": lines[-5:]}
+print(json.dumps({**last(sys.argv[1]), "cross_check": last(sys.argv[2])}))' "$LOGS/integration.out" "$LOGS/cross.out"
+rm -rf "$LOGS"
+[ "$integration" -eq 0 ] && [ "$cross" -eq 0 ]

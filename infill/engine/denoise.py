@@ -124,12 +124,16 @@ def sample_step_for(device_type: str) -> Callable:
     return run
 
 
-def first_state(inputs: StepInputs, config: EngineConfig, vocab: int, generator: torch.Generator) -> StepState:
+def first_state(inputs: StepInputs, config: EngineConfig, vocab: int, generator: torch.Generator,
+                start: torch.Tensor | None = None) -> StepState:
+    """`start` (B, W): the free slots' first tokens (a seed canvas shared with another implementation); None: drawn
+    uniformly from `generator`."""
     c = inputs.canvas
     rows, width = c.shape
     device = c.free.device
-    current = torch.where(c.free, torch.randint(0, vocab, (rows, width), generator=generator, device=device),
-                          c.fixed_tokens)
+    if start is None:
+        start = torch.randint(0, vocab, (rows, width), generator=generator, device=device)
+    current = torch.where(c.free, start.to(device), c.fixed_tokens)
     history = torch.full((config.stability_threshold, rows, width), -1, dtype=current.dtype, device=device)
     return StepState(current=current, argmax=current, score=torch.zeros(rows, device=device),
                      soft=torch.zeros_like(inputs.clamp_embeddings),
@@ -146,7 +150,7 @@ def step_scales(config: EngineConfig, softcap: float | None, device: torch.devic
 
 def denoise(model, config: EngineConfig, canvas: Canvas, view, masks: dict, generator: torch.Generator, *,
             cancel: CancelToken | None = None, deadline: float | None = None,
-            on_step: StepCallback | None = None) -> DenoiseOutput:
+            on_step: StepCallback | None = None, start: torch.Tensor | None = None) -> DenoiseOutput:
     shape = shape_of(model)
     rows, width = canvas.shape
     device = canvas.free.device
@@ -154,7 +158,7 @@ def denoise(model, config: EngineConfig, canvas: Canvas, view, masks: dict, gene
     inputs = StepInputs(view, masks, canvas, embed(model, canvas.fixed_tokens), weight, scale, shape.softcap,
                         config.entropy_bound, config.confidence_threshold)
     sample = sample_step_for(device.type)
-    state = first_state(inputs, config, shape.vocab_size, generator)
+    state = first_state(inputs, config, shape.vocab_size, generator, start)
     scales = step_scales(config, shape.softcap, device)
     steps, outcome = 0, "ok"
     row_steps = torch.zeros(rows, dtype=torch.int32, device=device)
