@@ -63,6 +63,10 @@ class Editor(Nvim):
         self.proc = subprocess.Popen([nvim, "-l", str(DRIVER), nvim, str(rtp)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
 
+    def diagnostics(self) -> str:
+        """What llama.vim saw: the server's answers it cached, and its messages."""
+        return self.lua("return vim.inspect({answers = vim.g.cache_data, messages = vim.fn.execute('messages')})")
+
 
 @pytest.fixture(scope="module")
 def gateway(tiny_engine):

@@ -8,8 +8,10 @@ What the fields become (docs/gateway.md has the table):
   of the prefix as bounded extra context: the newest chunks that fit in a quarter of the pipeline's prefix window,
   each dedented and separated by a blank line, the local prefix keeping the rest of the window;
 - `n_predict` caps the middle's tokens, and 0 is a cache warm-up: the prompt is encoded, nothing is generated;
-- `t_max_prompt_ms + t_max_predict_ms` bound the request (one deadline: the pipeline does not time the two phases
-  apart); at the deadline the answer is the best draft so far;
+- `t_max_prompt_ms + t_max_predict_ms` is the time budget (the pipeline does not time the two phases apart); once it
+  has passed, the answer is the best draft so far as soon as that holds a finished line, cut after its last whole
+  line (llama.cpp ends generation at the first line end past `t_max_predict_ms`), so a slow prompt is answered
+  late rather than empty (llama.vim would cache an empty answer for that spot);
 - `n_indent` ends the middle before the first later line indented less; `stop` strings cut it.
 
 No HTTP here: `answer_infill` is a function of the parsed request, the settings, the pipeline, the model worker and
@@ -29,6 +31,7 @@ from infill.pipeline import CompletionRequest, Pipeline, PipelineResult
 from infill.types import CancelToken, Draft, InfillError
 from infill.worker import ModelWorker, OnWorker
 
+BUDGET_SPENT = "t_max_predict_ms passed and a whole line is ready"
 MAX_STOP_STRINGS = 16  # llama.cpp takes any number; a bound keeps one request's cutting cheap
 EXTRA_WINDOW_SHARE = 4  # input_extra gets at most 1/4 of the prefix window, as llama.cpp gives the prefix 3/4
 
@@ -184,32 +187,47 @@ def answer_infill(params: InfillParams, settings: GatewaySettings, pipeline: Pip
             request, deadline=time.monotonic() + settings.request_timeout_s)
         held = held if isinstance(held, int) else 0  # (a warm-up the worker never ran)
         return _body(params, model, "", None, doc.truncated, held, t0, language)
-    budget_s = settings.request_timeout_s
-    if params.budget_ms is not None:
-        budget_s = min(budget_s, params.budget_ms / 1000)
     latest: list[Draft] = []
+    token = CancelToken()
+    budget_end = time.monotonic() + params.budget_ms / 1000 if params.budget_ms is not None else None
 
     def keep(draft: Draft) -> None:  # (on the model thread)
         latest[:] = [draft]
+        if budget_end is not None and time.monotonic() >= budget_end and _whole_lines(_first(draft)):
+            token.cancel(BUDGET_SPENT)
 
     try:
         outcome = OnWorker(pipeline, worker, abandoned=client_gone).complete(
-            request, deadline=time.monotonic() + budget_s, on_draft=keep)
+            request, cancel=token, deadline=time.monotonic() + settings.request_timeout_s, on_draft=keep)
     except InfillError as exc:
         raise HttpError(400, str(exc)) from exc
     kinds = {b.info.name: b.info.kind for b in (pipeline.backend, pipeline.fallback) if b is not None}
-    return _body(params, model, _content(outcome, latest), outcome, doc.truncated, None, t0, language, kinds)
+    spent = token.reason == BUDGET_SPENT
+    return _body(params, model, _content(outcome, latest, spent), outcome, doc.truncated, None, t0, language, kinds,
+                 spent)
 
 
-def _content(outcome: PipelineResult, latest: list[Draft]) -> str:
+def _content(outcome: PipelineResult, latest: list[Draft], budget_spent: bool) -> str:
     result = outcome.result
     if not outcome.fills and result is not None and result.outcome == "error":
         raise HttpError(500, f"backend error: {result.error or 'unknown'}", kind="server_error")
     if outcome.fills:
         return outcome.fills[0].text
-    if result is not None and result.outcome == "cut_short" and latest and latest[-1].middles:
-        return latest[-1].middles[0]  # the deadline: the best draft so far (cleaned and checked as drafts are)
+    if budget_spent and latest:  # the best draft so far (cleaned and checked as drafts are), its whole lines
+        return _whole_lines(_first(latest[-1]))
+    if result is not None and result.outcome == "cut_short" and latest:  # --request-timeout-s
+        return _first(latest[-1])
     return ""
+
+
+def _first(draft: Draft) -> str:
+    return draft.middles[0] if draft.middles else ""
+
+
+def _whole_lines(text: str) -> str:
+    """`text` up to its last line break, when that keeps something to show; else ""."""
+    cut = text.rfind("\n")
+    return text[:cut] if cut > 0 and text[:cut].strip() else ""
 
 
 def cut_at_dedent(text: str, n_indent: int) -> tuple[str, bool]:
@@ -235,7 +253,8 @@ def _cut_at_stop(text: str, stops: tuple[str, ...]) -> tuple[str, str]:
 
 
 def _body(params: InfillParams, model: str, content: str, outcome: PipelineResult | None, truncated: bool,
-          warmed: int | None, t0: float, language: str | None, kinds: dict[str, str] | None = None) -> dict:
+          warmed: int | None, t0: float, language: str | None, kinds: dict[str, str] | None = None,
+          budget_spent: bool = False) -> dict:
     content, word = _cut_at_stop(content, params.stop)
     content, dedented = cut_at_dedent(content, params.n_indent)
     result = outcome.result if outcome is not None else None
@@ -244,7 +263,7 @@ def _body(params: InfillParams, model: str, content: str, outcome: PipelineResul
     predicted_n = _predicted_tokens(result, (kinds or {}).get(result.backend) if result else None)
     prompt_ms = result.timings.encode_ms if result else (time.perf_counter() - t0) * 1000
     predicted_ms = result.timings.denoise_ms if result else 0.0
-    limited = result is not None and result.outcome == "cut_short"
+    limited = budget_spent or (result is not None and result.outcome == "cut_short")
     stop_type = "word" if word else "limit" if limited else "eos"
     return {
         "index": 0, "content": content, "id_slot": params.id_slot, "stop": True, "model": model,
@@ -260,7 +279,7 @@ def _body(params: InfillParams, model: str, content: str, outcome: PipelineResul
                     "predicted_per_second": _per_second(predicted_ms, predicted_n)},
         "infill": {"outcome": result.outcome if result else ("warmed" if warmed else "empty"),
                    "route": outcome.route if outcome else "none", "backend": result.backend if result else None,
-                   "language": language, "cut_at_indent": dedented,
+                   "language": language, "cut_at_indent": dedented, "time_limit_reached": budget_spent,
                    "latency_ms": round((time.perf_counter() - t0) * 1000, 3)},
     }
 
