@@ -2,10 +2,10 @@
 
 A worker of the gateway's pool only ever sees a request whose head and body have arrived, so a client that sends
 a byte at a time (slow-loris), stalls mid-body or keeps an idle keep-alive connection holds a socket here, never a
-worker. The front also bounds connections, in total and per client address, and answers what it refuses itself:
-503 with Retry-After when over a bound, 408 when a request is not in by its deadline, 431 when its head is too
-large. Standard library only (`selectors`): one thread and non-blocking sockets, as the event loops of the widely
-deployed HTTP servers do it, without bringing in a framework the rest of the gateway does not use.
+worker. It bounds connections, in total and per client address, and answers what it refuses itself (503 with
+Retry-After over a bound, 408 past a deadline, 431 for a head too large, 400 for a malformed request line).
+Standard library only (`selectors`, non-blocking sockets, as event-loop HTTP servers do it): no framework for the
+one job the rest of the gateway does not need one for.
 
 A worker's handler reads the request from memory (`Arrival.data`), answers on the socket, then hands the
 connection back with `resume`: kept alive it returns here to wait for the next request, otherwise it is closed.
@@ -76,7 +76,6 @@ class _Connection:
     body_length: int = 0
     discard_left: int = 0
     path: str = "/"
-    continue_sent: bool = False
 
 
 class Front:
@@ -159,14 +158,18 @@ class Front:
                 for key, _ in self._selector.select(timeout=SCAN_S):
                     if key.fileobj is self._wake_read:
                         self._take_incoming()
-                    else:
+                        continue
+                    try:
                         self._read(key.data)
+                    except Exception:  # noqa: BLE001 - a bug with one connection must not stop the others
+                        log.exception("the gateway's front failed on a connection from %s", key.data.address[0])
+                        self._drop(key.data)
                 now = time.monotonic()
                 if now >= next_scan:
                     self._expire(now)
                     next_scan = now + SCAN_S
         except Exception:  # noqa: BLE001 - logged; the connections it held are closed below
-            log.exception("the gateway's front failed")
+            log.exception("the gateway's front stopped")
         finally:
             self._take_incoming()
             for connection in list(self._held):
@@ -195,8 +198,11 @@ class Front:
         except OSError:
             return self._release(connection)
         connection.phase, connection.deadline = "idle", time.monotonic() + self.limits.idle_timeout_s
+        try:
+            self._selector.register(connection.sock, selectors.EVENT_READ, connection)
+        except (ValueError, OSError):  # closed meanwhile
+            return self._release(connection)
         self._held.add(connection)
-        self._selector.register(connection.sock, selectors.EVENT_READ, connection)
         self._advance(connection)
 
     def _read(self, connection: _Connection) -> None:
@@ -260,14 +266,12 @@ class Front:
             connection.phase = "body"  # no body to wait for: the handler refuses it (411, 400, 413) and closes
         elif length > self.limits.max_body_bytes:
             connection.phase = "discard"  # read and dropped, so the 413 reaches the client instead of a reset
-            kept = len(buffer) - head_length
-            dropped = min(kept, length)
+            dropped = min(len(buffer) - head_length, length)
             del buffer[head_length:head_length + dropped]
             connection.discard_left = length - dropped
         else:
             connection.phase, connection.body_length = "body", length
-            if head.expects_continue and len(buffer) < head_length + length and not connection.continue_sent:
-                connection.continue_sent = True  # the client waits for this before its body
+            if head.expects_continue and len(buffer) < head_length + length:  # the client waits for it
                 _send_quietly(connection.sock, b"HTTP/1.1 100 Continue\r\n\r\n")
         return True
 
@@ -275,7 +279,7 @@ class Front:
         data = bytes(connection.buffer[:length])
         del connection.buffer[:length]
         self._unhold(connection)
-        connection.phase, connection.continue_sent = "idle", False
+        connection.phase = "idle"
         try:
             connection.sock.setblocking(True)
             self._dispatch(Arrival(connection.sock, connection.address, data, connection.path, connection))
@@ -288,12 +292,11 @@ class Front:
             if connection.phase == "idle":
                 self._drop(connection)  # nothing was asked: close quietly
             else:
-                log.info("%s: request not received within its deadline (%s)", connection.address[0], connection.phase)
-                self._refuse(connection, 408, f"request not received in time (the {_WHAT[connection.phase]} "
-                                              f"limit is {self._limit_of(connection.phase):g} s)", "timeout")
-
-    def _limit_of(self, phase: str) -> float:
-        return self.limits.header_timeout_s if phase == "head" else self.limits.body_timeout_s
+                what, limit = ("header", self.limits.header_timeout_s) if connection.phase == "head" else \
+                    ("body", self.limits.body_timeout_s)
+                log.info("%s: request not received within its %s deadline", connection.address[0], what)
+                self._refuse(connection, 408, f"request not received in time (the {what} limit is {limit:g} s)",
+                             "timeout")
 
     def _refuse(self, connection: _Connection, status: int, message: str, kind: str) -> None:
         _reply(connection.sock, status, message, kind)
@@ -322,9 +325,6 @@ class Front:
                 self._per_client[client] = left
             else:
                 self._per_client.pop(client, None)
-
-
-_WHAT = {"head": "header", "body": "body", "discard": "body"}
 
 
 class SocketWriter(io.RawIOBase):
