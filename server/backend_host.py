@@ -1,5 +1,6 @@
-"""Owns the backend: loads it in a background thread, reports progress and state, and runs every model call on the
-model worker (infill/worker.py) so the event loop never blocks and the backend never runs two requests at once.
+"""Owns the backend's life: loads it in a background thread (infill/loader.py), reports progress and state, and
+holds the threads model and context work run on: the model worker (infill/worker.py), so the event loop never
+blocks and the backend never runs two requests at once, and the context thread (server/scheduling.py uses both).
 
 State is "loading" | "ready" | "error". A load error keeps the server serving (requests return empty) with the
 message in `infill.status`. Reloads (model or endpoint changed) swap the pipeline only when the new backend is up;
@@ -11,14 +12,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Callable
 
 from infill.backends.choose import BackendSpec, open_backend
 from infill.loader import close_quietly, open_pipeline
-from infill.pipeline import CompletionRequest, Pipeline, Prepared
-from infill.types import BackendInfo, CancelToken, InfillBackend
+from infill.pipeline import Pipeline
+from infill.types import BackendInfo, InfillBackend
 from infill.worker import ModelWorker
 
 from .settings import Settings
@@ -146,25 +147,6 @@ class BackendHost:
             loaded = self._loaded
         if loaded is not None:
             loaded.pipeline.settings = replace(loaded.pipeline.settings, max_middle_tokens=tokens)
-
-    # -- running ---------------------------------------------------------------------------------------------------
-    def prepare_ahead(self, pipeline: Pipeline, request: CompletionRequest,
-                      cancel: CancelToken) -> Future[Prepared]:
-        """Build `request`'s context on the context thread (while its debounce still runs), for the model
-        worker's `complete(..., context=)`."""
-
-        def run() -> Prepared:
-            cancel.raise_if_cancelled()
-            return pipeline.prepare(request)
-
-        return self.context_worker.submit(run)
-
-    def warm_ahead(self, pipeline: Pipeline, context: Future[Prepared], cancel: CancelToken) -> Future[int]:
-        """Once the context is built, let the backend encode the prompt on the model thread (while the debounce
-        still runs), so the request's model run only decodes. Cancelled with the request's token; a stopped
-        encode keeps its work for the next keystroke."""
-
-        return self.worker.submit(lambda: pipeline.warm(context.result(), cancel), cancel=cancel)
 
     def close(self) -> None:
         """Shut down: the backends are closed on the model thread after what it is running (requests were

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from lsprotocol import types
 
 from infill import timing
-from infill.pipeline import CompletionRequest, PipelineResult
+from infill.pipeline import CompletionRequest, Pipeline, PipelineResult, Prepared
 from infill.stats import percentile
-from infill.types import deadline_in
+from infill.types import CancelToken, deadline_in
 from infill.worker import Claims, Ticket
 
 from .gate import refusal
@@ -110,8 +110,8 @@ async def _debounce_and_run(ls, document, ticket: Ticket, cursor: int, invoked: 
                                     document_id=uri, version=version)
         context: Future | None = None
         if debounce > 0:
-            context = ls.host.prepare_ahead(pipeline, request, ticket.token)
-            ls.host.warm_ahead(pipeline, context, ticket.token)
+            context = _prepare_ahead(ls, pipeline, request, ticket.token)
+            _warm_ahead(ls, pipeline, context, ticket.token)
             phases.stop("inline_ahead")
             await asyncio.sleep(max(0.0, debounce_end - asyncio.get_running_loop().time()))
             if ticket.stopped or ls.host.pipeline is not pipeline:
@@ -140,6 +140,23 @@ async def _debounce_and_run(ls, document, ticket: Ticket, cursor: int, invoked: 
     return InlineRun(completion, version, stopped, started, cursor, phases)
 
 
+def _prepare_ahead(ls, pipeline: Pipeline, request: CompletionRequest, cancel: CancelToken) -> "Future[Prepared]":
+    """Build `request`'s context on the context thread (no model work there, so parsing never waits behind a
+    cancelled run still finishing its step), for the model worker's `complete(..., context=)`."""
+
+    def build() -> Prepared:
+        cancel.raise_if_cancelled()
+        return pipeline.prepare(request)
+
+    return ls.host.context_worker.submit(build)
+
+
+def _warm_ahead(ls, pipeline: Pipeline, context: "Future[Prepared]", cancel: CancelToken) -> "Future[int]":
+    """Once the context is built, let the backend encode the prompt on the model thread; a stopped encode keeps
+    its work for the next request."""
+    return ls.host.worker.submit(lambda: pipeline.warm(context.result(), cancel), cancel=cancel)
+
+
 def _time_fill(ls, completion: PipelineResult, started: float) -> None:
     """A run that reached its end (not cancelled) is one of this machine's fill times."""
     outcome = completion.result.outcome if completion.result is not None else None
@@ -158,7 +175,7 @@ def warm_after_jump(ls, document, offset: int) -> None:
     ticket = ls.claims.open(document.uri, "inline")
     request = CompletionRequest(text=document.text, start=offset, mode="inline", language=document.language_id,
                                 document_id=document.uri, version=document.version)
-    warmed = ls.host.warm_ahead(pipeline, ls.host.prepare_ahead(pipeline, request, ticket.token), ticket.token)
+    warmed = _warm_ahead(ls, pipeline, _prepare_ahead(ls, pipeline, request, ticket.token), ticket.token)
     warmed.add_done_callback(lambda _: ls.claims.close(ticket))
 
 
