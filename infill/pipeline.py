@@ -388,4 +388,4 @@ def _name(backend: InfillBackend) -> str:
 
 def _gap_facts(ctx: GapContext) -> GapFacts:
     return GapFacts(line_before=ctx.line_before, line_after=ctx.line_after, indent=ctx.indent,
-                    is_prose=ctx.is_prose, in_comment=ctx.in_comment)
+                    is_prose=ctx.is_prose)

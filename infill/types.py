@@ -64,7 +64,6 @@ class GapFacts:
     line_after: str  # the rest of the gap's line after the gap
     indent: str  # indentation of the fill's later lines (the enclosing block's)
     is_prose: bool  # prose rules (Markdown, plain text); code in a Markdown fence is code
-    in_comment: bool  # the gap sits inside a comment or string
 
 
 @dataclass(frozen=True)

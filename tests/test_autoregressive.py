@@ -19,7 +19,7 @@ from infill.backends.offline.backend import ARSettings, load_default_backend
 from infill.backends.offline.sequences import DocumentSequences
 from infill.cache.kv_store import PrefixKVStore
 from infill.cache.tokens import fit_prompt
-from infill.backends.offline.stops import comment_only, cut_fill, finish_fill, gap_shape, trim_unfinished
+from infill.backends.offline.stops import cut_fill, gap_shape, trim_unfinished
 from infill.types import CancelToken, InfillBackend, InfillError, InfillRequest
 
 REAL_SOURCE = Path(__file__).resolve().parents[1] / "infill" / "types.py"
@@ -33,7 +33,6 @@ def test_single_line_gap_stops_at_newline_and_trims_echo_of_the_rest_of_line():
     assert shape.single_line  # text after the gap on its line makes it a one-line gap
     assert cut_fill("a, b)\n", shape) == ("a, b", True)
     assert cut_fill("f(a), b", shape) == ("f(a), b", False)  # nested call closed inside: keep going
-    assert finish_fill("a, b)", shape) == "a, b"
 
 
 def test_multi_line_gap_stops_when_a_line_dedents_out_of_the_block():
@@ -47,16 +46,6 @@ def test_multi_line_gap_stops_on_a_stuttered_line_and_before_repeating_the_suffi
     shape = gap_shape("for f in files:\n", "\nprint('done')\n", single_line=False, language="python")
     assert cut_fill("    print(f)\n    print(f)\n", shape) == ("    print(f)", True)
     assert cut_fill("    g(f)\nprint('done')\n", shape)[1] is True
-
-
-def test_comment_only_fills_are_recognised_but_trailing_comments_and_comment_lines_are_kept():
-    fresh_line = gap_shape("def f(x):\n    ", "", single_line=False, language="python")
-    assert comment_only("# TODO: implement", fresh_line)
-    assert not comment_only("return x  # done", fresh_line)
-    in_comment = gap_shape("def f(x):\n    # returns ", "", single_line=True, language="python")
-    assert not comment_only("the square", in_comment)
-    assert comment_only("// later", gap_shape("function f() {\n  ", "", False, "javascript"))
-    assert not comment_only("# Heading", gap_shape("text\n", "", False, "markdown"))
 
 
 def test_settings_are_validated():

@@ -139,3 +139,28 @@ def test_code_in_a_markdown_fence_follows_code_rules():
 def test_control_characters_and_replacement_chars_never_reach_a_fill():
     assert clean("The Tenant shall pay § on the first day.\n", "markdown", "the\x06 Rent\ufffd\x1b") == "the Rent"
     assert clean("x = §\n", "python", "\tvalue\x00") == "\tvalue"
+
+
+@pytest.mark.parametrize("source,language,middle,expected", [
+    # a model that only continues the prefix writes on into the rest of the line: cut where the gap ends
+    ("x = max(§)\nprint(x)\n", "python", "a, b)", "a, b"),
+    ("if ready§:\n    go()\n", "python", " and steady:", " and steady"),
+    # a one-line gap at the end of its line loses trailing spaces; one before fixed text keeps them
+    ("total = §\n", "python", "price * count  \n", "price * count"),
+])
+def test_an_echo_of_the_rest_of_the_line_is_trimmed_for_every_backend(source, language, middle, expected):
+    assert clean(source, language, middle) == expected
+
+
+def test_the_line_echo_trim_is_the_offline_defaults_old_one():
+    """The offline default trimmed this echo itself before the pipeline cleaned (stops.finish_fill); the same
+    raw text must now come out of the pipeline's cleaning as it came out of both."""
+    from infill.checks.postprocess import trim_line_echo
+
+    source = "value = compute(§)\n"
+    index = source.index("§")
+    text = source.replace("§", "")
+    builder = ContextBuilder()
+    ctx = builder.build(builder.document(text, "python", None), [(index, index)], "inline")
+    assert trim_line_echo("1, 2)\n", ctx) == "1, 2"
+    assert trim_line_echo("1, 2", ctx) == "1, 2"

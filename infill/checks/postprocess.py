@@ -1,4 +1,4 @@
-"""Clean a raw middle before the watchdog sees it: cut what repeats the suffix, stop at the end of the enclosing
+"""Clean a raw middle before the watchdog sees it, whichever backend wrote it: cut what repeats the suffix, stop at the end of the enclosing
 block, fit indentation to the surrounding code, strip whitespace artefacts, keep Markdown structure intact.
 
 Every function takes the middle and returns a (possibly shorter) middle; none invents content beyond
@@ -24,6 +24,7 @@ _UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ufffd\ud800-\udfff]")
 
 def postprocess(middle: str, ctx: GapContext, prefix: str, suffix: str) -> str:
     """All cleaning steps in order. `prefix`/`suffix` are the document text before/after the gap (any length)."""
+    middle = trim_line_echo(middle, ctx)
     middle = _UNPRINTABLE.sub("", middle.replace("\r\n", "\n"))
     if ctx.single_line:
         middle = middle.lstrip("\n")
@@ -44,6 +45,21 @@ def postprocess(middle: str, ctx: GapContext, prefix: str, suffix: str) -> str:
     if ctx.is_prose:
         middle = fit_markdown(middle, ctx, prefix)
     return strip_whitespace(middle, ctx, suffix)
+
+
+def trim_line_echo(middle: str, ctx: GapContext) -> str:
+    """Drop an end of the middle that repeats the rest of the gap's line (a model that only continues the prefix
+    writes on past the gap), and the trailing whitespace: all of it, or only newlines on a one-line gap whose line
+    goes on after it (the space before that text may belong to the fill). A short rest (`)`, `:`) counts as
+    repeated only where the middle has it once too many, as in `trim_suffix_overlap`."""
+    after_line = ctx.line_after.strip()
+    one_line = ctx.single_line or bool(after_line)
+    middle = middle.rstrip("\n") if one_line else middle.rstrip()
+    written = middle.rstrip()
+    if after_line and written.endswith(after_line) and \
+            (len(after_line) >= 3 or _unbalanced_closers(written, after_line)):
+        middle = written[: -len(after_line)]
+    return middle.rstrip() if one_line and not after_line else middle
 
 
 def trim_suffix_overlap(middle: str, suffix: str) -> str:

@@ -21,7 +21,7 @@ import numpy as np
 from infill.backends.offline.model_file import MODEL_ID, PACKAGE, chunk_package, ensure_model
 from infill.backends.offline.runtime import LlamaRuntime, RuntimeShape
 from infill.backends.offline.sequences import DocumentSequences
-from infill.backends.offline.stops import GapShape, comment_only, cut_fill, finish_fill, gap_shape, trim_unfinished
+from infill.backends.offline.stops import GapShape, cut_fill, gap_shape, trim_unfinished
 from infill.backends.offline.tokens import TokenTexts, draft_from_context
 from infill.cache.tokens import ChunkedTokenizer, FittedPrompt, fit_prompt
 from infill.device import physical_cores, threads_from_env
@@ -35,9 +35,8 @@ WEIGHTS = "q4_k_m"  # the GGUF's quantisation, as shipped
 DRAFT_LOOKAHEAD_CHARS = 1500  # text after the gap searched for drafts (4% fewer decoding forwards: 120 holes, paired)
 GENERATION_ROOM = 512  # tokens a sequence holds beyond the longest prompt (fills and multi-gap text between)
 DEFAULT_DRAFTS = 3  # drafted tokens per forward where they pay: 1.85 tokens per forward on ar_speed's holes
-# ... so drafts pay where a forward of 1 + DEFAULT_DRAFTS rows costs less than ~1.85 one-row forwards; measured at
-# load (`_drafts_pay`), with a margin for the fills they change by rounding (4 of 24 keystroke fills in
-# benchmarks/ar_speed.py).
+# So drafts pay where a forward of 1 + DEFAULT_DRAFTS rows costs under ~1.85 one-row forwards (measured at load),
+# less a margin for the fills they change by rounding (4 of 24 keystroke fills in benchmarks/ar_speed.py).
 DRAFTS_PAY_BELOW = 1.6
 
 
@@ -122,16 +121,6 @@ class _Tally:
     middles: list[str] = field(default_factory=list)
 
 
-class _Tokenizer:
-    """The runtime's tokenizer in the shape infill/cache/tokens.py expects."""
-
-    def __init__(self, runtime: LlamaRuntime) -> None:
-        self._runtime = runtime
-
-    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        return self._runtime.tokenize(text)
-
-
 class GemmaBackend:
     """Single-threaded and lock-free: callers run it on the model worker (infill/worker.py), which serialises
     requests and supersedes per document."""
@@ -139,7 +128,7 @@ class GemmaBackend:
     def __init__(self, runtime: LlamaRuntime, settings: ARSettings) -> None:
         self.runtime = runtime
         self.settings = settings
-        self.tokens = ChunkedTokenizer(_Tokenizer(runtime))
+        self.tokens = ChunkedTokenizer(runtime)
         self.sequences = DocumentSequences(runtime, runtime.shape.sequences)
         self.texts = TokenTexts(runtime.vocabulary)
         self._closed = False
@@ -217,8 +206,7 @@ class GemmaBackend:
         """Encode the first gap's prompt, all but its last token, into the document's sequence now (while an
         editor's debounce runs, or right after a jump), so that `infill` feeds one token and decodes. A cancel
         stops it between chunks and keeps what it encoded (the next keystroke's prompt shares it up to the edit).
-        Returns the prompt tokens now held. Warming is an optimisation: failures are logged,
-        never raised."""
+        Returns the prompt tokens now held. Warming is an optimisation: failures are logged, never raised."""
         token = cancel if cancel is not None else CancelToken()
         if token.cancelled or self._closed or not request.prefix.strip():
             return 0
@@ -255,7 +243,6 @@ class GemmaBackend:
         """Fill each gap left to right; each later gap sees the earlier fills and the fixed text between."""
         before = request.prefix
         afters = list(request.between) + [request.suffix]
-        dropped: list[str] = []
         for i, after in enumerate(afters):
             shape = gap_shape(before, after, request.single_line, request.language, request.gap if i == 0 else None)
             try:
@@ -265,13 +252,10 @@ class GemmaBackend:
             except _DeadlineReached as exc:
                 tally.middles.append(str(exc.args[0]) if exc.args else "")
                 return "cut_short", None
-            if comment_only(fill, shape):
-                dropped.append("fill was only a comment")
-                fill = ""
             tally.middles.append(fill)
             before = before + fill + after
         if not any(m.strip() for m in tally.middles):
-            return "empty", "; ".join(dropped) or "the model produced no text for the gap"
+            return "empty", "the model produced no text for the gap"
         return "ok", None
 
     def _fill_gap(self, before: str, after: str, shape: GapShape, request: InfillRequest, token: CancelToken,
@@ -296,7 +280,7 @@ class GemmaBackend:
             fill = self._decode(seq, logits, fed, lookahead, shape, healed, request, token, deadline, on_draft,
                                 tally)
             intact = True
-            return finish_fill(fill, shape)
+            return fill
         except (Cancelled, _DeadlineReached):
             intact = True  # raised between forwards or chunks: `fed` matches the sequence
             raise
@@ -375,7 +359,7 @@ class GemmaBackend:
                     return trim_unfinished(fill, shape)  # the token bound ended it, not a stop rule
                 token.raise_if_cancelled()
                 if deadline is not None and time.monotonic() >= deadline:
-                    raise _DeadlineReached(finish_fill(trim_unfinished(fill, shape), shape))
+                    raise _DeadlineReached(trim_unfinished(fill, shape))
             room = min(request.max_middle_tokens - len(generated), capacity - len(fed) - 1)
             pending = self._step(seq, generated[-1], fed, lookahead, room, tally)
 

@@ -89,6 +89,10 @@ class LlamaRuntime:
 
     # --- text -------------------------------------------------------------------------------------------------
 
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        """`tokenize` in the tokenizer shape infill/cache/tokens.py reads (no special tokens are ever added)."""
+        return self.tokenize(text)
+
     def tokenize(self, text: str) -> list[int]:
         """Token ids of `text`, no BOS, special-token text read as plain text."""
         data = text.encode("utf-8")

@@ -1,4 +1,4 @@
-"""Where an autoregressive fill ends, and which fills are not worth showing.
+"""Where an autoregressive fill ends (cleaning and judging what it wrote is the pipeline's: infill/checks/).
 
 A base model without FIM tokens only continues the prefix, so the gap's end is decided here from the text:
 single-line gaps end at the newline; multi-line gaps end when a generated line dedents out of the enclosing block,
@@ -38,11 +38,9 @@ class GapShape:
     block_indent: int  # indentation of the line that sets the enclosing block
     opener: bool  # that line opens a block (a body line must be deeper than it)
     cursor_line: str  # text of the gap's line before the gap
-    after_line: str  # rest of the gap's line after the gap, stripped (an echo of it is trimmed)
+    after_line: str  # rest of the gap's line after the gap, stripped (writing it ends a one-line fill)
     after_next: str  # first non-blank line after the gap, stripped (a multi-line fill stops before repeating it)
     prose: bool
-    language: str | None = None
-    in_comment: bool = False  # the gap sits in a comment or string (known only from the pipeline's GapFacts)
 
 
 def gap_shape(before: str, after: str, single_line: bool, language: str | None,
@@ -66,8 +64,7 @@ def gap_shape(before: str, after: str, single_line: bool, language: str | None,
         block_indent, opener = languages.indent_width(reference), reference.rstrip().endswith(_OPENERS)
         prose = languages.is_prose_language(language)
     return GapShape(single_line=single_line or bool(after_line.strip()), block_indent=block_indent, opener=opener,
-                    cursor_line=cursor_line, after_line=after_line.strip(), after_next=after_next, prose=prose,
-                    language=language, in_comment=facts is not None and facts.in_comment)
+                    cursor_line=cursor_line, after_line=after_line.strip(), after_next=after_next, prose=prose)
 
 
 def cut_fill(text: str, shape: GapShape) -> tuple[str, bool]:
@@ -98,18 +95,3 @@ def cut_fill(text: str, shape: GapShape) -> tuple[str, bool]:
         if dedented or repeats_after or (complete and languages.stutters(lines, j, STUTTER_MIN_CHARS)):
             return "\n".join(lines[:j]), True
     return text, False
-
-
-def finish_fill(text: str, shape: GapShape) -> str:
-    """Trim trailing whitespace and an echo of the text that follows the gap on its line."""
-    fill = text.rstrip() if not shape.single_line else text.rstrip("\n")
-    if shape.after_line and fill.rstrip().endswith(shape.after_line):
-        fill = fill.rstrip()[: -len(shape.after_line)]
-    if shape.single_line and not shape.after_line:
-        fill = fill.rstrip()
-    return fill
-
-
-def comment_only(fill: str, shape: GapShape) -> bool:
-    """True when every non-blank line the fill writes is a comment (and the cursor was not already in one)."""
-    return not shape.prose and not shape.in_comment and languages.comment_only(fill, shape.language, shape.cursor_line)
