@@ -202,7 +202,7 @@ def answer_infill(params: InfillParams, settings: GatewaySettings, pipeline: Pip
     except InfillError as exc:
         raise HttpError(400, str(exc)) from exc
     kinds = {b.info.name: b.info.kind for b in (pipeline.backend, pipeline.fallback) if b is not None}
-    spent = token.reason == BUDGET_SPENT
+    spent = token.reason == BUDGET_SPENT and not outcome.fills  # (a fill that finished as it was stopped stands)
     return _body(params, model, _content(outcome, latest, spent), outcome, doc.truncated, None, t0, language, kinds,
                  spent)
 
