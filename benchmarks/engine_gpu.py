@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import signal
 import statistics
 import sys
 import time
@@ -284,17 +285,24 @@ def main(argv: list[str] | None = None) -> int:
                     "steps": engine.config.max_denoising_steps, "torch": torch.__version__,
                     "load_s": round(load_s, 1), "load_memory": memory(device)}
     note(f"loaded in {load_s:.1f} s: {result['load_memory']}")
+    def cut_off(signum, frame):  # a timeout still leaves the figures measured so far as the last line
+        result["cut_off"] = f"signal {signum} after {time.perf_counter() - t0:.0f} s"
+        print(json.dumps(result), flush=True)
+        sys.exit(1)
+
+    signal.signal(signal.SIGTERM, cut_off)
     warm_s = engine.warm_up()
     result["warm_up_s"] = round(warm_s, 1)
     with torch.inference_mode():
-        sections = [("prefill_ms", lambda: prefill(engine, clock, [int(n) for n in args.prefills.split(",")], vocab)),
-                    ("keystroke_encode_ms", lambda: keystroke_encode(engine, clock, vocab, args.repeat, args.context)),
+        # The long prefills last: on a slow device a timeout then cuts them, not the rest.
+        sections = [("keystroke_encode_ms", lambda: keystroke_encode(engine, clock, vocab, args.repeat, args.context)),
                     ("decoder_forward", lambda: forwards(engine, clock, vocab, args.repeat, args.bandwidth_gbs,
                                                                  args.context)),
                     ("sample_step", lambda: compiled_vs_eager(engine, clock, vocab, args.repeat)),
                     ("fills", lambda: fills(engine, args.text_lines)),
                     ("kv_after_keystrokes", lambda: kv_after_keystrokes(engine, clock, args.keystrokes,
-                                                                                   args.text_lines))]
+                                                                                   args.text_lines)),
+                    ("prefill_ms", lambda: prefill(engine, clock, [int(n) for n in args.prefills.split(",")], vocab))]
         for name, run in sections:
             if name in skip:
                 continue
@@ -303,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as exc:  # one failing section must not hide the others' figures
                 result[name] = {"error": f"{type(exc).__name__}: {exc}"}
                 note(f"{name} failed: {exc!r}")
+            note(f"{name}: {json.dumps(result[name])}")
     result["peak_memory"] = memory(device)
     result["total_s"] = round(time.perf_counter() - t0, 1)
     print(json.dumps(result))
