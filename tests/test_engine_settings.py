@@ -70,3 +70,9 @@ def test_an_impossible_combination_is_a_clear_error(tuned_checkpoint):
         resolve_engine_config(loaded.model.generation_config, loaded.model.config, {"t_max": 0.1})
     with pytest.raises(InfillError, match="unknown engine settings: steps"):
         resolve_engine_config(loaded.model.generation_config, loaded.model.config, {"steps": 4})
+
+
+def test_a_mapping_of_explicit_settings_goes_straight_to_the_engine(tuned_checkpoint):
+    engine = DiffusionEngine(load_diffusion_model(str(tuned_checkpoint)), {"max_denoising_steps": 48})
+    assert engine.config.max_denoising_steps == 48 and engine.config_sources["max_denoising_steps"] == "explicit"
+    assert engine.config.t_max == 0.6  # the checkpoint's

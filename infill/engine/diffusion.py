@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from collections.abc import Mapping
+from typing import Any, Callable
 
 import torch
 import transformers
@@ -37,10 +38,11 @@ def _should_stop(cancel: CancelToken | None, deadline: float | None) -> bool:
 
 
 class DiffusionEngine:
-    def __init__(self, loaded: LoadedModel, config: EngineConfig | ResolvedEngineConfig | None = None, *,
+    def __init__(self, loaded: LoadedModel,
+                 config: EngineConfig | ResolvedEngineConfig | Mapping[str, Any] | None = None, *,
                  denoiser: Callable[..., DenoiseOutput] = denoise) -> None:
-        """`config`: a ResolvedEngineConfig is used as it is; an EngineConfig's non-default fields (or None: no
-        field) override the checkpoint's own sampler settings (config.resolve_engine_config)."""
+        """`config`: a ResolvedEngineConfig is used as it is; a mapping's fields, or an EngineConfig's non-default
+        fields (None: none), override the checkpoint's own sampler settings (config.resolve_engine_config)."""
         self.loaded = loaded
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
