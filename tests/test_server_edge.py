@@ -148,6 +148,34 @@ def test_cancel_and_progress_ids_that_are_not_ids_are_ignored(edge_server):
     assert_alive(edge_server)
 
 
+def test_a_client_with_literals_but_no_resolve_gets_actions_that_fill_by_command(tiny_checkpoint):
+    """Issue 26: listing runs no model for such a client either; the action's command fills when executed."""
+    server = RawServer(["--model", str(tiny_checkpoint), "--denoising-steps", "2"],
+                       configuration={"enabledLanguages": ["plaintext"], "codeActionBudgetMs": 30000})
+    try:
+        literals = {"codeActionLiteralSupport": {"codeActionKind": {"valueSet": ["refactor"]}}, "dataSupport": True}
+        server.initialize(capabilities={"workspace": {"applyEdit": True, "workspaceEdit": {"documentChanges": True}},
+                                        "textDocument": {"codeAction": literals}})
+        assert server.wait_ready(240)["state"] == "ready"
+        uri = "file:///literal.txt"
+        selection = {"start": {"line": 0, "character": 4}, "end": {"line": 0, "character": 7}}
+        server.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "plaintext", "version": 3,
+                                                                "text": "one two three\n"}})
+        listed = server.call("textDocument/codeAction", {"textDocument": {"uri": uri}, "range": selection,
+                                                         "context": {"diagnostics": []}}, ANSWER_S)
+        (action,) = listed["result"]
+        assert action["kind"] == "refactor.rewrite" and "edit" not in action
+        assert action["command"]["command"] == "infill.fillGap"
+        reply = server.call("workspace/executeCommand", {"command": action["command"]["command"],
+                                                         "arguments": action["command"]["arguments"]}, ANSWER_S)
+        assert reply["result"]["applied"] is True, reply
+        (edit,) = server.applied_edits
+        (change,) = edit["documentChanges"]
+        assert change["textDocument"]["version"] == 3 and [e["range"] for e in change["edits"]] == [selection]
+    finally:
+        server.kill()
+
+
 def test_stderr_holds_no_traceback(edge_server):
     """Runs last in this module: everything above was refused without one."""
     assert_alive(edge_server)

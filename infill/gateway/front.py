@@ -22,6 +22,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Callable
 from urllib.parse import urlsplit
 
@@ -380,10 +381,9 @@ def _parse_head(head: bytes) -> _Head:
 
 def _reply(sock: socket.socket, status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> None:
     """An error reply (OpenAI's shape, as the handler sends) written by the front itself, best effort."""
-    reasons = {400: "Bad Request", 408: "Request Timeout", 431: "Request Header Fields Too Large", 503: "Service Unavailable"}
     body = json.dumps({"error": {"message": message, "type": kind, "param": None, "code": status}}).encode()
     extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
-    head = (f"HTTP/1.1 {status} {reasons.get(status, 'Error')}\r\nContent-Type: application/json\r\n"
+    head = (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n{extra}Connection: close\r\n\r\n").encode()
     _send_quietly(sock, head + body)
 

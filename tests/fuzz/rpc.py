@@ -151,8 +151,8 @@ class RawServer:
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
     def initialize(self, init_options: Any = None, raw_init_options: str | None = None,
-                   timeout: float = 120.0) -> dict | None:
-        capabilities = {
+                   timeout: float = 120.0, capabilities: dict | None = None) -> dict | None:
+        capabilities = capabilities or {
             "window": {"workDoneProgress": True},
             "workspace": {"configuration": True, "applyEdit": True,
                           "workspaceEdit": {"documentChanges": True}},
