@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import textwrap
 import time
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 
 from infill.gateway.language import detect_language
@@ -160,16 +161,23 @@ def build_document(params: InfillParams, pipeline: Pipeline) -> InfillDocument:
 
 # -- answer -----------------------------------------------------------------------------------------------------
 
-class _Warmer:
-    """The pipeline's warm-up in the shape OnWorker runs (so that it queues, and stops when the client goes,
-    exactly as a fill does): `complete` encodes the prompt and returns the tokens the backend now holds."""
+WARM_POLL_S = 0.02  # how often a waiting warm-up asks whether its client is still there (as OnWorker does)
 
-    def __init__(self, pipeline: Pipeline) -> None:
-        self.backend = pipeline.backend
-        self._pipeline = pipeline
 
-    def complete(self, req: CompletionRequest, *, cancel=None, deadline=None, on_draft=None) -> int:
-        return self._pipeline.warm(self._pipeline.prepare(req), cancel=cancel)
+def _warm(pipeline: Pipeline, worker: ModelWorker, request: CompletionRequest, timeout_s: float,
+          client_gone) -> int:
+    """Encode the request's prompt on the model worker, queued like a fill and cancelled when the client goes;
+    the prompt tokens the backend now holds (0 when it never ran)."""
+    token = CancelToken()
+    future = worker.submit(lambda: pipeline.warm(pipeline.prepare(request), cancel=token), cancel=token,
+                           deadline=time.monotonic() + timeout_s, unrun=lambda why: 0)
+    while True:
+        try:
+            return future.result(timeout=WARM_POLL_S)
+        except FutureTimeout:
+            if not token.cancelled and client_gone():
+                token.cancel("the client closed the connection")
+                worker.drop_unrunnable()
 
 
 def answer_infill(params: InfillParams, settings: GatewaySettings, pipeline: Pipeline, worker: ModelWorker,
@@ -183,9 +191,7 @@ def answer_infill(params: InfillParams, settings: GatewaySettings, pipeline: Pip
                                 document_id=f"remote:{params.document}" if params.document else None)
     model = settings.model_name or pipeline.backend.info.model
     if params.warm_only:  # llama.cpp processes the prompt of an n_predict 0 request whatever its time limits
-        held = OnWorker(_Warmer(pipeline), worker, kind=None, abandoned=client_gone).complete(
-            request, deadline=time.monotonic() + settings.request_timeout_s)
-        held = held if isinstance(held, int) else 0  # (a warm-up the worker never ran)
+        held = _warm(pipeline, worker, request, settings.request_timeout_s, client_gone)
         return _body(params, model, "", None, doc.truncated, held, t0, language)
     latest: list[Draft] = []
     token = CancelToken()
