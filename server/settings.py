@@ -62,7 +62,8 @@ class Settings:
     def backend_key(self) -> tuple:
         """What selects and loads the backend: a change in any of these reloads it."""
         return (self.model, self.device, self.dtype, self.load_format, self.remote_endpoint, self.remote_model,
-                self.remote_protocol, self.fallback_endpoint, self.fallback_model, self.denoising_steps)
+                self.remote_protocol, self.fallback_endpoint, self.fallback_model, self.denoising_steps,
+                self.kv_store_mib)
 
 
 def _camel(name: str) -> str:

@@ -32,3 +32,12 @@ def test_reload_carries_the_pipeline_counters_over():
         assert host.pipeline.stats() == stats
     finally:
         host.close()
+
+
+def test_engine_settings_reach_the_spec_as_explicit_engine_settings():
+    from server.backend_host import spec_for
+
+    spec = spec_for(Settings(denoising_steps=12, kv_store_mib=3))
+    assert spec.engine.max_denoising_steps == 12 and spec.engine.kv_store_bytes == 3 * 2**20
+    assert spec_for(Settings()).engine.kv_store_bytes is None  # sized by model and device
+    assert Settings(kv_store_mib=3).backend_key() != Settings().backend_key()  # a change reloads the engine

@@ -28,13 +28,20 @@ class BackendSpec:
     threads: int | None = None  # CPU threads (env INFILL_THREADS): torch's, process-wide, or llama.cpp's; None: default
 
     @classmethod
-    def from_env(cls, *, denoising_steps: int | None = None, **overrides) -> "BackendSpec":
-        """The spec `overrides` name (None: not set), env INFILL_MODEL / INFILL_THREADS filling gaps;
-        `denoising_steps` caps DiffusionGemma's steps (the one engine setting callers choose)."""
+    def from_env(cls, *, denoising_steps: int | None = None, kv_store_mib: int | None = None,
+                 **overrides) -> "BackendSpec":
+        """The spec `overrides` name (None: not set), env INFILL_MODEL / INFILL_THREADS filling gaps. The engine
+        settings callers choose: `denoising_steps` caps DiffusionGemma's steps, `kv_store_mib` bounds its prompt
+        cache; set ones are explicit, over the checkpoint's generation_config (engine/config.resolve_engine_config)."""
         values = {"model": os.environ.get("INFILL_MODEL") or None, "threads": threads_from_env()}
         values.update({k: v for k, v in overrides.items() if v is not None})
+        engine = {}
         if denoising_steps:
-            values["engine"] = EngineConfig(max_denoising_steps=denoising_steps)
+            engine["max_denoising_steps"] = denoising_steps
+        if kv_store_mib is not None:
+            engine["kv_store_bytes"] = kv_store_mib * 2**20
+        if engine:
+            values["engine"] = EngineConfig(**engine)
         return cls(**values)
 
 
