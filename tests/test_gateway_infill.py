@@ -19,6 +19,7 @@ from infill.gateway.language import detect_language
 from infill.gateway.openai_api import GatewaySettings
 from infill.gateway.server import make_server
 from infill.pipeline import CompletionRequest, Pipeline
+from recording import Recording
 
 PREFIX = ("Dear colleagues,\n\nThank you all for the work on the autumn release. It went out on time, and the "
           "customers noticed.\n")
@@ -39,32 +40,6 @@ def llama_vim_request(**fields) -> dict:
             "t_max_prompt_ms": 20000, "t_max_predict_ms": 20000,
             "response_fields": ["content", *(f"timings/{name}" for name in TIMINGS), "truncated", "tokens_cached"],
             **fields}
-
-
-class Recording:
-    """The real engine, with the requests the pipeline hands it written down (what reached the model)."""
-
-    def __init__(self, engine) -> None:
-        self.engine, self.infills, self.warms, self.results = engine, [], [], []
-        self.started = threading.Event()  # set by every infill call (clear it to wait for the next)
-
-    @property
-    def info(self):
-        return self.engine.info
-
-    def infill(self, request, **kwargs):
-        self.infills.append(request)
-        self.started.set()
-        result = self.engine.infill(request, **kwargs)
-        self.results.append(result)
-        return result
-
-    def warm(self, request, **kwargs):
-        self.warms.append(request)
-        return self.engine.warm(request, **kwargs)
-
-    def close(self) -> None:
-        pass
 
 
 def start(pipeline, **settings):
