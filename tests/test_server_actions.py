@@ -7,8 +7,6 @@ all the test_server_*.py modules (the `lsp` fixture in conftest.py); each test u
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import pytest_asyncio
 from lsprotocol import types
@@ -91,11 +89,10 @@ async def test_toggle_disables_and_enables(lsp):
     open_doc(lsp, uri, "Some text here\n", language="plaintext")
     off = await lsp.workspace_execute_command_async(types.ExecuteCommandParams(command="infill.toggle"))
     assert off["enabled"] is False
-    started = time.monotonic()
     assert await lsp.text_document_inline_completion_async(types.InlineCompletionParams(
         text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(0, 9),
         context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked))) is None
-    assert time.monotonic() - started < 1.0 and "completions are disabled" in log_text(lsp)
+    assert "completions are disabled" in log_text(lsp)  # refused, and the log says why
     assert any(getattr(c, "enabled", None) is False for c in lsp.status_changes)
     on = await lsp.workspace_execute_command_async(types.ExecuteCommandParams(command="infill.toggle",
                                                                               arguments=[True]))
