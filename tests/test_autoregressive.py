@@ -197,7 +197,10 @@ def test_cancel_before_start_and_mid_decode(ar_backend):
 
 @pytest.mark.slow
 def test_deadline_returns_the_draft_cut_short(ar_backend):
-    deadline = time.monotonic() + 1.0
+    prefix = "class Stack:\n    def __init__(self):\n"
+    started = time.monotonic()  # a cold prompt and its first token, here and now: the deadline leaves 5 of those
+    ar_backend.infill(InfillRequest(prefix=prefix, max_middle_tokens=1, document_id="deadline-probe"))
+    deadline = time.monotonic() + max(1.0, 5 * (time.monotonic() - started))
     drafts = []
 
     def slow_viewer(draft):  # the client takes its time with the first draft, so the deadline passes meanwhile
@@ -205,8 +208,8 @@ def test_deadline_returns_the_draft_cut_short(ar_backend):
         if draft.step == 0:
             time.sleep(max(0.0, deadline - time.monotonic()) + 0.01)
 
-    result = ar_backend.infill(InfillRequest(prefix="class Stack:\n    def __init__(self):\n",
-                                             max_middle_tokens=40), deadline=deadline, on_draft=slow_viewer)
+    result = ar_backend.infill(InfillRequest(prefix=prefix, max_middle_tokens=40, document_id="deadline-run"),
+                               deadline=deadline, on_draft=slow_viewer)
     assert result.outcome == "cut_short"
     assert result.steps == len(drafts) >= 1
     assert result.middle == drafts[-1].middles[0].rstrip()
