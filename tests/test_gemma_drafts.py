@@ -47,11 +47,11 @@ def _holes() -> list[InfillRequest]:
     for needle in ("        return ", "    def ", "self.", "if not "):
         at = SOURCE.index(needle, len(SOURCE) // 3) + len(needle)
         requests.append(InfillRequest(prefix=SOURCE[at - 1500:at], suffix=SOURCE[at:], single_line=True,
-                                      language="python", max_middle_tokens=16))
+                                      language="python", max_middle_tokens=16, document_id=f"hole{len(requests)}"))
     for line in (140, 200):
         at = sum(len(s) for s in SOURCE.splitlines(keepends=True)[:line])
         requests.append(InfillRequest(prefix=SOURCE[at - 1500:at], suffix=SOURCE[at:], language="python",
-                                      max_middle_tokens=24))
+                                      max_middle_tokens=24, document_id=f"hole{len(requests)}"))
     return requests
 
 
