@@ -228,6 +228,17 @@ class GuardedProtocol(LanguageServerProtocol):
             self._seen_once = self._seen_once | {method}
         return super().handle_message(message)
 
+    def _handle_response(self, msg_id, result=None, error=None) -> None:
+        """pygls keeps the futures of the client's requests and of the server's own in one table, so a "response"
+        that names one already done (a request the client cancelled, a reply sent twice) raised InvalidStateError
+        with a traceback: it is ignored with one log line."""
+        future = self._request_futures.get(msg_id)
+        if future is not None and future.done():
+            self._request_futures.pop(msg_id, None)
+            log.warning("ignored a response to %r, which is already answered or cancelled", msg_id)
+            return
+        super()._handle_response(msg_id, result, error)
+
     def _send_handler_result(self, future, *, msg_id) -> None:
         """A handler that refused its request (a JsonRpcException: unknown command, bad arguments) is answered
         with its error and one log line; pygls logs a traceback for each. Anything else stays pygls' (an
