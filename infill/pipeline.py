@@ -231,7 +231,8 @@ class Pipeline:
         request = InfillRequest(prefix=req.text[ctx.prefix_start:first], suffix=req.text[last:ctx.suffix_end],
                                 between=between, max_middle_tokens=ctx.max_middle_tokens,
                                 single_line=ctx.single_line, language=ctx.language or req.language,
-                                document_id=req.document_id, version=req.version, gap=_gap_facts(gaps[0]))
+                                document_id=req.document_id, version=req.version,
+                                gap=_gap_facts(gaps[0], between[0] if between else req.text[last:ctx.suffix_end]))
         trace.stop("context")
         return Prepared(req, request, spans, doc, ctx, gaps, context_ms=(time.perf_counter() - t0) * 1000,
                         trace=trace)
@@ -386,6 +387,8 @@ def _name(backend: InfillBackend) -> str:
         return type(backend).__name__
 
 
-def _gap_facts(ctx: GapContext) -> GapFacts:
-    return GapFacts(line_before=ctx.line_before, line_after=ctx.line_after, indent=ctx.indent,
-                    is_prose=ctx.is_prose)
+def _gap_facts(ctx: GapContext, after: str) -> GapFacts:
+    """The backend's description of the first gap, from its context; `after` is the fixed text the backend sees
+    after it (the request's `between[0]` or `suffix`)."""
+    return GapFacts(line_before=ctx.line_before, line_after=ctx.line_after, next_line=GapFacts.first_line_below(after),
+                    body_indent=len(ctx.indent), is_prose=ctx.is_prose)

@@ -57,13 +57,22 @@ ProgressCallback = Callable[[str, "float | None"], None]  # model loading: (mess
 
 @dataclass(frozen=True)
 class GapFacts:
-    """What the pipeline's context builder already knows about the (first) gap, handed to the backend so it need
-    not guess it again from the prompt text."""
+    """The one description of a gap that reaches a backend: what a backend that only continues the text needs to
+    know to end the fill where the gap ends. The pipeline makes it for the first gap from the parsed document
+    (`InfillRequest.gap`); a backend given none (a bare request, a later gap of several, whose text before it
+    holds the earlier fills) reads the same facts from the text (infill/backends/offline/stops.py `read_gap`)."""
 
     line_before: str  # the gap's line up to the gap (whole, even when the prompt window starts inside it)
     line_after: str  # the rest of the gap's line after the gap
-    indent: str  # indentation of the fill's later lines (the enclosing block's)
+    next_line: str  # the first non-blank line after the gap's line, stripped (a fill stops before repeating it)
+    body_indent: int  # a later line of the fill indented by fewer characters leaves the enclosing block
     is_prose: bool  # prose rules (Markdown, plain text); code in a Markdown fence is code
+
+    @staticmethod
+    def first_line_below(after: str) -> str:
+        """`next_line` of a gap followed by `after` (the fixed text up to the next gap or the window's end)."""
+        below = after.partition("\n")[2]
+        return next((line.strip() for line in below.split("\n") if line.strip()), "")
 
 
 @dataclass(frozen=True)
@@ -85,7 +94,7 @@ class InfillRequest:
     document_id: str | None = None
     version: int | None = None
     seed: int | None = None
-    gap: GapFacts | None = None  # what the pipeline knows about the first gap (None: backends read the text)
+    gap: GapFacts | None = None  # the first gap as the pipeline's context saw it (None: read from the text)
 
     @property
     def gap_count(self) -> int:

@@ -19,7 +19,7 @@ from infill.backends.offline.backend import ARSettings, load_default_backend
 from infill.backends.offline.sequences import DocumentSequences
 from infill.cache.kv_store import PrefixKVStore
 from infill.cache.tokens import fit_prompt
-from infill.backends.offline.stops import cut_fill, gap_shape, trim_unfinished
+from infill.backends.offline.stops import cut_fill, ends_on_its_line, read_gap, trim_unfinished
 from infill.types import CancelToken, InfillBackend, InfillError, InfillRequest
 
 REAL_SOURCE = Path(__file__).resolve().parents[1] / "infill" / "types.py"
@@ -29,23 +29,23 @@ SESSION_CACHE_ROOT = model_file.cache_root()  # read at import, before any test 
 # --- text rules (pure functions, no model) ---------------------------------------------------------------------
 
 def test_single_line_gap_stops_at_newline_and_trims_echo_of_the_rest_of_line():
-    shape = gap_shape("x = max(", ")\nprint(x)\n", single_line=False, language="python")
-    assert shape.single_line  # text after the gap on its line makes it a one-line gap
-    assert cut_fill("a, b)\n", shape) == ("a, b", True)
-    assert cut_fill("f(a), b", shape) == ("f(a), b", False)  # nested call closed inside: keep going
+    gap = read_gap("x = max(", ")\nprint(x)\n", language="python")
+    assert ends_on_its_line(gap, single_line=False)  # text after the gap on its line makes it a one-line gap
+    assert cut_fill("a, b)\n", gap, single_line=False) == ("a, b", True)
+    assert cut_fill("f(a), b", gap, single_line=False) == ("f(a), b", False)  # nested call closed inside: go on
 
 
 def test_multi_line_gap_stops_when_a_line_dedents_out_of_the_block():
-    shape = gap_shape("def f(x):\n", "", single_line=False, language="python")
+    gap = read_gap("def f(x):\n", "", language="python")
     text = "    y = x + 1\n    return y\n\ndef g():\n"
-    assert cut_fill(text, shape) == ("    y = x + 1\n    return y\n", True)
-    assert cut_fill("    y = x + 1\n    retu", shape)[1] is False
+    assert cut_fill(text, gap, False) == ("    y = x + 1\n    return y\n", True)
+    assert cut_fill("    y = x + 1\n    retu", gap, False)[1] is False
 
 
 def test_multi_line_gap_stops_on_a_stuttered_line_and_before_repeating_the_suffix():
-    shape = gap_shape("for f in files:\n", "\nprint('done')\n", single_line=False, language="python")
-    assert cut_fill("    print(f)\n    print(f)\n", shape) == ("    print(f)", True)
-    assert cut_fill("    g(f)\nprint('done')\n", shape)[1] is True
+    gap = read_gap("for f in files:\n", "\nprint('done')\n", language="python")
+    assert cut_fill("    print(f)\n    print(f)\n", gap, False) == ("    print(f)", True)
+    assert cut_fill("    g(f)\nprint('done')\n", gap, False)[1] is True
 
 
 def test_settings_are_validated():
@@ -280,25 +280,25 @@ def test_prompt_longer_than_the_context_keeps_the_near_end(ar_backend, small_bac
 def test_single_line_gap_runs_on_while_a_call_it_opened_is_open():
     """The pipeline shows the first line (`print(a,` when the call goes on below, as the author's own line would
     be); cutting it back to a balanced `print` measured worse (benchmarks/ar_quality.py: 35% exact vs 40%)."""
-    shape = gap_shape("    console.", "\n    return 0\n", single_line=True, language="python")
-    assert cut_fill("print(a,\n", shape) == ("print(a,\n", False)
-    assert cut_fill("print(a,\n        b)\n    x", shape) == ("print(a,\n        b)", True)
-    assert cut_fill("print('it''s')\n", shape) == ("print('it''s')", True)
+    gap = read_gap("    console.", "\n    return 0\n", language="python")
+    assert cut_fill("print(a,\n", gap, True) == ("print(a,\n", False)
+    assert cut_fill("print(a,\n        b)\n    x", gap, True) == ("print(a,\n        b)", True)
+    assert cut_fill("print('it''s')\n", gap, True) == ("print('it''s')", True)
 
 
 def test_a_fill_cut_off_inside_brackets_it_opened_is_trimmed_to_its_balanced_part():
-    one_line = gap_shape("        c", "\n", single_line=True, language="python")
-    assert trim_unfinished("onsole.print_line(\n    'HTTP/2: ', ver", one_line) == "onsole.print_line"
-    assert trim_unfinished("lose(a, b)", one_line) == "lose(a, b)"
-    block = gap_shape("def f(x):\n", "", single_line=False, language="python")
-    assert trim_unfinished("    y = g(x)\n    return h(y,\n", block) == "    y = g(x)\n"
+    one_line = read_gap("        c", "\n", language="python")
+    assert trim_unfinished("onsole.print_line(\n    'HTTP/2: ', ver", one_line, True) == "onsole.print_line"
+    assert trim_unfinished("lose(a, b)", one_line, True) == "lose(a, b)"
+    block = read_gap("def f(x):\n", "", language="python")
+    assert trim_unfinished("    y = g(x)\n    return h(y,\n", block, False) == "    y = g(x)\n"
 
 
 def test_trimming_counts_brackets_opened_after_closing_the_prefix_ones():
-    shape = gap_shape("    x = (qs >> 4) & (", "\n", single_line=True, language="python")
-    assert trim_unfinished(" np.uint32(0x0F)).reshape((n_blocks, 1,", shape) == " np.uint32(0x0F)).reshape"
-    assert trim_unfinished("m_vals = [\n    'a',", shape) == "m_vals"
-    assert cut_fill("a)).b(\n  c)\n", shape) == ("a)).b(\n  c)", True)
+    gap = read_gap("    x = (qs >> 4) & (", "\n", language="python")
+    assert trim_unfinished(" np.uint32(0x0F)).reshape((n_blocks, 1,", gap, True) == " np.uint32(0x0F)).reshape"
+    assert trim_unfinished("m_vals = [\n    'a',", gap, True) == "m_vals"
+    assert cut_fill("a)).b(\n  c)\n", gap, True) == ("a)).b(\n  c)", True)
 
 
 def test_kv_store_is_bounded_in_bytes_and_evicts_the_least_recently_used():
@@ -381,10 +381,10 @@ def test_a_prompt_grows_from_its_cached_start_while_little_is_new(small_backend)
 
 
 def test_apostrophes_in_words_do_not_count_as_strings():
-    prose = gap_shape("Paris is ", "\n", single_line=True, language="markdown")
-    assert trim_unfinished("France's capital and it's big", prose) == "France's capital and it's big"
-    code = gap_shape("x = 1  # ", "\n", single_line=True, language="python")
-    assert cut_fill("don't touch\nnext", code) == ("don't touch", True)
+    prose = read_gap("Paris is ", "\n", language="markdown")
+    assert trim_unfinished("France's capital and it's big", prose, True) == "France's capital and it's big"
+    code = read_gap("x = 1  # ", "\n", language="python")
+    assert cut_fill("don't touch\nnext", code, True) == ("don't touch", True)
 
 
 

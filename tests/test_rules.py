@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from infill.backends.offline.stops import cut_fill, gap_shape
+from infill.backends.offline.stops import cut_fill, read_gap
 from infill import languages
 from infill.checks.postprocess import trim_unbalanced_closer
 from infill.checks.watchdog import Watchdog
@@ -49,7 +49,7 @@ def test_a_line_repeated_across_a_blank_line_is_a_stutter_for_both():
     source = "def f(items):\n    §\n"
     middle = "    total = sum(items)\n\n    total = sum(items)\n    return total"
     before, _, after = source.partition("§")
-    fill, stopped = cut_fill(middle, gap_shape(before, after, single_line=False, language="python"))
+    fill, stopped = cut_fill(middle, read_gap(before, after, language="python"), single_line=False)
     assert stopped and fill == "    total = sum(items)\n"
     # The watchdog compared only adjacent lines, so the blank line between let the same stutter through.
     assert watchdog_verdict(source, "python", middle.strip()).reason == "repetition"
@@ -84,7 +84,7 @@ def test_prose_languages_are_one_table():
     text = "Title\n=====\n\nThe parser reads the whole file before it \n"
     ctx = builder.build(builder.document(text, "restructuredtext", None), [(len(text) - 1, len(text) - 1)], "inline")
     assert ctx.is_prose
-    assert gap_shape(text, "", single_line=False, language="restructuredtext").prose
+    assert read_gap(text, "", language="restructuredtext").is_prose
 
 
 class _Echo:
@@ -118,11 +118,10 @@ def test_gemma_ends_a_block_where_the_pipeline_says_the_block_is():
     backend = _Echo()
     Pipeline(backend).complete(CompletionRequest(text=text, start=at, end=at, mode="inline", language="python"))
     request = backend.requests[0]
-    assert request.gap.indent == "    " and not request.single_line
+    assert request.gap.body_indent == 4 and not request.single_line
     fill = "y = 2\n    return y\n\ndef g():\n"
-    with_facts = gap_shape(request.prefix, request.suffix, False, "python", request.gap)
-    assert cut_fill(fill, with_facts) == ("y = 2\n    return y\n", True)  # ends where the function ends
-    assert cut_fill(fill, gap_shape(request.prefix, request.suffix, False, "python")) == ("y = 2", True)
+    assert cut_fill(fill, request.gap, False) == ("y = 2\n    return y\n", True)  # ends where the function ends
+    assert cut_fill(fill, read_gap(request.prefix, request.suffix, "python"), False) == ("y = 2", True)
 
 
 @pytest.mark.parametrize("language", [None, "json", "markdown"])

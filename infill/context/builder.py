@@ -59,7 +59,10 @@ class ContextSettings:
 
 @dataclass(frozen=True)
 class GapContext:
-    """Where the window starts and ends (str indices into the document) and how the gap should be filled."""
+    """The context stage's record of a gap: where the window starts and ends (str indices into the document),
+    the middle budget, and what cleaning and judging a fill need (indentation unit, comment or string, fence,
+    syntactic unit). It stays with the pipeline and infill/checks/; a backend gets only `GapFacts`
+    (infill/types.py), the few facts that tell it where a fill ends, made from this by the pipeline."""
 
     language: str | None
     prefix_start: int

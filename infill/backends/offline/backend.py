@@ -21,12 +21,12 @@ import numpy as np
 from infill.backends.offline.model_file import MODEL_ID, PACKAGE, chunk_package, ensure_model
 from infill.backends.offline.runtime import LlamaRuntime, RuntimeShape
 from infill.backends.offline.sequences import DocumentSequences
-from infill.backends.offline.stops import GapShape, cut_fill, gap_shape, trim_unfinished
+from infill.backends.offline.stops import cut_fill, read_gap, trim_unfinished
 from infill.backends.offline.tokens import TokenTexts, draft_from_context
 from infill.cache.tokens import ChunkedTokenizer, FittedPrompt, fit_prompt
 from infill.device import physical_cores, threads_from_env
-from infill.types import (BackendInfo, CancelToken, Cancelled, Draft, DraftCallback, InfillError, InfillRequest,
-                          InfillResult, ProgressCallback, Timings)
+from infill.types import (BackendInfo, CancelToken, Cancelled, Draft, DraftCallback, GapFacts, InfillError,
+                          InfillRequest, InfillResult, ProgressCallback, Timings)
 
 log = logging.getLogger(__name__)
 
@@ -244,9 +244,9 @@ class GemmaBackend:
         before = request.prefix
         afters = list(request.between) + [request.suffix]
         for i, after in enumerate(afters):
-            shape = gap_shape(before, after, request.single_line, request.language, request.gap if i == 0 else None)
+            gap = request.gap if i == 0 and request.gap is not None else read_gap(before, after, request.language)
             try:
-                fill = self._fill_gap(before, after, shape, request, token, deadline, on_draft, tally)
+                fill = self._fill_gap(before, after, gap, request, token, deadline, on_draft, tally)
             except Cancelled as exc:
                 return "cancelled", str(exc) or "cancelled"
             except _DeadlineReached as exc:
@@ -258,7 +258,7 @@ class GemmaBackend:
             return "empty", "the model produced no text for the gap"
         return "ok", None
 
-    def _fill_gap(self, before: str, after: str, shape: GapShape, request: InfillRequest, token: CancelToken,
+    def _fill_gap(self, before: str, after: str, gap: GapFacts, request: InfillRequest, token: CancelToken,
                   deadline: float | None, on_draft: DraftCallback | None, tally: _Tally) -> str:
         token.raise_if_cancelled()
         if deadline is not None and time.monotonic() >= deadline:
@@ -277,7 +277,7 @@ class GemmaBackend:
             logits = self._prefill(seq, prompt, fed, token, deadline)
             t1 = time.perf_counter()
             lookahead = self.tokens.encode(after[:DRAFT_LOOKAHEAD_CHARS]) if self._drafts() else []
-            fill = self._decode(seq, logits, fed, lookahead, shape, healed, request, token, deadline, on_draft,
+            fill = self._decode(seq, logits, fed, lookahead, gap, healed, request, token, deadline, on_draft,
                                 tally)
             intact = True
             return fill
@@ -329,7 +329,7 @@ class GemmaBackend:
         fed.append(ids[-1])
         return last
 
-    def _decode(self, seq: int, logits: np.ndarray, fed: list[int], lookahead: list[int], shape: GapShape,
+    def _decode(self, seq: int, logits: np.ndarray, fed: list[int], lookahead: list[int], gap: GapFacts,
                 healed: str, request: InfillRequest, token: CancelToken, deadline: float | None,
                 on_draft: DraftCallback | None, tally: _Tally) -> str:
         """Greedy decoding. Each forward also verifies tokens drafted from the document (`_step`); a token is
@@ -344,11 +344,11 @@ class GemmaBackend:
         while True:
             for next_id, best_p in pending:
                 if self.runtime.is_end(next_id):
-                    return trim_unfinished(fill, shape)
+                    return trim_unfinished(fill, gap, request.single_line)
                 generated.append(next_id)
                 confidence.append(best_p)
                 tally.steps += 1
-                fill, stop = cut_fill(self.runtime.detokenize(generated)[len(healed):], shape)
+                fill, stop = cut_fill(self.runtime.detokenize(generated)[len(healed):], gap, request.single_line)
                 if on_draft is not None:
                     later = ("",) * (request.gap_count - len(tally.middles) - 1)  # gaps not reached yet
                     on_draft(Draft(step=len(generated) - 1, middles=tuple(tally.middles) + (fill,) + later,
@@ -356,10 +356,10 @@ class GemmaBackend:
                 if stop:
                     return fill
                 if len(generated) >= request.max_middle_tokens or len(fed) + 1 >= capacity:
-                    return trim_unfinished(fill, shape)  # the token bound ended it, not a stop rule
+                    return trim_unfinished(fill, gap, request.single_line)  # the token bound ended it, not a stop rule
                 token.raise_if_cancelled()
                 if deadline is not None and time.monotonic() >= deadline:
-                    raise _DeadlineReached(trim_unfinished(fill, shape))
+                    raise _DeadlineReached(trim_unfinished(fill, gap, request.single_line))
             room = min(request.max_middle_tokens - len(generated), capacity - len(fed) - 1)
             pending = self._step(seq, generated[-1], fed, lookahead, room, tally)
 
