@@ -3,12 +3,14 @@ result (and the log) says where each came from."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 
 import pytest
 
-from infill.engine.config import EngineConfig, resolve_engine_config
+from infill.backends.choose import BackendSpec, add_model_options, open_backend, spec_from_args
+from infill.engine.config import EngineConfig, EngineOverrides, resolve_engine_config
 from infill.engine.diffusion import DiffusionEngine
 from infill.engine.loading import load_diffusion_model
 from infill.testing.tiny_checkpoint import write_tiny_checkpoint
@@ -76,3 +78,46 @@ def test_a_mapping_of_explicit_settings_goes_straight_to_the_engine(tuned_checkp
     engine = DiffusionEngine(load_diffusion_model(str(tuned_checkpoint)), {"max_denoising_steps": 48})
     assert engine.config.max_denoising_steps == 48 and engine.config_sources["max_denoising_steps"] == "explicit"
     assert engine.config.t_max == 0.6  # the checkpoint's
+
+
+def open_from_command_line(options: list[str]):
+    """The engine as every command opens it: the shared model options → BackendSpec → open_backend."""
+    parser = argparse.ArgumentParser()
+    add_model_options(parser)
+    return open_backend(spec_from_args(parser.parse_args(options)))
+
+
+def test_an_explicit_step_cap_wins_over_the_checkpoint_even_at_the_default_value(tuned_checkpoint, caplog):
+    """`--denoising-steps 48` is 48 steps although the checkpoint says 5 and 48 is EngineConfig's default (it once
+    went through an EngineConfig, where a value equal to the default reads as not given); without the option the
+    checkpoint's 5 applies; the log and each result's versions say which."""
+    with caplog.at_level(logging.INFO, logger="infill.engine.diffusion"):
+        explicit = open_from_command_line(["--model", str(tuned_checkpoint), "--denoising-steps", "48"])
+    assert explicit.config.max_denoising_steps == 48
+    assert "max_denoising_steps=48 (explicit)" in caplog.text
+    result = explicit.infill(InfillRequest(prefix="x = ", suffix="\n", max_middle_tokens=4))
+    assert result.steps == 48 and result.versions["settings_from"]["max_denoising_steps"] == "explicit"
+    assert result.versions["settings_from"]["t_max"] == "generation_config.json"  # the rest: the checkpoint's
+    checkpoint = open_from_command_line(["--model", str(tuned_checkpoint)])
+    assert checkpoint.config.max_denoising_steps == 5
+    assert checkpoint.versions()["settings_from"]["max_denoising_steps"] == "generation_config.json"
+
+
+def test_without_explicit_settings_or_checkpoint_ones_the_defaults_apply(tiny_checkpoint):
+    engine = open_from_command_line(["--model", str(tiny_checkpoint)])
+    assert engine.config.max_denoising_steps == EngineConfig().max_denoising_steps
+    assert engine.versions()["settings_from"]["max_denoising_steps"] == "default"
+
+
+def test_the_prompt_cache_bound_given_is_explicit(tiny_checkpoint):
+    spec = BackendSpec.from_env(model=str(tiny_checkpoint), kv_store_mib=3)
+    assert spec.engine == EngineOverrides(kv_store_bytes=3 * 2**20)  # nothing else is carried as explicit
+    engine = open_backend(spec)
+    assert engine.store.max_bytes == 3 * 2**20 and engine.config_sources["max_denoising_steps"] == "default"
+
+
+def test_the_step_cap_help_says_where_the_default_comes_from():
+    parser = argparse.ArgumentParser()
+    add_model_options(parser)
+    steps = next(a for a in parser._actions if a.dest == "denoising_steps")
+    assert "generation_config.json" in steps.help and str(EngineConfig().max_denoising_steps) in steps.help

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass, field
 
 from infill.device import set_threads, threads_from_env
-from infill.engine.config import EngineConfig
+from infill.engine.config import EngineConfig, EngineOverrides
 from infill.types import InfillBackend, InfillError, ProgressCallback
 
 
@@ -24,7 +24,9 @@ class BackendSpec:
     endpoint_token: str | None = None
     endpoint_fim_template: str | None = None  # for servers that refuse `suffix` (stock vLLM): see docs/gateway.md
     endpoint_protocol: str = "auto"  # "openai", "vllm-diffusion" (vLLM serving DiffusionGemma) or "auto"
-    engine: EngineConfig = field(default_factory=EngineConfig)
+    # The DiffusionGemma settings given explicitly (only those): over the checkpoint's generation_config.json,
+    # which is over EngineConfig's defaults (infill/engine/config.resolve_engine_config).
+    engine: EngineOverrides = field(default_factory=EngineOverrides)
     threads: int | None = None  # CPU threads (env INFILL_THREADS): torch's, process-wide, or llama.cpp's; None: default
 
     @classmethod
@@ -32,16 +34,13 @@ class BackendSpec:
                  **overrides) -> "BackendSpec":
         """The spec `overrides` name (None: not set), env INFILL_MODEL / INFILL_THREADS filling gaps. The engine
         settings callers choose: `denoising_steps` caps DiffusionGemma's steps, `kv_store_mib` bounds its prompt
-        cache; set ones are explicit, over the checkpoint's generation_config (engine/config.resolve_engine_config)."""
+        cache; each one set is explicit and wins over the checkpoint's generation_config, even when it equals the
+        default (engine/config.resolve_engine_config); None leaves the checkpoint's value, else the default."""
         values = {"model": os.environ.get("INFILL_MODEL") or None, "threads": threads_from_env()}
         values.update({k: v for k, v in overrides.items() if v is not None})
-        engine = {}
-        if denoising_steps:
-            engine["max_denoising_steps"] = denoising_steps
-        if kv_store_mib is not None:
-            engine["kv_store_bytes"] = kv_store_mib * 2**20
-        if engine:
-            values["engine"] = EngineConfig(**engine)
+        values["engine"] = EngineOverrides(
+            max_denoising_steps=denoising_steps,
+            kv_store_bytes=kv_store_mib * 2**20 if kv_store_mib is not None else None)
         return cls(**values)
 
 
@@ -80,8 +79,10 @@ def add_model_options(parser: argparse.ArgumentParser, *, choose_model: bool = T
     group.add_argument("--device", help="auto, cpu, cuda, cuda:N")
     group.add_argument("--dtype", help="auto, float32, bfloat16, float16")
     group.add_argument("--denoising-steps", "--steps", "--diffusion-steps", dest="denoising_steps", type=int,
-                       help=f"cap on DiffusionGemma denoising steps per request "
-                            f"(default {EngineConfig().max_denoising_steps})")
+                       help=f"cap on DiffusionGemma denoising steps per request (default: the checkpoint's "
+                            f"generation_config.json max_denoising_steps, else transformers' default "
+                            f"{EngineConfig().max_denoising_steps}; the log and each result's versions name which "
+                            f"applied)")
     group.add_argument("--threads", type=int,
                        help="CPU threads (default: env INFILL_THREADS, else torch's choice for DiffusionGemma and "
                             "the physical cores for the offline default)")

@@ -73,6 +73,26 @@ class EngineConfig:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+@dataclass(frozen=True)
+class EngineOverrides:
+    """The engine settings a caller gave explicitly, and only those: None is "not given", so the checkpoint's own
+    value (generation_config.json) or the default applies. What the shared model options and the server carry to
+    the engine; an EngineConfig cannot carry this, since a value equal to its default reads as not given."""
+
+    max_denoising_steps: int | None = None
+    kv_store_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_denoising_steps is not None and not (
+                isinstance(self.max_denoising_steps, int) and self.max_denoising_steps > 0):
+            raise InfillError(f"max_denoising_steps must be a positive integer, got {self.max_denoising_steps!r}")
+        if self.kv_store_bytes is not None and not (isinstance(self.kv_store_bytes, int) and self.kv_store_bytes >= 0):
+            raise InfillError(f"kv_store_bytes must be an integer >= 0, got {self.kv_store_bytes!r}")
+
+    def settings(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+
 # EngineConfig field -> where transformers' DiffusionGemmaGenerationConfig keeps it (generation_config.json).
 GENERATION_FIELDS = {"max_denoising_steps": "max_denoising_steps", "t_min": "t_min", "t_max": "t_max",
                      "stability_threshold": "stability_threshold", "confidence_threshold": "confidence_threshold",
@@ -94,12 +114,17 @@ class ResolvedEngineConfig:
         return ", ".join(f"{name}={getattr(self.config, name)} ({source})" for name, source in self.sources.items())
 
 
-def explicit_settings(config: EngineConfig | Mapping[str, Any] | None) -> dict[str, Any]:
-    """The settings a caller chose. A mapping is taken as it is; of a whole EngineConfig, the fields that differ
-    from EngineConfig()'s defaults (so a value equal to the default cannot override a checkpoint's: pass a mapping
-    for that)."""
+EngineSettings = EngineConfig | EngineOverrides | Mapping[str, Any] | None
+
+
+def explicit_settings(config: EngineSettings) -> dict[str, Any]:
+    """The settings a caller chose. EngineOverrides: its given fields; a mapping is taken as it is; of a whole
+    EngineConfig, the fields that differ from EngineConfig()'s defaults (so a value equal to the default cannot
+    override a checkpoint's: pass overrides or a mapping for that)."""
     if config is None:
         return {}
+    if isinstance(config, EngineOverrides):
+        return config.settings()
     if isinstance(config, Mapping):
         return dict(config)
     default = EngineConfig()
@@ -115,8 +140,7 @@ def _lookup(source, dotted: str) -> Any:
     return value
 
 
-def resolve_engine_config(generation_config, model_config,
-                          explicit: EngineConfig | Mapping[str, Any] | None = None) -> ResolvedEngineConfig:
+def resolve_engine_config(generation_config, model_config, explicit: EngineSettings = None) -> ResolvedEngineConfig:
     """EngineConfig from, in priority order: `explicit` settings, the checkpoint's generation config
     (`model.generation_config`, read from generation_config.json) and model config, then EngineConfig's defaults
     (transformers' generation defaults). A combination that does not validate is an InfillError naming the

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 import transformers
 
 from infill.engine.canvas import build_canvas, decoder_masks, fit_lengths
-from infill.engine.config import EngineConfig, ResolvedEngineConfig, resolve_engine_config
+from infill.engine.config import EngineSettings, ResolvedEngineConfig, resolve_engine_config
 from infill.engine.denoise import DenoiseOutput, denoise
 from infill.engine.model import decoder_cache_view, encode, shape_of
 from infill.cache.kv_store import PrefixKVStore, kv_bytes_per_token, store_budget
@@ -38,11 +37,11 @@ def _should_stop(cancel: CancelToken | None, deadline: float | None) -> bool:
 
 
 class DiffusionEngine:
-    def __init__(self, loaded: LoadedModel,
-                 config: EngineConfig | ResolvedEngineConfig | Mapping[str, Any] | None = None, *,
+    def __init__(self, loaded: LoadedModel, config: EngineSettings | ResolvedEngineConfig = None, *,
                  denoiser: Callable[..., DenoiseOutput] = denoise) -> None:
-        """`config`: a ResolvedEngineConfig is used as it is; a mapping's fields, or an EngineConfig's non-default
-        fields (None: none), override the checkpoint's own sampler settings (config.resolve_engine_config)."""
+        """`config`: a ResolvedEngineConfig is used as it is; EngineOverrides' given fields, a mapping's fields, or
+        an EngineConfig's non-default fields (None: none) override the checkpoint's own sampler settings
+        (config.resolve_engine_config)."""
         self.loaded = loaded
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer

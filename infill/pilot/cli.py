@@ -12,9 +12,9 @@ import shlex
 import sys
 from pathlib import Path
 
-from infill.backends.choose import add_model_options, spec_from_args
+from infill.backends.choose import BackendSpec, add_model_options, open_backend, spec_from_args
 from infill.pipeline import PipelineSettings
-from infill.types import InfillError
+from infill.types import InfillBackend, InfillError
 from infill.pilot.files import DiscoverySettings, discover
 from infill.pilot.holes import CutSettings, cut_holes, write_holes
 from infill.metrics import AcceptRule
@@ -22,7 +22,7 @@ from infill.pilot.report import write_plots, write_report
 from infill.pilot.runner import Progress, RunSettings, run_pilot
 from infill.pilot.spans import KINDS
 from infill.pilot.summary import summarise
-from infill.pilot.targets import parse_target
+from infill.pilot.targets import TargetPool, parse_target
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,6 +88,38 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+class StepCapRecorder:
+    """Opens backends as the pilot's pool does, noting each in-process DiffusionGemma engine's step cap as the
+    engine resolved it (an explicit --denoising-steps, else the checkpoint's generation_config.json, else the
+    default) and where it came from, so that the report states the cap that ran, not the option given."""
+
+    def __init__(self) -> None:
+        self.by_model: dict[str, tuple[int, str]] = {}
+
+    def __call__(self, spec: BackendSpec) -> InfillBackend:
+        backend = open_backend(spec)
+        versions = getattr(backend, "versions", None)
+        if spec.model and not spec.endpoint and backend.info.kind == "diffusion" and callable(versions):
+            described = versions()
+            self.by_model[spec.model] = (described["max_denoising_steps"],
+                                         described["settings_from"]["max_denoising_steps"])
+        return backend
+
+    def meta(self) -> dict:
+        """{"diffusion_steps", "diffusion_steps_from"}: one value each when every engine agrees (None when no
+        in-process engine ran), else one per checkpoint."""
+        steps = {model: cap for model, (cap, _) in self.by_model.items()}
+        sources = {model: source for model, (_, source) in self.by_model.items()}
+
+        def one_or_each(values: dict):
+            distinct = set(values.values())
+            if len(distinct) > 1:
+                return values
+            return distinct.pop() if distinct else None
+
+        return {"diffusion_steps": one_or_each(steps), "diffusion_steps_from": one_or_each(sources)}
+
+
 def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, str]:
     """The whole pilot; returns (summary.json content, how the run ended)."""
     specs = [parse_target(s) for s in (args.backend or ["ar"])]
@@ -113,7 +145,12 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, str]:
         raise InfillError(f"cannot write to {str(out)!r}: {exc}") from exc
     write_holes(holes, out / "holes.jsonl")
     started = _now()
-    pilot = run_pilot(holes, specs, settings, out, Progress(enabled=not args.quiet))
+    steps = StepCapRecorder()
+    pool = TargetPool(settings.pipeline, open_fn=steps, base=settings.backend)
+    try:
+        pilot = run_pilot(holes, specs, settings, out, Progress(enabled=not args.quiet), pool=pool)
+    finally:
+        pool.close()
     kinds: dict[str, int] = {}
     for hole in holes:
         kinds[hole.kind] = kinds.get(hole.kind, 0) + 1
@@ -121,7 +158,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, str]:
             "skipped": dict(found.skipped.most_common()), "holes": len(holes), "hole_kinds": kinds,
             "seed": args.seed, "concurrency": list(settings.concurrency), "max_seconds": settings.max_seconds,
             "deadline_ms": settings.deadline_ms,
-            "diffusion_steps": settings.backend.engine.max_denoising_steps, "max_middle_tokens": settings.pipeline.max_middle_tokens,
+            **steps.meta(), "max_middle_tokens": settings.pipeline.max_middle_tokens,
             "accept_threshold": settings.accept.threshold, "gpu_hour_price": args.gpu_hour_price,
             "hardware": hardware(), "started": started, "finished": _now(), "stopped_by": pilot.stopped_by,
             "command": "infill-ls pilot " + shlex.join(argv)}
