@@ -1,7 +1,8 @@
 """What the client reports about suggestions, in Copilot's shape: `textDocument/didShowCompletion` ({item}),
 `textDocument/didPartiallyAcceptCompletion` ({item, acceptedLength} in UTF-16 units from the start of the item's
-text) and the accept command every inline item carries; plus the didChange/didClose that let the server infer what
-a client does not report (acceptance.py), and the timer that measures retained characters."""
+text) and the accept command every inline item carries, and the timer that measures retained characters. What a
+client does not report the server infers from didChange and didClose (acceptance.py), which handlers_documents.py
+passes on to the tracker."""
 
 from __future__ import annotations
 
@@ -49,16 +50,6 @@ def register(server) -> None:
     def did_accept(ls, *arguments: Any) -> None:
         if not arguments or not isinstance(arguments[0], str) or not tracker.accepted(arguments[0]):
             ls.log(f"{ACCEPT_COMMAND}: unknown suggestion {list(arguments)!r}; not counted", types.MessageType.Log)
-
-    @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
-    def did_change(ls, params: types.DidChangeTextDocumentParams) -> None:
-        document = ls.documents.get(params.text_document.uri)
-        if document is not None and not document.oversized:
-            tracker.changed(document)
-
-    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
-    def did_close(ls, params: types.DidCloseTextDocumentParams) -> None:
-        tracker.closed(params.text_document.uri)
 
 
 def offer(ls, document, items: list[types.InlineCompletionItem], spans: list[tuple[int, int]]) -> None:

@@ -7,7 +7,6 @@ import asyncio
 import inspect
 import logging
 import os
-import time
 import uuid
 from typing import Any
 
@@ -17,10 +16,11 @@ from pygls.lsp.server import LanguageServer
 
 from infill import __version__, timing
 
+from . import handlers_documents
 from .backend_host import BackendHost
-from .documents import DocumentDistrusted, DocumentStore
+from .documents import DocumentStore
 from .jsonrpc import GuardedProtocol, public_message, strict_converter
-from .scheduling import BudgetPolicy, warm_after_jump
+from .scheduling import BudgetPolicy
 from .settings import Settings, clean_layer, parse_settings
 from .telemetry import LogThrottle, Telemetry
 from .typed_through import TypedThrough
@@ -33,62 +33,22 @@ TELEMETRY = "infill/telemetry"
 
 
 class InfillProtocol(GuardedProtocol):
-    """Routes text sync to the server's own line-based DocumentStore instead of pygls' workspace, whose
-    incremental change re-joins the whole document on every keystroke."""
+    """Routes text sync to its one handler (server/handlers_documents.py) and the server's own line-based
+    DocumentStore instead of pygls' workspace, whose incremental change re-joins the whole document on every
+    keystroke."""
 
-    _server: "InfillServer"
+    def _text_sync(self, method: str, params):
+        if (handler := self.fm.features.get(method)) is not None:
+            yield handler, (params,), None
 
     def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams):
-        document = self._server.documents.open(params.text_document, self._server.settings.max_document_chars)
-        if document.oversized:
-            self._server.log(f"{document.uri} has {document.length} characters, more than maxDocumentChars="
-                             f"{document.max_chars}: it will get no completions (reopen it when smaller)",
-                             types.MessageType.Warning)
-        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_OPEN)) is not None:
-            yield handler, (params,), None
+        yield from self._text_sync(types.TEXT_DOCUMENT_DID_OPEN, params)
 
     def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams):
-        server = self._server
-        started, cpu_started = time.perf_counter(), time.thread_time()
-        uri = params.text_document.uri
-        if server.claims.document_changed(uri):
-            log.debug("edit to %s cancelled running requests", uri)
-        pipeline, version = server.host.current_pipeline, params.text_document.version
-        # Each change is noted (O(1)) so the next context re-parses incrementally from it; nothing is parsed here.
-        edited_to = []  # where the last change ended: the cursor after a jump (scheduling.warm_after_jump)
-
-        def on_edit(start: int, old_end: int, new_text: str) -> None:
-            edited_to.append(start + len(new_text))
-            if pipeline is not None:
-                pipeline.note_edit(uri, start, old_end, new_text, version)
-
-        try:
-            document = server.documents.change(params, on_edit)
-        except DocumentDistrusted as exc:
-            document = server.documents.get(uri)
-            if pipeline is not None:
-                pipeline.forget(uri)  # its syntax tree saw part of the failed change
-            server.log(f"{uri}: {exc}; no completions for it until the editor sends its full text or reopens it",
-                       types.MessageType.Error)
-        if document is None:
-            server.log(f"didChange for a document that is not open: {uri}; ignored", types.MessageType.Warning)
-        else:
-            document.last_change_ms = (time.perf_counter() - started) * 1000
-            document.last_change_cpu_ms = (time.thread_time() - cpu_started) * 1000
-            timing.record("did_change", document.last_change_ms)
-            if edited_to:
-                warm_after_jump(server, document, edited_to[-1])
-        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CHANGE)) is not None:
-            yield handler, (params,), None
+        yield from self._text_sync(types.TEXT_DOCUMENT_DID_CHANGE, params)
 
     def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams):
-        uri = params.text_document.uri
-        self._server.claims.document_changed(uri)
-        self._server.documents.close(uri)
-        if (pipeline := self._server.host.current_pipeline) is not None:
-            pipeline.forget(uri)  # its cached syntax tree
-        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CLOSE)) is not None:
-            yield handler, (params,), None
+        yield from self._text_sync(types.TEXT_DOCUMENT_DID_CLOSE, params)
 
     async def lsp_workspace__execute_command(self, params: types.ExecuteCommandParams) -> Any:
         """Commands run as the request's own task (pygls runs them as a detached inner task), so $/cancelRequest
@@ -126,6 +86,8 @@ class InfillServer(LanguageServer):
         self._progress_token: str | None = None
         self._progress_ready: asyncio.Future | None = None
         self._raw_layers: dict[str, dict] = {}  # "init" (initializationOptions) and "config" (workspace config)
+        # Text sync is the server's own, not an optional feature: InfillProtocol hands it to these handlers only.
+        handlers_documents.register(self)
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
     def stop(self, exit_code: int) -> None:

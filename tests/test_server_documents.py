@@ -120,9 +120,9 @@ def test_large_documents_join_their_text_when_asked_instead_of_copying_it_per_ed
 
 
 def _notify(server, method: str, params) -> None:
-    """Deliver a text-sync notification the way pygls does: our protocol override, then the feature handler."""
-    for _ in getattr(server.protocol, method)(params):
-        pass
+    """Deliver a text-sync notification the way pygls does: our protocol override, then the handler it yields."""
+    for handler, args, _ in getattr(server.protocol, method)(params):
+        handler(*args)
 
 
 def test_did_close_drops_the_pipelines_syntax_tree():
@@ -182,4 +182,17 @@ def test_did_change_notes_edits_so_the_pipeline_reparses_without_comparing_texts
                                                   version=version))
         fresh = syntax.ParsedDocument("python").update(text)
         assert prep.doc.text == text and str(prep.doc.tree.root_node) == str(fresh.tree.root_node)
+    server.host.close()
+
+
+def test_each_text_sync_notification_has_one_handler():
+    # didChange was handled twice (the protocol override, then the acceptance tracker's own feature); pygls keeps
+    # one feature per method, so a second home for any of these would now fail to register.
+    from server.main import create_server
+
+    server = create_server(Settings())
+    for method in (types.TEXT_DOCUMENT_DID_OPEN, types.TEXT_DOCUMENT_DID_CHANGE, types.TEXT_DOCUMENT_DID_CLOSE):
+        handler = server.protocol.fm.features[method]
+        handler = getattr(handler, "func", handler)  # (pygls binds the server with functools.partial)
+        assert handler.__module__ == "server.handlers_documents"
     server.host.close()
