@@ -13,7 +13,6 @@ connection back with `resume`: kept alive it returns here to wait for the next r
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import queue
@@ -326,20 +325,6 @@ class Front:
                 self._per_client[client] = left
             else:
                 self._per_client.pop(client, None)
-
-
-class SocketWriter(io.RawIOBase):
-    """A handler's wfile: every write is sent whole (a plain socket file may send part of it)."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self._sock = sock
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data) -> int:
-        self._sock.sendall(data)
-        return len(data)
 
 
 @dataclass(frozen=True)
