@@ -1,10 +1,11 @@
-"""`infill-ls serve`: the completion pipeline behind an OpenAI-compatible HTTP API.
+"""`infill-ls serve`: the completion pipeline behind an OpenAI-compatible HTTP API, and llama.cpp's.
 
-`GET /v1/models`, `POST /v1/completions` (prompt + suffix = fill-in-the-middle, as vLLM and llama.cpp accept) and
-`GET /health`. Every completion goes through `infill.pipeline.Pipeline`, so what the gateway returns is what an
-editor would show. Standard library only (`ThreadingHTTPServer` accepting, `front.Front` reading each request in
-full under deadlines, a bounded pool of handler threads answering); binds 127.0.0.1 unless told otherwise, and with
-a token every `/v1` route needs `Authorization: Bearer <token>`.
+`GET /v1/models`, `POST /v1/completions` (prompt + suffix = fill-in-the-middle, as vLLM and llama.cpp accept),
+`POST /infill` (llama.cpp's infill API, as llama.vim and llama.vscode send it: llama_infill.py) and `GET /health`.
+Every completion goes through `infill.pipeline.Pipeline`, so what the gateway returns is what an editor would show.
+Standard library only (`ThreadingHTTPServer` accepting, `front.Front` reading each request in full under deadlines,
+a bounded pool of handler threads answering through arrival_handler.py); binds 127.0.0.1 unless told otherwise,
+and with a token every route but `/health` needs `Authorization: Bearer <token>`.
 """
 
 from __future__ import annotations
