@@ -29,6 +29,7 @@ import json
 import os
 import sys
 import time
+import urllib.request
 from collections import Counter
 from dataclasses import dataclass
 from importlib import import_module
@@ -111,6 +112,25 @@ def ask_gateway(pipeline: Pipeline, hole: Hole, settings: GatewaySettings) -> At
                    detect_language(hole.prefix, hole.suffix))
 
 
+def ask_http(url: str, hole: Hole, token: str | None) -> Attempt:
+    """As `ask_gateway`, over HTTP to a running `infill-ls serve` (any version: to pair trees)."""
+    body = json.dumps({"prompt": hole.prefix, "suffix": hole.suffix}).encode()
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
+    t0 = time.perf_counter()
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url.rstrip("/") + "/v1/completions", body, headers),
+                                    timeout=120) as reply:
+            answer = json.loads(reply.read())
+    except (OSError, ValueError) as exc:
+        return Attempt("", (time.perf_counter() - t0) * 1000, f"http error: {exc}", [], None)
+    ms = (time.perf_counter() - t0) * 1000
+    text, extension = answer["choices"][0]["text"], answer.get("infill") or {}
+    start, end = extension.get("replace") or (len(hole.prefix), len(hole.prefix))
+    shown = middle_of(hole.text_without_middle, start, end, text, hole) if text.strip() else ""
+    return Attempt(shown, ms, extension.get("outcome", "ok" if shown else "empty"),
+                   [reason for _, reason in extension.get("rejections", [])], extension.get("language"))
+
+
 def judge(hole: Hole, attempt: Attempt) -> dict:
     original = hole.prefix + hole.middle + hole.suffix
     shown = bool(attempt.shown.strip())
@@ -165,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=120)
     parser.add_argument("--seed", type=int, default=None, help="dev set only (the held-out seed is fixed)")
     parser.add_argument("--kinds", default="single-line", help="comma-separated pilot hole kinds")
-    parser.add_argument("--paths", default="lsp,gateway")
+    parser.add_argument("--paths", default="lsp,gateway", help="lsp, gateway (in-process) and/or http (--url)")
+    parser.add_argument("--url", default=None, help="path http: a running `infill-ls serve`, e.g. http://127.0.0.1:8765")
     parser.add_argument("--per-hole", default=None, help="write each hole's result here (JSON lines)")
     args = parser.parse_args(argv)
     if args.set == "heldout" and args.seed not in (None, HELD_OUT_SEED):
@@ -177,7 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     files = package_files(packages)
     holes = cut_holes(files, CutSettings(n=args.n, seed=seed, kinds=tuple(args.kinds.split(","))))
-    backend = load_default_backend()
+    if "http" in paths and not args.url:
+        parser.error("path http needs --url")
+    backend = load_default_backend() if set(paths) - {"http"} else None
     lsp = Pipeline(backend, settings=PipelineSettings(max_middle_tokens=Settings().max_middle_tokens))
     gateway, gateway_settings = Pipeline(backend), GatewaySettings()
     records: dict[str, list[dict]] = {path: [] for path in paths}
@@ -185,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     for hole in holes:
         for path in paths:
             attempt = (ask_lsp(lsp, hole, GUARD_CAP_MS) if path == "lsp"
+                       else ask_http(args.url, hole, os.environ.get("INFILL_GATEWAY_TOKEN")) if path == "http"
                        else ask_gateway(gateway, hole, gateway_settings))
             record = judge(hole, attempt)
             records[path].append(record)
@@ -195,11 +219,12 @@ def main(argv: list[str] | None = None) -> int:
                   f"got {record['fill']!r:.40s} {'' if record['shown'] else record['why_not_shown']}", flush=True)
     if out:
         out.close()
-    backend.close()
+    if backend is not None:
+        backend.close()
     report = {"set": args.set, "packages": [p for p in packages if p in {f.path.split('/')[0] for f in files.files}],
               "seed": seed, "kinds": args.kinds, "holes": len(holes),
               **{path: summarise(recs) for path, recs in records.items()},
-              "backend": backend.info.model, "cores": os.cpu_count(), "cpu_flags": cpu_flags(),
+              "backend": backend.info.model if backend else args.url, "cores": os.cpu_count(), "cpu_flags": cpu_flags(),
               "seconds": round(time.monotonic() - started)}
     if len(paths) == 2:
         pairs = list(zip(*records.values()))

@@ -23,6 +23,7 @@ from typing import Literal
 
 from infill import timing
 from infill.context.builder import ContextBuilder, ContextSettings, GapContext, find_placeholders
+from infill.context.related import OpenDocument, RelatedFiles
 from infill.checks.postprocess import postprocess
 from infill.context.syntax import DocumentSnapshot, resolve_language
 from infill.types import (CancelToken, Draft, DraftCallback, GapFacts, InfillBackend, InfillError, InfillRequest,
@@ -33,7 +34,7 @@ log = logging.getLogger(__name__)
 
 Mode = Literal["inline", "gap", "gaps"]
 _NON_SPACE = re.compile(r"\S")
-__all__ = ["CompletionRequest", "Fill", "Pipeline", "PipelineResult", "PipelineSettings", "Prepared",
+__all__ = ["CompletionRequest", "Fill", "OpenDocument", "Pipeline", "PipelineResult", "PipelineSettings", "Prepared",
            "find_placeholders", "has_text", "resolve_language"]
 
 
@@ -86,6 +87,8 @@ class CompletionRequest:
     version: int | None = None
     spans: tuple[tuple[int, int], ...] = ()
     max_middle_tokens: int | None = None  # caps the context's middle budget (e.g. an API's max_tokens)
+    name: str | None = None  # the document's file name or path, as the model may be told it
+    related: tuple[OpenDocument, ...] = ()  # other open documents, most recently used first
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,7 @@ class PipelineResult:
     max_middle_tokens: int = 0
     language: str | None = None
     context_unit: str = ""  # the syntactic unit the window was snapped to
+    related_chars: int = 0  # characters of other open files' code ahead of the prompt (InfillRequest.extra_context)
     syntax_region: tuple[int, int] | None = None  # the part of a large document that was parsed (None: all of it)
     # Benchmark phases (infill/timing.py; a no-op trace unless timing is on): "context", and "checks" (everything
     # in `complete` outside context building and backends: cleaning, the watchdog, routing).
@@ -121,7 +125,7 @@ class PipelineResult:
         return {
             "route": self.route, "version": self.version, "language": self.language,
             "single_line": self.single_line, "max_middle_tokens": self.max_middle_tokens,
-            "context_unit": self.context_unit, "fills": len(self.fills),
+            "context_unit": self.context_unit, "related_chars": self.related_chars, "fills": len(self.fills),
             "syntax_region": list(self.syntax_region) if self.syntax_region else None,
             "fill_chars": sum(len(f.text) for f in self.fills),
             "backend": r.backend if r else None, "outcome": r.outcome if r else None,
@@ -167,6 +171,7 @@ class Pipeline:
         self.fallback = fallback
         self._settings = settings or PipelineSettings()
         self.contexts = ContextBuilder(self._settings.context_settings())
+        self.related = RelatedFiles()  # code from other open files (its settings: `related.settings`)
         self.watchdog = Watchdog(self._settings.watchdog)
         self.routes: Counter[str] = Counter()
         self._routes_lock = threading.Lock()
@@ -228,10 +233,13 @@ class Pipeline:
                                                 for span in spans]
         first, last = spans[0][0], spans[-1][1]
         between = tuple(req.text[a_end:b_start] for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
+        extra = "" if not (req.related and ctx.is_code) else self.related.select(
+            req.related, req.text, first, last, ctx.language or req.language, name=req.name,
+            document_id=req.document_id)
         request = InfillRequest(prefix=req.text[ctx.prefix_start:first], suffix=req.text[last:ctx.suffix_end],
                                 between=between, max_middle_tokens=ctx.max_middle_tokens,
                                 single_line=ctx.single_line, language=ctx.language or req.language,
-                                document_id=req.document_id, version=req.version,
+                                document_id=req.document_id, version=req.version, extra_context=extra,
                                 gap=_gap_facts(gaps[0], between[0] if between else req.text[last:ctx.suffix_end]))
         trace.stop("context")
         return Prepared(req, request, spans, doc, ctx, gaps, context_ms=(time.perf_counter() - t0) * 1000,
@@ -242,10 +250,6 @@ class Pipeline:
         e.g. a remote endpoint, does nothing). Returns the prompt tokens it holds, 0 when it cannot warm."""
         warm = getattr(self.backend, "warm", None)
         return warm(prep.request, cancel=cancel) if warm is not None else 0
-
-    def build_request(self, req: CompletionRequest) -> tuple[InfillRequest, list[tuple[int, int]]]:
-        prep = self.prepare(req)
-        return prep.request, prep.spans
 
     def complete(self, req: CompletionRequest, *, cancel: CancelToken | None = None, deadline: float | None = None,
                  on_draft: DraftCallback | None = None, prepared: "Prepared | None" = None) -> PipelineResult:
@@ -259,7 +263,8 @@ class Pipeline:
         out = PipelineResult(fills=[], result=None, route="none", context_ms=prep.context_ms,
                              context_ahead=prepared is not None, version=req.version, single_line=ctx.single_line,
                              max_middle_tokens=ctx.max_middle_tokens, language=ctx.language,
-                             context_unit=ctx.unit, syntax_region=prep.doc.region, trace=prep.trace)
+                             context_unit=ctx.unit, syntax_region=prep.doc.region, trace=prep.trace,
+                             related_chars=len(prep.request.extra_context))
         out.trace.start("checks")
         if self._nothing_to_go_on(req, prep.spans):
             self.watchdog.record(Verdict("empty_prefix", "no text before the gap"), "pipeline")

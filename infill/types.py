@@ -95,13 +95,16 @@ class InfillRequest:
     version: int | None = None
     seed: int | None = None
     gap: GapFacts | None = None  # the first gap as the pipeline's context saw it (None: read from the text)
+    # Code from other open files, ready to stand ahead of the prompt (infill/context/related.py); backends keep it
+    # whole at the prompt's start, outside the prefix window, and may leave it out ("" when there is none).
+    extra_context: str = ""
 
     @property
     def gap_count(self) -> int:
         return len(self.between) + 1
 
     def __post_init__(self) -> None:
-        for name in ("prefix", "suffix"):
+        for name in ("prefix", "suffix", "extra_context"):
             if not isinstance(getattr(self, name), str):
                 raise InfillError(f"{name} must be text, got {type(getattr(self, name)).__name__}")
         if not all(isinstance(b, str) for b in self.between):

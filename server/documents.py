@@ -11,11 +11,13 @@ import itertools
 import secrets
 from dataclasses import dataclass
 from typing import Callable
+from urllib.parse import unquote, urlparse
 
 from lsprotocol import types
 
 from infill.context.lines import line_content as _content
 from infill.context.lines import split_lines
+from infill.pipeline import OpenDocument
 
 EAGER_TEXT_CHARS = 1 << 19  # documents up to this size keep their whole text edited in place
 SESSION = secrets.token_hex(4)  # this server process: code-action data from another process never matches
@@ -45,6 +47,13 @@ def utf16_to_index(line: str, units: int) -> int:
 
 def index_to_utf16(line: str, index: int) -> int:
     return utf16_units(line[:index])
+
+
+def document_name(uri: str) -> str:
+    """What the model is told a file is: its last two path parts (`pkg/module.py`), or the URI itself."""
+    path = unquote(urlparse(uri).path)
+    parts = [p for p in path.replace("\\", "/").split("/") if p]
+    return "/".join(parts[-2:]) if parts else uri
 
 
 def text_fingerprint(text: str) -> str:
@@ -255,6 +264,7 @@ class DocumentStore:
         if document is None:
             return None
         document.version = params.text_document.version
+        self._documents[document.uri] = self._documents.pop(document.uri)  # the most recently edited last
         try:
             for change in params.content_changes:
                 replaced = document.apply(change)
@@ -268,6 +278,18 @@ class DocumentStore:
 
     def close(self, uri: str) -> None:
         self._documents.pop(uri, None)
+
+    def others(self, uri: str, limit: int = 8) -> tuple[OpenDocument, ...]:
+        """The other open documents a fill of `uri` may read (infill/context/related.py), the most recently
+        opened or edited first; never one that is oversized, distrusted or binary."""
+        found = []
+        for document in reversed(self._documents.values()):
+            if len(found) == limit:
+                break
+            if document.uri != uri and not (document.oversized or document.untrusted or document.has_nul):
+                found.append(OpenDocument(document.uri, document_name(document.uri), document.text,
+                                          document.version))
+        return tuple(found)
 
     def get(self, uri: str) -> Document | None:
         return self._documents.get(uri)

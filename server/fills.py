@@ -15,6 +15,7 @@ from infill.types import deadline_in
 
 from .documents import SESSION, Document, text_fingerprint
 from .gate import offset_logged, refusal
+from .scheduling import related
 
 T = TypeVar("T")
 LOOP_SCAN_CHARS = 100_000  # texts longer than this are scanned on a worker thread, never on the event loop
@@ -93,7 +94,7 @@ async def compute_fill(ls, uri: str, rng: types.Range, mode: str, expected: dict
                types.MessageType.Info)
     request = CompletionRequest(text=text, start=spans[0][0], end=spans[0][1], mode="gap" if mode == "gap" else "gaps",
                                 language=document.language_id, document_id=uri, version=version,
-                                spans=tuple(spans) if mode == "gaps" else ())
+                                spans=tuple(spans) if mode == "gaps" else (), **related(ls, uri))
     pipeline = ls.host.pipeline
     if pipeline is None:
         return FillOutcome(None, f"the backend is not ready (state {ls.host.state})")

@@ -38,6 +38,7 @@ from infill.stats import percentile
 from infill.types import CancelToken, deadline_in
 from infill.worker import Claims, Ticket
 
+from .documents import document_name
 from .gate import refusal
 
 GUARD_FACTOR = 4.0
@@ -107,7 +108,7 @@ async def _debounce_and_run(ls, document, ticket: Ticket, cursor: int, invoked: 
             return None  # the backend started reloading during the debounce
         version = document.version
         request = CompletionRequest(text=document.text, start=cursor, mode="inline", language=document.language_id,
-                                    document_id=uri, version=version)
+                                    document_id=uri, version=version, **related(ls, uri))
         context: Future | None = None
         if debounce > 0:
             context = _prepare_ahead(ls, pipeline, request, ticket.token)
@@ -164,6 +165,11 @@ def _time_fill(ls, completion: PipelineResult, started: float) -> None:
         ls.notify_status()  # the machine just became (or stopped being) too slow for automatic suggestions
 
 
+def related(ls, uri: str) -> dict:
+    """A request's file name and the other open documents its fill may read (the `relatedFiles` setting)."""
+    return {"name": document_name(uri), "related": ls.documents.others(uri) if ls.settings.related_files else ()}
+
+
 def warm_after_jump(ls, document, offset: int) -> None:
     """After an edit at `offset`: on another line than the document's last edit, encode the prompt there now (on a
     slow CPU encoding a new prompt is most of a jump's wait); what it encoded stays for the next request."""
@@ -174,7 +180,7 @@ def warm_after_jump(ls, document, offset: int) -> None:
         return
     ticket = ls.claims.open(document.uri, "inline")
     request = CompletionRequest(text=document.text, start=offset, mode="inline", language=document.language_id,
-                                document_id=document.uri, version=document.version)
+                                document_id=document.uri, version=document.version, **related(ls, document.uri))
     warmed = _warm_ahead(ls, pipeline, _prepare_ahead(ls, pipeline, request, ticket.token), ticket.token)
     warmed.add_done_callback(lambda _: ls.claims.close(ticket))
 

@@ -35,8 +35,9 @@ class Settings:
     remote_protocol: str = "auto"  # "auto", "openai" or "vllm-diffusion" (vLLM serving DiffusionGemma; docs/vllm.md)
     completion_log: str | None = None  # opt-in JSONL log of completions and telemetry; None: nothing written
     max_document_chars: int = 2_000_000  # larger documents are refused politely (bounded work per request)
-    denoising_steps: int | None = None  # DiffusionGemma engine step cap; None: the engine's default
+    denoising_steps: int | None = None  # DiffusionGemma step cap; None: the checkpoint's generation_config.json, else 48
     kv_store_mib: int | None = None  # DiffusionGemma prompt-cache bound; None: sized by model and device
+    related_files: bool = False  # fills read definitions from the other open documents (infill/context/related.py)
 
     def __post_init__(self) -> None:
         def need(ok: bool, message: str) -> None:
@@ -92,7 +93,7 @@ def _coerce(name: str, value: Any) -> Any:
         if isinstance(value, str):
             return value
         raise TypeError("a string")
-    if name == "enabled":
+    if name in ("enabled", "related_files"):
         if isinstance(value, bool):
             return value
         raise TypeError("true or false")

@@ -366,8 +366,9 @@ def test_a_prompt_grows_from_its_cached_start_while_little_is_new(small_backend)
     text = lambda n: "".join(lines[:n])  # noqa: E731
 
     def warm(n):
-        backend.warm(InfillRequest(prefix=text(n) + "total", document_id="doc", single_line=True))
-        return backend._fit(text(n) + "total", "doc")
+        request = InfillRequest(prefix=text(n) + "total", document_id="doc", single_line=True)
+        backend.warm(request)
+        return backend._fit(request.prefix, request)
 
     first = warm(40)
     assert 16 < len(first.ids) <= 64 and first.anchor  # from scratch: the near end within 64

@@ -60,12 +60,13 @@ async def _invoke(client, uri: str, position: types.Position):
         context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)))
 
 
-async def _completion_of(client, version: int, patience_s: float) -> dict:
-    """The completion log's record for `version` (written as the reply goes out: poll for it)."""
+async def _completion_of(client, version: int, patience_s: float, uri: str | None = None) -> dict:
+    """The completion log's record for `version` (of `uri`, if given; written as the reply goes out: poll)."""
     deadline = time.monotonic() + patience_s
     while True:
         lines = client.completion_log.read_text().splitlines() if client.completion_log.exists() else []
-        found = [json.loads(line)["pipeline"] for line in lines if '"completion"' in line]
+        found = [json.loads(line) for line in lines if '"completion"' in line]
+        found = [r["pipeline"] for r in found if uri in (None, r.get("uri"))]
         found = [record for record in found if record and record.get("version") == version]
         if found or time.monotonic() > deadline:
             assert found, f"no completion logged for version {version}"
@@ -95,3 +96,58 @@ async def test_a_jump_to_another_line_encodes_its_prompt_before_the_first_reques
     record = await _completion_of(default, 2, patience_s=10 * cold_s + 10)
     assert record["prompt_tokens"] > 100, record
     assert record["reused_tokens"] >= record["prompt_tokens"] - 2, record
+
+
+STATE_PY = '''class ConnectionState:
+    def __init__(self, role):
+        self.role = role
+
+    def process_event(self, role, event_type, server_switch_event=None):
+        return role
+'''
+CONNECTION_PY = '''from ._state import ConnectionState
+
+
+class Connection:
+    def __init__(self, role):
+        self._cstate = ConnectionState(role)
+
+    def send(self, event):
+        self._cstate.'''
+
+
+async def test_other_open_files_reach_the_prompt_only_when_asked_and_a_closed_one_leaves_it(default):
+    """By default other open files stay out of the prompt. With relatedFiles on, an open file that defines what the
+    current one imports puts its outline ahead of the prompt (the completion log counts its characters); once it
+    is closed, the next fill has none of it."""
+    await wait_ready(default, timeout=240)
+    state, connection = "file:///pkg/_state.py", "file:///pkg/_connection.py"
+    open_doc(default, state, STATE_PY)
+    open_doc(default, connection, CONNECTION_PY)
+    end = types.Position(line=CONNECTION_PY.count("\n"), character=len(CONNECTION_PY.rsplit("\n", 1)[-1]))
+    await _invoke(default, connection, end)
+    by_default = await _completion_of(default, 1, patience_s=60, uri=connection)
+    assert by_default["related_chars"] == 0, by_default
+    _configure(default, {"relatedFiles": True})
+    with_state = await _fill_after_edit(default, connection, end, 2, "return ")
+    assert with_state["related_chars"] > len("# pkg/_state.py\n"), with_state
+    default.text_document_did_close(types.DidCloseTextDocumentParams(
+        text_document=types.TextDocumentIdentifier(uri=state)))
+    without = await _fill_after_edit(default, connection, end, 3, "value = ")
+    _configure(default, {})
+    assert without["related_chars"] < with_state["related_chars"], (with_state, without)
+
+
+async def _fill_after_edit(client, uri: str, end: types.Position, version: int, written: str) -> dict:
+    """The logged fill after `written` goes before the cursor's `self._cstate.` (a new text: not typed through)."""
+    edited = CONNECTION_PY.replace("        self._cstate.", "        " + written + "self._cstate.")
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+        content_changes=[types.TextDocumentContentChangeWholeDocument(text=edited)]))
+    await _invoke(client, uri, types.Position(line=end.line, character=end.character + len(written)))
+    return await _completion_of(client, version, patience_s=60, uri=uri)
+
+
+def _configure(client, settings: dict) -> None:
+    """The workspace configuration the client pushes (over the initializationOptions)."""
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"infill": settings}))

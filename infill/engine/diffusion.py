@@ -109,7 +109,8 @@ class DiffusionEngine:
         if cancel.cancelled:
             return 0
         try:
-            ids = torch.tensor(self.prompt_ids(request.prefix, request.suffix), dtype=torch.long)
+            ids = torch.tensor(self.prompt_ids(request.prefix, request.suffix, request.extra_context),
+                               dtype=torch.long)
             key = request.document_id or _ANONYMOUS
             with torch.inference_mode():
                 cache, _, done = self._encode_prompt(key, ids, cancel)
@@ -143,10 +144,13 @@ class DiffusionEngine:
 
     # ---- one request ---------------------------------------------------------------------------------------------
 
-    def prompt_ids(self, prefix: str, suffix: str = "") -> list[int]:
-        """BOS [+ framed suffix] + the near end of the prefix (whole lines dropped from the far end beyond
-        max_prompt_tokens)."""
+    def prompt_ids(self, prefix: str, suffix: str = "", extra: str = "") -> list[int]:
+        """BOS [+ other files' code, at most a quarter of the window] [+ framed suffix] + the near end of the
+        prefix (whole lines dropped from the far end beyond max_prompt_tokens). The most stable parts go first, so
+        the cached start of the prompt survives typing."""
         head = [self.bos_id] if self.bos_id is not None else []
+        if extra:
+            head += self.tokens.encode_tail(extra, self.max_prompt // 4)
         budget = self.config.suffix_in_prompt_tokens
         if budget and suffix.strip():
             opening, closing = self.config.suffix_frame
@@ -196,7 +200,7 @@ class DiffusionEngine:
                        on_draft: DraftCallback | None, started: float) -> InfillResult:
         if cancel.cancelled:
             return self._empty(request, "cancelled", started, cancel.reason)
-        ids = torch.tensor(self.prompt_ids(request.prefix, request.suffix), dtype=torch.long)
+        ids = torch.tensor(self.prompt_ids(request.prefix, request.suffix, request.extra_context), dtype=torch.long)
         lengths, fixed = self._candidate_lengths(request, self._fixed_segments(request))
         key = request.document_id or _ANONYMOUS
         with torch.inference_mode():

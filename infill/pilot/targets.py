@@ -113,7 +113,8 @@ class RawPipeline:
 
     def complete(self, req: CompletionRequest, *, cancel=None, deadline=None, on_draft=None) -> PipelineResult:
         started = time.perf_counter()
-        request, spans = self.inner.build_request(req)
+        prepared = self.inner.prepare(req)
+        request, spans = prepared.request, prepared.spans
         context_ms = (time.perf_counter() - started) * 1000
         try:
             result = self.backend.infill(request, cancel=cancel, deadline=deadline, on_draft=on_draft)

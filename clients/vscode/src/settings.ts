@@ -24,6 +24,7 @@ export const SERVER_SETTING_KEYS = [
   'remoteModel',
   'remoteProtocol',
   'completionLog',
+  'relatedFiles',
 ] as const;
 
 export type ServerSettings = Record<(typeof SERVER_SETTING_KEYS)[number], unknown>;

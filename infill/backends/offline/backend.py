@@ -59,9 +59,11 @@ class ARSettings:
     # where a wider forward is cheap enough on this CPU to pay, else 0 (measured at load).
     draft_tokens: int | None = None
     draft_ngram: int = 3  # longest run of last tokens looked up in the context to draft from
+    extra_context_tokens: int = 256  # most tokens of other files' code (InfillRequest.extra_context) a prompt holds
 
     def __post_init__(self) -> None:
-        positive = {"max_prompt_tokens": 16, "documents": 1, "prefill_chunk_tokens": 16, "draft_ngram": 2}
+        positive = {"max_prompt_tokens": 16, "documents": 1, "prefill_chunk_tokens": 16, "draft_ngram": 2,
+                    "extra_context_tokens": 0}
         for name, least in positive.items():
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
@@ -77,7 +79,8 @@ class ARSettings:
             raise InfillError(f"draft_tokens must be an integer in 0..15, got {self.draft_tokens!r}")
 
     def runtime_shape(self) -> RuntimeShape:
-        return RuntimeShape(sequences=self.documents, sequence_tokens=self.max_prompt_tokens + GENERATION_ROOM,
+        longest = self.max_prompt_tokens + self.extra_context_tokens + GENERATION_ROOM
+        return RuntimeShape(sequences=self.documents, sequence_tokens=longest,
                             batch_tokens=self.prefill_chunk_tokens, max_outputs=16,
                             threads=self.num_threads or threads_from_env() or physical_cores())
 
@@ -212,7 +215,7 @@ class GemmaBackend:
             return 0
         try:
             # The same prompt `_fill_gap` will build: same fitter, same anchor, same healing.
-            fitted = self._fit(request.prefix, request.document_id)
+            fitted = self._fit(request.prefix, request)
             prompt, _ = self._heal(fitted.ids)
             seq, reused = self.sequences.take(request.document_id, prompt, max_keep=len(prompt) - 1)
             fed = prompt[:reused]
@@ -264,7 +267,7 @@ class GemmaBackend:
         if deadline is not None and time.monotonic() >= deadline:
             raise _DeadlineReached("")
         t0 = time.perf_counter()
-        fitted = self._fit(before, request.document_id)
+        fitted = self._fit(before, request)
         prompt, healed = self._heal(fitted.ids)
         # at least one token is fed, to get the next-token logits
         seq, reused = self.sequences.take(request.document_id, prompt, max_keep=len(prompt) - 1)
@@ -293,14 +296,17 @@ class GemmaBackend:
             else:
                 self.sequences.drop(seq)
 
-    def _fit(self, text: str, key: str | None) -> FittedPrompt:
-        """The prompt for `text`: the near end of the text within fresh_prompt_tokens, unless growing the cached
-        prompt from its start (up to max_prompt_tokens) encodes no more tokens anew. Typing, and moving on down a
-        file, so keep more context at no more cost than starting over."""
-        chunks, settings, bos = self.tokens.chunks(text), self.settings, [self.runtime.bos]
-        anchor = self.sequences.anchor(key)
-        fresh = fit_prompt(chunks, bos, settings.fresh_prompt_tokens, anchor=anchor, refit_fraction=1.0)
-        grown = fit_prompt(chunks, bos, settings.max_prompt_tokens, anchor=anchor, keep_anchor=True)
+    def _fit(self, text: str, request: InfillRequest) -> FittedPrompt:
+        """The prompt for `text`: BOS, the request's extra context whole (its own budget), then the near end of
+        the text within fresh_prompt_tokens, unless growing the cached prompt from its start (up to
+        max_prompt_tokens) encodes no more tokens anew than starting over would. Typing, and moving on down a file,
+        so keep more context at no more cost than starting over."""
+        key, settings = request.document_id, self.settings
+        # (whole trailing lines of it: the last names the current file)
+        head = [self.runtime.bos] + self.tokens.encode_tail(request.extra_context, settings.extra_context_tokens)
+        chunks, anchor, extra = self.tokens.chunks(text), self.sequences.anchor(key), len(head) - 1
+        fresh = fit_prompt(chunks, head, settings.fresh_prompt_tokens + extra, anchor=anchor, refit_fraction=1.0)
+        grown = fit_prompt(chunks, head, settings.max_prompt_tokens + extra, anchor=anchor, keep_anchor=True)
         new = lambda fitted: len(fitted.ids) - self.sequences.reusable(key, fitted.ids)  # noqa: E731
         return grown if len(grown.ids) > len(fresh.ids) and new(grown) <= new(fresh) else fresh
 
