@@ -1,7 +1,9 @@
 """Drafted (prompt-lookup) decoding of the offline default: the text of one token per forward, in fewer forwards.
 
 llama.cpp computes the rows of a batch with other kernels than a lone row, so a near tie between the model's two
-best tokens can go the other way in a drafted forward: the fills agree except where that happens.
+best tokens can go the other way in a drafted forward: the fills agree except where that happens (how often
+depends on the CPU's kernels: 1 hole of 6 on an AVX-512 Xeon, 3 of 6 on an AVX2-only EPYC), and the test checks
+that each difference starts at such a tie.
 """
 
 from __future__ import annotations
@@ -55,22 +57,40 @@ def _holes() -> list[InfillRequest]:
     return requests
 
 
+TIE_P = 0.55  # two tokens within ~0.2 nats of each other: neither has more than about this probability
+
+
+def _first_difference(plain: list, drafted: list) -> tuple[int, list[float]]:
+    """The first token at which two runs' drafts part, and the probability each run gave its own token there."""
+    at = next((i for i, (p, d) in enumerate(zip(plain, drafted)) if p.middles != d.middles),
+              min(len(plain), len(drafted)))  # no draft parted: one run ended there (its end token has no draft)
+    return at, [trail[at].confidence[at] for trail in (plain, drafted) if at < len(trail)]
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # twelve real fills; on a shared 2-core machine at load 15 this took 20 minutes
 def test_drafted_decoding_gives_the_text_of_one_token_per_forward(ar_backend):
     original = ar_backend.settings
     try:
-        results = {}
+        results, trails = {}, {}
         for drafts in (0, 8):
             ar_backend.settings = replace(original, draft_tokens=drafts)
             ar_backend.sequences.clear()
-            results[drafts] = [ar_backend.infill(request) for request in _holes()]
+            trails[drafts] = [[] for _ in _holes()]
+            results[drafts] = [ar_backend.infill(request, on_draft=trail.append)
+                               for request, trail in zip(_holes(), trails[drafts])]
     finally:
         ar_backend.settings = original
     plain, drafted = results[0], results[8]
-    same = [d.middle == p.middle for d, p in zip(drafted, plain)]
-    assert sum(same) >= len(same) - 1, [(d.middle, p.middle) for d, p in zip(drafted, plain)]
-    assert all(d.steps == p.steps for d, p, s in zip(drafted, plain, same) if s)
+    for d, p, d_trail, p_trail in zip(drafted, plain, trails[8], trails[0]):
+        if d.middle == p.middle:
+            assert d.steps == p.steps
+            continue
+        # A difference starts at a near tie: both runs' chosen tokens were unsure there, and about equally so
+        at, chances = _first_difference(p_trail, d_trail)
+        assert chances and max(chances) < TIE_P and max(chances) - min(chances) < 0.05, (at, chances, p.middle,
+                                                                                          d.middle)
+    assert sum(d.middle == p.middle for d, p in zip(drafted, plain)) >= 2
     assert all(r.tokens_per_forward <= 1.0 for r in plain)
     # The drafts were used: several tokens confirmed per forward on code that repeats itself.
     assert sum(r.steps for r in drafted) / sum(r.steps / r.tokens_per_forward for r in drafted if r.steps) > 1.3
