@@ -142,6 +142,19 @@ def test_real_single_line_fill(ar_backend):
     assert result.versions["decoding"] == "greedy" and result.versions["gguf_sha256"]
 
 
+def test_healing_allows_exactly_the_tokens_that_start_with_the_dropped_text(ar_backend):
+    """The mask token healing puts on the first token, over the real 262k vocabulary, against testing each text."""
+    texts = ar_backend.texts.texts
+    for dropped in (" ", "self", "(", " ret", "é", "\t", "_zz_nothing"):
+        mask = ar_backend.texts.allowed_after_heal(dropped)
+        assert mask.shape == (len(texts),) and mask.dtype == bool
+        assert [i for i, allowed in enumerate(mask) if allowed] == [i for i, t in enumerate(texts)
+                                                                     if t.startswith(dropped)], dropped
+    prompt = ar_backend.tokens.encode("def add(a, b):\n    return a +")
+    ids, dropped = ar_backend.texts.heal([ar_backend.runtime.bos] + prompt)
+    assert dropped and ids == [ar_backend.runtime.bos] + prompt[:-1]
+
+
 @pytest.mark.slow
 def test_real_holes_are_filled_deterministically(ar_backend):
     holes = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -14,6 +15,8 @@ class TokenTexts:
     def __init__(self, read_vocabulary: Callable[[], list[str]]) -> None:
         self._read = read_vocabulary
         self._texts: list[str] | None = None
+        self._sorted: list[str] = []  # the texts in order, and the token id of each, to find a prefix's tokens
+        self._sorted_ids = np.zeros(0, dtype=np.int64)
         self._heal_masks: dict[str, np.ndarray] = {}
 
     @property
@@ -34,10 +37,18 @@ class TokenTexts:
         return ids[:-1], text
 
     def allowed_after_heal(self, text: str) -> np.ndarray:
-        """A boolean mask over the vocabulary: the tokens whose text starts with `text`."""
+        """A boolean mask over the vocabulary: the tokens whose text starts with `text`. The texts that do are
+        one run of the sorted texts (found by bisection: testing every text took 50 ms a keystroke on a laptop
+        core)."""
         mask = self._heal_masks.get(text)
         if mask is None:
-            mask = np.fromiter((piece.startswith(text) for piece in self.texts), dtype=bool, count=len(self.texts))
+            if not self._sorted:
+                order = sorted(range(len(self.texts)), key=self.texts.__getitem__)
+                self._sorted, self._sorted_ids = [self.texts[i] for i in order], np.array(order, dtype=np.int64)
+            first = bisect.bisect_left(self._sorted, text)
+            end = bisect.bisect_left(self._sorted, text + "\U0010ffff", first)  # past every text text+anything
+            mask = np.zeros(len(self.texts), dtype=bool)
+            mask[self._sorted_ids[first:end]] = True
             if len(self._heal_masks) > 512:
                 self._heal_masks.clear()
             self._heal_masks[text] = mask
