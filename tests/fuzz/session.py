@@ -29,7 +29,7 @@ from .texts import line_spans, offset_of, position_of, random_document, random_p
 HANG_S = 60.0
 EXIT_S = 10.0
 CONFIG = {"codeActionBudgetMs": 4000, "invokedBudgetMs": 3000, "inlineBudgetMs": 400, "debounceMs": 20,
-          "enabledLanguages": ["plaintext", "markdown", "python"]}
+          "enabledLanguages": ["plaintext", "markdown", "python"], "relatedFiles": True}
 
 
 @dataclass
@@ -218,8 +218,10 @@ class Session:
     def configure(self) -> None:
         bad = self.rng.choice(["1e400", "-1e400", "NaN", "12"])
         enabled = "false" if self.rng.random() < 0.2 else "true"
+        related = self.rng.choice(["true", "false", '"yes"'])  # other open files in the prompt, or not; a bad value
         self.server.notify("workspace/didChangeConfiguration",
-                           raw_params=f'{{"settings": {{"infill": {{"enabled": {enabled}, "debounceMs": {bad}}}}}}}')
+                           raw_params=f'{{"settings": {{"infill": {{"enabled": {enabled}, "debounceMs": {bad}, '
+                                      f'"relatedFiles": {related}}}}}}}')
         if enabled == "false":
             self.server.notify("workspace/didChangeConfiguration",
                                raw_params='{"settings": {"infill": {"enabled": true}}}')
