@@ -38,7 +38,7 @@ class TokenTexts:
 
     def allowed_after_heal(self, text: str) -> np.ndarray:
         """A boolean mask over the vocabulary: the tokens whose text starts with `text`. The texts that do are
-        one run of the sorted texts (found by bisection: testing every text took 50 ms a keystroke on a laptop
+        one run of the sorted texts (found by bisection: testing every text took 50 ms a keystroke on an EPYC
         core)."""
         mask = self._heal_masks.get(text)
         if mask is None:
