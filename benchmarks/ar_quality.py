@@ -180,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default: the physical cores)")
     parser.add_argument("--no-healing", action="store_true", help="turn token healing off")
     parser.add_argument("--fresh-prompt-tokens", type=int, default=ARSettings.fresh_prompt_tokens,
-                        help="most prompt tokens encoded from scratch (each hole here is a cold fill)")
+                        help="most prompt tokens encoded from scratch (each hole here is a cold fill; default: "
+                             "sized by this CPU's speed)")
     parser.add_argument("--max-prompt-tokens", type=int, default=ARSettings.max_prompt_tokens)
     parser.add_argument("--per-hole", default=None, help="write each hole's fill and exact flag here (JSON lines), "
                                                         "to pair two runs hole by hole")
@@ -196,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
     figures = {"model": backend.info.label, "weights": backend.info.dtype, "versions": backend.versions,
                "seed": args.seed, "token_healing": not args.no_healing,
-               "threads": args.threads, "fresh_prompt_tokens": settings.fresh_prompt_tokens,
+               "threads": args.threads, "fresh_prompt_tokens": backend.fresh_prompt_tokens,
                "max_prompt_tokens": settings.max_prompt_tokens, "load_s": load_s,
                **quality(backend, holes, args.max_tokens, per_hole := [])}
     if args.per_hole:

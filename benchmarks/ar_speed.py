@@ -88,7 +88,7 @@ def run(backend, floor: Floor, holes, modes: list[tuple[str, dict]], typed: int,
     for index, hole in enumerate(holes):
         # The floor's prompt keeps one start while the hole is typed, as the backend's does (its KV is reusable)
         first_prompt = backend.tokens.encode(hole.prefix[:len(hole.prefix) - typed])
-        start = max(0, len(first_prompt) - base.fresh_prompt_tokens + 1)
+        start = max(0, len(first_prompt) - backend.fresh_prompt_tokens + 1)
         for k in range(typed, -1, -1):
             prefix = hole.prefix[:len(hole.prefix) - k]
             order = modes if (index + k) % 2 == 0 else modes[::-1]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from infill.backends.offline import model_file
+from infill.backends.offline import calibration, model_file
 from infill.backends.offline.backend import ARSettings, load_default_backend
 from infill.backends.offline.sequences import DocumentSequences
 from infill.cache.kv_store import PrefixKVStore
@@ -236,7 +236,7 @@ def test_prefix_kv_reuse_after_a_one_character_edit_matches_a_fresh_computation(
     first = ar_backend.infill(request)
     typed = InfillRequest(prefix=prefix + "r", single_line=True, max_middle_tokens=6, document_id="kv.py")
     reused = ar_backend.infill(typed)
-    assert reused.prompt_tokens > 200
+    assert reused.prompt_tokens > ar_backend.fresh_prompt_tokens * 3 // 4  # a whole fresh window
     assert reused.reused_tokens >= reused.prompt_tokens - 4  # only the edited tail is encoded again
     assert first.reused_tokens < 10
     fresh = ar_backend.infill(InfillRequest(prefix=prefix + "r", single_line=True, max_middle_tokens=6,
@@ -394,6 +394,28 @@ def test_a_prompt_grows_from_its_cached_start_while_little_is_new(small_backend)
     assert jumped.anchor != first.anchor and len(jumped.ids) <= 64
 
 
+def test_a_fresh_prompt_is_sized_by_how_fast_this_cpu_encodes():
+    slow, fast = calibration.fresh_tokens(0.010, 1024), calibration.fresh_tokens(0.0005, 1024)
+    assert slow == calibration.FRESH_LEAST and fast == calibration.FRESH_MOST  # clamped both ways
+    middle = calibration.fresh_tokens(calibration.FRESH_ENCODE_S / 250, 1024)
+    assert middle == 224 and middle % 32 == 0  # as many whole 32s as encode in FRESH_ENCODE_S
+    assert calibration.fresh_tokens(0.0005, 160) == 160  # never more than a prompt may hold
+    assert calibration.fresh_tokens(0.0, 1024) == calibration.FRESH_MOST  # not measured
+
+
+@pytest.mark.slow
+def test_the_default_backend_measures_its_fresh_window_and_a_setting_pins_it(ar_backend, small_backend):
+    measured = ar_backend._encode_s_per_token
+    assert measured is not None and measured > 0  # the load measured this CPU
+    assert ar_backend.fresh_prompt_tokens == calibration.fresh_tokens(measured, ar_backend.settings.max_prompt_tokens)
+    assert small_backend._encode_s_per_token is None and small_backend.fresh_prompt_tokens == 64  # pinned: as set
+    source = REAL_SOURCE.read_text()
+    request = InfillRequest(prefix=source[:20_000], single_line=True, max_middle_tokens=1, document_id="sized.py")
+    result = ar_backend.infill(request)
+    assert ar_backend.fresh_prompt_tokens * 3 // 4 < result.prompt_tokens <= ar_backend.fresh_prompt_tokens
+    assert result.versions["fresh_prompt_tokens"] == ar_backend.fresh_prompt_tokens
+
+
 def test_apostrophes_in_words_do_not_count_as_strings():
     prose = read_gap("Paris is ", "\n", language="markdown")
     assert trim_unfinished("France's capital and it's big", prose, True) == "France's capital and it's big"
@@ -449,22 +471,27 @@ def test_a_cancelled_prefill_stops_early_and_keeps_what_it_encoded(ar_backend):
     the fill that follows reuses them and gives a cold document's answer."""
     import threading
 
-    source = REAL_SOURCE.read_text()
-    prefix = source[:source.index("class InfillResult")] + "class InfillResult:\n    "
-    request = InfillRequest(prefix=prefix, single_line=True, max_middle_tokens=4, document_id="cancel-cold")
-    started = time.perf_counter()
-    whole = ar_backend.warm(request)
-    alone = time.perf_counter() - started
-    assert whole > 300
-    token = CancelToken()
-    timer = threading.Timer(alone / 2, token.cancel, args=("typed on",))
-    started = time.perf_counter()
-    timer.start()
-    held = ar_backend.warm(InfillRequest(prefix=prefix, single_line=True, max_middle_tokens=4,
-                                         document_id="cancel-hot"), cancel=token)
-    took = time.perf_counter() - started
-    timer.join()
-    assert 0 < held < whole and took < alone  # stopped part-way, keeping the work done
-    hot = ar_backend.infill(replace(request, document_id="cancel-hot"))
-    cold = ar_backend.infill(replace(request, document_id="cancel-fresh"))
-    assert hot.reused_tokens == held and hot.middles == cold.middles
+    original = ar_backend.settings
+    ar_backend.settings = replace(original, fresh_prompt_tokens=448)  # a prompt of several chunks on any CPU
+    try:
+        source = REAL_SOURCE.read_text()
+        prefix = source[:source.index("class InfillResult")] + "class InfillResult:\n    "
+        request = InfillRequest(prefix=prefix, single_line=True, max_middle_tokens=4, document_id="cancel-cold")
+        started = time.perf_counter()
+        whole = ar_backend.warm(request)
+        alone = time.perf_counter() - started
+        assert whole > 2 * original.prefill_chunk_tokens
+        token = CancelToken()
+        timer = threading.Timer(alone / 2, token.cancel, args=("typed on",))
+        started = time.perf_counter()
+        timer.start()
+        held = ar_backend.warm(InfillRequest(prefix=prefix, single_line=True, max_middle_tokens=4,
+                                             document_id="cancel-hot"), cancel=token)
+        took = time.perf_counter() - started
+        timer.join()
+        assert 0 < held < whole and took < alone  # stopped part-way, keeping the work done
+        hot = ar_backend.infill(replace(request, document_id="cancel-hot"))
+        cold = ar_backend.infill(replace(request, document_id="cancel-fresh"))
+        assert hot.reused_tokens == held and hot.middles == cold.middles
+    finally:
+        ar_backend.settings = original

@@ -18,6 +18,7 @@ from importlib import metadata
 
 import numpy as np
 
+from infill.backends.offline.calibration import DEFAULT_DRAFTS, drafts_pay, encode_cost, fresh_tokens
 from infill.backends.offline.model_file import MODEL_ID, PACKAGE, chunk_package, ensure_model
 from infill.backends.offline.runtime import LlamaRuntime, RuntimeShape
 from infill.backends.offline.sequences import DocumentSequences
@@ -34,19 +35,16 @@ LABEL = "Gemma 3 270M (small offline fallback)"
 WEIGHTS = "q4_k_m"  # the GGUF's quantisation, as shipped
 DRAFT_LOOKAHEAD_CHARS = 1500  # text after the gap searched for drafts (4% fewer decoding forwards: 120 holes, paired)
 GENERATION_ROOM = 512  # tokens a sequence holds beyond the longest prompt (fills and multi-gap text between)
-DEFAULT_DRAFTS = 3  # drafted tokens per forward where they pay: 1.85 tokens per forward on ar_speed's holes
-# So drafts pay where a forward of 1 + DEFAULT_DRAFTS rows costs under ~1.85 one-row forwards (measured at load),
-# less a margin for the fills they change by rounding (4 of 24 keystroke fills in benchmarks/ar_speed.py).
-DRAFTS_PAY_BELOW = 1.6
 
 
 @dataclass(frozen=True)
 class ARSettings:
     # Prompt window; longer prefixes keep their near end (whole lines). A prompt starts with at most
     # fresh_prompt_tokens and grows from its cached start up to max_prompt_tokens while that encodes no more anew
-    # than starting over would (`_fit`).
+    # than starting over would (`_fit`). fresh_prompt_tokens None: sized by this CPU's speed, measured at load
+    # (infill/backends/offline/calibration.py); a number: exactly that many.
     max_prompt_tokens: int = 1024
-    fresh_prompt_tokens: int = 384
+    fresh_prompt_tokens: int | None = None
     documents: int = 4  # documents whose prompt stays encoded, a llama.cpp KV sequence each (~18 KiB per token)
     # Tokens per decode call while encoding a prompt; a cancel or the deadline is seen between chunks, and the chunks
     # done stay encoded. Not inside a chunk: every keystroke cancels the request before it, and a chunk cut short
@@ -69,9 +67,10 @@ class ARSettings:
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise InfillError(f"{name} must be an integer >= {least}, got {value!r}")
         fresh = self.fresh_prompt_tokens
-        if not isinstance(fresh, int) or not 16 <= fresh <= self.max_prompt_tokens:
-            raise InfillError(f"fresh_prompt_tokens must be an integer from 16 to max_prompt_tokens "
-                              f"({self.max_prompt_tokens}), got {self.fresh_prompt_tokens!r}")
+        if fresh is not None and (not isinstance(fresh, int) or isinstance(fresh, bool) or
+                                  not 16 <= fresh <= self.max_prompt_tokens):
+            raise InfillError(f"fresh_prompt_tokens must be None or an integer from 16 to max_prompt_tokens "
+                              f"({self.max_prompt_tokens}), got {fresh!r}")
         if self.num_threads is not None and (not isinstance(self.num_threads, int) or self.num_threads < 1):
             raise InfillError(f"num_threads must be a positive integer or None, got {self.num_threads!r}")
         if self.draft_tokens is not None and (not isinstance(self.draft_tokens, int) or
@@ -136,6 +135,7 @@ class GemmaBackend:
         self.texts = TokenTexts(runtime.vocabulary)
         self._closed = False
         self._default_drafts = 0
+        self._encode_s_per_token: float | None = None  # measured at load (warm_up)
         self._info = BackendInfo(name=f"gemma3-270m:{MODEL_ID}", kind="autoregressive", model=MODEL_ID,
                                  device="cpu", dtype=WEIGHTS, is_fallback=True, label=LABEL)
         self.versions = self._describe_versions()
@@ -148,8 +148,7 @@ class GemmaBackend:
             package, gguf_sha = PACKAGE, "unknown"
         return {"model": MODEL_ID, "package": package, "gguf_sha256": gguf_sha, "weights": WEIGHTS,
                 **self.runtime.describe(), "decoding": "greedy", "prompt": "prefix-only",
-                "max_prompt_tokens": self.settings.max_prompt_tokens,
-                "fresh_prompt_tokens": self.settings.fresh_prompt_tokens}
+                "max_prompt_tokens": self.settings.max_prompt_tokens}
 
     def warm_up(self) -> None:
         """Pay one-time costs (the token texts for healing, llama.cpp's first graph) at load, not on the first
@@ -159,24 +158,24 @@ class GemmaBackend:
         try:
             ids = self.tokens.encode("def main(argv):\n    args = parse(argv)\n    return run(args)\n")
             self.runtime.decode(seq, ids[:8])
+            if self.settings.fresh_prompt_tokens is None:
+                rows = (ids * (64 // len(ids) + 1))[:min(64, self.settings.prefill_chunk_tokens)]
+                self._encode_s_per_token = encode_cost(self.runtime, seq, rows, keep=8)
+                log.info("a prompt encodes at %.2f ms a token here: %d tokens from scratch",
+                         self._encode_s_per_token * 1000, self.fresh_prompt_tokens)
             if self.settings.draft_tokens is None:
-                self._default_drafts = DEFAULT_DRAFTS if self._drafts_pay(seq, ids[8:9 + DEFAULT_DRAFTS]) else 0
+                pay = drafts_pay(self.runtime, seq, ids[8:9 + DEFAULT_DRAFTS], keep=8)
+                self._default_drafts = DEFAULT_DRAFTS if pay else 0
         finally:
             self.sequences.drop(seq)
 
-    def _drafts_pay(self, seq: int, rows: list[int]) -> bool:
-        """Whether a forward of len(rows) rows costs less than DRAFTS_PAY_BELOW one-row forwards here (medians of
-        three; the first of each is not counted)."""
-        times: dict[int, list[float]] = {1: [], len(rows): []}
-        for _ in range(4):
-            for n in times:
-                started = time.perf_counter()
-                self.runtime.decode(seq, rows[:n], outputs=n)
-                times[n].append(time.perf_counter() - started)
-                self.runtime.cut(seq, 8)
-        one, wide = (sorted(times[n][1:])[1] for n in (1, len(rows)))
-        log.info("a forward of %d rows costs %.2f of one row's (%.1f ms)", len(rows), wide / one, one * 1000)
-        return wide < DRAFTS_PAY_BELOW * one
+    @property
+    def fresh_prompt_tokens(self) -> int:
+        """The most prompt tokens a fill encodes from scratch (the setting, or sized by the speed at load)."""
+        s = self.settings
+        if s.fresh_prompt_tokens is not None:
+            return s.fresh_prompt_tokens
+        return fresh_tokens(self._encode_s_per_token or 0.0, s.max_prompt_tokens)
 
     def _drafts(self) -> int:
         drafts = self.settings.draft_tokens
@@ -232,8 +231,8 @@ class GemmaBackend:
     def _result(self, request: InfillRequest, tally: _Tally, outcome: str, started: float,
                 error: str | None = None) -> InfillResult:
         middles = tuple(tally.middles) + ("",) * (request.gap_count - len(tally.middles))
-        versions = dict(self.versions, draft_tokens=self._drafts(), max_middle_tokens=request.max_middle_tokens,
-                        single_line=request.single_line)
+        versions = dict(self.versions, draft_tokens=self._drafts(), fresh_prompt_tokens=self.fresh_prompt_tokens,
+                        max_middle_tokens=request.max_middle_tokens, single_line=request.single_line)
         timings = Timings(encode_ms=tally.encode_s * 1000, denoise_ms=tally.decode_s * 1000,
                           total_ms=(time.perf_counter() - started) * 1000)
         return InfillResult(middles=middles, outcome=outcome, backend=self._info.name,  # type: ignore[arg-type]
@@ -298,14 +297,14 @@ class GemmaBackend:
 
     def _fit(self, text: str, request: InfillRequest) -> FittedPrompt:
         """The prompt for `text`: BOS, the request's extra context whole (its own budget), then the near end of
-        the text within fresh_prompt_tokens, unless growing the cached prompt from its start (up to
+        the text within `fresh_prompt_tokens`, unless growing the cached prompt from its start (up to
         max_prompt_tokens) encodes no more tokens anew than starting over would. Typing, and moving on down a file,
         so keep more context at no more cost than starting over."""
         key, settings = request.document_id, self.settings
         # (whole trailing lines of it: the last names the current file)
         head = [self.runtime.bos] + self.tokens.encode_tail(request.extra_context, settings.extra_context_tokens)
         chunks, anchor, extra = self.tokens.chunks(text), self.sequences.anchor(key), len(head) - 1
-        fresh = fit_prompt(chunks, head, settings.fresh_prompt_tokens + extra, anchor=anchor, refit_fraction=1.0)
+        fresh = fit_prompt(chunks, head, self.fresh_prompt_tokens + extra, anchor=anchor, refit_fraction=1.0)
         grown = fit_prompt(chunks, head, settings.max_prompt_tokens + extra, anchor=anchor, keep_anchor=True)
         new = lambda fitted: len(fitted.ids) - self.sequences.reusable(key, fitted.ids)  # noqa: E731
         return grown if len(grown.ids) > len(fresh.ids) and new(grown) <= new(fresh) else fresh
