@@ -24,7 +24,8 @@ def test_fuzz_sessions_keep_every_invariant(tiny_checkpoint, tmp_path):
     assert stats.sessions >= 2 and stats.requests >= 100, summary
     failures = {k: summary[k] for k in ("crashes", "hangs", "stale_edits", "bad_edits", "protocol_errors",
                                         "internal_errors", "tracebacks")}
-    assert not any(failures.values()), summary
+    # the problems first: pytest's short report cuts a long message, and they are what a failure is chased by
+    assert not any(failures.values()), "\n".join([*stats.problems, str(failures)])
 
 
 @pytest.mark.timeout(GATEWAY_SECONDS + 300)
