@@ -152,7 +152,7 @@ class GemmaBackend:
 
     def warm_up(self) -> None:
         """Pay one-time costs (the token texts for healing, llama.cpp's first graph) at load, not on the first
-        keystroke."""
+        keystroke, and measure what this CPU costs where the settings leave it open (calibration.py)."""
         self.texts.allowed_after_heal(" ")
         seq, _ = self.sequences.take("<warm-up>", [])
         try:

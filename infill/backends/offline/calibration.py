@@ -1,6 +1,6 @@
 """What this CPU costs, measured once at load on the loaded model: how many prompt tokens a prompt encoded from
-scratch may hold, and whether drafted tokens pay. Both are choices a fixed number gets wrong on some CPU class (a
-2-core AVX2 laptop encodes four times slower than an 8-core one)."""
+scratch may hold, and whether drafted tokens pay. Both are choices a fixed number gets wrong on some CPU class:
+a fixed 384-token window encoded in ~540 ms on one 2-core Xeon VM and in ~1.1 s on another."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ log = logging.getLogger(__name__)
 
 # A prompt encoded from scratch (a jump, a file switch, a generic client's first key) holds as many tokens as
 # encode in about FRESH_ENCODE_S here, from FRESH_LEAST to FRESH_MOST: on two Xeon cores (~2.8 ms a token) 192, on
-# a CPU twice as fast 384. ar_quality's development holes (seed 1234, 60) scored 18, 21, 19 and 17 exact at 384,
-# 256, 192 and 128 fresh tokens: no loss down to 192.
+# a CPU twice as fast 384. Chosen on ar_quality's development holes (seed 1234, 60: 18, 21, 19 and 17 exact at 384,
+# 256, 192 and 128 fresh tokens); held out (seed 2028) 192 against 384 gave 22 against 23 of 60 exact, cold p50
+# 788 against 1,437 ms, and typing (ghost_typing seeds 41, 42) 47 against 53 of 144 exact at p50 0.45-0.71x.
 FRESH_ENCODE_S = 0.6
 FRESH_LEAST = 192
 FRESH_MOST = 384
