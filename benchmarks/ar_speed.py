@@ -34,16 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ar_quality import cut_holes  # noqa: E402
 from infill.backends.offline.backend import ARSettings, load_default_backend  # noqa: E402
 from infill.backends.offline.model_file import ensure_model  # noqa: E402
+from infill.device import kernel_flags  # noqa: E402
 from infill.stats import percentile  # noqa: E402
 from infill.types import InfillRequest  # noqa: E402
-
-
-def cpu_flags() -> list[str]:
-    try:
-        words = set(Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").split())
-    except OSError:
-        return []
-    return sorted(words & {"avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8", "fma"})
 
 
 def parse_mode(text: str) -> tuple[str, dict]:
@@ -155,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     floor = Floor(backend.runtime.shape.threads)
     holes = cut_holes(args.packages.split(","), args.n, args.seed)
     figures: dict = {"model": backend.info.label, "weights": backend.info.dtype, "versions": backend.versions,
-                     "cores": os.cpu_count(), "cpu_flags": cpu_flags(), "load_average_start": os.getloadavg()[0],
+                     "cores": os.cpu_count(), "cpu_flags": kernel_flags(), "load_average_start": os.getloadavg()[0],
                      "holes": len(holes), "typed": args.typed, "modes": dict(modes)}
     figures.update(run(backend, floor, holes, modes, args.typed, args.max_tokens))
     figures["load_average_end"] = os.getloadavg()[0]

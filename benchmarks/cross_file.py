@@ -39,10 +39,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fill_quality import (DEV_PACKAGES, HELD_OUT_PACKAGES, HELD_OUT_SEED, cpu_flags, middle_of,  # noqa: E402
+from fill_quality import (DEV_PACKAGES, HELD_OUT_PACKAGES, HELD_OUT_SEED, middle_of,  # noqa: E402
                           package_files)
 from infill.backends.offline.backend import load_default_backend  # noqa: E402
 from infill.context.related import OpenDocument, RelatedFiles  # noqa: E402
+from infill.device import kernel_flags  # noqa: E402
 from infill.metrics import edit_similarity, exact_match  # noqa: E402
 from infill.pilot.syntax import syntax_valid  # noqa: E402
 from infill.pipeline import CompletionRequest, Pipeline, PipelineSettings  # noqa: E402
@@ -231,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
               "selection_holds_the_name": _share(sum(found), len(found)),
               "selection_ms": {"p50": round(percentile(costs, 50) or 0, 3),
                                "p95": round(percentile(costs, 95) or 0, 3)},
-              "backend": backend.info.model, "cores": os.cpu_count(), "cpu_flags": cpu_flags(),
+              "backend": backend.info.model, "cores": os.cpu_count(), "cpu_flags": kernel_flags(),
               "seconds": round(time.monotonic() - started)}
     print(json.dumps(report))
     return 0

@@ -38,8 +38,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from infill.backends.offline.backend import load_default_backend  # noqa: E402
-from infill.gateway.openai_api import (GatewaySettings, detect_language, parse_completion_params,  # noqa: E402
-                                       run_completion)
+from infill.device import kernel_flags  # noqa: E402
+from infill.gateway.openai_api import (GatewaySettings, backend_kinds, detect_language,  # noqa: E402
+                                       parse_completion_params, run_completion)
 from infill.pilot.files import Discovery, discover  # noqa: E402
 from infill.pilot.holes import CutSettings, Hole, cut_holes  # noqa: E402
 from infill.metrics import edit_similarity, exact_match  # noqa: E402
@@ -104,7 +105,7 @@ def ask_gateway(pipeline: Pipeline, hole: Hole, settings: GatewaySettings) -> At
     params = parse_completion_params({"prompt": hole.prefix, "suffix": hole.suffix,
                                       "infill_document": f"bench-gw-{hole.id}"}, settings)
     t0 = time.perf_counter()
-    extension, text, _ = run_completion(pipeline, params, settings)
+    extension, text, _ = run_completion(pipeline, params, settings, backend_kinds(pipeline))
     ms = (time.perf_counter() - t0) * 1000
     start, end = extension["replace"]
     shown = middle_of(hole.text_without_middle, start, end, text, hole) if text.strip() else ""
@@ -167,18 +168,6 @@ def summarise(records: list[dict]) -> dict:
     }
 
 
-def cpu_flags() -> list[str]:
-    wanted = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16")
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                have = set(line.split(":", 1)[1].split())
-                return [flag for flag in wanted if flag in have]
-    except OSError:
-        pass
-    return []
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--set", choices=("heldout", "dev"), default="heldout")
@@ -224,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     report = {"set": args.set, "packages": [p for p in packages if p in {f.path.split('/')[0] for f in files.files}],
               "seed": seed, "kinds": args.kinds, "holes": len(holes),
               **{path: summarise(recs) for path, recs in records.items()},
-              "backend": backend.info.model if backend else args.url, "cores": os.cpu_count(), "cpu_flags": cpu_flags(),
+              "backend": backend.info.model if backend else args.url, "cores": os.cpu_count(),
+              "cpu_flags": kernel_flags(),
               "seconds": round(time.monotonic() - started)}
     if len(paths) == 2:
         pairs = list(zip(*records.values()))

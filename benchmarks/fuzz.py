@@ -23,6 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
+from infill.device import kernel_flags  # noqa: E402
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -44,11 +46,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="infill-fuzz-") as tmp:
         checkpoint = write_tiny_checkpoint(Path(tmp) / "tiny")
         if args.actions:
-            print(json.dumps({**time_actions(checkpoint), "cores": os.cpu_count(), "cpu_flags": _cpu_flags()}))
+            print(json.dumps({**time_actions(checkpoint), "cores": os.cpu_count(),
+                              "cpu_flags": " ".join(kernel_flags())}))
             return 0
         if args.gateway:
             print(json.dumps({**fuzz_gateway(checkpoint, args), "seed": args.seed, "cores": os.cpu_count(),
-                              "cpu_flags": _cpu_flags()}))
+                              "cpu_flags": " ".join(kernel_flags())}))
             return 0
         started = time.monotonic()
         stats = run_fuzz(str(checkpoint), args.minutes * 60, seed=args.seed, session_seconds=args.session_seconds,
@@ -57,7 +60,7 @@ def main() -> int:
         summary["minutes"] = round((time.monotonic() - started) / 60, 2)
     summary["seed"] = args.seed
     summary["cores"] = os.cpu_count()
-    summary["cpu_flags"] = _cpu_flags()
+    summary["cpu_flags"] = " ".join(kernel_flags())
     print(json.dumps(summary))
     return 0
 
@@ -120,17 +123,6 @@ def time_actions(checkpoint) -> dict:
     finally:
         server.kill()
     return results
-
-
-def _cpu_flags() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                return " ".join(sorted(flags & {"avx2", "avx512f", "avx512_bf16", "amx_tile", "fma", "f16c"}))
-    except OSError:
-        pass
-    return ""
 
 
 if __name__ == "__main__":

@@ -64,6 +64,7 @@ from pygls.lsp.client import LanguageClient
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from infill.languages import python_error  # noqa: E402
+from infill.device import kernel_flags  # noqa: E402
 
 PACKAGES = ("requests", "urllib3", "jinja2", "click", "packaging", "attr", "pygls", "rich", "httpx")
 KEY_GAP_S = 0.12
@@ -429,18 +430,6 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
 
 
-def cpu_flags() -> list[str]:
-    wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_tile", "amx_bf16", "fma", "f16c")
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                have = set(line.split(":", 1)[1].split())
-                return [flag for flag in wanted if flag in have]
-    except OSError:
-        pass
-    return []
-
-
 def summary(records: list[dict], extra: dict, args, settings: dict, seconds: float) -> dict:
     shown = [r for r in records if r["shown"]]
     share = lambda part, whole: round(len(part) / len(whole), 3) if whole else None  # noqa: E731
@@ -457,7 +446,7 @@ def summary(records: list[dict], extra: dict, args, settings: dict, seconds: flo
         "exact_of_shown": share([r for r in shown if r["exact"]], shown),
         "valid": share([r for r in shown if r["valid"]], shown),
         "parses_without_fill": share([r for r in shown if r["parses_without"]], shown),
-        "cores": os.cpu_count(), "cpu_flags": cpu_flags(), "load_avg": round(os.getloadavg()[0], 2),
+        "cores": os.cpu_count(), "cpu_flags": kernel_flags(), "load_avg": round(os.getloadavg()[0], 2),
         "settings": settings, "keys": args.keys, "key_gap_ms": int(KEY_GAP_S * 1000), "seed": args.seed,
         "model": args.model or "offline default (Gemma 3 270M)", "seconds": round(seconds), **extra,
     }

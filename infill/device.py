@@ -31,6 +31,16 @@ def _cpu_flags() -> frozenset[str]:
         return frozenset()
 
 
+# The instruction sets that decide which kernels torch and llama.cpp run, named beside every benchmark figure
+KERNEL_FLAGS = ("avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8",
+                "amx_bf16")
+
+
+def kernel_flags() -> list[str]:
+    """Which of KERNEL_FLAGS this CPU has (empty where /proc/cpuinfo cannot be read)."""
+    return [flag for flag in KERNEL_FLAGS if flag in _cpu_flags()]
+
+
 @lru_cache(maxsize=1)
 def cpu_supports_bf16() -> bool:
     """Native bf16 matmuls (AVX512-BF16/AMX on x86, the BF16 extension on Arm); emulated bf16 is slower than fp32.

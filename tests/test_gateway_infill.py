@@ -172,6 +172,32 @@ def test_past_its_time_limit_the_answer_is_the_best_drafts_whole_lines(ar_backen
     assert cut["content"].count("\n") < whole["content"].count("\n")
 
 
+@pytest.mark.slow
+def test_both_apis_count_the_offline_defaults_tokens_one_per_step_with_drafts_on(ar_backend):
+    """An autoregressive step is one generated token however many drafted tokens a forward confirmed: usage
+    (/v1/completions) and tokens_predicted (/infill) say so, on code whose repeats the drafts continue."""
+    from dataclasses import replace
+
+    lines = "".join(f"    total_{i} = compute_total(items_{i}, rate=rates[{i}], discount=None)\n" for i in range(8))
+    prompt, suffix = "def totals(items, rates):\n" + lines + "    total_8 = compute_total(", "\n    return total_8\n"
+    original = ar_backend.settings
+    ar_backend.settings = replace(original, draft_tokens=3)
+    server, thread = start(Pipeline(ar_backend))
+    try:
+        with httpx.Client(base_url=server.url, timeout=120) as http:
+            openai = http.post("/v1/completions", json={"prompt": prompt, "suffix": suffix, "max_tokens": 32}).json()
+            llama = http.post("/infill", json={"input_prefix": prompt, "input_suffix": suffix, "prompt": "",
+                                               "n_predict": 32, "response_fields": ["tokens_predicted"]}).json()
+    finally:
+        stop(server, thread)
+        ar_backend.settings = original
+    steps = openai["infill"]["steps"]
+    assert openai["infill"]["tokens_per_forward"] > 1  # drafts were confirmed: fewer forwards than tokens
+    assert 0 < steps <= 32 and openai["usage"]["completion_tokens"] == steps, openai
+    assert openai["usage"]["total_tokens"] == openai["usage"]["prompt_tokens"] + steps
+    assert llama["tokens_predicted"] == steps, llama
+
+
 def test_n_indent_ends_the_middle_at_the_first_line_indented_less():
     assert cut_at_dedent("x = 1\n    y = 2\n  z\n    w", 4) == ("x = 1\n    y = 2", True)
     assert cut_at_dedent("x = 1\n\n    y", 4) == ("x = 1\n\n    y", False)  # blank lines do not end it

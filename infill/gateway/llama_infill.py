@@ -27,7 +27,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 
 from infill.gateway.language import detect_language
-from infill.gateway.openai_api import GatewaySettings, HttpError, optional_field, parse_stop
+from infill.gateway.openai_api import (GatewaySettings, HttpError, backend_kinds, generated_tokens, optional_field,
+                                       parse_stop)
 from infill.pipeline import CompletionRequest, Pipeline, PipelineResult
 from infill.types import CancelToken, Draft, InfillError
 from infill.worker import ModelWorker, OnWorker
@@ -207,7 +208,7 @@ def answer_infill(params: InfillParams, settings: GatewaySettings, pipeline: Pip
             request, cancel=token, deadline=time.monotonic() + settings.request_timeout_s, on_draft=keep)
     except InfillError as exc:
         raise HttpError(400, str(exc)) from exc
-    kinds = {b.info.name: b.info.kind for b in (pipeline.backend, pipeline.fallback) if b is not None}
+    kinds = backend_kinds(pipeline)
     spent = token.reason == BUDGET_SPENT and not outcome.fills  # (a fill that finished as it was stopped stands)
     return _body(params, model, _content(outcome, latest, spent), outcome, doc.truncated, None, t0, language, kinds,
                  spent)
@@ -266,7 +267,7 @@ def _body(params: InfillParams, model: str, content: str, outcome: PipelineResul
     result = outcome.result if outcome is not None else None
     prompt_tokens = result.prompt_tokens if result else (warmed or 0)
     prompt_n = max(0, prompt_tokens - result.reused_tokens) if result else (warmed or 0)
-    predicted_n = _predicted_tokens(result, (kinds or {}).get(result.backend) if result else None)
+    predicted_n = generated_tokens(result, kinds or {})
     prompt_ms = result.timings.encode_ms if result else (time.perf_counter() - t0) * 1000
     predicted_ms = result.timings.denoise_ms if result else 0.0
     limited = budget_spent or (result is not None and result.outcome == "cut_short")
@@ -288,15 +289,6 @@ def _body(params: InfillParams, model: str, content: str, outcome: PipelineResul
                    "language": language, "cut_at_indent": dedented, "time_limit_reached": budget_spent,
                    "latency_ms": round((time.perf_counter() - t0) * 1000, 3)},
     }
-
-
-def _predicted_tokens(result, kind: str | None) -> int:
-    """Tokens of the middle: an autoregressive step is one token; a diffusion step commits tokens_per_forward."""
-    if result is None or not result.steps:
-        return 0
-    if kind == "autoregressive":
-        return result.steps
-    return round(result.steps * result.tokens_per_forward)
 
 
 def _per_token(ms: float, n: int) -> float:
