@@ -39,8 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from infill.backends.offline.backend import load_default_backend  # noqa: E402
 from infill.device import kernel_flags  # noqa: E402
-from infill.gateway.openai_api import (GatewaySettings, backend_kinds, detect_language,  # noqa: E402
-                                       parse_completion_params, run_completion)
+from infill.gateway.openai_api import (GatewaySettings, detect_language, parse_completion_params,  # noqa: E402
+                                       run_completion)
 from infill.pilot.files import Discovery, discover  # noqa: E402
 from infill.pilot.holes import CutSettings, Hole, cut_holes  # noqa: E402
 from infill.metrics import edit_similarity, exact_match  # noqa: E402
@@ -105,7 +105,7 @@ def ask_gateway(pipeline: Pipeline, hole: Hole, settings: GatewaySettings) -> At
     params = parse_completion_params({"prompt": hole.prefix, "suffix": hole.suffix,
                                       "infill_document": f"bench-gw-{hole.id}"}, settings)
     t0 = time.perf_counter()
-    extension, text, _ = run_completion(pipeline, params, settings, backend_kinds(pipeline))
+    extension, text, _ = run_completion(pipeline, params, settings)
     ms = (time.perf_counter() - t0) * 1000
     start, end = extension["replace"]
     shown = middle_of(hole.text_without_middle, start, end, text, hole) if text.strip() else ""

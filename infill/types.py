@@ -140,6 +140,7 @@ class InfillResult:
     backend: str  # BackendInfo.name of the backend that produced it
     steps: int = 0  # decoder forwards (diffusion) or decode steps (autoregressive)
     tokens_per_forward: float = 0.0
+    generated_tokens: int = 0  # tokens the model wrote for the middles (what usage counts as completion tokens)
     timings: Timings = field(default_factory=Timings)
     prompt_tokens: int = 0
     reused_tokens: int = 0  # prompt tokens whose KV came from the store, not re-encoded

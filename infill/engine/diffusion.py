@@ -276,7 +276,7 @@ class DiffusionEngine:
         outcome = out.outcome if any(middles) or out.outcome != "ok" else "empty"
         return InfillResult(
             middles=tuple(middles), outcome=outcome, backend=self._info.name, steps=out.steps,  # type: ignore
-            tokens_per_forward=produced / max(out.steps, 1),
+            tokens_per_forward=produced / max(out.steps, 1), generated_tokens=produced,
             timings=Timings(encode_ms=(encoded - started) * 1000, denoise_ms=(done - encoded) * 1000,
                             total_ms=(time.perf_counter() - started) * 1000),
             prompt_tokens=prompt_tokens, reused_tokens=reused, version=request.version, versions=versions)

@@ -27,8 +27,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 
 from infill.gateway.language import detect_language
-from infill.gateway.openai_api import (GatewaySettings, HttpError, backend_kinds, generated_tokens, optional_field,
-                                       parse_stop)
+from infill.gateway.openai_api import GatewaySettings, HttpError, optional_field, parse_stop
 from infill.pipeline import CompletionRequest, Pipeline, PipelineResult
 from infill.types import CancelToken, Draft, InfillError
 from infill.worker import ModelWorker, OnWorker
@@ -208,9 +207,8 @@ def answer_infill(params: InfillParams, settings: GatewaySettings, pipeline: Pip
             request, cancel=token, deadline=time.monotonic() + settings.request_timeout_s, on_draft=keep)
     except InfillError as exc:
         raise HttpError(400, str(exc)) from exc
-    kinds = backend_kinds(pipeline)
     spent = token.reason == BUDGET_SPENT and not outcome.fills  # (a fill that finished as it was stopped stands)
-    return _body(params, model, _content(outcome, latest, spent), outcome, doc.truncated, None, t0, language, kinds,
+    return _body(params, model, _content(outcome, latest, spent), outcome, doc.truncated, None, t0, language,
                  spent)
 
 
@@ -260,14 +258,14 @@ def _cut_at_stop(text: str, stops: tuple[str, ...]) -> tuple[str, str]:
 
 
 def _body(params: InfillParams, model: str, content: str, outcome: PipelineResult | None, truncated: bool,
-          warmed: int | None, t0: float, language: str | None, kinds: dict[str, str] | None = None,
+          warmed: int | None, t0: float, language: str | None,
           budget_spent: bool = False) -> dict:
     content, word = _cut_at_stop(content, params.stop)
     content, dedented = cut_at_dedent(content, params.n_indent)
     result = outcome.result if outcome is not None else None
     prompt_tokens = result.prompt_tokens if result else (warmed or 0)
     prompt_n = max(0, prompt_tokens - result.reused_tokens) if result else (warmed or 0)
-    predicted_n = generated_tokens(result, kinds or {})
+    predicted_n = result.generated_tokens if result else 0
     prompt_ms = result.timings.encode_ms if result else (time.perf_counter() - t0) * 1000
     predicted_ms = result.timings.denoise_ms if result else 0.0
     limited = budget_spent or (result is not None and result.outcome == "cut_short")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from infill.gateway.fim_prompts import split_fim_prompt
 from infill.gateway.language import detect_language
 from infill.pipeline import CompletionRequest, Pipeline, PipelineResult
-from infill.types import InfillError, InfillResult
+from infill.types import InfillError
 
 MAX_STOP_SEQUENCES = 4
 
@@ -131,10 +131,8 @@ def parse_stop(stop: object, limit: int = MAX_STOP_SEQUENCES) -> tuple[str, ...]
 
 # -- completion -------------------------------------------------------------------------------------------------
 
-def run_completion(pipeline: Pipeline, params: CompletionParams, settings: GatewaySettings,
-                   kinds: dict[str, str]) -> tuple[dict, str, str]:
-    """Run one completion on `pipeline` (or its OnWorker), whose backends' kinds are `kinds` (backend_kinds);
-    returns (infill extension object, text, finish_reason)."""
+def run_completion(pipeline: Pipeline, params: CompletionParams, settings: GatewaySettings) -> tuple[dict, str, str]:
+    """Run one completion; returns (infill extension object, text, finish_reason)."""
     start = len(params.prompt)
     language = params.language or detect_language(params.prompt, params.suffix)
     request = CompletionRequest(text=params.prompt + params.suffix, start=start, end=start, mode=params.mode,
@@ -155,21 +153,7 @@ def run_completion(pipeline: Pipeline, params: CompletionParams, settings: Gatew
     text = outcome.fills[0].text if outcome.fills else ""
     text, stopped = _apply_stop(text, params.stop)
     finish = "stop" if stopped or result is None or result.outcome != "cut_short" else "length"
-    return _extension(outcome, latency_ms, start, kinds), text, finish
-
-
-def backend_kinds(pipeline: Pipeline) -> dict[str, str]:
-    """BackendInfo.name -> kind for the pipeline's backends (a result names the one that made it)."""
-    return {b.info.name: b.info.kind for b in (pipeline.backend, pipeline.fallback) if b is not None}
-
-
-def generated_tokens(result: InfillResult | None, kinds: dict[str, str]) -> int:
-    """Tokens of the middle: an autoregressive step is one token; a diffusion step commits tokens_per_forward."""
-    if result is None or not result.steps:
-        return 0
-    if kinds.get(result.backend) == "autoregressive":
-        return result.steps
-    return round(result.steps * result.tokens_per_forward)
+    return _extension(outcome, latency_ms, start), text, finish
 
 
 def _apply_stop(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
@@ -177,14 +161,14 @@ def _apply_stop(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
     return (text[:cut], True) if cut >= 0 else (text, False)
 
 
-def _extension(outcome: PipelineResult, latency_ms: float, start: int, kinds: dict[str, str]) -> dict:
+def _extension(outcome: PipelineResult, latency_ms: float, start: int) -> dict:
     result = outcome.result
     fill = outcome.fills[0] if outcome.fills else None
     return {
         "outcome": result.outcome if result else "empty", "route": outcome.route,
         "backend": result.backend if result else None, "steps": result.steps if result else 0,
         "tokens_per_forward": result.tokens_per_forward if result else 0.0,
-        "completion_tokens": generated_tokens(result, kinds),
+        "completion_tokens": result.generated_tokens if result else 0,
         "latency_ms": round(latency_ms, 2), "pipeline_ms": round(outcome.total_ms, 2),
         "context_ms": round(outcome.context_ms, 2),
         "encode_ms": round(result.timings.encode_ms, 2) if result else 0.0,

@@ -29,8 +29,7 @@ from infill.backends.choose import add_model_options, spec_from_args
 from infill.gateway import llama_infill
 from infill.gateway.arrival_handler import DRAIN_LIMIT_BYTES, ArrivalHandler
 from infill.gateway.front import Arrival, ConnectionLimits, Front
-from infill.gateway.openai_api import (GatewaySettings, HttpError, backend_kinds, completion_body,
-                                       parse_completion_params, run_completion)
+from infill.gateway.openai_api import GatewaySettings, HttpError, completion_body, parse_completion_params, run_completion
 from infill.pipeline import Pipeline
 from infill.types import InfillError
 from infill.worker import ModelWorker, OnWorker
@@ -214,7 +213,7 @@ class _Handler(ArrivalHandler):
         params = parse_completion_params(self._read_json(), self.server.settings)
         pipeline = self.server.ready_pipeline()
         on_worker = OnWorker(pipeline, self.server.worker, abandoned=self._client_gone)
-        extension, text, finish = run_completion(on_worker, params, self.server.settings, backend_kinds(pipeline))
+        extension, text, finish = run_completion(on_worker, params, self.server.settings)
         body = completion_body(self.server.model_name(pipeline), text, finish, extension)
         if params.stream:
             # Diffusion drafts replace the whole middle, so they cannot be streamed as appended deltas: one chunk

@@ -237,6 +237,7 @@ class GemmaBackend:
                           total_ms=(time.perf_counter() - started) * 1000)
         return InfillResult(middles=middles, outcome=outcome, backend=self._info.name,  # type: ignore[arg-type]
                             steps=tally.steps, tokens_per_forward=tally.steps / max(1, tally.forwards + 1),
+                            generated_tokens=tally.steps,
                             timings=timings, prompt_tokens=tally.prompt_tokens, reused_tokens=tally.reused_tokens,
                             version=request.version, versions=versions, error=error)
 

@@ -226,7 +226,7 @@ class RemoteBackend(NativeDiffusionRoute):
             versions["canvas"] = answers[0].extension
         return InfillResult(
             middles=middles, outcome=outcome, backend=self.info.name, steps=steps,
-            tokens_per_forward=completion_tokens / steps if steps else 0.0,
+            tokens_per_forward=completion_tokens / steps if steps else 0.0, generated_tokens=completion_tokens,
             timings=Timings(encode_ms=sum(_ms(a.extension.get("encode_ms")) for a in answers),
                             denoise_ms=sum(_ms(a.extension.get("denoise_ms")) for a in answers),
                             total_ms=(time.perf_counter() - t0) * 1000),
