@@ -26,7 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from infill.backends.offline.backend import ARSettings, load_default_backend  # noqa: E402
+from infill.backends.offline.backend import load_default_backend  # noqa: E402
+from infill.backends.offline.settings import ARSettings  # noqa: E402
 from infill.languages import python_error  # noqa: E402
 from infill.metrics import edit_similarity, exact_match  # noqa: E402
 from infill.stats import percentile, wilson_interval  # noqa: E402

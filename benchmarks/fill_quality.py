@@ -7,11 +7,13 @@ packages, in two disjoint sets:
 - development (`--set dev`): DEV_PACKAGES, any seed. Every package an earlier benchmark chose anything on
   (ar_quality's httpx, pygls and gguf; ghost_typing's sources) is here, never in the held-out set.
 
-Each hole goes through `infill.pipeline.Pipeline.complete`, the watchdog, cleaning and fallback included, two ways:
+Each hole goes through `infill.pipeline.Pipeline.complete`, the watchdog, cleaning and fallback included:
 - lsp: as the server asks: the document's language given, the server's pipeline settings, the inline guard
   (server/scheduling.py's cap: automatic requests are stopped by the client, not by a deadline);
 - gateway: as a generic FIM client asks `infill-ls serve`: prompt + suffix, no `language`, through the gateway's
-  own request parsing and `run_completion` (HTTP itself left out).
+  own request parsing and `run_completion` (HTTP itself left out);
+- and on request (`--paths`) gateway-best-of: the same with `best_of` at the Fill gap default (`fillCandidates`):
+  that many fills ranked by their join with the suffix (infill/backends/offline/ranking.py).
 
 Per path: shown (a non-blank fill), empty, exact match and edit similarity (the pilot's definitions: nothing shown
 scores 0), valid of shown (the filled file parses), each with a 95% interval (Wilson for shares, normal for means);
@@ -101,9 +103,9 @@ def ask_lsp(pipeline: Pipeline, hole: Hole, deadline_ms: float) -> Attempt:
                    [reason for _, reason in outcome.rejections], hole.language)
 
 
-def ask_gateway(pipeline: Pipeline, hole: Hole, settings: GatewaySettings) -> Attempt:
-    params = parse_completion_params({"prompt": hole.prefix, "suffix": hole.suffix,
-                                      "infill_document": f"bench-gw-{hole.id}"}, settings)
+def ask_gateway(pipeline: Pipeline, hole: Hole, settings: GatewaySettings, best_of: int = 1) -> Attempt:
+    params = parse_completion_params({"prompt": hole.prefix, "suffix": hole.suffix, "best_of": best_of,
+                                      "infill_document": f"bench-gw{best_of}-{hole.id}"}, settings)
     t0 = time.perf_counter()
     extension, text, _ = run_completion(pipeline, params, settings)
     ms = (time.perf_counter() - t0) * 1000
@@ -174,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=120)
     parser.add_argument("--seed", type=int, default=None, help="dev set only (the held-out seed is fixed)")
     parser.add_argument("--kinds", default="single-line", help="comma-separated pilot hole kinds")
-    parser.add_argument("--paths", default="lsp,gateway", help="lsp, gateway (in-process) and/or http (--url)")
+    parser.add_argument("--paths", default="lsp,gateway",
+                        help="lsp, gateway and gateway-best-of (in-process), http (--url)")
     parser.add_argument("--url", default=None, help="path http: a running `infill-ls serve`, e.g. http://127.0.0.1:8765")
     parser.add_argument("--per-hole", default=None, help="write each hole's result here (JSON lines)")
     args = parser.parse_args(argv)
@@ -198,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         for path in paths:
             attempt = (ask_lsp(lsp, hole, GUARD_CAP_MS) if path == "lsp"
                        else ask_http(args.url, hole, os.environ.get("INFILL_GATEWAY_TOKEN")) if path == "http"
-                       else ask_gateway(gateway, hole, gateway_settings))
+                       else ask_gateway(gateway, hole, gateway_settings, Settings().fill_candidates)
+                       if path == "gateway-best-of" else ask_gateway(gateway, hole, gateway_settings))
             record = judge(hole, attempt)
             records[path].append(record)
             if out:

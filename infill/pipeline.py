@@ -89,6 +89,7 @@ class CompletionRequest:
     max_middle_tokens: int | None = None  # caps the context's middle budget (e.g. an API's max_tokens)
     name: str | None = None  # the document's file name or path, as the model may be told it
     related: tuple[OpenDocument, ...] = ()  # other open documents, most recently used first
+    candidates: int = 1  # fills the backend may write and rank by their join with the suffix (InfillRequest)
 
 
 @dataclass(frozen=True)
@@ -237,7 +238,7 @@ class Pipeline:
             req.related, req.text, first, last, ctx.language or req.language, name=req.name,
             document_id=req.document_id)
         request = InfillRequest(prefix=req.text[ctx.prefix_start:first], suffix=req.text[last:ctx.suffix_end],
-                                between=between, max_middle_tokens=ctx.max_middle_tokens,
+                                between=between, max_middle_tokens=ctx.max_middle_tokens, candidates=req.candidates,
                                 single_line=ctx.single_line, language=ctx.language or req.language,
                                 document_id=req.document_id, version=req.version, extra_context=extra,
                                 gap=_gap_facts(gaps[0], between[0] if between else req.text[last:ctx.suffix_end]))

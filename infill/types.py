@@ -75,6 +75,9 @@ class GapFacts:
         return next((line.strip() for line in below.split("\n") if line.strip()), "")
 
 
+MAX_CANDIDATES = 8  # most ranked fills one request may ask for
+
+
 @dataclass(frozen=True)
 class InfillRequest:
     """Fill the gap(s) between fixed texts.
@@ -98,6 +101,10 @@ class InfillRequest:
     # Code from other open files, ready to stand ahead of the prompt (infill/context/related.py); backends keep it
     # whole at the prompt's start, outside the prefix window, and may leave it out ("" when there is none).
     extra_context: str = ""
+    # Fills a backend may write for the first gap and rank by how well each joins the suffix (1: its single best
+    # guess). Where a person waits anyway (an invoked Fill gap, a gateway client's `best_of`); a backend that holds
+    # the suffix itself (DiffusionGemma) ignores it.
+    candidates: int = 1
 
     @property
     def gap_count(self) -> int:
@@ -111,6 +118,9 @@ class InfillRequest:
             raise InfillError("between must be a tuple of texts")
         if not isinstance(self.max_middle_tokens, int) or self.max_middle_tokens < 1:
             raise InfillError(f"max_middle_tokens must be a positive integer, got {self.max_middle_tokens!r}")
+        if not isinstance(self.candidates, int) or isinstance(self.candidates, bool) or \
+                not 1 <= self.candidates <= MAX_CANDIDATES:
+            raise InfillError(f"candidates must be an integer from 1 to {MAX_CANDIDATES}, got {self.candidates!r}")
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,8 @@ async def compute_fill(ls, uri: str, rng: types.Range, mode: str, expected: dict
                types.MessageType.Info)
     request = CompletionRequest(text=text, start=spans[0][0], end=spans[0][1], mode="gap" if mode == "gap" else "gaps",
                                 language=document.language_id, document_id=uri, version=version,
-                                spans=tuple(spans) if mode == "gaps" else (), **related(ls, uri))
+                                spans=tuple(spans) if mode == "gaps" else (), candidates=ls.settings.fill_candidates,
+                                **related(ls, uri))
     pipeline = ls.host.pipeline
     if pipeline is None:
         return FillOutcome(None, f"the backend is not ready (state {ls.host.state})")

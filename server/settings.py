@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from infill.types import InfillError
+from infill.types import MAX_CANDIDATES, InfillError
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,9 @@ class Settings:
     inline_budget_ms: int | None = None  # automatic trigger
     invoked_budget_ms: int | None = None  # explicitly invoked (no debounce)
     code_action_budget_ms: int = 10000
+    # Fill gap on the offline default: fills written and ranked by their join with the text after the gap (1: the
+    # greedy fill only). infill/backends/offline/ranking.py has the measurement behind 4.
+    fill_candidates: int = 4
     debounce_ms: int = 50  # short: the prompt is encoded meanwhile and kept; a superseded run stops in one forward
     max_middle_tokens: int = 64
     enabled_languages: tuple[str, ...] = ()  # empty: every language
@@ -49,6 +52,7 @@ class Settings:
             need((value is None and name in _MEASURED) or (value is not None and 0 < value <= 600_000),
                  f"{_CAMEL[name]} must be in 1..600000 ms" + (" (or null: measured)" if name in _MEASURED else ""))
         need(0 <= self.debounce_ms <= 10_000, "debounceMs must be in 0..10000")
+        need(1 <= self.fill_candidates <= MAX_CANDIDATES, f"fillCandidates must be in 1..{MAX_CANDIDATES}")
         need(1 <= self.max_middle_tokens <= 4096, "maxMiddleTokens must be in 1..4096")
         need(self.load_format in ("auto", "dummy"), "loadFormat must be 'auto' or 'dummy'")
         need(self.remote_protocol in ("auto", "openai", "vllm-diffusion"),
@@ -78,7 +82,7 @@ _FIELD_OF = {camel: name for name, camel in _CAMEL.items()}
 _OPTIONAL_TEXT = {"model", "device", "dtype", "fallback_endpoint", "fallback_model", "remote_endpoint",
                   "remote_model", "completion_log"}
 _INTEGERS = {"inline_budget_ms", "invoked_budget_ms", "code_action_budget_ms", "debounce_ms", "max_middle_tokens",
-             "max_document_chars", "denoising_steps", "kv_store_mib"}
+             "max_document_chars", "denoising_steps", "kv_store_mib", "fill_candidates"}
 
 
 def _coerce(name: str, value: Any) -> Any:

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from infill.backends.offline import calibration, model_file
-from infill.backends.offline.backend import ARSettings, load_default_backend
+from infill.backends.offline.backend import load_default_backend
+from infill.backends.offline.settings import ARSettings
 from infill.backends.offline.sequences import DocumentSequences
 from infill.cache.kv_store import PrefixKVStore
 from infill.cache.tokens import fit_prompt

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from infill.backends.offline.backend import ARSettings
+from infill.backends.offline.settings import ARSettings
 from infill.backends.offline.tokens import draft_from_context
 from infill.types import CancelToken, InfillError, InfillRequest
 

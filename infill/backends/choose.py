@@ -60,7 +60,8 @@ def open_backend(spec: BackendSpec, progress: ProgressCallback | None = None) ->
         loaded = load_diffusion_model(spec.model, revision=spec.revision, device=spec.device, dtype=spec.dtype,
                                       load_format=spec.load_format)  # type: ignore[arg-type]
         return DiffusionEngine(loaded, spec.engine)
-    from infill.backends.offline.backend import ARSettings, load_default_backend
+    from infill.backends.offline.backend import load_default_backend
+    from infill.backends.offline.settings import ARSettings
 
     return load_default_backend(device=spec.device, dtype=spec.dtype, progress=progress,
                                 settings=ARSettings(num_threads=spec.threads))

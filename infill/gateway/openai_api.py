@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from infill.gateway.fim_prompts import split_fim_prompt
 from infill.gateway.language import detect_language
 from infill.pipeline import CompletionRequest, Pipeline, PipelineResult
-from infill.types import InfillError
+from infill.types import MAX_CANDIDATES, InfillError
 
 MAX_STOP_SEQUENCES = 4
 
@@ -63,6 +63,7 @@ class CompletionParams:
     budget_ms: float | None  # `infill_budget_ms`: the caller's remaining time (RemoteBackend sends it)
     document: str | None = None  # `infill_document`: an opaque document key; a newer request for it stops older ones
     fim_format: str | None = None  # the FIM-token format `prompt` was split from (infill/gateway/fim_prompts.py)
+    best_of: int = 1  # fills written and the one that best joins the suffix returned (InfillRequest.candidates)
 
 
 # -- request validation -----------------------------------------------------------------------------------------
@@ -92,9 +93,12 @@ def parse_completion_params(body: object, settings: GatewaySettings) -> Completi
     if max_tokens is not None and not 1 <= max_tokens <= settings.max_tokens_limit:
         raise HttpError(400, f"max_tokens must be between 1 and {settings.max_tokens_limit}, got {max_tokens}",
                         param="max_tokens")
-    for name in ("n", "best_of"):
-        if optional_field(body, name, int, "an integer") not in (None, 1):
-            raise HttpError(400, f"{name} must be 1: this server returns one completion per request", param=name)
+    if optional_field(body, "n", int, "an integer") not in (None, 1):
+        raise HttpError(400, "n must be 1: this server returns one completion per request", param="n")
+    best_of = optional_field(body, "best_of", int, "an integer")
+    best_of = 1 if best_of is None else best_of
+    if not 1 <= best_of <= MAX_CANDIDATES:
+        raise HttpError(400, f"best_of must be between 1 and {MAX_CANDIDATES}, got {best_of}", param="best_of")
     temperature = optional_field(body, "temperature", (int, float), "a number")
     if temperature is not None and not 0 <= temperature <= 2:
         raise HttpError(400, f"temperature must be between 0 and 2, got {temperature}", param="temperature")
@@ -115,7 +119,8 @@ def parse_completion_params(body: object, settings: GatewaySettings) -> Completi
     return CompletionParams(prompt=prompt, suffix=suffix, max_tokens=max_tokens, stop=parse_stop(body.get("stop")),
                             stream=bool(optional_field(body, "stream", bool, "true or false")), mode=mode,
                             language=optional_field(body, "language", str, "a string"), budget_ms=budget_ms,
-                            document=document, fim_format=fim.format if fim is not None else None)
+                            document=document, fim_format=fim.format if fim is not None else None,
+                            best_of=best_of)
 
 
 def parse_stop(stop: object, limit: int = MAX_STOP_SEQUENCES) -> tuple[str, ...]:
@@ -137,7 +142,8 @@ def run_completion(pipeline: Pipeline, params: CompletionParams, settings: Gatew
     language = params.language or detect_language(params.prompt, params.suffix)
     request = CompletionRequest(text=params.prompt + params.suffix, start=start, end=start, mode=params.mode,
                                 language=language, max_middle_tokens=params.max_tokens,  # type: ignore[arg-type]
-                                document_id=f"remote:{params.document}" if params.document else None)
+                                document_id=f"remote:{params.document}" if params.document else None,
+                                candidates=params.best_of)
     budget_s = settings.request_timeout_s
     if params.budget_ms is not None:
         budget_s = min(budget_s, params.budget_ms / 1000)

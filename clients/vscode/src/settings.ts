@@ -13,6 +13,7 @@ export const SERVER_SETTING_KEYS = [
   'inlineBudgetMs',
   'invokedBudgetMs',
   'codeActionBudgetMs',
+  'fillCandidates',
   'debounceMs',
   'maxMiddleTokens',
   'denoisingSteps',

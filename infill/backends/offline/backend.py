@@ -20,12 +20,14 @@ import numpy as np
 
 from infill.backends.offline.calibration import DEFAULT_DRAFTS, drafts_pay, encode_cost, fresh_tokens
 from infill.backends.offline.model_file import MODEL_ID, PACKAGE, chunk_package, ensure_model
-from infill.backends.offline.runtime import LlamaRuntime, RuntimeShape
+from infill.backends.offline.ranking import (SUFFIX_CHARS, SUFFIX_TOKENS, Candidate, Followed, branch_points,
+                                             follow, log_softmax)
+from infill.backends.offline.runtime import LlamaRuntime
+from infill.backends.offline.settings import ARSettings
 from infill.backends.offline.sequences import DocumentSequences
 from infill.backends.offline.stops import cut_fill, read_gap, trim_unfinished
 from infill.backends.offline.tokens import TokenTexts, draft_from_context
 from infill.cache.tokens import ChunkedTokenizer, FittedPrompt, fit_prompt
-from infill.device import physical_cores, threads_from_env
 from infill.types import (BackendInfo, CancelToken, Cancelled, Draft, DraftCallback, GapFacts, InfillError,
                           InfillRequest, InfillResult, ProgressCallback, Timings)
 
@@ -34,54 +36,6 @@ log = logging.getLogger(__name__)
 LABEL = "Gemma 3 270M (small offline fallback)"
 WEIGHTS = "q4_k_m"  # the GGUF's quantisation, as shipped
 DRAFT_LOOKAHEAD_CHARS = 1500  # text after the gap searched for drafts (4% fewer decoding forwards: 120 holes, paired)
-GENERATION_ROOM = 512  # tokens a sequence holds beyond the longest prompt (fills and multi-gap text between)
-
-
-@dataclass(frozen=True)
-class ARSettings:
-    # Prompt window; longer prefixes keep their near end (whole lines). A prompt starts with at most
-    # fresh_prompt_tokens and grows from its cached start up to max_prompt_tokens while that encodes no more anew
-    # than starting over would (`_fit`). fresh_prompt_tokens None: sized by this CPU's speed, measured at load
-    # (infill/backends/offline/calibration.py); a number: exactly that many.
-    max_prompt_tokens: int = 1024
-    fresh_prompt_tokens: int | None = None
-    documents: int = 4  # documents whose prompt stays encoded, a llama.cpp KV sequence each (~18 KiB per token)
-    # Tokens per decode call while encoding a prompt; a cancel or the deadline is seen between chunks, and the chunks
-    # done stay encoded. Not inside a chunk: every keystroke cancels the request before it, and a chunk cut short
-    # would be lost, so warming would never get ahead (its prompt shares all but the edited tail with the next).
-    # 128: a 384-token prompt encoded in three calls took 538 ms here, in one 559 ms; a cancel waits ~0.2 s at most.
-    prefill_chunk_tokens: int = 128
-    num_threads: int | None = None  # llama.cpp threads; None: env INFILL_THREADS, else the physical cores
-    token_healing: bool = True  # re-choose the prompt's last token (a trailing space or half a word) when decoding
-    # Tokens drafted from the context and verified per forward (0: one token per forward). None: DEFAULT_DRAFTS
-    # where a wider forward is cheap enough on this CPU to pay, else 0 (measured at load).
-    draft_tokens: int | None = None
-    draft_ngram: int = 3  # longest run of last tokens looked up in the context to draft from
-    extra_context_tokens: int = 256  # most tokens of other files' code (InfillRequest.extra_context) a prompt holds
-
-    def __post_init__(self) -> None:
-        positive = {"max_prompt_tokens": 16, "documents": 1, "prefill_chunk_tokens": 16, "draft_ngram": 2,
-                    "extra_context_tokens": 0}
-        for name, least in positive.items():
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < least:
-                raise InfillError(f"{name} must be an integer >= {least}, got {value!r}")
-        fresh = self.fresh_prompt_tokens
-        if fresh is not None and (not isinstance(fresh, int) or isinstance(fresh, bool) or
-                                  not 16 <= fresh <= self.max_prompt_tokens):
-            raise InfillError(f"fresh_prompt_tokens must be None or an integer from 16 to max_prompt_tokens "
-                              f"({self.max_prompt_tokens}), got {fresh!r}")
-        if self.num_threads is not None and (not isinstance(self.num_threads, int) or self.num_threads < 1):
-            raise InfillError(f"num_threads must be a positive integer or None, got {self.num_threads!r}")
-        if self.draft_tokens is not None and (not isinstance(self.draft_tokens, int) or
-                                              not 0 <= self.draft_tokens <= 15):
-            raise InfillError(f"draft_tokens must be an integer in 0..15, got {self.draft_tokens!r}")
-
-    def runtime_shape(self) -> RuntimeShape:
-        longest = self.max_prompt_tokens + self.extra_context_tokens + GENERATION_ROOM
-        return RuntimeShape(sequences=self.documents, sequence_tokens=longest,
-                            batch_tokens=self.prefill_chunk_tokens, max_outputs=16,
-                            threads=self.num_threads or threads_from_env() or physical_cores())
 
 
 def load_default_backend(device: str | None = None, dtype: str | None = None,
@@ -118,6 +72,7 @@ class _Tally:
     forwards: int = 0  # decoding forwards after the prefill (fewer than steps when drafts are accepted)
     prompt_tokens: int = 0
     reused_tokens: int = 0
+    candidates: int = 0  # fills written and ranked by their join with the suffix (0: none ranked)
     encode_s: float = 0.0
     decode_s: float = 0.0
     middles: list[str] = field(default_factory=list)
@@ -232,7 +187,8 @@ class GemmaBackend:
                 error: str | None = None) -> InfillResult:
         middles = tuple(tally.middles) + ("",) * (request.gap_count - len(tally.middles))
         versions = dict(self.versions, draft_tokens=self._drafts(), fresh_prompt_tokens=self.fresh_prompt_tokens,
-                        max_middle_tokens=request.max_middle_tokens, single_line=request.single_line)
+                        max_middle_tokens=request.max_middle_tokens, single_line=request.single_line,
+                        ranked_candidates=tally.candidates)
         timings = Timings(encode_ms=tally.encode_s * 1000, denoise_ms=tally.decode_s * 1000,
                           total_ms=(time.perf_counter() - started) * 1000)
         return InfillResult(middles=middles, outcome=outcome, backend=self._info.name,  # type: ignore[arg-type]
@@ -279,9 +235,14 @@ class GemmaBackend:
         try:
             logits = self._prefill(seq, prompt, fed, token, deadline)
             t1 = time.perf_counter()
+            if healed:
+                logits = np.where(self.texts.allowed_after_heal(healed), logits, -np.inf)
             lookahead = self.tokens.encode(after[:DRAFT_LOOKAHEAD_CHARS]) if self._drafts() else []
             fill = self._decode(seq, logits, fed, lookahead, gap, healed, request, token, deadline, on_draft,
                                 tally)
+            if request.candidates > 1 and request.single_line and not tally.middles and after.strip():
+                fill = self._rank(seq, fed, len(prompt), logits, fill, after, lookahead, gap, healed, request,
+                                  token, deadline, tally)
             intact = True
             return fill
         except (Cancelled, _DeadlineReached):
@@ -335,16 +296,54 @@ class GemmaBackend:
         fed.append(ids[-1])
         return last
 
+    def _rank(self, seq: int, fed: list[int], prompt_length: int, first: np.ndarray, greedy: str, after: str,
+              lookahead: list[int], gap: GapFacts, healed: str, request: InfillRequest, token: CancelToken,
+              deadline: float | None, tally: _Tally) -> str:
+        """The fill among greedy and `request.candidates - 1` branches of it that best joins the suffix (ranking.py).
+        Branches stop at the deadline, greedy always stands; the sequence is left holding the prompt."""
+        suffix = self.runtime.tokenize(after[:SUFFIX_CHARS])[:SUFFIX_TOKENS]
+        first_lp = log_softmax(first := np.atleast_2d(first)[-1])
+
+        def restore() -> None:
+            self.runtime.cut(seq, prompt_length)
+            del fed[prompt_length:]
+
+        def judged(text: str, branch: int | None) -> tuple[Candidate, list[int], Followed]:
+            restore()
+            ids = self.runtime.tokenize(healed + text) if healed + text else []
+            seen = follow(self.runtime, seq, first_lp, ids + suffix)
+            return Candidate(text, sum(seen.logprobs[:len(ids)]), sum(seen.logprobs[len(ids):]), branch), ids, seen
+
+        try:
+            best, ids, seen = judged(greedy, None)
+            tally.candidates = 1
+            for position, choice in branch_points(ids, seen, request.candidates - 1):
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+                restore()
+                forced = np.where(np.arange(first.size) == choice, 0.0, -np.inf)
+                try:
+                    self._prefill(seq, fed + ids[:position], fed, token, deadline, logits=False)
+                    text = self._decode(seq, forced, fed, lookahead, gap, healed, request, token, deadline, None,
+                                        tally, generated=ids[:position])
+                except _DeadlineReached:
+                    break
+                tally.candidates += 1
+                if text.strip() and text != best.text:
+                    best = max(best, judged(text, position)[0], key=lambda c: c.score)
+            return best.text
+        finally:
+            restore()
+
     def _decode(self, seq: int, logits: np.ndarray, fed: list[int], lookahead: list[int], gap: GapFacts,
                 healed: str, request: InfillRequest, token: CancelToken, deadline: float | None,
-                on_draft: DraftCallback | None, tally: _Tally) -> str:
-        """Greedy decoding. Each forward also verifies tokens drafted from the document (`_step`); a token is
+                on_draft: DraftCallback | None, tally: _Tally, generated: list[int] | None = None) -> str:
+        """Greedy decoding from `logits` (the next token's, after the prompt and the tokens already `generated`,
+        which start the fill). Each forward also verifies tokens drafted from the document (`_step`); a token is
         handled the same way whether it came from a one-token forward or a verified draft."""
-        generated: list[int] = []
-        confidence: list[float] = []
+        generated = list(generated or [])
+        confidence: list[float] = [float("nan")] * len(generated)
         fill = ""
-        if healed:
-            logits = np.where(self.texts.allowed_after_heal(healed), logits, -np.inf)
         sure = on_draft is not None  # a token's probability is for drafts only (a softmax costs ~1 ms a token)
         pending = _pick(logits, sure)
         capacity = self.runtime.shape.sequence_tokens

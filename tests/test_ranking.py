@@ -1,0 +1,79 @@
+"""Fills ranked by their join with the suffix (infill/backends/offline/ranking.py) on the real offline default, and
+the two ways to ask for them: the Fill gap setting `fillCandidates` and a gateway client's `best_of`."""
+
+from __future__ import annotations
+
+import pytest
+
+from infill.backends.offline.ranking import Followed, branch_points
+from infill.gateway.openai_api import GatewaySettings, HttpError, parse_completion_params, run_completion
+from infill.pipeline import Pipeline
+from infill.types import InfillError, InfillRequest
+from server.settings import Settings, parse_settings
+
+# `total = 0` right before `return total / len(values)` is what the prefix alone suggests; the suffix says the
+# line sums the values.
+MEAN_PREFIX = "def mean(values):\n    total = "
+MEAN_SUFFIX = "\n    return total / len(values)\n"
+
+
+def mean_request(candidates: int, document: str | None = None) -> InfillRequest:
+    return InfillRequest(prefix=MEAN_PREFIX, suffix=MEAN_SUFFIX, language="python", single_line=True,
+                         candidates=candidates, document_id=document)
+
+
+def test_the_fill_that_joins_the_suffix_wins_over_the_greedy_one(ar_backend):
+    greedy = ar_backend.infill(mean_request(1))
+    ranked = ar_backend.infill(mean_request(4))
+    assert greedy.middles == ("0",) and greedy.versions["ranked_candidates"] == 0
+    assert ranked.middles == ("sum(values)",), ranked
+    assert 2 <= ranked.versions["ranked_candidates"] <= 4
+    assert ranked.generated_tokens > greedy.generated_tokens  # the branches were written, and are counted
+
+
+def test_ranking_leaves_the_documents_prompt_cached_and_intact(ar_backend):
+    ranked = ar_backend.infill(mean_request(4, document="ranked-doc"))
+    again = ar_backend.infill(mean_request(1, document="ranked-doc"))
+    fresh = ar_backend.infill(mean_request(1, document="greedy-doc"))
+    repeated = ar_backend.infill(mean_request(1, document="greedy-doc"))
+    assert ranked.middles == ("sum(values)",)
+    # the sequence holds the prompt again, not a branch: as much is reused as after a greedy fill, and the greedy
+    # fill after it is the one a fresh cache gives
+    assert again.reused_tokens == repeated.reused_tokens > 0
+    assert again.middles == fresh.middles == ("0",)
+
+
+def test_nothing_is_ranked_without_a_suffix_or_for_a_multi_line_gap(ar_backend):
+    no_suffix = ar_backend.infill(InfillRequest(prefix=MEAN_PREFIX, suffix="\n\n", language="python",
+                                                single_line=True, candidates=4))
+    multi_line = ar_backend.infill(InfillRequest(prefix=MEAN_PREFIX, suffix=MEAN_SUFFIX, language="python",
+                                                 candidates=4))
+    assert no_suffix.versions["ranked_candidates"] == 0 and multi_line.versions["ranked_candidates"] == 0
+
+
+def test_branch_points_are_the_least_sure_positions():
+    seen = Followed(logprobs=[-0.1, -0.9, -0.2, -3.0],
+                    alternatives=[(7, 2.0), (8, 0.1), (9, float("inf")), (10, 0.5)])
+    assert branch_points([1, 2, 3], seen, 2) == [(1, 8), (0, 7)]  # the suffix's positions are not branched on
+    assert branch_points([1, 2, 3], seen, 5) == [(1, 8), (0, 7)]  # nor one whose second choice is impossible
+
+
+def test_candidates_are_validated():
+    for bad in (0, 9, True, "4"):
+        with pytest.raises(InfillError, match="candidates"):
+            InfillRequest(prefix="x", candidates=bad)  # type: ignore[arg-type]
+    settings, problems = parse_settings({"fillCandidates": 9}, Settings())
+    assert settings.fill_candidates == Settings().fill_candidates and "fillCandidates must be in 1..8" in problems[0]
+    assert parse_settings({"fillCandidates": 1}, Settings())[0].fill_candidates == 1
+
+
+def test_gateway_best_of_ranks_and_is_bounded(ar_backend):
+    settings = GatewaySettings()
+    params = parse_completion_params({"prompt": MEAN_PREFIX, "suffix": MEAN_SUFFIX, "best_of": 4}, settings)
+    extension, text, _ = run_completion(Pipeline(ar_backend), params, settings)
+    assert text == "sum(values)" and extension["versions"]["ranked_candidates"] >= 2
+    plain = parse_completion_params({"prompt": MEAN_PREFIX, "suffix": MEAN_SUFFIX}, settings)
+    assert run_completion(Pipeline(ar_backend), plain, settings)[1] == "0"
+    for body in ({"best_of": 9}, {"best_of": 0}, {"n": 2}):
+        with pytest.raises(HttpError):
+            parse_completion_params({"prompt": "x", **body}, settings)
