@@ -12,7 +12,7 @@ import pytest
 import pytest_asyncio
 from lsprotocol import types
 
-from lsp_helpers import apply_edits, log_text, open_doc, start, utf16_offset, wait_ready
+from lsp_helpers import apply_edits, code_actions, log_text, open_doc, start, utf16_offset, wait_ready
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
@@ -151,3 +151,22 @@ async def _fill_after_edit(client, uri: str, end: types.Position, version: int, 
 def _configure(client, settings: dict) -> None:
     """The workspace configuration the client pushes (over the initializationOptions)."""
     client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"infill": settings}))
+
+
+async def test_fill_gap_keeps_the_fill_that_joins_the_text_after_it(default):
+    """Fill gap on a one-line gap writes fillCandidates fills and keeps the one that best joins the suffix: the
+    prefix alone says `total = 0`; the line after it says the values are summed."""
+    await wait_ready(default, timeout=240)
+    uri = "file:///mean.py"
+    text = "def mean(values):\n    total = ...\n    return total / len(values)\n"
+    open_doc(default, uri, text, language="python")
+    gap = types.Range(start=types.Position(1, 12), end=types.Position(1, 15))  # the "..."
+    fills = {}
+    for candidates in (4, 1):
+        _configure(default, {"fillCandidates": candidates})
+        actions = await code_actions(default, uri, gap)
+        resolved = await default.code_action_resolve_async(next(a for a in actions if a.title == "Fill gap"))
+        assert resolved.edit is not None, log_text(default)[-2000:]
+        fills[candidates] = resolved.edit.document_changes[0].edits[0].new_text
+    _configure(default, {})
+    assert fills == {4: "sum(values)", 1: "0"}, fills
