@@ -13,7 +13,10 @@ Each hole goes through `infill.pipeline.Pipeline.complete`, the watchdog, cleani
 - gateway: as a generic FIM client asks `infill-ls serve`: prompt + suffix, no `language`, through the gateway's
   own request parsing and `run_completion` (HTTP itself left out);
 - and on request (`--paths`) gateway-best-of: the same with `best_of` at the Fill gap default (`fillCandidates`):
-  that many fills ranked by their join with the suffix (infill/backends/offline/ranking.py).
+  that many fills ranked by their join with the suffix (infill/backends/offline/ranking.py);
+- fill-gap and fill-gap-greedy: the Fill gap code action's request (server/fills.py): the hole's text selected,
+  mode "gap", the language given, `fillCandidates` fills (fill-gap) or one (fill-gap-greedy), the action's
+  budget (codeActionBudgetMs) as the deadline.
 
 Per path: shown (a non-blank fill), empty, exact match and edit similarity (the pilot's definitions: nothing shown
 scores 0), valid of shown (the filled file parses), each with a 95% interval (Wilson for shares, normal for means);
@@ -103,6 +106,24 @@ def ask_lsp(pipeline: Pipeline, hole: Hole, deadline_ms: float) -> Attempt:
                    [reason for _, reason in outcome.rejections], hole.language)
 
 
+PATHS = ("lsp", "gateway", "gateway-best-of", "fill-gap", "fill-gap-greedy", "http")
+
+
+def ask_fill_gap(pipeline: Pipeline, hole: Hole, candidates: int) -> Attempt:
+    """As the Fill gap action asks: the hole's own text is the selection (the model never sees it), mode "gap"."""
+    start, end = len(hole.prefix), len(hole.prefix) + len(hole.middle)
+    text = hole.prefix + hole.middle + hole.suffix
+    request = CompletionRequest(text=text, start=start, end=end, mode="gap", language=hole.language,
+                                document_id=f"bench-gap{candidates}:{hole.id}", candidates=candidates)
+    t0 = time.perf_counter()
+    outcome = pipeline.complete(request, deadline=time.monotonic() + Settings().code_action_budget_ms / 1000)
+    ms = (time.perf_counter() - t0) * 1000
+    fill = outcome.fills[0] if outcome.fills else None
+    shown = middle_of(text, fill.start, fill.end, fill.text, hole) if fill and fill.text.strip() else ""
+    return Attempt(shown, ms, outcome.result.outcome if outcome.result else "none",
+                   [reason for _, reason in outcome.rejections], hole.language)
+
+
 def ask_gateway(pipeline: Pipeline, hole: Hole, settings: GatewaySettings, best_of: int = 1) -> Attempt:
     params = parse_completion_params({"prompt": hole.prefix, "suffix": hole.suffix, "best_of": best_of,
                                       "infill_document": f"bench-gw{best_of}-{hole.id}"}, settings)
@@ -177,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="dev set only (the held-out seed is fixed)")
     parser.add_argument("--kinds", default="single-line", help="comma-separated pilot hole kinds")
     parser.add_argument("--paths", default="lsp,gateway",
-                        help="lsp, gateway and gateway-best-of (in-process), http (--url)")
+                        help="lsp, gateway, gateway-best-of, fill-gap and fill-gap-greedy (in-process), http (--url)")
     parser.add_argument("--url", default=None, help="path http: a running `infill-ls serve`, e.g. http://127.0.0.1:8765")
     parser.add_argument("--per-hole", default=None, help="write each hole's result here (JSON lines)")
     args = parser.parse_args(argv)
@@ -186,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     packages = HELD_OUT_PACKAGES if args.set == "heldout" else DEV_PACKAGES
     seed = HELD_OUT_SEED if args.set == "heldout" else (args.seed if args.seed is not None else 1)
     paths = [p for p in args.paths.split(",") if p]
+    if unknown := set(paths) - set(PATHS):
+        parser.error(f"unknown path(s) {', '.join(sorted(unknown))}; choose from {', '.join(PATHS)}")
 
     started = time.monotonic()
     files = package_files(packages)
@@ -202,7 +225,9 @@ def main(argv: list[str] | None = None) -> int:
             attempt = (ask_lsp(lsp, hole, GUARD_CAP_MS) if path == "lsp"
                        else ask_http(args.url, hole, os.environ.get("INFILL_GATEWAY_TOKEN")) if path == "http"
                        else ask_gateway(gateway, hole, gateway_settings, Settings().fill_candidates)
-                       if path == "gateway-best-of" else ask_gateway(gateway, hole, gateway_settings))
+                       if path == "gateway-best-of"
+                       else ask_fill_gap(lsp, hole, Settings().fill_candidates if path == "fill-gap" else 1)
+                       if path.startswith("fill-gap") else ask_gateway(gateway, hole, gateway_settings))
             record = judge(hole, attempt)
             records[path].append(record)
             if out:
