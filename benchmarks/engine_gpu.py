@@ -5,8 +5,9 @@ Timing is device-aware: CUDA events around each measured call and a synchronize 
 the model's device; on a CPU, wall time. Measures: load time and memory; prefill of 512 / 2k / 8k tokens;
 keystroke encode (edit at the end of a 2k prompt: crop + encode the tail); one decoder forward for canvases 1x32,
 3x32, 5x80, 1x256 against the weight-bytes floor (bytes a forward must read ÷ --bandwidth-gbs); `sample_step`
-compiled vs eager (compile time, CUDA graphs skipped or not, equality); a full single-line and multi-line fill; the
-prefix-KV size after 200 keystrokes. Prints progress to stderr and, as its LAST stdout line, one JSON object.
+compiled vs eager (compile time, CUDA graphs skipped or not, equality); 12 denoising steps of one canvas with the
+decoder forward replayed as a CUDA graph against all eager (time per step, equal tokens); a full single-line and
+multi-line fill; the prefix-KV size after 200 keystrokes. Prints progress to stderr and, as its LAST stdout line, one JSON object.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import signal
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -26,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from infill.engine.canvas import build_canvas, decoder_masks  # noqa: E402
 from infill.engine.config import resolve_engine_config  # noqa: E402
-from infill.engine.denoise import first_state, sample_step, StepInputs, step_scales  # noqa: E402
+from infill.engine.denoise import denoise, first_state, sample_step, StepInputs, step_scales  # noqa: E402
 from infill.engine.diffusion import DiffusionEngine  # noqa: E402
 from infill.engine.loading import load_diffusion_model  # noqa: E402
 from infill.engine.model import decoder_cache_view, decoder_logits, embed, embedding_table  # noqa: E402
@@ -115,7 +117,7 @@ def prefill(engine: DiffusionEngine, clock: Clock, sizes: list[int], vocab: int)
     return out
 
 
-def keystroke_encode(engine: DiffusionEngine, clock: Clock, vocab: int, repeat: int, context: int) -> float:
+def keystroke_encode(engine: DiffusionEngine, clock: Clock, vocab: int, repeat: int, context: int) -> dict:
     ids = random_ids(context, vocab, 1)
     cache, _, _ = engine._encode_prompt("keys", ids)
     engine.store.put("keys", ids, cache)
@@ -129,7 +131,7 @@ def keystroke_encode(engine: DiffusionEngine, clock: Clock, vocab: int, repeat: 
 
         times.append(clock.time_ms(step)[0])
         ids = typed
-    return round(statistics.median(times), 2)
+    return {"p50": round(statistics.median(times), 2), "max": round(max(times), 2), "keystrokes": repeat}
 
 
 def canvas_inputs(engine: DiffusionEngine, cache, prompt_length: int, rows: int, width: int):
@@ -184,6 +186,12 @@ def step_arguments(engine: DiffusionEngine, rows: int, width: int, vocab: int) -
             cap, engine.config.entropy_bound, engine.config.confidence_threshold)
 
 
+def cudagraph_skips(counters) -> int:
+    """Inductor's count of CUDA graphs it skipped (an int in torch 2.11; older releases kept a dict by reason)."""
+    value = counters["inductor"]["cudagraph_skips"]
+    return sum(value.values()) if isinstance(value, dict) else int(value)
+
+
 def compiled_vs_eager(engine: DiffusionEngine, clock: Clock, vocab: int, repeat: int) -> dict:
     out = {}
     for rows, width in ((3, 32), (5, 80)):
@@ -196,12 +204,12 @@ def compiled_vs_eager(engine: DiffusionEngine, clock: Clock, vocab: int, repeat:
 
                 from infill.engine.denoise import sample_step_for
 
-                skips_before = sum(counters["inductor"]["cudagraph_skips"].values()) if counters["inductor"] else 0
+                skips_before = cudagraph_skips(counters)
                 compiled = sample_step_for("cuda")
                 compile_ms, first = clock.time_ms(lambda: compiled(*args))
                 steady = clock.median_ms(lambda: compiled(*args), repeat)
                 reference = sample_step(*args)
-                skips = sum(counters["inductor"]["cudagraph_skips"].values()) - skips_before
+                skips = cudagraph_skips(counters) - skips_before
                 equal = all(torch.equal(a, b) for a, b in zip(first[:3], reference[:3]) if a.dtype != torch.float32)
                 close = all(torch.allclose(a.float(), b.float(), atol=1e-3)
                             for a, b in zip(first, reference) if a.is_floating_point())
@@ -211,6 +219,33 @@ def compiled_vs_eager(engine: DiffusionEngine, clock: Clock, vocab: int, repeat:
                 entry["compiled"] = "not run: the engine compiles only on CUDA"
         out[f"{rows}x{width}"] = entry
         note(f"sample_step {rows}x{width}: {entry}")
+    return out
+
+
+def graphs_vs_eager(engine: DiffusionEngine, clock: Clock, vocab: int, context: int, steps: int) -> dict:
+    """One canvas (the GPU's single-line rows) denoised for `steps` steps from the same seed, with the decoder
+    forward replayed as a CUDA graph after the first step and all eager: time per step and whether they agree."""
+    ids = random_ids(context, vocab, 3)
+    cache, _, _ = engine._encode_prompt("graphs", ids)
+    lengths = engine.config.single_line_lengths_for(str(engine.device))
+    canvas = build_canvas(list(lengths), [list(range(3, 11))], ids.numel(), engine.pad_id, engine.device)
+    view = decoder_cache_view(cache, engine.layer_types, engine.sliding_window, len(lengths))
+    masks = decoder_masks(canvas, view, engine.layer_types, engine.model.dtype, engine.additive_masks)
+    # The engine's own sampler settings (the compiled step specializes on them), `steps` at most.
+    base = replace(engine.config, max_denoising_steps=steps)
+    out = {}
+    for name, graphs in (("graphs", True), ("eager", False), ("graphs_again", True)):
+        config = replace(base, cuda_graph_steps=graphs)
+        generator = torch.Generator(engine.device).manual_seed(7)
+        ms, result = clock.time_ms(lambda: denoise(engine.model, config, canvas, view, masks, generator))
+        out[name] = {"ms": round(ms, 1), "steps": result.steps, "ms_per_step": round(ms / max(result.steps, 1), 2),
+                     "tokens": result.tokens}
+        note(f"denoise {name}: {ms:.0f} ms, {result.steps} steps")
+    eager = out["eager"].pop("tokens")
+    for name in ("graphs", "graphs_again"):
+        out[name]["tokens_equal_eager"] = bool(torch.equal(out[name].pop("tokens"), eager))
+    out["rows"], out["prompt_tokens"] = list(lengths), ids.numel()
+    engine.store.clear()
     return out
 
 
@@ -283,7 +318,8 @@ def main(argv: list[str] | None = None) -> int:
                     if device.type == "cuda" else "cpu", "dtype": loaded.dtype, "layers": text.num_hidden_layers,
                     "vocab_size": text.vocab_size, "hidden_size": text.hidden_size, "experts": text.num_experts,
                     "steps": engine.config.max_denoising_steps, "torch": torch.__version__,
-                    "load_s": round(load_s, 1), "load_memory": memory(device)}
+                    "load_s": round(load_s, 1), "load_memory": memory(device),
+                    "cudnn_attention": torch.backends.cuda.cudnn_sdp_enabled()}
     note(f"loaded in {load_s:.1f} s: {result['load_memory']}")
     def cut_off(signum, frame):  # a timeout still leaves the figures measured so far as the last line
         result["cut_off"] = f"signal {signum} after {time.perf_counter() - t0:.0f} s"
@@ -299,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
                     ("decoder_forward", lambda: forwards(engine, clock, vocab, args.repeat, args.bandwidth_gbs,
                                                                  args.context)),
                     ("sample_step", lambda: compiled_vs_eager(engine, clock, vocab, args.repeat)),
+                    ("graphs_vs_eager", lambda: graphs_vs_eager(engine, clock, vocab, args.context, 12)),
                     ("fills", lambda: fills(engine, args.text_lines)),
                     ("kv_after_keystrokes", lambda: kv_after_keystrokes(engine, clock, args.keystrokes,
                                                                                    args.text_lines)),

@@ -36,6 +36,8 @@ class EngineConfig:
     # (infill/cache/kv_store.store_budget).
     kv_store_bytes: int | None = None
     seed: int | None = 0  # default seed per request (None: nondeterministic)
+    # CUDA only: replay the decoder forward as a CUDA graph after a fill's first step (graphs.py says why).
+    cuda_graph_steps: bool = True
 
     def __post_init__(self) -> None:
         def need(ok: bool, message: str) -> None:
@@ -60,6 +62,7 @@ class EngineConfig:
         need(0 <= self.suffix_in_prompt_tokens < self.max_prompt_tokens // 2,
              "suffix_in_prompt_tokens must be >= 0 and below half of max_prompt_tokens")
         need(len(self.suffix_frame) == 2, "suffix_frame is (text before the suffix, text after it)")
+        need(isinstance(self.cuda_graph_steps, bool), "cuda_graph_steps must be true or false")
         need(self.kv_store_bytes is None or (isinstance(self.kv_store_bytes, int) and self.kv_store_bytes >= 0),
              "kv_store_bytes must be an integer >= 0 (or None: sized from the model and device)")
 

@@ -4,8 +4,10 @@
 → `sample_step`: sampling math (sampler.py) → entropy-bound accept / renoise of free slots → fixed slots clamped
 back → finished rows frozen → stable+confident stopping per row → the next step's self-conditioning. It reads no
 value back to the host and branches on no tensor value; its random numbers come in as tensors. On CUDA
-`sample_step` is compiled (torch.compile, CUDA graphs: its shapes are fixed by the canvas); the decoder forward
-stays eager there, since its key length changes with every prompt. On CPU everything runs eager.
+`sample_step` is compiled (torch.compile, CUDA graphs: its shapes are fixed by the canvas), and the decoder
+forward is captured as a CUDA graph after each fill's first step and replayed for the rest of that fill
+(graphs.py; its key length changes with every prompt, so one graph lives for one fill). On CPU everything runs
+eager.
 
 `denoise` keeps the loop control: cancel and deadline between steps (never inside a forward), drafts, and stopping
 once every row finished (the loop's one host sync per step, plus the draft when a draft callback asks for one).
@@ -22,6 +24,7 @@ import torch
 
 from infill.engine.canvas import Canvas
 from infill.engine.config import EngineConfig
+from infill.engine.graphs import Forward, capture_forward
 from infill.engine.model import decoder_logits, embed, embedding_table, shape_of, soft_embeddings
 from infill.engine.sampler import entropy_bound_accept, fast_step, logit_scale, stable_and_confident, temperature
 from infill.types import CancelToken
@@ -97,11 +100,15 @@ def sample_step(logits, current, argmax, score, finished, history, free, fixed, 
 
 
 def denoise_step(model, inputs: StepInputs, state: StepState, scale: torch.Tensor, uniform: torch.Tensor,
-                 noise: torch.Tensor, sample: Callable = sample_step) -> StepState:
+                 noise: torch.Tensor, sample: Callable = sample_step, forward: Forward | None = None) -> StepState:
     """One denoising step. `scale` (0-d) is the step's logit scale (softcap and temperature), `uniform` (B, W)
-    draws the samples, `noise` (B, W) renoises the slots not accepted."""
+    draws the samples, `noise` (B, W) renoises the slots not accepted. `forward`: the decoder forward of this
+    canvas as a replayable graph (None: eager)."""
     c = inputs.canvas
-    logits = decoder_logits(model, state.current, state.soft, inputs.view, c.position_ids, inputs.masks)
+    if forward is not None:
+        logits = forward(state.current, state.soft)
+    else:
+        logits = decoder_logits(model, state.current, state.soft, inputs.view, c.position_ids, inputs.masks)
     return StepState(*sample(logits, state.current, state.argmax, state.score, state.finished, state.history,
                              c.free, c.fixed_tokens, c.anchor, inputs.clamp_embeddings, inputs.embed_weight,
                              inputs.embed_scale, scale, uniform, noise, inputs.softcap, inputs.entropy_bound,
@@ -161,6 +168,7 @@ def denoise(model, config: EngineConfig, canvas: Canvas, view, masks: dict, gene
     state = first_state(inputs, config, shape.vocab_size, generator, start)
     scales = step_scales(config, shape.softcap, device)
     steps, outcome = 0, "ok"
+    graphed: Forward | None = None
     row_steps = torch.zeros(rows, dtype=torch.int32, device=device)
     for step in range(config.max_denoising_steps):
         if cancel is not None and cancel.cancelled:
@@ -172,10 +180,13 @@ def denoise(model, config: EngineConfig, canvas: Canvas, view, masks: dict, gene
         uniform = torch.rand((rows, width), generator=generator, device=device)
         noise = torch.randint(0, shape.vocab_size, (rows, width), generator=generator, device=device)
         row_steps += ~state.finished
-        state = denoise_step(model, inputs, state, scales[step], uniform, noise, sample)
+        state = denoise_step(model, inputs, state, scales[step], uniform, noise, sample, graphed)
         steps += 1
         if on_step is not None:
             on_step(steps, state.argmax, state.max_prob, state.score)
         if bool(state.finished.all()):  # the step's one host sync
             break
+        if steps == 1 and config.cuda_graph_steps and device.type == "cuda":
+            graphed = capture_forward(model, lambda tokens, soft: decoder_logits(
+                model, tokens, soft, view, canvas.position_ids, masks), state.current, state.soft)
     return DenoiseOutput(state.argmax, state.score, steps, outcome, row_steps)

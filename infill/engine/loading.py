@@ -80,6 +80,11 @@ def load_diffusion_model(model: str, *, revision: str | None = None, device: str
         if not device.startswith("cuda"):
             net = net.to(device)
     net.eval()
+    if device.startswith("cuda"):
+        # cuDNN's attention builds an execution plan for every new key length, and every keystroke makes one:
+        # 0.2-2.5 s a keystroke at the full size on an H200 (benchmarks/results/engine-gpu-h200.json). PyTorch's
+        # flash and memory-efficient kernels need no plan. Process-wide: the engine is this process's CUDA user.
+        torch.backends.cuda.enable_cudnn_sdp(False)
     try:
         tokenizer = AutoTokenizer.from_pretrained(model, revision=revision, trust_remote_code=False)
     except (OSError, ValueError, json.JSONDecodeError) as exc:
