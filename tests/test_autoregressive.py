@@ -231,8 +231,9 @@ def test_deadline_returns_the_draft_cut_short(ar_backend):
 
 @pytest.mark.slow
 def test_prefix_kv_reuse_after_a_one_character_edit_matches_a_fresh_computation(ar_backend):
-    source = REAL_SOURCE.read_text()
-    prefix = source[:source.index("class CancelToken")] + "class CancelToken:\n    def cancel(self, "
+    # The whole file before the gap: longer than any fresh window (192-384 tokens, sized by this CPU's speed).
+    prefix = REAL_SOURCE.read_text() + "\n\nclass Stopper:\n    def cancel(self, "
+    assert len(ar_backend.tokens.encode(prefix)) > 2 * ar_backend.fresh_prompt_tokens
     request = InfillRequest(prefix=prefix, single_line=True, max_middle_tokens=6, document_id="kv.py")
     first = ar_backend.infill(request)
     typed = InfillRequest(prefix=prefix + "r", single_line=True, max_middle_tokens=6, document_id="kv.py")
