@@ -93,7 +93,10 @@ def code_names(text: str) -> dict[int, list[tuple[int, str]]]:
     return found
 
 
-def cut_cross_holes(files, n: int, seed: int) -> list[CrossHole]:
+def cut_cross_holes(files, n: int, seed: int, control: bool = False) -> list[CrossHole]:
+    """Holes whose name another file of the package defines; `control`: holes cut the same way before a name no
+    other file defines and the text the model sees holds (a name from the current file), with as many other files
+    of the package open: what code from other files must not take away."""
     rng = random.Random(seed)
     by_package: dict[str, list] = {}
     for f in files.files:
@@ -110,12 +113,15 @@ def cut_cross_holes(files, n: int, seed: int) -> list[CrossHole]:
                 if len(stripped) < 12 or stripped.startswith(("import ", "from ", "def ", "class ", "@")):
                     continue
                 for column, name in names.get(number, []):
-                    if len(name) < 4 or name in own or name in _EVERYWHERE or \
+                    if len(name) < 4 or (name in own and not control) or name in _EVERYWHERE or \
                             column <= len(line) - len(line.lstrip()):
                         continue
                     owners = sorted(g.path for g in members if g is not f and name in defined[g.path])
                     seen = f.text[max(0, start - PREFIX_SEEN):start] + f.text[offset:offset + SUFFIX_SEEN]
-                    if not owners or len(owners) > MAX_OWNERS or name in seen or name in line[:column]:
+                    if control:
+                        if owners or name not in seen or len(members) <= DISTRACTORS + 1:
+                            continue
+                    elif not owners or len(owners) > MAX_OWNERS or name in seen or name in line[:column]:
                         continue
                     candidates.append((f, number, start, column, name, owners, members))
                     break
@@ -130,9 +136,9 @@ def cut_cross_holes(files, n: int, seed: int) -> list[CrossHole]:
         line = f.text[start:f.text.find("\n", start) if "\n" in f.text[start:] else len(f.text)]
         cut = start + name_at
         end = start + len(line)
-        owner = rng.choice(owners)
+        owner = rng.choice(owners) if owners else ""
         others = [g.path for g in members if g.path not in (f.path, owner)]
-        opened = [owner] + rng.sample(others, min(DISTRACTORS, len(others)))
+        opened = ([owner] if owner else []) + rng.sample(others, min(DISTRACTORS + (not owner), len(others)))
         rng.shuffle(opened)
         holes.append(CrossHole(f"x{len(holes)}", f.path, number, f.text[:cut], f.text[cut:end], f.text[end:], name,
                                owner, tuple(opened)))
@@ -193,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=60)
     parser.add_argument("--seed", type=int, default=None, help="dev set only (the held-out seed is fixed)")
     parser.add_argument("--per-hole", default=None)
+    parser.add_argument("--control", action="store_true", help="holes before a name of the current file, other "
+                        "files open all the same (what the other files' code must not take away)")
     args = parser.parse_args(argv)
     if args.set == "heldout" and args.seed not in (None, HELD_OUT_SEED):
         parser.error(f"the held-out set has one seed ({HELD_OUT_SEED}); other seeds are for --set dev")
@@ -201,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     files = package_files(packages)
     texts = {f.path: f.text for f in files.files}
-    holes = cut_cross_holes(files, args.n, seed)
+    holes = cut_cross_holes(files, args.n, seed, args.control)
     backend = load_default_backend()
     pipeline = Pipeline(backend, settings=PipelineSettings(max_middle_tokens=Settings().max_middle_tokens))
     arms: dict[str, list[dict]] = {"without": [], "with": []}
@@ -224,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         out.close()
     backend.close()
     pairs = list(zip(arms["without"], arms["with"]))
-    report = {"set": args.set, "seed": seed, "holes": len(holes),
+    report = {"set": args.set, "seed": seed, "control": args.control, "holes": len(holes),
               "packages": sorted({h.path.split('/')[0] for h in holes}),
               **{arm: summarise(recs) for arm, recs in arms.items()},
               "exact_only": {"with": sum(b["exact"] and not a["exact"] for a, b in pairs),
