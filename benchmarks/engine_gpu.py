@@ -6,8 +6,10 @@ the model's device; on a CPU, wall time. Measures: load time and memory; prefill
 keystroke encode (edit at the end of a 2k prompt: crop + encode the tail); one decoder forward for canvases 1x32,
 3x32, 5x80, 1x256 against the weight-bytes floor (bytes a forward must read ÷ --bandwidth-gbs); `sample_step`
 compiled vs eager (compile time, CUDA graphs skipped or not, equality); 12 denoising steps of one canvas with the
-decoder forward replayed as a CUDA graph against all eager (time per step, equal tokens); a full single-line and
-multi-line fill; the prefix-KV size after 200 keystrokes. Prints progress to stderr and, as its LAST stdout line, one JSON object.
+decoder forward replayed as a CUDA graph against all eager (time per step, equal tokens); a profile of one decoder
+forward and one keystroke encode (host against device time, kernels launched, top ops); a full single-line and
+multi-line fill; the prefix-KV size after 200 keystrokes. Prints progress to stderr and, as its LAST stdout line,
+one JSON object.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from infill.engine.config import resolve_engine_config  # noqa: E402
 from infill.engine.denoise import denoise, first_state, sample_step, StepInputs, step_scales  # noqa: E402
 from infill.engine.diffusion import DiffusionEngine  # noqa: E402
 from infill.engine.loading import load_diffusion_model  # noqa: E402
-from infill.engine.model import decoder_cache_view, decoder_logits, embed, embedding_table  # noqa: E402
+from infill.engine.model import decoder_cache_view, decoder_logits, embed, embedding_table, encode  # noqa: E402
 from infill.types import InfillRequest  # noqa: E402
 
 CANVASES = ((1, 32), (3, 32), (5, 80), (1, 256))
@@ -249,6 +251,41 @@ def graphs_vs_eager(engine: DiffusionEngine, clock: Clock, vocab: int, context: 
     return out
 
 
+def host_and_device(engine: DiffusionEngine, clock: Clock, vocab: int, context: int) -> dict:
+    """torch.profiler over one 1x32 decoder forward and one 2-token encode after `context` prompt tokens: host and
+    device time, kernels launched, the ops that took most device time (host time far above it: launch-bound)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    model, device, kernel = engine.model, engine.device, torch.autograd.DeviceType.CUDA
+    ids = random_ids(context, vocab, 4)
+    cache, _, _ = engine._encode_prompt("profile", ids)
+    canvas, view, masks = canvas_inputs(engine, cache, ids.numel(), 1, 32)
+    tokens = torch.randint(3, vocab, (1, 32), device=device)
+    soft = torch.zeros(1, 32, model.config.text_config.hidden_size, dtype=model.dtype, device=device)
+    tail = random_ids(2, vocab, 5).to(device)
+    calls = {"decoder_forward_1x32": lambda: decoder_logits(model, tokens, soft, view, canvas.position_ids, masks),
+             "encode_2_tokens": lambda: encode(model, tail, cache, ids.numel())}
+    out = {}
+    for name, call in calls.items():
+        call()  # warm: the profiled call is the second (the encode's first append is cropped away)
+        if cache.get_seq_length() > ids.numel():
+            cache.crop(ids.numel() - cache.get_seq_length())
+        with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if clock.cuda else [])) as prof:
+            call()
+            clock.sync()
+        events = prof.key_averages()
+        key = (lambda e: e.self_device_time_total) if clock.cuda else (lambda e: e.self_cpu_time_total)
+        top = sorted((e for e in events if e.key.startswith("aten::")), key=key, reverse=True)[:5]
+        device_us = sum(e.self_device_time_total for e in events if e.device_type == kernel)  # kernels, not ops
+        out[name] = {"host_ms": round(sum(e.self_cpu_time_total for e in events) / 1000, 2),
+                     "device_ms": round(device_us / 1000, 2),
+                     "kernels": sum(1 for e in prof.events() if e.device_type == kernel),
+                     "top_ops_ms": {e.key: round(key(e) / 1000, 3) for e in top}}
+        note(f"profile {name}: {out[name]}")
+    engine.store.clear()
+    return out
+
+
 def source_text(lines: int) -> str:
     return "".join(f"def handler_{i}(request, value={i}):\n    return request.respond(value * {i % 7} + {i})\n\n"
                    for i in range(lines))
@@ -336,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                  args.context)),
                     ("sample_step", lambda: compiled_vs_eager(engine, clock, vocab, args.repeat)),
                     ("graphs_vs_eager", lambda: graphs_vs_eager(engine, clock, vocab, args.context, 12)),
+                    ("host_and_device", lambda: host_and_device(engine, clock, vocab, args.context)),
                     ("fills", lambda: fills(engine, args.text_lines)),
                     ("kv_after_keystrokes", lambda: kv_after_keystrokes(engine, clock, args.keystrokes,
                                                                                    args.text_lines)),
