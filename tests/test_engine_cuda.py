@@ -14,7 +14,8 @@ from infill.engine.config import EngineConfig
 from infill.engine.denoise import denoise
 from infill.engine.diffusion import DiffusionEngine
 from infill.engine.loading import load_diffusion_model
-from infill.engine.model import decoder_cache_view
+from infill.engine.graphs import capture_forward
+from infill.engine.model import decoder_cache_view, decoder_logits, embed
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -44,5 +45,11 @@ def test_graph_replayed_steps_give_the_eager_tokens(cuda_engine):
             config = replace(engine.config, cuda_graph_steps=graphs, confidence_threshold=1e-9)
             generator = torch.Generator(engine.device).manual_seed(3)
             runs[graphs] = denoise(engine.model, config, canvas, view, masks, generator)
+        # The run above could have fallen back to eager: the capture itself must succeed for this model.
+        def forward(tokens, soft):
+            return decoder_logits(engine.model, tokens, soft, view, canvas.position_ids, masks)
+
+        soft = torch.zeros_like(embed(engine.model, runs[True].tokens))
+        assert capture_forward(engine.model, forward, runs[True].tokens, soft) is not None
     assert runs[True].steps == runs[False].steps > 2  # replays happened
     assert torch.equal(runs[True].tokens, runs[False].tokens)
