@@ -2,10 +2,11 @@
 
 Prints intermediate lines, then as its LAST line one JSON object with:
 - keystroke_encode_ratio: encoder work for a one-character edit at the end of a 4,096-token prefix (chunked
-  tokenisation + KV crop + encoding the new tail) ÷ a full prefill of it (goal ≤ 0.1);
+  tokenisation + the prompt cache's common prefix + encoding the new tail) ÷ a full prefill of it (goal ≤ 0.1);
 - step_over_forward: one engine denoising step ÷ one bare decoder forward (transformers' forward with
   self-conditioning logits), vocabulary 262,144, canvas 256, hidden 64 (goal ≤ 1.3); also transformers' own step
-  (tests/reference_sampler.py: multinomial + Categorical entropy) for comparison;
+  (tests/reference_sampler.py: multinomial + Categorical entropy, transformers' forward) for comparison, and the
+  engine's own decoder forward (engine_forward_ms);
 - keystroke_vs_generate: median time from a one-character edit to a finished single-line fill through
   `model.generate()` (full re-tokenise + re-prefill, canvas 256) ÷ the same through the engine, same model, same
   number of denoising steps (early stopping disabled on both), 4,096-token prefix (goal ≥ 5).
@@ -26,12 +27,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # transformers' own step, for comparison
 
-from infill.engine.canvas import build_canvas, decoder_masks  # noqa: E402
+from infill.engine.canvas import build_canvas  # noqa: E402
 from infill.engine.config import EngineConfig  # noqa: E402
-from infill.engine.denoise import denoise  # noqa: E402
+from infill.engine.denoise import CanvasFill, denoise  # noqa: E402
 from infill.engine.diffusion import DiffusionEngine  # noqa: E402
 from infill.engine.loading import load_diffusion_model  # noqa: E402
-from infill.engine.model import decoder_cache_view  # noqa: E402
+from infill.testing.hf_reference import decoder_cache_view, hf_prefill  # noqa: E402
 from reference_sampler import reference_denoise  # noqa: E402
 from infill.testing.tiny_checkpoint import write_tiny_checkpoint  # noqa: E402
 from infill.types import InfillRequest  # noqa: E402
@@ -61,11 +62,11 @@ def keystroke_encode_ratio(engine: DiffusionEngine, text: str, repeat: int) -> d
     ids = torch.tensor(engine.prompt_ids(text))
 
     def full_prefill():
-        engine.store.clear()
+        engine.prompts.clear()
         engine._encode_prompt("bench", torch.tensor(engine.prompt_ids(text)))
 
     def keystroke():
-        engine.store.put("bench", ids, engine._encode_prompt("bench", ids)[0])  # warm store holds `text`
+        engine._encode_prompt("bench", ids)  # the buffers hold `text`
         edited = text + "x"
         t0 = time.perf_counter()
         engine._encode_prompt("bench", torch.tensor(engine.prompt_ids(edited)))
@@ -90,13 +91,12 @@ def step_over_forward(steps: int, repeat: int) -> dict:
                                  denoiser=denoiser)
         ids = torch.tensor(engine.prompt_ids("def f(x):\n    return x\n" * 20))
         with torch.inference_mode():
-            cache, _, _ = engine._encode_prompt("step", ids)
+            engine._encode_prompt("step", ids)
             canvas = build_canvas([256], [[]], ids.numel(), engine.pad_id, engine.device)
-            view = decoder_cache_view(cache, engine.layer_types, engine.sliding_window, 1)
-            masks = decoder_masks(canvas, view, engine.layer_types, torch.float32, engine.additive_masks)
+            fill = CanvasFill(canvas, ids, engine.runner)
 
             def run():
-                out = denoiser(model, engine.config, canvas, view, masks, torch.Generator().manual_seed(0))
+                out = denoiser(fill, engine.config, torch.Generator().manual_seed(0))
                 assert out.steps == steps
 
             run()
@@ -104,11 +104,18 @@ def step_over_forward(steps: int, repeat: int) -> dict:
             if sampler == "fast":
                 tokens = torch.randint(0, 262_144, (1, 256))
                 logits = torch.randn(1, 256, 262_144)
+                text = model.config.text_config
+                view = decoder_cache_view(hf_prefill(model, ids), text.layer_types, text.sliding_window, 1)
                 bare = lambda: model(decoder_input_ids=tokens, cache=view, self_conditioning_logits=logits,  # noqa
                                      decoder_position_ids=canvas.position_ids)
                 bare()
                 figures["forward"] = min(median_ms(bare, 3) for _ in range(repeat))
+                ours = engine.runner.forward_for(canvas)
+                soft = torch.zeros(1, 256, engine.weights.hidden)
+                ours(tokens, soft)
+                figures["engine_forward"] = min(median_ms(lambda: ours(tokens, soft), 3) for _ in range(repeat))
     return {"vocab": 262_144, "canvas": 256, "bare_forward_ms": round(figures["forward"], 1),
+            "engine_forward_ms": round(figures["engine_forward"], 1),
             "engine_step_ms": round(figures["fast"], 1), "transformers_step_ms": round(figures["reference"], 1),
             "step_over_forward": round(figures["fast"] / figures["forward"], 3),
             "transformers_step_over_forward": round(figures["reference"] / figures["forward"], 3)}

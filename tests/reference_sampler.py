@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 import torch
 
-from infill.engine.denoise import DenoiseOutput, join_score
+from infill.engine.denoise import CanvasFill, DenoiseOutput, join_score
 from infill.engine.sampler import entropy_bound_accept, temperature
+from infill.testing.hf_reference import decoder_cache_view, hf_decoder_masks, hf_prefill
 from transformers.models.diffusion_gemma.generation_diffusion_gemma import StableAndConfidentStoppingCriteria
 
 
@@ -45,10 +46,17 @@ def one_hot_logits(logits: torch.Tensor, tokens: torch.Tensor, free: torch.Tenso
     return torch.where(free[..., None], logits, one_hot)
 
 
-def reference_denoise(model, config, canvas, view, masks: dict, generator: torch.Generator, *, cancel=None,
+def reference_denoise(fill: CanvasFill, config, generator: torch.Generator, *, cancel=None,
                       deadline: float | None = None, on_step=None) -> DenoiseOutput:
-    """The engine's `denoise` with transformers' ops (same signature)."""
-    vocab = model.config.text_config.vocab_size
+    """The engine's `denoise` with transformers' ops and transformers' own forward over its own prefill of the
+    prompt (same signature)."""
+    model, canvas = fill.runner.model, fill.canvas
+    text = model.config.text_config
+    layer_types = text.layer_types[: text.num_hidden_layers]
+    view = decoder_cache_view(hf_prefill(model, fill.prompt_ids.to(canvas.free.device)), layer_types,
+                              text.sliding_window, canvas.shape[0])
+    masks = hf_decoder_masks(canvas.valid, view, layer_types, model.dtype, text._attn_implementation == "eager")
+    vocab = text.vocab_size
     rows, width = canvas.shape
     device = canvas.free.device
     free, fixed = canvas.free, canvas.fixed_tokens

@@ -18,7 +18,6 @@ from infill.backends.offline import calibration, model_file
 from infill.backends.offline.backend import load_default_backend
 from infill.backends.offline.settings import ARSettings
 from infill.backends.offline.sequences import DocumentSequences
-from infill.cache.kv_store import PrefixKVStore
 from infill.cache.tokens import fit_prompt
 from infill.backends.offline.stops import cut_fill, ends_on_its_line, read_gap, trim_unfinished
 from infill.types import CancelToken, InfillBackend, InfillError, InfillRequest
@@ -314,47 +313,6 @@ def test_trimming_counts_brackets_opened_after_closing_the_prefix_ones():
     assert trim_unfinished(" np.uint32(0x0F)).reshape((n_blocks, 1,", gap, True) == " np.uint32(0x0F)).reshape"
     assert trim_unfinished("m_vals = [\n    'a',", gap, True) == "m_vals"
     assert cut_fill("a)).b(\n  c)\n", gap, True) == ("a)).b(\n  c)", True)
-
-
-def test_kv_store_is_bounded_in_bytes_and_evicts_the_least_recently_used():
-    import torch
-    from transformers import DynamicCache
-
-    def cache_of(tokens):  # 2 layers x (keys + values) x tokens x 4 floats x 4 bytes
-        cache = DynamicCache()
-        for layer in range(2):
-            cache.update(torch.zeros(1, 1, tokens, 4), torch.zeros(1, 1, tokens, 4), layer)
-        return cache
-
-    store = PrefixKVStore(max_bytes=3 * 640)  # room for three 10-token entries
-    for doc in ("a", "b", "c"):
-        store.put(doc, list(range(10)), cache_of(10))
-    assert store.nbytes == 3 * 640
-    cache, kept = store.take("a", list(range(10)))
-    store.put("a", list(range(10)), cache)  # "a" used again: "b" is now the oldest
-    store.put("d", list(range(10)), cache_of(10))
-    assert store.take("b", list(range(10)))[1] == 0 and store.take("a", list(range(10)))[1] == 10
-    assert len(store) == 2
-    store.put("huge", list(range(100)), cache_of(100))  # larger than the whole budget: not kept
-    assert store.take("huge", list(range(100)))[1] == 0
-
-
-def test_kv_store_crops_to_the_common_prefix_and_keeps_the_prompt_anchor():
-    import torch
-    from transformers import DynamicCache
-
-    cache = DynamicCache()
-    cache.update(torch.arange(10.0).reshape(1, 1, 10, 1), torch.zeros(1, 1, 10, 1), 0)
-    store = PrefixKVStore(max_bytes=2**20)
-    store.put("doc", list(range(10)), cache, anchor="import os\n")
-    assert store.anchor("doc") == "import os\n" and store.anchor("other") == ""
-    edited = list(range(6)) + [99, 98]
-    taken, kept = store.take("doc", edited)
-    assert kept == 6 and taken.get_seq_length() == 6
-    assert taken.layers[0].keys.flatten().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
-    store.put("doc", edited[:6], taken)
-    taken, kept = store.take("doc", edited[:6], max_keep=5)  # a caller that must feed at least one token
-    assert kept == 5 and taken.get_seq_length() == 5
 
 
 def test_one_prompt_fitter_keeps_its_cut_while_the_text_grows():

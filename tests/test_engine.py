@@ -7,11 +7,10 @@ import time
 import pytest
 import torch
 
-from infill.engine.canvas import build_canvas, decoder_masks
+from infill.engine.canvas import build_canvas
 from infill.engine.config import EngineConfig
-from infill.engine.denoise import denoise, sample_step, sample_step_for
+from infill.engine.denoise import CanvasFill, denoise, sample_step, sample_step_for
 from infill.engine.diffusion import PREFILL_CHUNK_TOKENS, DiffusionEngine
-from infill.engine.model import decoder_cache_view
 from infill.types import CancelToken, InfillRequest
 from reference_sampler import reference_denoise
 
@@ -72,13 +71,11 @@ def test_both_samplers_run_the_clamped_candidate_batch(loaded):
 def run_denoise(engine, prefix, fixed, lengths, on_step=None, cancel=None, deadline=None, seed=0):
     """The engine's denoiser (fast or reference) on a canvas built by hand."""
     ids = torch.tensor(engine.prompt_ids(prefix))
-    cache, _, _ = engine._encode_prompt("test-direct", ids)
-    canvas = build_canvas(lengths, fixed, ids.numel(), engine.pad_id, engine.device)
-    view = decoder_cache_view(cache, engine.layer_types, engine.sliding_window, len(lengths))
-    masks = decoder_masks(canvas, view, engine.layer_types, torch.float32, engine.additive_masks)
     gen = torch.Generator().manual_seed(seed)
     with torch.inference_mode():
-        return canvas, engine.denoiser(engine.model, engine.config, canvas, view, masks, gen, cancel=cancel,
+        engine._encode_prompt("test-direct", ids)
+        canvas = build_canvas(lengths, fixed, ids.numel(), engine.pad_id, engine.device)
+        return canvas, engine.denoiser(CanvasFill(canvas, ids, engine.runner), engine.config, gen, cancel=cancel,
                                        deadline=deadline, on_step=on_step)
 
 
@@ -169,13 +166,14 @@ def test_kv_reuse_matches_fresh_prefill_and_encodes_only_the_tail(loaded):
     assert reused_result.reused_tokens > 200
 
     ids = torch.tensor(engine.prompt_ids(edited))
-    reused_cache, reused = engine.store.take("doc", ids)
-    assert reused == ids.numel()
-    fresh_cache, fresh_reused, _ = fresh._encode_prompt("other", ids)
+    assert engine.prompts.claim("doc", ids) == ids.numel()
+    with torch.inference_mode():
+        fresh_reused, _ = fresh._encode_prompt("other", ids)
     assert fresh_reused == 0
-    for a, b in zip(reused_cache.layers, fresh_cache.layers):
-        assert a.keys.shape == b.keys.shape
-        assert torch.allclose(a.keys, b.keys, atol=1e-5) and torch.allclose(a.values, b.values, atol=1e-5)
+    n = ids.numel()
+    mine, theirs = engine.runner.kv, fresh.runner.kv
+    for a, b in zip(mine.keys + mine.values, theirs.keys + theirs.values):
+        assert torch.allclose(a[:, :n], b[:, :n], atol=1e-5)
     fresh_result = fresh.infill(InfillRequest(prefix=edited, suffix=SUFFIX, seed=7))
     assert fresh_result.middle == reused_result.middle
 
@@ -215,25 +213,34 @@ class CancelAfterChecks(CancelToken):
         return self._left < 0
 
 
-def test_kv_store_is_bounded(loaded):
+def test_other_documents_are_kept_within_the_kv_store_bound(loaded):
+    """The live buffers hold one document; the others are stashed beside them, least recently used evicted beyond
+    kv_store_bytes, and a document that comes back is copied back, not encoded again."""
     probe = engine_with(loaded)
     probe.infill(InfillRequest(prefix=PREFIX * 10 + "0", document_id="probe"))
-    one_entry = probe.store.nbytes
+    probe.infill(InfillRequest(prefix="x = 1\n", document_id="other"))
+    one_entry = probe.prompts.stashed_bytes
+    assert one_entry > 0
     engine = engine_with(loaded, kv_store_bytes=int(one_entry * 2.5))
     for doc in range(6):
         engine.infill(InfillRequest(prefix=PREFIX * 10 + str(doc), document_id=f"doc{doc}"))
-    assert engine.store.nbytes <= one_entry * 2.5
-    assert len(engine.store) == 2  # the two most recent documents; older ones were evicted
+    assert engine.prompts.stashed_bytes <= one_entry * 2.5
+    assert engine.prompts.stashed_documents == 2  # the two most recent before the live one; older ones evicted
+    back = engine.infill(InfillRequest(prefix=PREFIX * 10 + "4", document_id="doc4"))
+    assert back.reused_tokens == back.prompt_tokens  # copied back whole
+    evicted = engine.infill(InfillRequest(prefix=PREFIX * 10 + "0", document_id="doc0"))
+    assert evicted.reused_tokens == 0
 
 
 def test_a_prompt_too_large_for_the_kv_store_is_said_once(loaded, caplog):
     probe = engine_with(loaded)
     probe.infill(InfillRequest(prefix=PREFIX * 10, document_id="probe"))
-    engine = engine_with(loaded, kv_store_bytes=probe.store.nbytes // 2)
-    with caplog.at_level("WARNING", logger="infill.cache.kv_store"):
-        for key in ("x", "y", "y"):
-            engine.infill(InfillRequest(prefix=PREFIX * 10 + key, document_id="big"))
-    assert len(engine.store) == 0
+    probe.infill(InfillRequest(prefix="x", document_id="other"))
+    engine = engine_with(loaded, kv_store_bytes=probe.prompts.stashed_bytes // 2)
+    with caplog.at_level("WARNING", logger="infill.engine.kv"):
+        for key in ("big", "small", "big", "small", "big"):
+            engine.infill(InfillRequest(prefix=PREFIX * 10 if key == "big" else "x", document_id=key))
+    assert engine.prompts.stashed_documents == 1  # "small" only
     assert [r.getMessage().startswith("prompt cache for big not kept") for r in caplog.records] == [True]
 
 
@@ -279,17 +286,19 @@ def test_fixed_text_that_cannot_fit_is_a_clear_error(loaded):
 def test_model_raising_mid_loop_leaves_engine_usable(loaded):
     engine = engine_with(loaded, confidence_threshold=1e-9)
     calls = {"n": 0}
+    layer = engine.runner.layer_fn
 
-    def explode(module, args, output):
+    def explode(*args, **kwargs):
         calls["n"] += 1
-        if calls["n"] == 2:
+        if calls["n"] == len(engine.weights.encoder) + 2:  # the first denoising step's second layer
             raise RuntimeError("simulated device failure")
+        return layer(*args, **kwargs)
 
-    hook = engine.model.model.decoder.layers[0].register_forward_hook(explode)
+    engine.runner.layer_fn = explode
     try:
         failed = engine.infill(InfillRequest(prefix=PREFIX, document_id="boom"))
     finally:
-        hook.remove()
+        engine.runner.layer_fn = layer
     assert failed.outcome == "error" and "simulated device failure" in failed.error
     again = engine.infill(InfillRequest(prefix=PREFIX + "q", document_id="boom"))
     assert again.outcome == "ok" and again.reused_tokens > 0
@@ -324,16 +333,18 @@ def test_long_prefill_stops_for_cancel_and_keeps_its_work(loaded):
     text = "".join(f"value_{i} = {i}\n" for i in range(300))
     token = CancelToken()
     calls = {"n": 0}
+    encode = engine.runner.encode
 
-    def cancel_after_first_chunk(module, args, output):
+    def cancel_after_first_chunk(ids, start):
+        encode(ids, start)
         calls["n"] += 1
         token.cancel("typed on")
 
-    hook = engine.model.model.encoder.register_forward_hook(cancel_after_first_chunk)
+    engine.runner.encode = cancel_after_first_chunk
     try:
         stopped = engine.infill(InfillRequest(prefix=text, document_id="long"), cancel=token)
     finally:
-        hook.remove()
+        engine.runner.encode = encode
     assert stopped.outcome == "cancelled" and calls["n"] == 1
     resumed = engine.infill(InfillRequest(prefix=text, document_id="long"))
     assert resumed.outcome in ("ok", "empty")
@@ -359,7 +370,7 @@ def test_the_sampling_half_of_the_step_traces_as_one_graph(loaded, monkeypatch):
     args = []
     capture = lambda *a: args.append(a) or sample_step(*a)  # noqa: E731
     anchor = engine.tokens.encode(" + 1\n")
-    monkeypatch.setattr("infill.engine.denoise.sample_step_for", lambda device_type: capture)
+    monkeypatch.setattr("infill.engine.runner.sample_step_for", lambda device_type: capture)
     run_denoise(engine, PREFIX, [anchor], [4, 12])
     assert args
     torch._dynamo.reset()
@@ -368,7 +379,7 @@ def test_the_sampling_half_of_the_step_traces_as_one_graph(loaded, monkeypatch):
         a = args[0]
         plain = sample_step(a[0].clone(), *a[1:])
         graph = traced(a[0].clone(), *a[1:])
-    for x, y in zip(plain, graph):
+    for x, y in zip(plain.tensors(), graph.tensors()):
         assert torch.equal(x, y)
 
 

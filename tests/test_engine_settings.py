@@ -113,7 +113,7 @@ def test_the_prompt_cache_bound_given_is_explicit(tiny_checkpoint):
     spec = BackendSpec.from_env(model=str(tiny_checkpoint), kv_store_mib=3)
     assert spec.engine == EngineOverrides(kv_store_bytes=3 * 2**20)  # nothing else is carried as explicit
     engine = open_backend(spec)
-    assert engine.store.max_bytes == 3 * 2**20 and engine.config_sources["max_denoising_steps"] == "default"
+    assert engine.prompts.stash_bytes == 3 * 2**20 and engine.config_sources["max_denoising_steps"] == "default"
 
 
 def test_the_step_cap_help_says_where_the_default_comes_from():

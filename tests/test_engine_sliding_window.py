@@ -3,12 +3,12 @@
 vLLM 0.32 and the engine were found to part on prompts longer than the sliding window (tests/vllm/cross_check.py,
 docs/vllm.md): vLLM gives each canvas slot its own window. Whichever differs from transformers is the one that
 deviates. Here, on a tiny random float32 checkpoint with a small window (W = 16) and a 40-token prompt:
-- the engine's decoder logits (its full-history cache trimmed to a view, its own masks) equal transformers' forward
-  on transformers' own cache (`DynamicCache(config)`, filled by the encoder as generate() fills it) and transformers'
-  own decoder masks, for an unpadded row and for padded candidate rows, on the first step and with
-  self-conditioning, with SDPA and with eager attention;
-- vLLM's per-slot window (infill.testing.sliding_window) is a different function: its logits are far outside the
-  tolerance, so the comparison can tell the two readings apart;
+- the engine's decoder logits (its own forward over its KV buffers, infill/engine/forward.py) equal transformers'
+  forward on transformers' own cache (`DynamicCache(config)`, filled by the encoder as generate() fills it) and
+  transformers' own decoder masks, for an unpadded row and for padded candidate rows, on the first step and with
+  self-conditioning, with transformers on SDPA and on eager attention;
+- vLLM's per-slot window (infill.testing.sliding_window), given to transformers' own decoder, is a different
+  function: its logits are far outside the tolerance, so the comparison can tell the two readings apart;
 - the denoised canvas equals generate()'s, token for token, in the deterministic regime (temperatures near zero).
 """
 
@@ -18,12 +18,13 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from infill.engine.canvas import build_canvas, decoder_masks
+from infill.engine import forward
+from infill.engine.canvas import build_canvas
 from infill.engine.config import EngineConfig
 from infill.engine.denoise import denoise
 from infill.engine.diffusion import DiffusionEngine
 from infill.engine.loading import load_diffusion_model
-from infill.engine.model import decoder_cache_view, decoder_logits, embed, self_conditioning_embeddings
+from infill.testing.hf_reference import decoder_cache_view, hf_decoder_logits, hf_prefill
 from infill.testing.sliding_window import per_slot_window_masks
 from infill.testing.tiny_checkpoint import write_tiny_checkpoint
 from test_stopping import NEAR_ZERO, after_eos_as_pad, denoise_rows, generate_rows
@@ -45,7 +46,6 @@ def engine(request, checkpoint):
     loaded = load_diffusion_model(str(checkpoint), dtype="float32")
     loaded.model.set_attn_implementation(request.param)
     engine = DiffusionEngine(loaded, EngineConfig())
-    assert engine.additive_masks == (request.param == "eager")
     yield engine
     engine.close()
 
@@ -86,22 +86,19 @@ def transformers_logits(engine, prompt, canvas, tokens, self_conditioning=None) 
                             self_conditioning_logits=self_conditioning).logits
 
 
-def engine_logits(engine, prompt, canvas, tokens, self_conditioning=None, masks=None) -> torch.Tensor:
-    """The engine's forward: its chunked full-history prefill, its decoder view and masks (or `masks`), its
+def engine_logits(engine, prompt, canvas, tokens, self_conditioning=None) -> torch.Tensor:
+    """The engine's forward: its chunked prefill into its KV buffers, its decoder on exact slices of them, its
     self-conditioning embeddings from probabilities (one-hot at clamped slots), softcapped as its sampler does."""
     rows = tokens.shape[0]
-    cache, _, _ = engine._encode_prompt("sliding-window-test", prompt)
-    engine.store.clear()  # every call starts from a cold prefill
-    view = decoder_cache_view(cache, engine.layer_types, engine.sliding_window, rows)
-    if masks is None:
-        masks = decoder_masks(canvas, view, engine.layer_types, engine.model.dtype, engine.additive_masks)
-    hidden = engine.model.config.text_config.hidden_size
+    engine.prompts.clear()  # every call starts from a cold prefill
+    hidden = engine.weights.hidden
     with torch.inference_mode():
-        clamped = embed(engine.model, canvas.fixed_tokens)
+        engine._encode_prompt("sliding-window-test", prompt)
+        clamped = forward.embed(engine.weights, canvas.fixed_tokens)
         soft = torch.zeros(rows, canvas.shape[1], hidden)
         if self_conditioning is not None:
-            soft = self_conditioning_embeddings(engine.model, self_conditioning.softmax(-1), clamped, canvas.free)
-        return softcapped(engine, decoder_logits(engine.model, tokens, soft, view, canvas.position_ids, masks))
+            soft = forward.soft_embeddings(self_conditioning.softmax(-1), engine.weights, clamped, canvas.free)
+        return softcapped(engine, engine.runner.forward_for(canvas)(tokens, soft))
 
 
 def random_tokens(engine, canvas, seed: int) -> torch.Tensor:
@@ -112,8 +109,8 @@ def random_tokens(engine, canvas, seed: int) -> torch.Tensor:
 
 def test_one_row_past_the_window_equals_transformers_forward(engine, prompt):
     """One canvas-wide row (transformers' mask is None: the decoder sees all its cache holds), step one and a step
-    with self-conditioning: the engine's logits equal transformers' at every slot. vLLM's per-slot window, on the
-    same view, gives other logits: the slot at q sees only prompt keys past q - W."""
+    with self-conditioning: the engine's logits equal transformers' at every slot. vLLM's per-slot window, given to
+    transformers' decoder on the same cache, gives other logits: the slot at q sees only prompt keys past q - W."""
     canvas = build_canvas([WIDTH], [[]], prompt.numel(), engine.pad_id, engine.device)
     tokens = random_tokens(engine, canvas, seed=1)
     theirs = transformers_logits(engine, prompt, canvas, tokens)
@@ -126,18 +123,21 @@ def test_one_row_past_the_window_equals_transformers_forward(engine, prompt):
     assert (ours_2 - theirs_2).abs().max() <= TOLERANCE
     assert (theirs_2 - theirs).abs().max() > 100 * TOLERANCE  # self-conditioning changed something
 
-    cache, _, _ = engine._encode_prompt("sliding-window-view", prompt)
-    engine.store.clear()
-    view = decoder_cache_view(cache, engine.layer_types, engine.sliding_window, 1)
-    per_slot = per_slot_window_masks(view, engine.layer_types, WINDOW, prompt.numel(), WIDTH, engine.additive_masks)
-    vllm_reading = engine_logits(engine, prompt, canvas, tokens, masks=per_slot)
+    model = engine.model
+    layer_types = model.config.text_config.layer_types
+    view = decoder_cache_view(hf_prefill(model, prompt), layer_types, WINDOW, 1)
+    additive = model.config.text_config._attn_implementation == "eager"
+    per_slot = per_slot_window_masks(view, layer_types, WINDOW, prompt.numel(), WIDTH, additive)
+    with torch.inference_mode():
+        vllm_reading = softcapped(engine, hf_decoder_logits(model, tokens, torch.zeros(1, WIDTH, engine.weights.hidden),
+                                                            view, canvas.position_ids, per_slot))
     apart = (vllm_reading - theirs).abs().amax(-1)[0]  # per slot
     assert float(apart.min()) > 1000 * TOLERANCE  # every slot differs (past layer one, every slot mixes them all)
 
 
 def test_padded_candidate_rows_past_the_window_equal_transformers_masks(engine, prompt):
-    """Three candidate lengths with a clamped anchor, padded to one width: the engine's 4D masks over its trimmed
-    view give transformers' logits from transformers' own mask builder (a 2D padding mask over the whole prompt and
+    """Three candidate lengths with a clamped anchor, padded to one width: the engine's masks over its buffers give
+    transformers' logits from transformers' own mask builder (a 2D padding mask over the whole prompt and
     canvas), at every valid slot, also with self-conditioning (one-hot at the clamped slots in the engine; here the
     logits given to both are sharp at those slots, so both inputs agree there)."""
     anchor = torch.randint(3, 500, (6,), generator=torch.Generator().manual_seed(5)).tolist()

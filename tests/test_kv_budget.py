@@ -1,19 +1,20 @@
-"""The prefix-KV store is sized from the model and the device, so that a long prompt of the real 26B-A4B
-architecture stays cached across keystrokes. No GPU here: the CUDA branch reads a mocked `mem_get_info` (said
-where), and the full-size caches are meta tensors (real shapes and byte counts, no memory)."""
+"""The prompt's keys and values are sized from the model and the device, so that a long prompt of the real 26B-A4B
+architecture stays in the live buffers across keystrokes and other documents' prompts wait beside them. No GPU
+here: the CUDA branch reads a mocked `mem_get_info` (said where), and the full-size buffers are meta tensors (real
+shapes and byte counts, no memory)."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 from transformers import DiffusionGemmaForBlockDiffusion, DynamicCache
 
-from infill.cache.kv_store import (CUDA_FREE_SHARE, MIN_STORE_BYTES, PrefixKVStore, cache_nbytes,
-                                   kv_bytes_per_token, store_budget)
 from infill.engine.config import EngineConfig
 from infill.engine.diffusion import DiffusionEngine
-from infill.engine.model import encode
+from infill.engine.kv import (CUDA_FREE_SHARE, MIN_STASH_BYTES, KVBuffers, PromptCache, kv_bytes_per_token,
+                              stash_budget)
+from infill.engine.model import engine_weights, kv_shapes
 from infill.testing.full_size import FULL_SIZE_TEXT, full_size_config
+from infill.testing.hf_reference import hf_encode
 
 PROMPT = 8192
 
@@ -29,88 +30,71 @@ def real_geometry_small_model(layers: int):
     return DiffusionGemmaForBlockDiffusion(config).eval()
 
 
-def test_bytes_per_token_match_a_real_cache():
+def test_bytes_per_token_match_transformers_own_cache():
     model = real_geometry_small_model(6)  # five sliding layers and one full one, as the real pattern starts
     cache = DynamicCache()
     with torch.inference_mode():
-        encode(model, torch.arange(3, 43), cache, 0)
-    assert cache_nbytes(cache) == 40 * kv_bytes_per_token(model.config.text_config, torch.float32)
+        hf_encode(model, torch.arange(3, 43), cache, 0)
+    held = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+    shapes = kv_shapes(model.config.text_config)
+    assert shapes == engine_weights(model).kv_shapes()
+    assert held == 40 * kv_bytes_per_token(shapes, torch.float32)
+    assert KVBuffers(shapes, 40, torch.float32, "cpu").nbytes == held
 
 
 def test_the_real_config_takes_220_kib_a_token():
-    per_token = kv_bytes_per_token(full_size_config().text_config, torch.bfloat16)
+    per_token = kv_bytes_per_token(kv_shapes(full_size_config().text_config), torch.bfloat16)
     t = FULL_SIZE_TEXT
     sliding = 2 * t["num_key_value_heads"] * t["head_dim"] * 2  # K and V, bf16
     full = 2 * t["num_global_key_value_heads"] * t["global_head_dim"] * 2
     assert per_token == 25 * sliding + 5 * full == 220 * 1024
-    assert PROMPT * per_token > 512 * 2**20  # the old fixed 512 MiB could not keep one 8k prompt
 
 
-def meta_cache(per_layer: list[tuple[int, int]], tokens: int) -> DynamicCache:
-    """A full-history cache of `tokens` tokens with the given (kv heads, head dim) per layer, as meta tensors."""
-    cache = DynamicCache()
-    for heads, dim in per_layer:
-        cache.layers.append(_layer(heads, dim, tokens))
-    return cache
-
-
-def _layer(heads: int, dim: int, tokens: int):
-    from transformers.cache_utils import DynamicLayer
-
-    layer = DynamicLayer()
-    keys = torch.empty(1, heads, tokens, dim, dtype=torch.bfloat16, device="meta")
-    layer.lazy_initialization(keys, keys)
-    layer.keys, layer.values = keys, keys.clone()
-    return layer
-
-
-def append_tokens(cache: DynamicCache, per_layer: list[tuple[int, int]], tokens: int) -> None:
-    for i, (heads, dim) in enumerate(per_layer):
-        new = torch.empty(1, heads, tokens, dim, dtype=torch.bfloat16, device="meta")
-        cache.layers[i].update(new, new.clone())
-
-
-def test_an_8k_prompt_of_the_real_config_stays_cached_across_200_keystrokes():
-    """The CPU budget for the real config keeps an 8,192-token prompt; 200 keystrokes at its end (each edits the
-    last token and types one more) each reuse all but the edited tail, and the store keeps the grown prompt."""
-    text = full_size_config().text_config
-    per_layer = [(text.per_layer_config[i].num_key_value_heads, text.per_layer_config[i].head_dim)
-                 for i in range(text.num_hidden_layers)]
-    per_token = kv_bytes_per_token(text, torch.bfloat16)
-    budget = store_budget(per_token, "cpu", PROMPT + 256)
+def test_an_8k_prompt_of_the_real_config_stays_held_across_200_keystrokes_and_a_document_switch():
+    """Real-size buffers (meta tensors): 200 keystrokes at the end of an 8,192-token prompt (each edits the last
+    token and types one more) each keep all but the edited tail; another document takes the buffers and the first
+    one, stashed beside them, comes back whole."""
+    shapes = kv_shapes(full_size_config().text_config)
+    buffers = KVBuffers(shapes, PROMPT + 256 + 1280, torch.bfloat16, "meta")
+    per_token = buffers.bytes_per_token()
+    budget = stash_budget(per_token, "cpu", PROMPT + 256)
     assert budget >= (PROMPT + 256) * per_token
-    store = PrefixKVStore(budget)
+    cache = PromptCache(buffers, budget)
     ids = torch.randint(3, 262_144, (PROMPT,), generator=torch.Generator().manual_seed(0))
-    store.put("doc", ids, meta_cache(per_layer, PROMPT))
-    assert store.nbytes == PROMPT * per_token and len(store) == 1
+    assert cache.claim("doc", ids) == 0
+    cache.extend(ids, ids.numel())
     for key in range(200):
         typed = torch.cat([ids[:-1], torch.tensor([1000 + key, 2000 + key])])  # edit the last token, add one
-        cache, reused = store.take("doc", typed)
-        assert reused == ids.numel() - 1  # only the edited token and the new one are encoded
-        append_tokens(cache, per_layer, typed.numel() - reused)
-        store.put("doc", typed, cache)
+        assert cache.claim("doc", typed) == ids.numel() - 1  # only the edited token and the new one are encoded
+        cache.extend(typed, typed.numel())
         ids = typed
-        assert len(store) == 1 and store.reusable("doc", ids) == ids.numel()
-    assert store.nbytes == (PROMPT + 200) * per_token
+    assert buffers.length == PROMPT + 200 and cache.held("doc", ids) == ids.numel()
+    other = torch.arange(3, 1003)
+    assert cache.claim("other", other) == 0
+    cache.extend(other, other.numel())
+    assert cache.stashed_bytes == (PROMPT + 200) * per_token and cache.stashed_documents == 1
+    assert cache.claim("doc", ids) == ids.numel()  # copied back, nothing to encode
+    assert cache.held("other", other) == other.numel()  # and the other one now waits beside it
 
 
 def test_cuda_takes_a_share_of_free_memory(monkeypatch):
     # A GPU cannot exist here: torch.cuda.mem_get_info is mocked to report 80 GiB free.
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (80 * 2**30, 141 * 2**30))
-    per_token = kv_bytes_per_token(full_size_config().text_config, torch.bfloat16)
-    budget = store_budget(per_token, "cuda:0", PROMPT)
+    per_token = kv_bytes_per_token(kv_shapes(full_size_config().text_config), torch.bfloat16)
+    budget = stash_budget(per_token, "cuda:0", PROMPT)
     assert budget == int(80 * 2**30 * CUDA_FREE_SHARE)
     assert budget // per_token > 20 * PROMPT  # some 20 documents' 8k prompts
 
 
-def test_tiny_models_keep_at_least_the_old_bound_and_explicit_settings_win(tiny_engine, caplog):
+def test_tiny_models_keep_at_least_the_floor_and_explicit_settings_win(tiny_engine):
     engine = DiffusionEngine(tiny_engine.loaded)
-    assert engine.store.max_bytes == max(MIN_STORE_BYTES, 4 * engine.max_prompt * engine.kv_bytes_per_token)
-    assert engine.versions()["kv_store_bytes"] == engine.store.max_bytes
-    assert DiffusionEngine(tiny_engine.loaded, EngineConfig(kv_store_bytes=2**20)).store.max_bytes == 2**20
+    per_token = engine.runner.kv.bytes_per_token()
+    assert engine.prompts.stash_bytes == max(MIN_STASH_BYTES, 4 * engine.max_prompt * per_token)
+    assert engine.versions()["kv_store_bytes"] == engine.prompts.stash_bytes
+    assert DiffusionEngine(tiny_engine.loaded, EngineConfig(kv_store_bytes=2**20)).prompts.stash_bytes == 2**20
 
 
 def test_a_budget_below_one_prompt_is_said(caplog):
-    with caplog.at_level("WARNING", logger="infill.cache.kv_store"):
-        store_budget(10**9, "cpu", PROMPT)  # a token of 1 GB: nothing fits in a share of RAM
+    with caplog.at_level("WARNING", logger="infill.engine.kv"):
+        stash_budget(10**9, "cpu", PROMPT)  # a token of 1 GB: nothing fits in a share of RAM
     assert "fewer than one full prompt" in caplog.text

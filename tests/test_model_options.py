@@ -14,7 +14,7 @@ from infill.types import InfillError
 from server.main import build_parser as lsp_parser
 from server.main import main as lsp_main
 
-OPTIONS = ["--device", "cpu", "--dtype", "bf16", "--denoising-steps", "12", "--threads", "2"]
+OPTIONS = ["--device", "cpu", "--dtype", "bf16", "--denoising-steps", "12", "--threads", "2", "--quantization", "fp8"]
 
 
 def parse_all(options: list[str], pilot: bool = True):
@@ -30,7 +30,8 @@ def test_every_command_reads_the_model_options_into_the_same_spec(monkeypatch):
     monkeypatch.delenv("INFILL_MODEL", raising=False)
     specs = {name: spec_from_args(args) for name, args in parse_all(OPTIONS).items()}
     for name, spec in specs.items():
-        assert (spec.device, spec.dtype, spec.engine.max_denoising_steps, spec.threads) == ("cpu", "bf16", 12, 2), name
+        assert (spec.device, spec.dtype, spec.engine.max_denoising_steps, spec.threads, spec.quantization) == (
+            "cpu", "bf16", 12, 2, "fp8"), name
     chosen = {name: spec_from_args(args) for name, args in
               parse_all(["--model", "ckpt", "--load-format", "dummy"], pilot=False).items()}
     assert {(s.model, s.load_format) for s in chosen.values()} == {("ckpt", "dummy")}

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from infill.engine.model import decoder_cache_view, decoder_logits, self_conditioning_embeddings
+from infill.engine import forward
+from infill.engine.canvas import build_canvas
+from infill.testing.hf_reference import decoder_cache_view, hf_prefill
 from infill.engine.sampler import entropy_bound_accept, fast_step, logit_scale, sample_inverse_cdf
 from reference_sampler import reference_step
 from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSampler, EntropyBoundSamplerConfig
@@ -61,8 +63,7 @@ def test_fast_decoder_forward_equals_stock_forward(tiny_engine):
     engine = tiny_engine
     model = engine.model
     ids = torch.tensor(engine.prompt_ids("def add(a, b):\n    return a + b\n" * 4))
-    cache, _, _ = engine._encode_prompt("sampler-test", ids)
-    view = decoder_cache_view(cache, engine.layer_types, engine.sliding_window, 1)
+    view, ours_forward = both_forwards(engine, ids)
     gen = torch.Generator().manual_seed(4)
     canvas = torch.randint(0, 512, (1, 24), generator=gen)
     positions = ids.numel() + torch.arange(24)[None]
@@ -71,11 +72,20 @@ def test_fast_decoder_forward_equals_stock_forward(tiny_engine):
     with torch.inference_mode():
         stock = model(decoder_input_ids=canvas, cache=view, self_conditioning_logits=prev_logits,
                       decoder_position_ids=positions).logits
-        soft = self_conditioning_embeddings(model, torch.softmax(prev_logits, -1), torch.zeros(1, 24, 64), free)
-        ours = decoder_logits(model, canvas, soft, view, positions, {k: None for k in engine.layer_types})
+        soft = forward.soft_embeddings(torch.softmax(prev_logits, -1), engine.weights, torch.zeros(1, 24, 64), free)
+        ours = ours_forward(canvas, soft)
         cap = model.config.text_config.final_logit_softcapping
         ours = torch.tanh(ours / cap) * cap
     assert torch.allclose(ours, stock, atol=1e-4)
+
+
+def both_forwards(engine, ids: torch.Tensor):
+    """transformers' decoder view of its own prefill of `ids`, and the engine's forward over its own buffers."""
+    text = engine.model.config.text_config
+    view = decoder_cache_view(hf_prefill(engine.model, ids), text.layer_types, text.sliding_window, 1)
+    with torch.inference_mode():
+        engine._encode_prompt("sampler-test", ids)
+    return view, engine.runner.forward_for(build_canvas([24], [[]], ids.numel(), engine.pad_id, engine.device))
 
 
 def test_clamped_slots_self_conditioning_equals_one_hot_logits_through_the_stock_forward(tiny_engine):
@@ -86,8 +96,7 @@ def test_clamped_slots_self_conditioning_equals_one_hot_logits_through_the_stock
     engine = tiny_engine
     model = engine.model
     ids = torch.tensor(engine.prompt_ids("x = {'a': 1, 'b': 2}\n" * 3))
-    cache, _, _ = engine._encode_prompt("sampler-clamp-test", ids)
-    view = decoder_cache_view(cache, engine.layer_types, engine.sliding_window, 1)
+    view, ours_forward = both_forwards(engine, ids)
     gen = torch.Generator().manual_seed(5)
     canvas = torch.randint(3, 512, (1, 24), generator=gen)
     free = torch.ones(1, 24, dtype=torch.bool)
@@ -98,8 +107,8 @@ def test_clamped_slots_self_conditioning_equals_one_hot_logits_through_the_stock
         stock = model(decoder_input_ids=canvas, cache=view, decoder_position_ids=positions,
                       self_conditioning_logits=one_hot_logits(prev_logits, canvas, free)).logits
         clamp = model.model.decoder.embed_tokens(canvas)
-        soft = self_conditioning_embeddings(model, torch.softmax(prev_logits, -1), clamp, free)
-        ours = decoder_logits(model, canvas, soft, view, positions, {k: None for k in engine.layer_types})
+        soft = forward.soft_embeddings(torch.softmax(prev_logits, -1), engine.weights, clamp, free)
+        ours = ours_forward(canvas, soft)
         cap = model.config.text_config.final_logit_softcapping
         ours = torch.tanh(ours / cap) * cap
         free_only = model(decoder_input_ids=canvas, cache=view, decoder_position_ids=positions,

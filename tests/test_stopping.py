@@ -14,12 +14,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from infill.engine.canvas import build_canvas, decoder_masks
+from infill.engine.canvas import build_canvas
 from infill.engine.config import EngineConfig
-from infill.engine.denoise import denoise
+from infill.engine.denoise import CanvasFill, denoise
 from infill.engine.diffusion import DiffusionEngine
 from infill.engine.loading import load_diffusion_model
-from infill.engine.model import decoder_cache_view
 from infill.testing.tiny_checkpoint import write_tiny_checkpoint
 from infill.types import InfillRequest
 from reference_sampler import reference_denoise
@@ -64,12 +63,10 @@ def denoise_rows(loaded, denoiser, config: EngineConfig, prompt: list[int], leng
     """One of the engine's denoisers on a canvas built as the engine builds it (rows = candidate lengths)."""
     engine = DiffusionEngine(loaded, config)
     ids = torch.tensor(prompt)
-    cache, _, _ = engine._encode_prompt("stopping-test", ids)
-    canvas = build_canvas(lengths, fixed, ids.numel(), engine.pad_id, engine.device)
-    view = decoder_cache_view(cache, engine.layer_types, engine.sliding_window, len(lengths))
-    masks = decoder_masks(canvas, view, engine.layer_types, torch.float32, engine.additive_masks)
     with torch.inference_mode():
-        out = denoiser(loaded.model, config, canvas, view, masks, torch.Generator().manual_seed(seed))
+        engine._encode_prompt("stopping-test", ids)
+        canvas = build_canvas(lengths, fixed, ids.numel(), engine.pad_id, engine.device)
+        out = denoiser(CanvasFill(canvas, ids, engine.runner), config, torch.Generator().manual_seed(seed))
     return canvas, out
 
 

@@ -19,6 +19,7 @@ class BackendSpec:
     load_format: str = "auto"  # "dummy": the architecture from the config with random weights
     device: str | None = None  # "auto", "cpu", "cuda", "cuda:1"
     dtype: str | None = None  # "auto", "float32", "bfloat16"
+    quantization: str = "none"  # "fp8": DiffusionGemma's projections and experts quantized at load (engine/fp8.py)
     endpoint: str | None = None  # remote OpenAI-compatible engine (e.g. vLLM serving DiffusionGemma)
     endpoint_model: str | None = None
     endpoint_token: str | None = None
@@ -58,7 +59,8 @@ def open_backend(spec: BackendSpec, progress: ProgressCallback | None = None) ->
         if progress:
             progress(f"loading DiffusionGemma from {spec.model}", None)
         loaded = load_diffusion_model(spec.model, revision=spec.revision, device=spec.device, dtype=spec.dtype,
-                                      load_format=spec.load_format)  # type: ignore[arg-type]
+                                      load_format=spec.load_format,  # type: ignore[arg-type]
+                                      quantization=spec.quantization)  # type: ignore[arg-type]
         return DiffusionEngine(loaded, spec.engine)
     from infill.backends.offline.backend import load_default_backend
     from infill.backends.offline.settings import ARSettings
@@ -79,6 +81,10 @@ def add_model_options(parser: argparse.ArgumentParser, *, choose_model: bool = T
         group.add_argument("--endpoint", help="remote OpenAI-compatible engine URL instead of an in-process model")
     group.add_argument("--device", help="auto, cpu, cuda, cuda:N")
     group.add_argument("--dtype", help="auto, float32, bfloat16, float16")
+    group.add_argument("--quantization", default="none", choices=("none", "fp8"),
+                       help="fp8: DiffusionGemma's projections and experts in FP8 (E4M3, one scale per output channel, "
+                            "activations per token), quantized at load; a compressed-tensors FP8 checkpoint is FP8 "
+                            "whatever this says")
     group.add_argument("--denoising-steps", "--steps", "--diffusion-steps", dest="denoising_steps", type=int,
                        help=f"cap on DiffusionGemma denoising steps per request (default: the checkpoint's "
                             f"generation_config.json max_denoising_steps, else transformers' default "
@@ -98,4 +104,5 @@ def spec_from_args(args: argparse.Namespace) -> BackendSpec:
         raise InfillError(f"--threads must be a positive integer, got {threads}")
     return BackendSpec.from_env(model=getattr(args, "model", None), load_format=getattr(args, "load_format", None),
                                 endpoint=getattr(args, "endpoint", None), device=args.device, dtype=args.dtype,
+                                quantization=getattr(args, "quantization", None),
                                 denoising_steps=steps, threads=threads)

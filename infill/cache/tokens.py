@@ -3,8 +3,8 @@
 Text is split into chunks after each line break (runs of blank lines stay with the line before them; only "\n"
 ends a chunk, never the form feeds and other separators `str.splitlines` breaks at), and each chunk is tokenised
 on its own and memoised by content. A one-character edit re-tokenises only the chunk it touches, and every token
-before that chunk is unchanged, so the prefix-KV store (infill/cache/kv_store.py) can reuse their cache. Chunk-wise
-ids are a valid tokenisation that decodes back to exactly the same text, just not always the one the tokenizer would
+before that chunk is unchanged, so the engine's prompt cache (infill/engine/kv.py) and llama.cpp's sequences keep
+their keys and values. Chunk-wise ids are a valid tokenisation that decodes back to exactly the same text, just not always the one the tokenizer would
 pick for the whole text. Both in-process backends (DiffusionGemma and the Gemma 3 270M default) use this module.
 """
 

@@ -4,8 +4,9 @@ One row per candidate middle length; every gap in a row gets that length. Row la
 
     [gap 0: L free] [between[0] clamped] [gap 1: L free] ... [gap G-1: L free] [suffix anchor clamped] [pad ...]
 
-Rows are padded to one width; pad slots are masked out as keys, so a padded row computes what it would alone.
-Positions continue after the prompt in the KV cache.
+Rows are padded to one width; pad slots are masked out as keys, so a padded row computes what it would alone (and
+`padded_to` pads a canvas further, to a bucket's shape, with the same guarantee). Positions continue after the
+prompt in the KV cache.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from dataclasses import dataclass
 
 import torch
 
-from infill.engine.model import visible_keys
 from infill.types import InfillError
 
 
@@ -69,21 +69,20 @@ def build_canvas(lengths: list[int], fixed: list[list[int]], prompt_length: int,
                   gap_of.to(device), positions.contiguous().to(device))
 
 
-def decoder_masks(canvas: Canvas, view, layer_types: tuple[str, ...] | list[str], dtype: torch.dtype,
-                  additive: bool) -> dict[str, torch.Tensor | None]:
-    """4D key masks per layer type when rows are padded; `None` (the model's own full bidirectional attention)
-    otherwise. Every query sees the whole visible prompt and the valid canvas slots of its row."""
-    if not canvas.padded:
-        return {kind: None for kind in set(layer_types)}
-    rows, width = canvas.shape
-    masks: dict[str, torch.Tensor | None] = {}
-    for kind in set(layer_types):
-        prompt_keys = visible_keys(view, list(layer_types).index(kind))
-        keep = torch.cat([torch.ones((rows, prompt_keys), dtype=torch.bool, device=canvas.valid.device),
-                          canvas.valid], dim=1)
-        mask = keep[:, None, None, :].expand(rows, 1, width, prompt_keys + width)
-        if additive:
-            mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
-                ~mask, torch.finfo(dtype).min)
-        masks[kind] = mask
-    return masks
+
+def padded_to(canvas: Canvas, rows: int, width: int, pad_id: int) -> Canvas:
+    """`canvas` in a larger (rows, width): the added slots are padding (not free, not fixed, not valid), the added
+    rows have no slot at all, so neither changes what the canvas's own slots compute."""
+    have_rows, have_width = canvas.shape
+    if (rows, width) == (have_rows, have_width):
+        return canvas
+
+    def grown(t: torch.Tensor, fill) -> torch.Tensor:
+        out = torch.full((rows, width), fill, dtype=t.dtype, device=t.device)
+        out[:have_rows, :have_width] = t
+        return out
+
+    positions = canvas.position_ids[0, 0] + torch.arange(width, device=canvas.position_ids.device).expand(rows, width)
+    return Canvas(canvas.lengths, grown(canvas.fixed_tokens, pad_id), grown(canvas.free, False),
+                  grown(canvas.anchor, False), grown(canvas.valid, False), grown(canvas.gap_of, -1),
+                  positions.contiguous())

@@ -32,12 +32,18 @@ class EngineConfig:
     suffix_in_prompt_tokens: int = 0
     suffix_frame: tuple[str, str] = ("<suffix>\n", "\n</suffix>\n")
     max_prompt_tokens: int = 8192  # far end of the prefix dropped beyond this (whole lines at a time)
-    # Bound on cached prefix KV across documents (LRU eviction). None: sized from the model and the device
-    # (infill/cache/kv_store.store_budget).
+    # Bound on the prompts of other documents kept beside the live KV buffers (LRU eviction), so returning to a
+    # document does not re-encode it. None: sized from the model and the device (infill/engine/kv.stash_budget).
     kv_store_bytes: int | None = None
     seed: int | None = 0  # default seed per request (None: nondeterministic)
-    # CUDA only: replay the decoder forward as a CUDA graph after a fill's first step (graphs.py says why).
-    cuda_graph_steps: bool = True
+    # CUDA only: encodes and denoising steps replayed as CUDA graphs captured at load (runner.py, graphs.py).
+    cuda_graphs: bool = True
+    # CUDA only: each layer's small operations fused by torch.compile before capture (runner.compile_layers). Off
+    # until a GPU run shows what it costs at load and saves a step (benchmarks/engine_gpu.py, section "compile").
+    compile: bool = False
+    # How the routed experts are applied: "auto", or a kernel of infill/engine/experts.py (benchmarks/engine_gpu.py
+    # measures them at the real shapes).
+    expert_kernel: str = "auto"
 
     def __post_init__(self) -> None:
         def need(ok: bool, message: str) -> None:
@@ -62,7 +68,10 @@ class EngineConfig:
         need(0 <= self.suffix_in_prompt_tokens < self.max_prompt_tokens // 2,
              "suffix_in_prompt_tokens must be >= 0 and below half of max_prompt_tokens")
         need(len(self.suffix_frame) == 2, "suffix_frame is (text before the suffix, text after it)")
-        need(isinstance(self.cuda_graph_steps, bool), "cuda_graph_steps must be true or false")
+        need(isinstance(self.cuda_graphs, bool) and isinstance(self.compile, bool),
+             "cuda_graphs and compile must be true or false")
+        need(self.expert_kernel in ("auto", "grouped", "pairs", "loop"),
+             f"expert_kernel must be auto, grouped, pairs or loop, got {self.expert_kernel!r}")
         need(self.kv_store_bytes is None or (isinstance(self.kv_store_bytes, int) and self.kv_store_bytes >= 0),
              "kv_store_bytes must be an integer >= 0 (or None: sized from the model and device)")
 

@@ -1,31 +1,29 @@
 """The denoising loop over one infill canvas, around one named hot step.
 
-`denoise_step` is one step on tensors: decoder forward over the canvas (reading the prompt KV, never writing it)
-→ `sample_step`: sampling math (sampler.py) → entropy-bound accept / renoise of free slots → fixed slots clamped
-back → finished rows frozen → stable+confident stopping per row → the next step's self-conditioning. It reads no
-value back to the host and branches on no tensor value; its random numbers come in as tensors. On CUDA
-`sample_step` is compiled (torch.compile, CUDA graphs: its shapes are fixed by the canvas), and the decoder
-forward is captured as a CUDA graph after each fill's first step and replayed for the rest of that fill
-(graphs.py; its key length changes with every prompt, so one graph lives for one fill). On CPU everything runs
-eager.
+`denoise_step` is one step on tensors: the decoder forward over the canvas (forward.decode: the prompt's keys and
+values read in place) → `sample_step`: sampling math (sampler.py) → entropy-bound accept / renoise of free slots →
+fixed slots clamped back → finished rows frozen → stable+confident stopping per row → the next step's
+self-conditioning. It reads no value back to the host and branches on no tensor value; its random numbers come in
+as tensors. On CUDA the runner (runner.py) replays the whole step, forward and sampling, as one CUDA graph per
+canvas bucket; elsewhere it runs eagerly on the canvas's own shape.
 
 `denoise` keeps the loop control: cancel and deadline between steps (never inside a forward), drafts, and stopping
-once every row finished (the loop's one host sync per step, plus the draft when a draft callback asks for one).
+once every row finished. The finished flag is read one step late on CUDA (the copy overlaps the next step, so the
+host never waits on the device; a row that finished stays frozen, so the extra step changes no token) and at once
+elsewhere.
 """
 
 from __future__ import annotations
 
 import functools
 import time
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, fields, replace
+from typing import Callable, Protocol
 
 import torch
 
 from infill.engine.canvas import Canvas
 from infill.engine.config import EngineConfig
-from infill.engine.graphs import Forward, capture_forward
-from infill.engine.model import decoder_logits, embed, embedding_table, shape_of, soft_embeddings
 from infill.engine.sampler import entropy_bound_accept, fast_step, logit_scale, stable_and_confident, temperature
 from infill.types import CancelToken
 
@@ -40,17 +38,18 @@ class DenoiseOutput:
 
 
 StepCallback = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], None]  # (step, argmax, max_prob, score)
+Forward = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (canvas tokens, soft embeddings) -> raw logits
 
 
 @dataclass(frozen=True)
 class StepInputs:
     """What every step of one canvas reads and never changes."""
 
-    view: object  # the decoder's DynamicCache view of the prompt KV
-    masks: dict
-    canvas: Canvas
+    free: torch.Tensor  # (B, W) bool: slots the model fills
+    fixed: torch.Tensor  # (B, W) clamped token at fixed and pad slots
+    anchor: torch.Tensor  # (B, W) bool: clamped slots scored for the join
     clamp_embeddings: torch.Tensor  # (B, W, H) embedding of each slot's clamped token
-    embed_weight: torch.Tensor  # (V, H)
+    embed: torch.Tensor  # (V, H) the self-conditioning table
     embed_scale: torch.Tensor  # ()
     softcap: float | None
     entropy_bound: float
@@ -68,6 +67,10 @@ class StepState:
     finished: torch.Tensor  # (B,) bool
     history: torch.Tensor  # (S, B, W) the last S argmax canvases (stability)
     max_prob: torch.Tensor  # (B, W) draft confidence
+    row_steps: torch.Tensor  # (B,) int32 forwards each row ran before it stopped
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return tuple(getattr(self, f.name) for f in fields(self))
 
 
 def join_score(probs_at_tokens: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
@@ -77,48 +80,41 @@ def join_score(probs_at_tokens: torch.Tensor, anchor: torch.Tensor) -> torch.Ten
                        torch.zeros_like(count, dtype=logp.dtype))
 
 
-def sample_step(logits, current, argmax, score, finished, history, free, fixed, anchor, clamp_embeddings,
-                embed_weight, embed_scale, scale, uniform, noise, softcap: float | None, entropy_bound: float,
-                confidence: float) -> tuple[torch.Tensor, ...]:
-    """Everything after the forward, on plain tensors (what torch.compile sees). Returns the next
-    (current, argmax, score, soft, finished, history, max_prob)."""
-    out = fast_step(logits, softcap, scale, uniform)
+def sample_step(logits: torch.Tensor, state: StepState, inputs: StepInputs, scale: torch.Tensor,
+                uniform: torch.Tensor, noise: torch.Tensor) -> StepState:
+    """Everything after the forward, on plain tensors (what torch.compile sees)."""
+    free, fixed = inputs.free, inputs.fixed
+    out = fast_step(logits, inputs.softcap, scale, uniform)
     at_tokens = out.probs.gather(-1, fixed[..., None]).squeeze(-1)
     entropy = out.entropy.masked_fill(~free, 0.0)
-    accepted = entropy_bound_accept(entropy, entropy_bound)
+    accepted = entropy_bound_accept(entropy, inputs.entropy_bound)
     nxt = torch.where(free, torch.where(accepted, out.sample, noise), fixed)
     new_argmax = torch.where(free, out.argmax, fixed)
-    new_score = join_score(at_tokens, anchor)
+    new_score = join_score(at_tokens, inputs.anchor)
     # Finished rows keep their tokens and score, as in transformers (not their probabilities: rows never see each
     # other, so what a finished row's next forward reads changes nothing).
+    finished = state.finished
     keep = finished[:, None]
-    new_argmax, nxt = torch.where(keep, argmax, new_argmax), torch.where(keep, current, nxt)
-    new_score = torch.where(finished, score, new_score)
-    stopped, history = stable_and_confident(history, new_argmax, entropy, free, confidence)
-    soft = soft_embeddings(out.probs, embed_weight, embed_scale, clamp_embeddings, free)
-    return nxt, new_argmax, new_score, soft, finished | stopped, history, out.max_prob
+    new_argmax, nxt = torch.where(keep, state.argmax, new_argmax), torch.where(keep, state.current, nxt)
+    new_score = torch.where(finished, state.score, new_score)
+    stopped, history = stable_and_confident(state.history, new_argmax, entropy, free, inputs.confidence)
+    soft = torch.matmul(out.probs.to(inputs.embed.dtype), inputs.embed) * inputs.embed_scale
+    soft = torch.where(free[..., None], soft, inputs.clamp_embeddings)
+    return StepState(nxt, new_argmax, new_score, soft, finished | stopped, history, out.max_prob,
+                     state.row_steps + (~finished).to(state.row_steps.dtype))
 
 
-def denoise_step(model, inputs: StepInputs, state: StepState, scale: torch.Tensor, uniform: torch.Tensor,
-                 noise: torch.Tensor, sample: Callable = sample_step, forward: Forward | None = None) -> StepState:
+def denoise_step(forward: Forward, inputs: StepInputs, state: StepState, scale: torch.Tensor, uniform: torch.Tensor,
+                 noise: torch.Tensor, sample: Callable = sample_step) -> StepState:
     """One denoising step. `scale` (0-d) is the step's logit scale (softcap and temperature), `uniform` (B, W)
-    draws the samples, `noise` (B, W) renoises the slots not accepted. `forward`: the decoder forward of this
-    canvas as a replayable graph (None: eager)."""
-    c = inputs.canvas
-    if forward is not None:
-        logits = forward(state.current, state.soft)
-    else:
-        logits = decoder_logits(model, state.current, state.soft, inputs.view, c.position_ids, inputs.masks)
-    return StepState(*sample(logits, state.current, state.argmax, state.score, state.finished, state.history,
-                             c.free, c.fixed_tokens, c.anchor, inputs.clamp_embeddings, inputs.embed_weight,
-                             inputs.embed_scale, scale, uniform, noise, inputs.softcap, inputs.entropy_bound,
-                             inputs.confidence))
+    draws the samples, `noise` (B, W) renoises the slots not accepted."""
+    return sample(forward(state.current, state.soft), state, inputs, scale, uniform, noise)
 
 
 @functools.cache
 def sample_step_for(device_type: str) -> Callable:
-    """`sample_step` compiled for CUDA (mode "reduce-overhead": CUDA graphs, one per canvas shape), eager
-    elsewhere: CPU never compiles."""
+    """`sample_step` compiled for CUDA (mode "reduce-overhead": CUDA graphs, one per canvas shape) where the step
+    runs outside a captured program, eager elsewhere: CPU never compiles."""
     if device_type != "cuda":
         return sample_step
     compiled = torch.compile(sample_step, mode="reduce-overhead", fullgraph=True)
@@ -126,7 +122,7 @@ def sample_step_for(device_type: str) -> Callable:
     def run(*args):
         torch.compiler.cudagraph_mark_step_begin()
         # A CUDA graph's outputs are overwritten by its next replay, and each step's outputs feed the next one.
-        return tuple(t.clone() for t in compiled(*args))
+        return StepState(*(t.clone() for t in compiled(*args).tensors()))
 
     return run
 
@@ -135,17 +131,17 @@ def first_state(inputs: StepInputs, config: EngineConfig, vocab: int, generator:
                 start: torch.Tensor | None = None) -> StepState:
     """`start` (B, W): the free slots' first tokens (a seed canvas shared with another implementation); None: drawn
     uniformly from `generator`."""
-    c = inputs.canvas
-    rows, width = c.shape
-    device = c.free.device
+    rows, width = inputs.free.shape
+    device = inputs.free.device
     if start is None:
         start = torch.randint(0, vocab, (rows, width), generator=generator, device=device)
-    current = torch.where(c.free, start.to(device), c.fixed_tokens)
+    current = torch.where(inputs.free, start.to(device), inputs.fixed)
     history = torch.full((config.stability_threshold, rows, width), -1, dtype=current.dtype, device=device)
     return StepState(current=current, argmax=current, score=torch.zeros(rows, device=device),
                      soft=torch.zeros_like(inputs.clamp_embeddings),
                      finished=torch.zeros(rows, dtype=torch.bool, device=device), history=history,
-                     max_prob=torch.zeros(rows, width, device=device))
+                     max_prob=torch.zeros(rows, width, device=device),
+                     row_steps=torch.zeros(rows, dtype=torch.int32, device=device))
 
 
 def step_scales(config: EngineConfig, softcap: float | None, device: torch.device) -> torch.Tensor:
@@ -155,21 +151,53 @@ def step_scales(config: EngineConfig, softcap: float | None, device: torch.devic
                          for remaining in range(n, 0, -1)], dtype=torch.float32, device=device)
 
 
-def denoise(model, config: EngineConfig, canvas: Canvas, view, masks: dict, generator: torch.Generator, *,
+class Stepper(Protocol):
+    """Runs the steps of one canvas: `start` takes the first state, `step` returns the next (a view that the
+    following step may overwrite: read it before stepping again)."""
+
+    def start(self, state: StepState) -> None: ...
+
+    def step(self, scale: torch.Tensor, uniform: torch.Tensor, noise: torch.Tensor) -> StepState: ...
+
+
+class EagerStepper:
+    """Forward and sampling on the canvas's own shape, as plain calls."""
+
+    def __init__(self, forward: Forward, inputs: StepInputs, sample: Callable = sample_step) -> None:
+        self.forward, self.inputs, self.sample = forward, inputs, sample
+        self.state: StepState | None = None
+
+    def start(self, state: StepState) -> None:
+        self.state = state
+
+    def step(self, scale: torch.Tensor, uniform: torch.Tensor, noise: torch.Tensor) -> StepState:
+        self.state = denoise_step(self.forward, self.inputs, self.state, scale, uniform, noise, self.sample)
+        return self.state
+
+
+@dataclass(frozen=True)
+class CanvasFill:
+    """What a denoiser needs for one canvas: the canvas, the prompt before it, and the runner that holds the
+    model, its weights and the prompt's keys and values (runner.ModelRunner)."""
+
+    canvas: Canvas
+    prompt_ids: torch.Tensor
+    runner: object
+
+
+def denoise(fill: CanvasFill, config: EngineConfig, generator: torch.Generator, *,
             cancel: CancelToken | None = None, deadline: float | None = None,
             on_step: StepCallback | None = None, start: torch.Tensor | None = None) -> DenoiseOutput:
-    shape = shape_of(model)
+    canvas, runner = fill.canvas, fill.runner
     rows, width = canvas.shape
     device = canvas.free.device
-    weight, scale = embedding_table(model)
-    inputs = StepInputs(view, masks, canvas, embed(model, canvas.fixed_tokens), weight, scale, shape.softcap,
-                        config.entropy_bound, config.confidence_threshold)
-    sample = sample_step_for(device.type)
-    state = first_state(inputs, config, shape.vocab_size, generator, start)
-    scales = step_scales(config, shape.softcap, device)
+    inputs = runner.step_inputs(canvas, config)
+    stepper: Stepper = runner.stepper(canvas, inputs)
+    state = first_state(inputs, config, runner.weights.vocab, generator, start)
+    stepper.start(state)
+    scales = step_scales(config, runner.weights.softcap, device)
+    finished_late = _FinishedFlag(device) if device.type == "cuda" and on_step is None else None
     steps, outcome = 0, "ok"
-    graphed: Forward | None = None
-    row_steps = torch.zeros(rows, dtype=torch.int32, device=device)
     for step in range(config.max_denoising_steps):
         if cancel is not None and cancel.cancelled:
             outcome = "cancelled"
@@ -178,15 +206,37 @@ def denoise(model, config: EngineConfig, canvas: Canvas, view, masks: dict, gene
             outcome = "cut_short"
             break
         uniform = torch.rand((rows, width), generator=generator, device=device)
-        noise = torch.randint(0, shape.vocab_size, (rows, width), generator=generator, device=device)
-        row_steps += ~state.finished
-        state = denoise_step(model, inputs, state, scales[step], uniform, noise, sample, graphed)
+        noise = torch.randint(0, runner.weights.vocab, (rows, width), generator=generator, device=device)
+        state = stepper.step(scales[step], uniform, noise)
         steps += 1
         if on_step is not None:
             on_step(steps, state.argmax, state.max_prob, state.score)
-        if bool(state.finished.all()):  # the step's one host sync
+        if finished_late is not None:
+            if finished_late.read():  # the previous step's flag: every row had finished by then
+                break
+            finished_late.post(state.finished)
+        elif bool(state.finished.all()):  # the step's one host sync
             break
-        if steps == 1 and config.cuda_graph_steps and device.type == "cuda":
-            graphed = capture_forward(model, lambda tokens, soft: decoder_logits(
-                model, tokens, soft, view, canvas.position_ids, masks), state.current, state.soft)
-    return DenoiseOutput(state.argmax, state.score, steps, outcome, row_steps)
+    state = replace(state, argmax=state.argmax.clone(), score=state.score.clone(),
+                    row_steps=state.row_steps.clone())
+    return DenoiseOutput(state.argmax, state.score, steps, outcome, state.row_steps)
+
+
+class _FinishedFlag:
+    """`finished.all()` copied to the host without waiting: posted after a step, read after the next one."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.host = torch.zeros((), dtype=torch.bool, pin_memory=True)
+        self.event = torch.cuda.Event()
+        self.posted = False
+
+    def post(self, finished: torch.Tensor) -> None:
+        self.host.copy_(finished.all(), non_blocking=True)
+        self.event.record()
+        self.posted = True
+
+    def read(self) -> bool:
+        if not self.posted:
+            return False
+        self.event.synchronize()
+        return bool(self.host)

@@ -1,10 +1,11 @@
 """The persistent in-process DiffusionGemma infill engine (an `InfillBackend`).
 
 One loaded model per process, kept warm. Single-threaded and lock-free: callers run it on the model worker
-(infill/worker.py), which also owns supersession. A request: tokenise the prompt by chunks →
-reuse the document's prefix KV (crop to the common prefix, encode only the new tail) → build a canvas with one row
-per candidate middle length and the suffix anchor clamped → denoise → pick the row that best joins the fixed text
-→ decode. Cancellation and the deadline act between denoising steps.
+(infill/worker.py), which also owns supersession. A request: tokenise the prompt by chunks → take the document's
+prompt keys and values (kv.PromptCache: the common prefix with what it holds is kept, only the new tail is encoded)
+→ build a canvas with one row per candidate middle length and the suffix anchor clamped → denoise (denoise.py, the
+forwards run by runner.py over the checkpoint's own weights) → pick the row that best joins the fixed text →
+decode. Cancellation and the deadline act between prompt chunks and between denoising steps.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from typing import Callable
 import torch
 import transformers
 
-from infill.engine.canvas import build_canvas, decoder_masks, fit_lengths
-from infill.engine.config import EngineSettings, ResolvedEngineConfig, resolve_engine_config
-from infill.engine.denoise import DenoiseOutput, denoise
-from infill.engine.model import decoder_cache_view, encode, shape_of
-from infill.cache.kv_store import PrefixKVStore, kv_bytes_per_token, store_budget
-from infill.engine.loading import LoadedModel
 from infill.cache.tokens import ChunkedTokenizer
+from infill.engine.canvas import build_canvas, fit_lengths
+from infill.engine.config import EngineSettings, ResolvedEngineConfig, resolve_engine_config
+from infill.engine.denoise import CanvasFill, DenoiseOutput, denoise
+from infill.engine.kv import PromptCache, stash_budget
+from infill.engine.loading import LoadedModel
+from infill.engine.model import model_limits
+from infill.engine.runner import ModelRunner
 from infill.types import (BackendInfo, CancelToken, Draft, DraftCallback, InfillError, InfillRequest, InfillResult,
                           Timings)
 
@@ -38,52 +40,59 @@ def _should_stop(cancel: CancelToken | None, deadline: float | None) -> bool:
 
 class DiffusionEngine:
     def __init__(self, loaded: LoadedModel, config: EngineSettings | ResolvedEngineConfig = None, *,
-                 denoiser: Callable[..., DenoiseOutput] = denoise) -> None:
+                 denoiser: Callable[..., DenoiseOutput] = denoise, static: bool | None = None) -> None:
         """`config`: a ResolvedEngineConfig is used as it is; EngineOverrides' given fields, a mapping's fields, or
         an EngineConfig's non-default fields (None: none) override the checkpoint's own sampler settings
-        (config.resolve_engine_config)."""
+        (config.resolve_engine_config). `static`: run the bucketed programs (None: on CUDA with cuda_graphs)."""
         self.loaded = loaded
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
         resolved = config if isinstance(config, ResolvedEngineConfig) else resolve_engine_config(
-            self.model.generation_config, self.model.config, config)
+            loaded.generation_config, loaded.config, config)
         self.config, self.config_sources = resolved.config, resolved.sources
         log.info("DiffusionGemma engine settings for %s: %s", loaded.model_id, resolved.describe())
         self.denoiser = denoiser  # tests swap in transformers' exact sampler (tests/reference_sampler.py)
-        shape = shape_of(self.model)
-        self.layer_types = list(shape.layer_types)
-        self.sliding_window = shape.sliding_window
-        self.width = self.config.canvas_length or shape.canvas_length
-        self.max_prompt = min(self.config.max_prompt_tokens, shape.max_positions - self.width - 1)
-        gen = self.model.generation_config
+        limits = model_limits(loaded.config)
+        self.weights = loaded.weights
+        self.width = self.config.canvas_length or limits.canvas_length
+        self.max_prompt = min(self.config.max_prompt_tokens, limits.max_positions - self.width - 1)
+        gen = loaded.generation_config
         self.bos_id, self.eos_id, self.pad_id = gen.bos_token_id, gen.eos_token_id, gen.pad_token_id
         self.stop_ids = {i for i in (self.eos_id if isinstance(self.eos_id, list) else [self.eos_id]) if i is not None}
         self.stop_ids.add(self.pad_id)
-        self.additive_masks = shape.additive_masks
-        self.device = shape.device
+        self.device = self.weights.device
         self.tokens = ChunkedTokenizer(self.tokenizer)
-        self.kv_bytes_per_token = kv_bytes_per_token(self.model.config.text_config, self.model.dtype)
-        self.store = PrefixKVStore(self.config.kv_store_bytes if self.config.kv_store_bytes is not None else
-                                   store_budget(self.kv_bytes_per_token, self.device, self.max_prompt))
-        log.info("prefix KV store: %.0f MiB, %d bytes a prompt token (%s)", self.store.max_bytes / 2**20,
-                 self.kv_bytes_per_token, "explicit" if self.config.kv_store_bytes is not None else "by device")
+        rows = max(len(self.config.candidate_lengths), len(self.config.single_line_lengths_for(str(self.device))))
+        self.runner = ModelRunner(self.weights, self.config, max_prompt=self.max_prompt,
+                                  max_canvas_slots=rows * self.width, pad_id=self.pad_id, model=self.model,
+                                  static=static)
+        per_token = self.runner.kv.bytes_per_token()
+        explicit = self.config.kv_store_bytes is not None
+        self.prompts = PromptCache(self.runner.kv, self.config.kv_store_bytes if explicit else
+                                   stash_budget(per_token, self.device, self.max_prompt))
+        log.info("prompt KV: live buffers %.0f MiB, other documents up to %.0f MiB (%s), %d bytes a token",
+                 self.runner.kv.nbytes / 2**20, self.prompts.stash_bytes / 2**20, "explicit" if explicit else
+                 "by device", per_token)
+        self.programs: dict = {}  # what warm_up captured (CUDA)
         self._info = BackendInfo(name=f"diffusiongemma:{loaded.model_id}", kind="diffusion", model=loaded.model_id,
                                  device=loaded.device, dtype=loaded.dtype,
-                                 label=f"DiffusionGemma {loaded.model_id} ({loaded.device}, {loaded.dtype})")
+                                 label=f"DiffusionGemma {loaded.model_id} ({loaded.device}, "
+                                       f"{self.weights.weight_format})")
 
     @property
     def info(self) -> BackendInfo:
         return self._info
 
     def close(self) -> None:
-        self.store.clear()
+        self.prompts.clear()
 
     def versions(self) -> dict:
         return {"backend": "diffusion", "model": self.loaded.model_id, "revision": self.loaded.revision,
                 "dtype": self.loaded.dtype, "device": self.loaded.device, "canvas_width": self.width,
-                "quantization": str(getattr(self.model.config, "quantization_config", None) or "none"),
-                "transformers": transformers.__version__, **self.config.describe(),
-                "settings_from": dict(self.config_sources), "kv_store_bytes": self.store.max_bytes}
+                "weights": self.weights.weight_format, "experts_kernel": self.runner.kernel,
+                "static_programs": self.runner.static, "transformers": transformers.__version__,
+                **self.config.describe(), "settings_from": dict(self.config_sources),
+                "kv_store_bytes": self.prompts.stash_bytes}
 
     # ---- public entry point -------------------------------------------------------------------------------------
 
@@ -101,9 +110,9 @@ class DiffusionEngine:
             return self._empty(request, "error", started, f"{type(exc).__name__}: {exc}")
 
     def warm(self, request: InfillRequest, *, cancel: CancelToken | None = None) -> int:
-        """Encode `request`'s prompt into the document's prefix KV now (while an editor's debounce runs), so that
+        """Encode `request`'s prompt into the document's prompt KV now (while an editor's debounce runs), so that
         its `infill` only denoises. Stops between chunks when cancelled and keeps what it encoded (the next
-        keystroke's prompt shares all of it up to the edit). Returns the prompt tokens now cached. Warming is an
+        keystroke's prompt shares all of it up to the edit). Returns the prompt tokens now held. Warming is an
         optimisation: failures are logged, never raised."""
         cancel = cancel or CancelToken()
         if cancel.cancelled:
@@ -111,30 +120,28 @@ class DiffusionEngine:
         try:
             ids = torch.tensor(self.prompt_ids(request.prefix, request.suffix, request.extra_context),
                                dtype=torch.long)
-            key = request.document_id or _ANONYMOUS
             with torch.inference_mode():
-                cache, _, done = self._encode_prompt(key, ids, cancel)
-            if done == ids.numel():  # (a stopped prefill has stored its part already)
-                self.store.put(key, ids, cache)
+                _, done = self._encode_prompt(request.document_id or _ANONYMOUS, ids, cancel)
             return done
         except Exception:  # noqa: BLE001 - the infill that follows will meet (and report) the same problem
             log.exception("warming the prompt cache failed")
             return 0
 
     def warm_up(self) -> float:
-        """On CUDA, build the compiled sampling step now, outside any request: one single-line and one multi-line
-        fill on a throwaway prompt (their canvas shapes are the common ones; torch compiles other widths once
-        more, with dynamic shapes). Elsewhere nothing compiles and this returns at once. Returns seconds spent."""
-        if self.device.type != "cuda":
+        """On CUDA, pay the one-time costs now, outside any request: each layer compiled (config.compile) and every
+        encode and canvas program captured as a CUDA graph (config.cuda_graphs). Elsewhere nothing is compiled or
+        captured and this returns at once. Returns seconds spent."""
+        if self.device.type != "cuda" or not self.runner.static:
             return 0.0
         started = time.perf_counter()
-        key = "\0warm-up"
-        for single_line in (True, False):
-            result = self.infill(InfillRequest(prefix="def area(w, h):\n    return ", suffix="\n\nprint(area(2, 3))\n",
-                                               single_line=single_line, document_id=key))
-            if result.outcome == "error":
-                log.warning("warm-up fill failed: %s", result.error)
-        self.store.take(key, [])  # drop its cache
+        if self.config.compile:
+            self.runner.compile_layers()
+        with torch.inference_mode():
+            self.programs = self.runner.capture_all()
+        self.prompts.clear()  # the captures wrote into the buffers
+        log.info("captured %d of %d programs in %.1f s%s", self.programs["captured"], self.programs["programs"],
+                 self.programs["seconds"], f" (eager: {', '.join(self.programs['failed'])})"
+                 if self.programs["failed"] else "")
         return time.perf_counter() - started
 
     def _empty(self, request: InfillRequest, outcome: str, started: float, error: str | None) -> InfillResult:
@@ -181,20 +188,20 @@ class DiffusionEngine:
         return fitting or [(self.width - between_total - len(anchor)) // gaps], fixed
 
     def _encode_prompt(self, key: str, ids: torch.Tensor, cancel: CancelToken | None = None,
-                       deadline: float | None = None):
-        """Take the document's cache and encode what it lacks, in chunks so a long prefill still stops for a
-        cancel or the deadline. Returns (cache, reused, encoded_up_to); a stopped prefill keeps its work in the
-        store, so the next keystroke resumes it."""
-        cache, reused = self.store.take(key, ids)
+                       deadline: float | None = None) -> tuple[int, int]:
+        """Make the buffers hold `ids` for document `key`: what they (or the document's stash) hold of it is kept,
+        the rest encoded in chunks so a long prefill still stops for a cancel or the deadline. Returns (reused,
+        encoded_up_to); a stopped prefill keeps what it encoded, so the next keystroke resumes it."""
+        reused = self.prompts.claim(key, ids)
         done = reused
         while done < ids.numel():
             if done > reused and _should_stop(cancel, deadline):
-                self.store.put(key, ids[:done], cache)
                 break
             end = min(done + PREFILL_CHUNK_TOKENS, ids.numel())
-            encode(self.model, ids[done:end].to(self.device), cache, done)
+            self.runner.encode(ids[done:end].to(self.device), done)
             done = end
-        return cache, reused, done
+            self.prompts.extend(ids, done)
+        return reused, done
 
     def _infill(self, request: InfillRequest, cancel: CancelToken, deadline: float | None,
                        on_draft: DraftCallback | None, started: float) -> InfillResult:
@@ -204,15 +211,13 @@ class DiffusionEngine:
         lengths, fixed = self._candidate_lengths(request, self._fixed_segments(request))
         key = request.document_id or _ANONYMOUS
         with torch.inference_mode():
-            cache, reused, encoded_to = self._encode_prompt(key, ids, cancel, deadline)
+            reused, encoded_to = self._encode_prompt(key, ids, cancel, deadline)
             if encoded_to < ids.numel():
                 outcome = "cancelled" if cancel.cancelled else "cut_short"
                 return self._empty(request, outcome, started, f"stopped during the prefill ({encoded_to} of "
                                                               f"{ids.numel()} prompt tokens encoded and kept)")
             encoded = time.perf_counter()
             canvas = build_canvas(lengths, fixed, ids.numel(), self.pad_id, self.device)
-            view = decoder_cache_view(cache, self.layer_types, self.sliding_window, len(lengths))
-            masks = decoder_masks(canvas, view, self.layer_types, self.model.dtype, self.additive_masks)
             seed = request.seed if request.seed is not None else self.config.seed
             generator = torch.Generator(self.device)
             if seed is None:
@@ -220,11 +225,8 @@ class DiffusionEngine:
             else:
                 generator.manual_seed(seed)
             on_step = self._draft_emitter(canvas, on_draft, request) if on_draft else None
-            try:
-                out = self.denoiser(self.model, self.config, canvas, view, masks, generator, cancel=cancel,
-                                    deadline=deadline, on_step=on_step)
-            finally:
-                self.store.put(key, ids, cache)  # the decoder never writes the cache: it still matches `ids`
+            out = self.denoiser(CanvasFill(canvas, ids, self.runner), self.config, generator, cancel=cancel,
+                                deadline=deadline, on_step=on_step)
         done = time.perf_counter()
         if out.outcome == "cancelled":
             return self._empty(request, "cancelled", started, cancel.reason or "cancelled")

@@ -1,60 +1,68 @@
-"""The decoder forward of one canvas, replayed as a CUDA graph.
+"""Fixed-shape programs, replayed as CUDA graphs.
 
-Why: at the full 26B-A4B size on an H200 (random weights, benchmarks/results/engine-gpu-h200.json) one eager
-decoder forward launches about 4,400 kernels; the GPU is busy 30 ms of the 105 ms it takes, and the host spends the
-rest launching them. Within one fill nothing the forward reads changes shape (canvas, prompt keys, masks), and
-only two inputs change value (the canvas tokens and the self-conditioning embeddings), so the forward is captured
-once, after the fill's first (eager) step, and replayed for the others. It is not reused across fills: the prompt
-KV, and so the graph's key length, changes with every keystroke.
+Why: an eager forward of the full 26B-A4B model launches ~4,400 kernels (benchmarks/results/engine-gpu-h200.json:
+30 ms of GPU work in a 105 ms forward on an H200), so the host, not the GPU, sets the pace. A program is a call
+whose every input and output lives in tensors allocated once (its static buffers), so it can be captured once, at
+load, and replayed for every keystroke: the prompt's length is a device tensor, never a shape, and the KV buffers
+sit at fixed addresses (forward.py reads the whole buffer under a mask).
 
-A model whose forward cannot be captured (a host sync inside it, say) runs eager from then on; the failure is
-logged once.
+On CUDA a program is captured (after a warm-up run on a side stream, which also builds cuBLAS plans and anything
+compiled); elsewhere it runs its body eagerly on the same buffers, so CPU tests check the very arithmetic the
+graph replays. A body that cannot be captured runs eagerly from then on, and the failure is logged once.
+All programs of an engine share one memory pool: they never run at the same time.
 """
 
 from __future__ import annotations
 
 import logging
-import weakref
 from typing import Callable
 
 import torch
 
 log = logging.getLogger(__name__)
 
-Forward = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (canvas tokens, soft embeddings) -> logits
 
-_uncapturable: weakref.WeakSet = weakref.WeakSet()  # models whose forward failed to capture
+def bucket(size: int, sizes: tuple[int, ...]) -> int | None:
+    """The smallest of `sizes` that holds `size` (None: none does)."""
+    return next((s for s in sizes if s >= size), None)
 
 
-def capture_forward(model, forward: Forward, tokens: torch.Tensor, soft: torch.Tensor) -> Forward | None:
-    """`forward` captured on CUDA with static copies of `tokens` and `soft`; the returned callable copies its
-    arguments into them, replays, and returns the graph's own logits tensor (overwritten by the next replay, so
-    read it before calling again). None where the capture fails (then the caller stays eager)."""
-    if model in _uncapturable:
-        return None
-    static_tokens, static_soft = tokens.clone(), soft.clone()
-    graph = torch.cuda.CUDAGraph()
-    # The capture runs on a side stream, as CUDA requires, without torch.cuda.graph's empty_cache(): that would
-    # hand the allocator's cached blocks back to the driver before every fill.
-    stream = torch.cuda.Stream(device=tokens.device)
-    stream.wait_stream(torch.cuda.current_stream(tokens.device))
-    try:
-        with torch.cuda.stream(stream):
-            graph.capture_begin(capture_error_mode="thread_local")
-            try:
-                logits = forward(static_tokens, static_soft)
-            finally:
-                graph.capture_end()
-    except Exception:  # noqa: BLE001 - any capture failure means: this model runs eager
-        _uncapturable.add(model)
-        log.warning("the decoder forward cannot be captured as a CUDA graph; it runs eager", exc_info=True)
-        return None
-    torch.cuda.current_stream(tokens.device).wait_stream(stream)
+class StaticProgram:
+    def __init__(self, name: str, body: Callable[[], None], device: torch.device) -> None:
+        self.name = name
+        self.body = body
+        self.device = device
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.failed = False
 
-    def replay(tokens: torch.Tensor, soft: torch.Tensor) -> torch.Tensor:
-        static_tokens.copy_(tokens)
-        static_soft.copy_(soft)
-        graph.replay()
-        return logits
+    @property
+    def captured(self) -> bool:
+        return self.graph is not None
 
-    return replay
+    def capture(self, pool=None) -> bool:
+        """Capture the body as a CUDA graph (CUDA only; True when it was). Runs the body twice: one warm-up and
+        the capture, whose results the next `run` overwrites."""
+        if self.device.type != "cuda" or self.graph is not None or self.failed:
+            return self.graph is not None
+        stream = torch.cuda.Stream(device=self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        try:
+            with torch.cuda.stream(stream):
+                self.body()
+            torch.cuda.current_stream(self.device).wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                self.body()
+        except Exception:  # noqa: BLE001 - any capture failure means: this program runs eagerly
+            self.failed = True
+            log.warning("the %s program cannot be captured as a CUDA graph; it runs eagerly", self.name,
+                        exc_info=True)
+            return False
+        self.graph = graph
+        return True
+
+    def run(self) -> None:
+        if self.graph is not None:
+            self.graph.replay()
+        else:
+            self.body()

@@ -1,4 +1,6 @@
-"""Load a DiffusionGemma checkpoint (local directory or hub id) or build one with dummy weights.
+"""Load a DiffusionGemma checkpoint (local directory or hub id) or build one with dummy weights, into the weights
+the engine's forward reads (weights.py): a bf16 checkpoint through transformers (its module tensors, not copied),
+a compressed-tensors FP8 checkpoint read directly (fp8.py), either quantized to FP8 at load when asked.
 
 Safetensors only, never `trust_remote_code`. One clear `InfillError` names what is wrong with a missing, corrupt
 or non-DiffusionGemma checkpoint.
@@ -13,21 +15,26 @@ from pathlib import Path
 from typing import Any, Literal
 
 from infill.device import resolve_device_dtype, torch_dtype as to_torch_dtype
+from infill.engine.weights import EngineWeights
 from infill.types import InfillError
 
 log = logging.getLogger(__name__)
 
 LoadFormat = Literal["auto", "dummy"]
+Quantization = Literal["none", "fp8"]
 
 
 @dataclass(frozen=True)
 class LoadedModel:
-    model: Any  # DiffusionGemmaForBlockDiffusion, eval mode
+    model: Any  # DiffusionGemmaForBlockDiffusion in eval mode; None when the weights were read without it (FP8)
     tokenizer: Any  # PreTrainedTokenizerBase
     model_id: str
     revision: str
     device: str
-    dtype: str
+    dtype: str  # activations and KV (the weights' own format: weights.weight_format)
+    config: Any = None  # DiffusionGemmaConfig
+    generation_config: Any = None  # DiffusionGemmaGenerationConfig, eos/pad/bos filled in
+    weights: EngineWeights | None = None
 
 
 def _read_config(model: str, revision: str | None):
@@ -51,68 +58,111 @@ def _check_local_weights(path: Path) -> None:
 
 
 def load_diffusion_model(model: str, *, revision: str | None = None, device: str | None = None,
-                         dtype: str | None = None, load_format: LoadFormat = "auto") -> LoadedModel:
-    """Load model, tokenizer and generation config. `load_format="dummy"` builds the architecture from the config
-    with random weights (like vLLM's `--load-format dummy`): real shapes and costs, meaningless text."""
+                         dtype: str | None = None, load_format: LoadFormat = "auto",
+                         quantization: Quantization = "none") -> LoadedModel:
+    """Load model, tokenizer, generation config and the engine's weights. `load_format="dummy"` builds the
+    architecture from the config with random weights (like vLLM's `--load-format dummy`): real shapes and costs,
+    meaningless text. `quantization="fp8"`: projections and experts in FP8 (fp8.quantize_weights); a
+    compressed-tensors FP8 checkpoint is FP8 whatever this says."""
     import torch
     from safetensors import SafetensorError
     from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
 
+    from infill.engine.fp8 import compressed_fp8_scheme, load_compressed_tensors, quantize_weights
+    from infill.engine.model import engine_weights
+
+    if quantization not in ("none", "fp8"):
+        raise InfillError(f"unknown quantization {quantization!r} (none or fp8)")
     # DiffusionGemma on a CPU is the test and development path, checked in float32: bf16 only when asked for.
     device, dtype_name = resolve_device_dtype(device, dtype, supported=("float32", "bfloat16", "float16"),
                                               bf16_on_cpu=False)
     torch_dtype = to_torch_dtype(dtype_name)
     config = _read_config(model, revision)
-    local = Path(model)
-    if load_format == "dummy":
-        with torch.device(device):
-            net = DiffusionGemmaForBlockDiffusion._from_config(config, dtype=torch_dtype)
-        _read_generation_config(net, model, revision)
+    prequantized = compressed_fp8_scheme(config) is not None
+    net = None
+    if prequantized and load_format != "dummy":
+        weights = load_compressed_tensors(_local_snapshot(model, revision), config, torch.device(device), torch_dtype)
+        generation_config = _generation_config(model, revision)
     else:
-        if local.is_dir():
-            _check_local_weights(local)
-        try:
-            net = DiffusionGemmaForBlockDiffusion.from_pretrained(
-                model, revision=revision, dtype=torch_dtype, use_safetensors=True, trust_remote_code=False,
-                device_map=device if device.startswith("cuda") else None)
-        except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
-            raise InfillError(f"cannot load DiffusionGemma weights from {model!r}: {exc}") from exc
-        if not device.startswith("cuda"):
-            net = net.to(device)
-    net.eval()
+        if prequantized:  # the architecture at random, quantized as the checkpoint is
+            config.quantization_config = None
+            quantization = "fp8"
+        # FP8 at load: the bf16 weights stay on the CPU and each is quantized onto the device in turn
+        load_device = "cpu" if quantization == "fp8" else device
+        if load_format == "dummy":
+            with torch.device(load_device):
+                net = DiffusionGemmaForBlockDiffusion._from_config(config, dtype=torch_dtype)
+            net.generation_config = _generation_config(model, revision) or net.generation_config
+        else:
+            local = Path(model)
+            if local.is_dir():
+                _check_local_weights(local)
+            try:
+                net = DiffusionGemmaForBlockDiffusion.from_pretrained(
+                    model, revision=revision, dtype=torch_dtype, use_safetensors=True, trust_remote_code=False,
+                    device_map=load_device if load_device.startswith("cuda") else None)
+            except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
+                raise InfillError(f"cannot load DiffusionGemma weights from {model!r}: {exc}") from exc
+            if not load_device.startswith("cuda"):
+                net = net.to(load_device)
+        net.eval()
+        weights = engine_weights(net)
+        generation_config = net.generation_config
+        if quantization == "fp8":
+            weights = quantize_weights(weights, torch.device(device))
+            net = None  # the bf16 tensors the FP8 ones replace are freed with it
     if device.startswith("cuda"):
-        # cuDNN's attention builds an execution plan for every new key length, and every keystroke makes one:
-        # 0.2-2.5 s a keystroke at the full size on an H200 (benchmarks/results/engine-gpu-h200.json). PyTorch's
-        # flash and memory-efficient kernels need no plan. Process-wide: the engine is this process's CUDA user.
+        # cuDNN's attention builds an execution plan for every new key length (0.2-2.5 s a keystroke at the full
+        # size on an H200, benchmarks/results/engine-gpu-h200.json); PyTorch's flash and memory-efficient kernels
+        # need none. Process-wide: the engine is this process's CUDA user.
         torch.backends.cuda.enable_cudnn_sdp(False)
     try:
         tokenizer = AutoTokenizer.from_pretrained(model, revision=revision, trust_remote_code=False)
     except (OSError, ValueError, json.JSONDecodeError) as exc:
         raise InfillError(f"cannot load the tokenizer of {model!r}: {exc}") from exc
-    _fill_special_ids(net, tokenizer)
+    generation_config = _fill_special_ids(generation_config, config, tokenizer)
     rev = revision or getattr(config, "_commit_hash", None) or "local"
     dtype_name = str(torch_dtype).removeprefix("torch.") + ("(dummy weights)" if load_format == "dummy" else "")
-    log.info("loaded %s on %s as %s", model, device, dtype_name)
-    return LoadedModel(net, tokenizer, model, str(rev), device, dtype_name)
+    log.info("loaded %s on %s: activations %s, weights %s", model, device, dtype_name, weights.weight_format)
+    return LoadedModel(net, tokenizer, model, str(rev), device, dtype_name, config, generation_config, weights)
 
 
-def _read_generation_config(net, model: str, revision: str | None) -> None:
-    """Dummy weights skip from_pretrained, which reads generation_config.json: read it here, so the checkpoint's
-    sampler settings apply as they would to its real weights. A checkpoint without one keeps the defaults."""
-    from transformers.models.diffusion_gemma.generation_diffusion_gemma import DiffusionGemmaGenerationConfig
+def _local_snapshot(model: str, revision: str | None) -> Path:
+    """A local directory of the checkpoint's files: `model` itself, or the hub's cached snapshot of it."""
+    local = Path(model)
+    if local.is_dir():
+        _check_local_weights(local)
+        return local
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(model, revision=revision, allow_patterns=["*.json", "*.safetensors"]))
+    except Exception as exc:  # noqa: BLE001 - every failure here means: no such checkpoint reachable
+        raise InfillError(f"cannot fetch the FP8 checkpoint {model!r}: {exc}") from exc
+
+
+def _generation_config(model: str, revision: str | None):
+    """The checkpoint's generation_config.json (its sampler settings), or None when it has none, so transformers'
+    defaults apply."""
+    from transformers import DiffusionGemmaGenerationConfig
 
     try:
-        net.generation_config = DiffusionGemmaGenerationConfig.from_pretrained(model, revision=revision)
+        return DiffusionGemmaGenerationConfig.from_pretrained(model, revision=revision)
     except OSError:
         log.info("%s has no generation_config.json: transformers' sampler defaults apply", model)
+        return None
     except (ValueError, TypeError, AttributeError) as exc:
         raise InfillError(f"cannot read the generation config of {model!r}: {exc}") from exc
 
 
-def _fill_special_ids(net, tokenizer) -> None:
+def _fill_special_ids(gen, config, tokenizer):
     """A fresh model's generation config has no eos/pad: without them there is no EOS handling."""
-    gen = net.generation_config
+    if gen is None:
+        from transformers import DiffusionGemmaGenerationConfig
+
+        gen = DiffusionGemmaGenerationConfig()
     for name in ("eos_token_id", "pad_token_id", "bos_token_id"):
         if getattr(gen, name, None) is None:
             setattr(gen, name, getattr(tokenizer, name, None) if getattr(tokenizer, name, None) is not None
-                    else getattr(net.config.text_config, name, None))
+                    else getattr(config.text_config, name, None))
+    return gen

@@ -1,6 +1,7 @@
-"""The one module that reaches into transformers' DiffusionGemma internals (encoder, decoder layers, embeddings,
-cache layers). Everything else in the engine calls these functions, so a transformers upgrade that moves an
-internal is fixed here alone.
+"""The one module that reaches into transformers' DiffusionGemma internals: it takes the loaded model's own tensors
+out of its modules (encoder and decoder layers, embeddings, rotary tables, self-conditioning) into the engine's
+plain structures (weights.py), and reads the limits the engine needs from its config. A transformers upgrade that
+moves an internal is fixed here alone. Nothing is copied: the engine's forward reads these very tensors.
 """
 
 from __future__ import annotations
@@ -8,100 +9,94 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
+
+from infill.engine.weights import FULL, SLIDING, EngineWeights, Experts, Layer, Linear, Norms, Rope
+from infill.types import InfillError
 
 
 @dataclass(frozen=True)
-class ModelShape:
-    """What the engine needs to know about a DiffusionGemmaForBlockDiffusion."""
-
-    vocab_size: int
-    softcap: float | None  # final logit softcapping (None: none)
-    layer_types: tuple[str, ...]  # "sliding_attention" / "full_attention" per decoder layer
-    sliding_window: int
+class ModelLimits:
     max_positions: int
     canvas_length: int
-    additive_masks: bool  # eager attention takes additive float masks, the others boolean
-    dtype: torch.dtype
-    device: torch.device
 
 
-def shape_of(model) -> ModelShape:
+def model_limits(config) -> ModelLimits:
+    return ModelLimits(max_positions=config.text_config.max_position_embeddings, canvas_length=config.canvas_length)
+
+
+def kv_shapes(text) -> list[tuple[int, int]]:
+    """(kv heads, head dim) of each layer's cache for a DiffusionGemma text config (full-attention layers take their
+    per-layer overrides)."""
+    layers = [text.per_layer_config[i] for i in range(text.num_hidden_layers)]
+    return [(layer.num_key_value_heads, layer.head_dim) for layer in layers]
+
+
+def _linear(module) -> Linear:
+    if getattr(module, "bias", None) is not None:
+        raise InfillError("this DiffusionGemma checkpoint has attention or MLP biases, which the engine does not read")
+    return Linear(module.weight.detach())
+
+
+def _layer(module, kind: str) -> Layer:
+    attn = module.self_attn
+    heads = attn.q_proj.out_features // attn.head_dim
+    kv_heads = attn.k_proj.out_features // attn.head_dim
+    return Layer(
+        kind=kind, heads=heads, kv_heads=kv_heads, head_dim=attn.head_dim,
+        norms=Norms(input=module.input_layernorm.weight.detach(),
+                    post_attention=module.post_attention_layernorm.weight.detach(),
+                    pre_feedforward=module.pre_feedforward_layernorm.weight.detach(),
+                    post_feedforward_1=module.post_feedforward_layernorm_1.weight.detach(),
+                    pre_feedforward_2=module.pre_feedforward_layernorm_2.weight.detach(),
+                    post_feedforward_2=module.post_feedforward_layernorm_2.weight.detach(),
+                    post_feedforward=module.post_feedforward_layernorm.weight.detach()),
+        q=_linear(attn.q_proj), k=_linear(attn.k_proj), v=_linear(attn.v_proj) if attn.v_proj is not None else None,
+        o=_linear(attn.o_proj), q_norm=attn.q_norm.weight.detach(), k_norm=attn.k_norm.weight.detach(),
+        gate=_linear(module.mlp.gate_proj), up=_linear(module.mlp.up_proj), down=_linear(module.mlp.down_proj),
+        router=module.router.proj.weight.detach(), router_scale=module.router.scale.detach(),
+        expert_scale=module.router.per_expert_scale.detach(),
+        experts=Experts(module.experts.gate_up_proj.detach(), module.experts.down_proj.detach()),
+        scalar=module.layer_scalar.detach())
+
+
+def _rope(rotary, kinds) -> dict[str, Rope]:
+    return {kind: Rope(getattr(rotary, f"{kind}_inv_freq").detach().float(),
+                       float(getattr(rotary, f"{kind}_attention_scaling"))) for kind in kinds}
+
+
+def rope_of_config(text) -> dict[str, Rope]:
+    """The rotary tables transformers builds for a DiffusionGemma text config (for checkpoints read without it)."""
+    from transformers.models.diffusion_gemma.modeling_diffusion_gemma import DiffusionGemmaTextRotaryEmbedding
+
+    kinds = set(text.layer_types[: text.num_hidden_layers])
+    return _rope(DiffusionGemmaTextRotaryEmbedding(text, device="cpu"), kinds)
+
+
+def engine_weights(model) -> EngineWeights:
+    """The weights of a loaded `DiffusionGemmaForBlockDiffusion`, as the engine's forward reads them."""
     text = model.config.text_config
-    return ModelShape(vocab_size=text.vocab_size, softcap=text.final_logit_softcapping,
-                      layer_types=tuple(text.layer_types), sliding_window=text.sliding_window,
-                      max_positions=text.max_position_embeddings, canvas_length=model.config.canvas_length,
-                      additive_masks=text._attn_implementation == "eager", dtype=model.dtype,
-                      device=next(model.parameters()).device)
-
-
-def encode(model, ids: torch.Tensor, cache: DynamicCache, start: int) -> None:
-    """Run the encoder over `ids` (1-D, positions start..), appending their keys/values to `cache`."""
-    positions = torch.arange(start, start + ids.numel(), device=ids.device)[None]
-    model.model.encoder(input_ids=ids[None], cache=cache, position_ids=positions)
-
-
-def embed(model, tokens: torch.Tensor) -> torch.Tensor:
-    """The decoder's (scaled) token embeddings."""
-    return model.model.decoder.embed_tokens(tokens)
-
-
-def embedding_table(model) -> tuple[torch.Tensor, torch.Tensor]:
-    """(weight (V, H), scale) of the decoder's scaled embedding, for self-conditioning inside the hot step."""
-    table = model.model.decoder.embed_tokens
-    return table.weight, table.embed_scale.to(table.weight.dtype)
-
-
-def soft_embeddings(probs: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, clamp_embeddings: torch.Tensor,
-                    free: torch.Tensor) -> torch.Tensor:
-    """softmax(previous logits) @ embeddings × √H, as the decoder computes it, with clamped slots one-hot (their
-    own embedding). Pure tensor math: it runs inside the compiled step."""
-    soft = torch.matmul(probs.to(weight.dtype), weight) * scale
-    return torch.where(free[..., None], soft, clamp_embeddings)
-
-
-def self_conditioning_embeddings(model, probs: torch.Tensor, clamp_embeddings: torch.Tensor,
-                                 free: torch.Tensor) -> torch.Tensor:
-    weight, scale = embedding_table(model)
-    return soft_embeddings(probs, weight, scale, clamp_embeddings, free)
-
-
-def decoder_logits(model, canvas_ids: torch.Tensor, soft: torch.Tensor, view: DynamicCache,
-                   position_ids: torch.Tensor, masks: dict) -> torch.Tensor:
-    """The decoder forward with self-conditioning given as embeddings (so the softmax the sampler already
-    computed is not recomputed; zeros before the first step, as the model does without self-conditioning) and the
-    raw LM head output (softcap applied by the sampler)."""
+    if getattr(text, "use_bidirectional_attention", None) == "all":
+        raise InfillError("a DiffusionGemma text stack with a bidirectional encoder is not supported")
+    encoder = model.model.encoder.language_model
     decoder = model.model.decoder
-    hidden = decoder.embed_tokens(canvas_ids)
-    hidden = decoder.self_conditioning(hidden, soft)
-    layer_types = decoder.text_config.layer_types
-    rotary = {kind: decoder.rotary_emb(hidden, position_ids, kind) for kind in decoder.unique_layer_types}
-    for i, layer in enumerate(decoder.layers[: decoder.text_config.num_hidden_layers]):
-        hidden = layer(hidden, position_embeddings=rotary[layer_types[i]], attention_mask=masks[layer_types[i]],
-                       position_ids=position_ids, cache=view)
-    return model.lm_head(decoder.norm(hidden)).float()
+    kinds = tuple(text.layer_types[: text.num_hidden_layers])
+    if set(kinds) - {SLIDING, FULL}:
+        raise InfillError(f"unknown attention layer types {sorted(set(kinds) - {SLIDING, FULL})}")
+    sc = decoder.self_conditioning
+    dtype = decoder.embed_tokens.weight.dtype
+    rope = _rope(decoder.rotary_emb, set(kinds))
+    for kind, table in _rope(encoder.rotary_emb, set(kinds)).items():
+        if not torch.equal(table.inv_freq, rope[kind].inv_freq):
+            raise InfillError("the encoder's and decoder's rotary tables differ")
+    return EngineWeights(
+        embed=decoder.embed_tokens.weight.detach(), encoder_embed=encoder.embed_tokens.weight.detach(),
+        embed_scale=decoder.embed_tokens.embed_scale.to(dtype),
+        head=model.lm_head.weight.detach(),
+        self_conditioning=(sc.pre_norm.weight.detach(), _linear(sc.gate_proj), _linear(sc.up_proj),
+                           _linear(sc.down_proj)),
+        final_norm=decoder.norm.weight.detach(),
+        encoder=tuple(_layer(layer, kind) for layer, kind in zip(encoder.layers, kinds)),
+        decoder=tuple(_layer(layer, kind) for layer, kind in zip(decoder.layers, kinds)),
+        rope=rope, eps=text.rms_norm_eps, top_k=text.top_k_experts, sliding_window=text.sliding_window,
+        softcap=text.final_logit_softcapping, activation=text.hidden_activation, weight_format=str(dtype).removeprefix("torch."))
 
-
-def decoder_cache_view(cache: DynamicCache, layer_types: tuple[str, ...] | list[str], sliding_window: int,
-                       rows: int) -> DynamicCache:
-    """A read-only view of a full-history cache as the decoder expects it: sliding layers see only the last
-    `sliding_window - 1` prompt tokens (what `DynamicCache(config)` would hold), batch expanded to `rows`."""
-    view = DynamicCache()
-    keep = sliding_window - 1
-    for layer, kind in zip(cache.layers, layer_types):
-        keys, values = layer.keys, layer.values
-        if kind == "sliding_attention" and keys.shape[-2] > keep:
-            keys, values = keys[..., -keep:, :], values[..., -keep:, :]
-        if rows != keys.shape[0]:
-            keys, values = keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1)
-        clone = DynamicLayer()
-        clone.lazy_initialization(keys, values)
-        clone.keys, clone.values = keys, values
-        view.layers.append(clone)
-    return view
-
-
-def visible_keys(view: DynamicCache, layer: int) -> int:
-    """How many prompt keys layer `layer` of a decoder view holds."""
-    return view.layers[layer].keys.shape[-2]

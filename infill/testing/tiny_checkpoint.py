@@ -116,3 +116,62 @@ def write_tiny_checkpoint(directory: str | Path, seed: int = 0, canvas_length: i
     model.save_pretrained(directory, safe_serialization=True)
     tiny_tokenizer(config.text_config.vocab_size).save_pretrained(directory)
     return directory
+
+
+def write_compressed_fp8_checkpoint(source: str | Path, directory: str | Path) -> Path:
+    """Rewrite the checkpoint at `source` in the compressed-tensors FP8-dynamic layout the published DiffusionGemma
+    FP8 checkpoints use (what LLM Compressor writes, what vLLM and infill/engine/fp8.py read): each Linear of the
+    decoder's attention and dense MLP as an E4M3 `weight` with a float32 `weight_scale` (out, 1), one per output
+    channel; the fused experts split per expert into gate/up/down Linears quantized the same way; embeddings,
+    norms, routers and the self-conditioning MLP as they were; config.json's `quantization_config` naming the
+    scheme. Other files are copied."""
+    import json
+    import shutil
+
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from infill.engine.fp8 import quantize_rows_of
+
+    source, directory = Path(source), Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    out: dict[str, torch.Tensor] = {}
+    quantized = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+                 "mlp.up_proj", "mlp.down_proj")
+
+    def put(name: str, weight: torch.Tensor) -> None:
+        q, scale = quantize_rows_of(weight)
+        out[f"{name}.weight"], out[f"{name}.weight_scale"] = q.contiguous(), scale[:, None].contiguous()
+
+    for file in sorted(source.glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as f:
+            for key in f.keys():
+                tensor = f.get_tensor(key)
+                stem = key.removesuffix(".weight")
+                if key.startswith("model.decoder.layers.") and stem.endswith(quantized):
+                    put(stem, tensor)
+                elif key.endswith("experts.gate_up_proj"):
+                    prefix, half = key.removesuffix(".gate_up_proj"), tensor.shape[1] // 2
+                    for e in range(tensor.shape[0]):
+                        put(f"{prefix}.{e}.gate_proj", tensor[e, :half])
+                        put(f"{prefix}.{e}.up_proj", tensor[e, half:])
+                elif key.endswith("experts.down_proj"):
+                    for e in range(tensor.shape[0]):
+                        put(f"{key.removesuffix('.down_proj')}.{e}.down_proj", tensor[e])
+                else:
+                    out[key] = tensor.contiguous()
+    save_file(out, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    for file in source.iterdir():
+        if file.is_file() and file.suffix != ".safetensors" and file.name != "model.safetensors.index.json":
+            shutil.copy(file, directory / file.name)
+    config = json.loads((directory / "config.json").read_text())
+    fp8 = {"num_bits": 8, "type": "float", "symmetric": True}
+    config["quantization_config"] = {
+        "quant_method": "compressed-tensors", "format": "float-quantized", "quantization_status": "compressed",
+        "config_groups": {"group_0": {"targets": ["Linear"], "format": "float-quantized",
+                                      "weights": {**fp8, "strategy": "channel", "dynamic": False},
+                                      "input_activations": {**fp8, "strategy": "token", "dynamic": True}}},
+        "ignore": ["lm_head", "re:.*embed_tokens.*", "re:.*router.*", "re:.*vision.*", "re:.*self_conditioning.*"]}
+    (directory / "config.json").write_text(json.dumps(config, indent=2))
+    return directory

