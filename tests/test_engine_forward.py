@@ -90,27 +90,26 @@ def test_experts_kernels_agree_and_route_as_transformers(small_window):
         assert (kernel(x, ids, weights, layer.experts, act) - reference).abs().max() <= TOLERANCE, name
 
 
-def test_the_full_size_architecture_with_two_layers_equals_transformers(tmp_path_factory):
+def test_the_full_size_architecture_with_two_layers_equals_transformers():
     """Real dimensions and vocabulary (2,816 hidden, 128 experts top-8, 262,144 tokens, 16 query heads over 8 KV
     heads of 256 in the sliding layer and 2 of 512 in the full one), random weights, float32 on CPU: a prompt past
     the real 1,024-token window, two padded candidate rows."""
-    from infill.testing.full_size import write_full_size_config
+    from infill.testing.full_size import full_size_model
 
-    directory = write_full_size_config(tmp_path_factory.mktemp("full-size"), layers=2)
-    loaded = load_diffusion_model(str(directory), load_format="dummy", dtype="float32")
-    weights = loaded.weights
+    model = full_size_model(layers=2)
+    weights = engine_weights(model)
     assert [layer.kind for layer in weights.decoder] == ["sliding_attention", "full_attention"]
     assert weights.kv_shapes() == [(8, 256), (2, 512)] and weights.sliding_window == 1024
     gen = torch.Generator().manual_seed(3)
-    prompt = torch.randint(3, weights.vocab, (1100,), generator=gen)
-    kv = encoded(weights, prompt, 512, capacity=1100 + 64)
-    tokens = torch.randint(3, weights.vocab, (2, 16), generator=gen)
-    valid = torch.ones(2, 16, dtype=torch.bool)
-    valid[0, 12:] = False
-    soft = torch.zeros(2, 16, weights.hidden)
-    theirs = hf_canvas_logits(loaded.model, prompt, tokens, soft, valid)
+    prompt = torch.randint(3, weights.vocab, (1030,), generator=gen)
+    kv = encoded(weights, prompt, 512, capacity=1030 + 64)
+    tokens = torch.randint(3, weights.vocab, (2, 12), generator=gen)
+    valid = torch.ones(2, 12, dtype=torch.bool)
+    valid[0, 9:] = False
+    soft = torch.zeros(2, 12, weights.hidden)
+    theirs = hf_canvas_logits(model, prompt, tokens, soft, valid)
     with torch.inference_mode():
-        ours = forward.decode(weights, kv, tokens, soft, 1100, valid, forward.exact_spans(weights, 1132, 1100),
+        ours = forward.decode(weights, kv, tokens, soft, 1030, valid, forward.exact_spans(weights, 1054, 1030),
                               "grouped")
     scale = theirs[valid].abs().max()
     assert (ours - theirs)[valid].abs().max() <= 1e-4 * scale

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from infill.engine.ops import FP8, FP8_MAX
-from infill.engine.weights import EngineWeights, Experts, Layer, Linear, Norms
+from infill.engine.weights import EngineWeights, Experts, Layer, Linear, Norms, Rope
 from infill.types import InfillError
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,8 @@ def quantize_weights(weights: EngineWeights, device: torch.device | str | None =
                            Linear(q.keep(down.weight))),
         final_norm=q.keep(weights.final_norm), encoder=tuple(q.layer(layer) for layer in weights.encoder),
         decoder=tuple(q.layer(layer) for layer in weights.decoder),
-        rope={kind: table for kind, table in weights.rope.items()}, eps=weights.eps, top_k=weights.top_k,
+        rope={kind: Rope(table.inv_freq.to(q.device), table.scaling) for kind, table in weights.rope.items()},
+        eps=weights.eps, top_k=weights.top_k,
         sliding_window=weights.sliding_window, softcap=weights.softcap, activation=weights.activation,
         weight_format=f"fp8 (E4M3 per channel, quantized at load from {weights.weight_format})")
 
@@ -223,6 +224,7 @@ def load_compressed_tensors(directory: str | Path, config, device: torch.device,
         self_conditioning=(t.get(f"{sc}.pre_norm.weight").to(dtype), t.linear(f"{sc}.gate_proj", dtype),
                            t.linear(f"{sc}.up_proj", dtype), t.linear(f"{sc}.down_proj", dtype)),
         final_norm=t.get("model.decoder.norm.weight").to(dtype), encoder=encoder, decoder=decoder,
-        rope=rope_of_config(text), eps=text.rms_norm_eps, top_k=text.top_k_experts,
+        rope={kind: Rope(table.inv_freq.to(device), table.scaling) for kind, table in rope_of_config(text).items()},
+        eps=text.rms_norm_eps, top_k=text.top_k_experts,
         sliding_window=text.sliding_window, softcap=text.final_logit_softcapping, activation=text.hidden_activation,
         weight_format="fp8 (compressed-tensors FP8-dynamic checkpoint)")

@@ -84,9 +84,10 @@ def engine_weights(model) -> EngineWeights:
         raise InfillError(f"unknown attention layer types {sorted(set(kinds) - {SLIDING, FULL})}")
     sc = decoder.self_conditioning
     dtype = decoder.embed_tokens.weight.dtype
-    rope = _rope(decoder.rotary_emb, set(kinds))
+    device = decoder.embed_tokens.weight.device
+    rope = {k: Rope(t.inv_freq.to(device), t.scaling) for k, t in _rope(decoder.rotary_emb, set(kinds)).items()}
     for kind, table in _rope(encoder.rotary_emb, set(kinds)).items():
-        if not torch.equal(table.inv_freq, rope[kind].inv_freq):
+        if not torch.equal(table.inv_freq.to(device), rope[kind].inv_freq):
             raise InfillError("the encoder's and decoder's rotary tables differ")
     return EngineWeights(
         embed=decoder.embed_tokens.weight.detach(), encoder_embed=encoder.embed_tokens.weight.detach(),

@@ -57,7 +57,7 @@ def linear(x: torch.Tensor, layer: Linear) -> torch.Tensor:
 
 def rope_tables(rope: Rope, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin (..., head_dim) for `positions`, as transformers' rotary embedding computes them."""
-    freqs = positions.float()[..., None] * rope.inv_freq.to(positions.device)
+    freqs = positions.float()[..., None] * rope.inv_freq  # (on the weights' device: this runs inside CUDA graphs)
     emb = torch.cat((freqs, freqs), dim=-1)
     return (emb.cos() * rope.scaling).to(dtype), (emb.sin() * rope.scaling).to(dtype)
 

@@ -57,3 +57,27 @@ def write_full_size_config(directory: str | Path, layers: int | None = None) -> 
     (directory / "generation_config.json").write_text(json.dumps(FULL_SIZE_GENERATION, indent=2))
     tiny_tokenizer().save_pretrained(directory)
     return directory
+
+
+def full_size_model(layers: int, seed: int = 0):
+    """The full-size architecture with `layers` layers as a float32 `DiffusionGemmaForBlockDiffusion` on the CPU,
+    with random weights, built without transformers' per-parameter initialisation (which also allocates the
+    encoder's copy of every shared weight before tying them: twice the memory and time). Every weight matrix is
+    drawn uniformly from +-1/sqrt(fan-in); vectors (norm scales, router scales) keep their constructor values."""
+    import torch
+    from transformers import DiffusionGemmaForBlockDiffusion
+    from transformers.initialization import no_init_weights
+
+    with no_init_weights():
+        model = DiffusionGemmaForBlockDiffusion(full_size_config(layers))
+    model.tie_weights()
+    generator = torch.Generator().manual_seed(seed)
+    seen: set[int] = set()
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() < 2 or param.data_ptr() in seen:
+                continue
+            seen.add(param.data_ptr())
+            bound = param.shape[-1] ** -0.5
+            param.uniform_(-bound, bound, generator=generator)
+    return model.eval()
