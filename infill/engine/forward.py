@@ -158,17 +158,24 @@ def self_conditioned(weights: EngineWeights, tokens: torch.Tensor, soft: torch.T
     return rms_norm(x + signal, None, weights.eps)
 
 
+def decode_masks(weights: EngineWeights, spans: dict[str, KeySpan], prompt_length: torch.Tensor | int,
+                 valid: torch.Tensor) -> dict:
+    """The attention masks of a canvas (`canvas_masks`, folded): the same for every step of one fill."""
+    return _folded(weights, canvas_masks(weights, spans, prompt_length, valid), weights.dtype)
+
+
 def decode(weights: EngineWeights, kv: KVBuffers, tokens: torch.Tensor, soft: torch.Tensor,
            prompt_length: torch.Tensor | int, valid: torch.Tensor, spans: dict[str, KeySpan],
-           kernel: str, layer_fn: LayerForward = layer_forward) -> torch.Tensor:
+           kernel: str, layer_fn: LayerForward = layer_forward, masks: dict | None = None) -> torch.Tensor:
     """Raw LM-head logits (R, W, V) float32 for canvas rows `tokens` (R, W) after a prompt of `prompt_length`
-    tokens; `valid` (R, W) marks real slots (padding is neither seen nor scored)."""
+    tokens; `valid` (R, W) marks real slots (padding is neither seen nor scored). `masks`: `decode_masks` of the
+    same arguments, when the caller keeps them across steps."""
     rows, width = tokens.shape
     x = self_conditioned(weights, tokens, soft).reshape(rows * width, -1)
     offsets = torch.arange(width, device=tokens.device)
     ropes = _ropes(weights, (prompt_length + offsets).repeat(rows), x.dtype)
     write_at = prompt_length + torch.arange(rows * width, device=tokens.device)
-    masks = _folded(weights, canvas_masks(weights, spans, prompt_length, valid), x.dtype)
+    masks = masks if masks is not None else decode_masks(weights, spans, prompt_length, valid)
     for i, layer in enumerate(weights.decoder):
         x = _run_layer(weights, layer_fn, layer, i, x, kv, write_at, ropes, spans, masks, kernel)
     hidden = rms_norm(x, weights.final_norm, weights.eps)

@@ -96,8 +96,9 @@ class ModelRunner:
         length = self.kv.length
         rows, width = canvas.shape
         spans = forward.exact_spans(self.weights, length + rows * width, length)
+        masks = forward.decode_masks(self.weights, spans, length, canvas.valid)
         return lambda tokens, soft: forward.decode(self.weights, self.kv, tokens, soft, length, canvas.valid, spans,
-                                                   self.kernel, self.layer_fn)
+                                                   self.kernel, self.layer_fn, masks)
 
     def stepper(self, canvas: Canvas, inputs: StepInputs) -> Stepper:
         rows, width = canvas.shape
