@@ -6,16 +6,17 @@ default behind it (after: the default), paired and alternating per hole in one p
   process's resident memory then, without and with the fallback.
 - Holes: the held-out set of benchmarks/fill_quality.py (its packages and seed; nothing is chosen on them here),
   each asked as the LSP server asks (`ask_lsp`: the language given, the inline guard's cap as the deadline), once
-  through each pipeline, the order alternating per hole. Per side: shown, exact, valid of shown, with 95%
-  intervals, p50/p95 latency over every hole (not only those that showed something), routes taken, and why the
-  primary was rejected.
+  through each pipeline, the order rotating per hole: the primary alone, the primary with the fallback, and the
+  offline default alone as the primary (what the fallback's answers are compared with: the same model, the same
+  request). Per side: shown, exact, valid of shown, with 95% intervals, p50/p95 latency over every hole (not only
+  those that showed something), routes taken, and why nothing was shown (the first rejection's reason).
 
 The primary is a tiny random-weight checkpoint (written here, or `--checkpoint DIR`; `--stutter` makes one whose
 every fill is rejected): its fills are noise, so what "after" shows is the fallback's, and its latencies are the
 primary's rejected attempt plus the fallback's fill. No GPU figure: a real checkpoint's rejection rate is unknown
 here (no download).
 
-    python benchmarks/fallback.py [--n 60] [--loads 3] [--stutter] [--checkpoint DIR]   # last line: one JSON object
+    python benchmarks/fallback.py [--n 60] [--loads 3 (0: none)] [--stutter] [--checkpoint DIR]   # last line: JSON
 """
 
 from __future__ import annotations
@@ -101,13 +102,14 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = PipelineSettings(max_middle_tokens=Settings().max_middle_tokens)
     opened = open_pipeline(BackendSpec(model=model), fallback=FallbackChoice(), settings=settings)
-    pipelines = {"alone": Pipeline(opened.pipeline.backend, settings=settings), "with_fallback": opened.pipeline}
+    pipelines = {"alone": Pipeline(opened.pipeline.backend, settings=settings), "with_fallback": opened.pipeline,
+                 "offline_default": Pipeline(opened.pipeline.fallback, settings=settings)}
     assert opened.pipeline.fallback is not None, opened.fallback_error
     holes = cut_holes(package_files(HELD_OUT_PACKAGES), CutSettings(n=args.n, seed=HELD_OUT_SEED,
                                                                      kinds=("single-line",)))
     records: dict[str, list[dict]] = {side: [] for side in pipelines}
     for index, hole in enumerate(holes):
-        order = list(pipelines) if index % 2 == 0 else list(reversed(pipelines))
+        order = list(pipelines)[index % 3:] + list(pipelines)[:index % 3]
         for side in order:
             before = Counter(pipelines[side].routes)
             record = judge(hole, ask_lsp(pipelines[side], hole, GUARD_CAP_MS))
@@ -130,19 +132,22 @@ def main(argv: list[str] | None = None) -> int:
         else "tiny random checkpoint" if not args.checkpoint else args.checkpoint,
         "holes": {"set": "heldout", "packages": list(HELD_OUT_PACKAGES), "seed": HELD_OUT_SEED, "n": len(holes),
                   "kinds": "single-line", "asked": "as the LSP server asks (fill_quality.ask_lsp)"},
-        "load": {side: load_figures(rows) for side, rows in loads.items()},
+        "load": {side: load_figures(rows) for side, rows in loads.items() if rows},
         **{side: {**summarise(rows), "routes": dict(Counter(r["route"] for r in rows))}
            for side, rows in records.items()},
         "shown_only_with_fallback": sum(b["shown"] and not a["shown"]
                                         for a, b in zip(records["alone"], records["with_fallback"])),
         "shown_only_alone": sum(a["shown"] and not b["shown"]
                                 for a, b in zip(records["alone"], records["with_fallback"])),
+        "fallback_same_as_offline_default": sum(a["fill"] == b["fill"] for a, b in
+                                                zip(records["with_fallback"], records["offline_default"])),
         "seconds": round(time.monotonic() - started),
     }
-    report["load"]["added_seconds_p50"] = round(report["load"]["with_fallback"]["seconds_p50"]
-                                                - report["load"]["alone"]["seconds_p50"], 2)
-    report["load"]["added_rss_mib_p50"] = (report["load"]["with_fallback"]["rss_mib_p50"]
-                                           - report["load"]["alone"]["rss_mib_p50"])
+    if args.loads:
+        report["load"]["added_seconds_p50"] = round(report["load"]["with_fallback"]["seconds_p50"]
+                                                    - report["load"]["alone"]["seconds_p50"], 2)
+        report["load"]["added_rss_mib_p50"] = (report["load"]["with_fallback"]["rss_mib_p50"]
+                                               - report["load"]["alone"]["rss_mib_p50"])
     print(json.dumps(report))
     return 0
 
