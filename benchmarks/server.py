@@ -179,7 +179,10 @@ async def run(args) -> dict:
                           env={**os.environ, timing.ENV: "1"})  # phase timings (infill/timing.py) on
     await client.initialize_async(types.InitializeParams(
         capabilities=types.ClientCapabilities(), process_id=None,
-        initialization_options={"debounceMs": DEBOUNCE_MS, "inlineBudgetMs": 30000, "invokedBudgetMs": 30000}))
+        # The fallback off: the figures are the server's and the engine's own (a rejected fill of the tiny engine
+        # would otherwise be answered by the offline default, and timed with it).
+        initialization_options={"debounceMs": DEBOUNCE_MS, "inlineBudgetMs": 30000, "invokedBudgetMs": 30000,
+                                "fallback": False}))
     client.initialized(types.InitializedParams())
     ready = await wait_ready(client)
     text = five_thousand_lines()

@@ -15,11 +15,12 @@ import sys
 import time
 from pathlib import Path
 
-from infill.backends.choose import add_model_options, open_backend, spec_from_args
+from infill.backends.choose import add_model_options, spec_from_args
 from infill.context.builder import find_placeholders
 from infill.context.syntax import apply_fills
 from infill.context.lines import line_content, split_lines
-from infill.pipeline import MAX_GAPS, CompletionRequest, Pipeline, PipelineSettings
+from infill.loader import add_fallback_options, close_quietly, fallback_from_args, open_pipeline
+from infill.pipeline import MAX_GAPS, CompletionRequest, PipelineSettings
 from infill.types import InfillError, deadline_in
 
 MAX_FILE_BYTES = 10 * 2**20
@@ -71,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--language")
     p.add_argument("-v", "--verbose", action="store_true")
     add_model_options(p)
+    add_fallback_options(p)
     return p
 
 
@@ -94,11 +96,13 @@ def main(argv: list[str]) -> int:
             start, end = offset_of(text, *parse_point(first)), offset_of(text, *parse_point(second))
             if end < start:
                 raise InfillError(f"range end {second} is before its start {first}")
-        backend = open_backend(spec_from_args(args), progress=lambda msg, frac: print(msg, file=sys.stderr))
+        opened = open_pipeline(spec_from_args(args), fallback=fallback_from_args(args),
+                               settings=PipelineSettings(max_middle_tokens=args.max_middle_tokens),
+                               progress=lambda msg, frac: print(msg, file=sys.stderr))
     except InfillError as exc:
         print(f"infill-ls fill: {exc}", file=sys.stderr)
         return 2
-    pipeline = Pipeline(backend, settings=PipelineSettings(max_middle_tokens=args.max_middle_tokens))
+    pipeline, backend = opened.pipeline, opened.pipeline.backend
     language = args.language or args.path.suffix.lstrip(".") or None
     t0 = time.perf_counter()
     mode = "gaps" if spans else "gap" if end > start else "inline"
@@ -118,11 +122,17 @@ def main(argv: list[str]) -> int:
             "cut_short": bool(result and result.cut_short), "model": backend.info.model,
             "backend": backend.info.name, "kind": backend.info.kind, "is_fallback": backend.info.is_fallback,
             "outcome": result.outcome if result else "none", "route": outcome.route,
-            "error": result.error if result else None,
+            "answered_by": result.backend if outcome.fills and result else None,
+            "fallback": pipeline.fallback.info.name if pipeline.fallback is not None else None,
+            "rejections": [list(r) for r in outcome.rejections], "error": result.error if result else None,
         }))
     else:
-        if backend.info.is_fallback:
+        if outcome.route == "fallback":
+            print(f"[answered by the fallback, {pipeline.fallback.info.label or pipeline.fallback.info.name}: "
+                  + "; ".join(f"{name}: {reason}" for name, reason in outcome.rejections) + "]", file=sys.stderr)
+        elif backend.info.is_fallback:
             print(f"[{backend.info.label}]", file=sys.stderr)
         print(middle)
-    backend.close()
+    for opened_backend in opened.backends:
+        close_quietly(opened_backend)
     return 0 if result is None or result.outcome != "error" else 1

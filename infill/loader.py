@@ -1,10 +1,13 @@
-"""Open what serves: the backend a spec names, an optional fallback, and the pipeline over them. The one loader
-of the LSP server (server/backend_host.py, which runs it on its loading thread and swaps pipelines) and the
-gateway (infill/gateway/server.py)."""
+"""Open what serves: the backend a spec names, the fallback behind it, and the pipeline over them. The one loader
+of the LSP server (server/backend_host.py, which runs it on its loading thread and swaps pipelines), the gateway
+(infill/gateway/server.py) and `infill-ls fill`; `fallback_spec` is the one decision of which fallback sits behind
+which primary (the pilot asks it too, infill/pilot/targets.py)."""
 
 from __future__ import annotations
 
+import argparse
 import logging
+from dataclasses import dataclass
 from typing import Callable
 
 from infill.backends.choose import BackendSpec, open_backend
@@ -14,22 +17,95 @@ from infill.types import InfillBackend, ProgressCallback
 log = logging.getLogger(__name__)
 
 
-def open_pipeline(spec: BackendSpec, *, fallback: BackendSpec | None = None,
+@dataclass(frozen=True)
+class FallbackChoice:
+    """What the user chose for the fallback: the server's settings `fallback`, `fallbackEndpoint` and
+    `fallbackModel`, or the options of `add_fallback_options`."""
+
+    enabled: bool = True  # False: nothing answers when the primary's fill is rejected
+    endpoint: str | None = None  # an OpenAI-compatible endpoint in place of the offline default
+    endpoint_model: str | None = None
+
+
+NO_FALLBACK = FallbackChoice(enabled=False)
+
+
+def fallback_spec(primary: BackendSpec, choice: FallbackChoice = FallbackChoice()) -> BackendSpec | None:
+    """What answers when the primary's fill is rejected by the watchdog, fails, or runs out of its share of the
+    budget (infill/pipeline.py routes), or None:
+    - nothing when the fallback is turned off;
+    - the configured endpoint, behind any primary (it is what the user asked for);
+    - else the offline default (Gemma 3 270M, in-process on the CPU) behind a DiffusionGemma checkpoint or a remote
+      endpoint: a team server that is down, or whose fill is rejected, leaves the editor working offline. The
+      offline default has nothing behind it: the same model would write the same fill again."""
+    if not choice.enabled:
+        return None
+    if choice.endpoint:
+        return BackendSpec(endpoint=choice.endpoint, endpoint_model=choice.endpoint_model, threads=primary.threads)
+    if primary.kind == "autoregressive":
+        return None
+    return offline_default(primary)
+
+
+def offline_default(like: BackendSpec) -> BackendSpec:
+    """The offline default's spec, with the thread count of `like`: on the CPU (llama.cpp) whatever device `like`
+    names for its DiffusionGemma checkpoint."""
+    return BackendSpec(threads=like.threads)
+
+
+def describe_spec(spec: BackendSpec) -> str:
+    return spec.endpoint or spec.model or "the offline default model"
+
+
+@dataclass(frozen=True)
+class Opened:
+    """A pipeline and the backends opened for it (the caller closes them when it replaces the pipeline)."""
+
+    pipeline: Pipeline
+    backends: tuple[InfillBackend, ...]
+    fallback_error: str | None = None  # why the chosen fallback did not open (the primary then serves alone)
+
+
+def open_pipeline(spec: BackendSpec, *, fallback: FallbackChoice = FallbackChoice(),
                   settings: PipelineSettings | None = None, progress: ProgressCallback | None = None,
-                  opener: Callable[..., InfillBackend] = open_backend) -> tuple[Pipeline, tuple[InfillBackend, ...]]:
-    """The pipeline and the backends it opened (the caller closes them when it replaces the pipeline). Raises
-    what opening raised; a primary already open is closed when the fallback fails to open."""
+                  opener: Callable[..., InfillBackend] = open_backend) -> Opened:
+    """The primary `spec` names, then the fallback `fallback_spec` chooses for it, and the pipeline over them.
+    Raises what opening the primary raised. A fallback that fails to open is logged and leaves the primary serving
+    alone (`Opened.fallback_error` says why); an interrupt while it opens closes the primary and propagates."""
     primary = opener(spec, progress=progress)
     warm_up(primary, progress)
-    if fallback is None:
-        return Pipeline(primary, settings=settings), (primary,)
+    behind = fallback_spec(spec, fallback)
+    if behind is None:
+        return Opened(Pipeline(primary, settings=settings), (primary,))
+    if progress:
+        progress(f"loading the fallback: {describe_spec(behind)}", None)
     try:
-        second = opener(fallback, progress=progress)
+        second = opener(behind, progress=progress)
+    except Exception as exc:  # noqa: BLE001 - any failure of the fallback leaves the primary serving
+        log.exception("the fallback (%s) did not load; %s serves alone", describe_spec(behind), describe_spec(spec))
+        return Opened(Pipeline(primary, settings=settings), (primary,), f"{type(exc).__name__}: {exc}")
     except BaseException:
         close_quietly(primary)
         raise
     warm_up(second, progress)
-    return Pipeline(primary, fallback=second, settings=settings), (primary, second)
+    return Opened(Pipeline(primary, fallback=second, settings=settings), (primary, second))
+
+
+def add_fallback_options(parser: argparse.ArgumentParser) -> None:
+    """The fallback options of `infill-ls serve` and `infill-ls fill` (the LSP server takes them as settings)."""
+    group = parser.add_argument_group("fallback")
+    group.add_argument("--no-fallback", dest="fallback", action="store_false",
+                       help="show nothing when the primary's fill is rejected (default: the conventional model "
+                            "answers: --fallback-endpoint, else the offline default behind a DiffusionGemma "
+                            "checkpoint or an endpoint)")
+    group.add_argument("--fallback-endpoint", help="OpenAI-compatible endpoint that answers in place of the "
+                                                   "offline default when the primary's fill is rejected")
+    group.add_argument("--fallback-model", help="model name at --fallback-endpoint")
+
+
+def fallback_from_args(args: argparse.Namespace) -> FallbackChoice:
+    return FallbackChoice(enabled=args.fallback, endpoint=(args.fallback_endpoint or "").strip() or None,
+                          endpoint_model=(args.fallback_model or "").strip() or None)
 
 
 def warm_up(backend: InfillBackend, progress: ProgressCallback | None = None) -> None:

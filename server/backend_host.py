@@ -3,8 +3,10 @@ holds the threads model and context work run on: the model worker (infill/worker
 blocks and the backend never runs two requests at once, and the context thread (server/scheduling.py uses both).
 
 State is "loading" | "ready" | "error". A load error keeps the server serving (requests return empty) with the
-message in `infill.status`. Reloads (model or endpoint changed) swap the pipeline only when the new backend is up;
-a load that finishes after a newer one was asked for is discarded.
+message in `infill.status`. The fallback (infill/loader.py chooses it) loads after the primary on the same loading
+thread; one that fails to load leaves the primary serving alone, with its error in `infill.status`. Reloads (model,
+endpoint or fallback changed) swap the pipeline only when the new backends are up, and close the old ones; a load
+that finishes after a newer one was asked for is discarded.
 """
 
 from __future__ import annotations
@@ -13,13 +15,13 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable
 
 from infill.backends.choose import BackendSpec, open_backend
-from infill.loader import close_quietly, open_pipeline
+from infill.loader import FallbackChoice, Opened, close_quietly, describe_spec, open_pipeline
 from infill.pipeline import Pipeline
-from infill.types import BackendInfo, InfillBackend
+from infill.types import BackendInfo
 from infill.worker import ModelWorker
 
 from .settings import Settings
@@ -30,12 +32,6 @@ log = logging.getLogger(__name__)
 LoadListener = Callable[[str, str, "float | None"], None]
 
 
-@dataclass(frozen=True)
-class Loaded:
-    pipeline: Pipeline
-    backends: tuple[InfillBackend, ...]  # to close on swap
-
-
 def spec_for(settings: Settings) -> BackendSpec:
     return BackendSpec.from_env(model=settings.model, device=settings.device, dtype=settings.dtype,
                                 load_format=settings.load_format, endpoint=settings.remote_endpoint,
@@ -43,12 +39,17 @@ def spec_for(settings: Settings) -> BackendSpec:
                                 denoising_steps=settings.denoising_steps, kv_store_mib=settings.kv_store_mib)
 
 
+def fallback_for(settings: Settings) -> FallbackChoice:
+    return FallbackChoice(enabled=settings.fallback, endpoint=settings.fallback_endpoint,
+                          endpoint_model=settings.fallback_model)
+
+
 class BackendHost:
     def __init__(self, listener: LoadListener, opener: Callable = open_backend) -> None:
         self._listener = listener
         self._opener = opener
         self._lock = threading.Lock()
-        self._loaded: Loaded | None = None
+        self._loaded: Opened | None = None
         self._generation = 0
         self.state = "loading"
         self.error: str | None = None
@@ -75,6 +76,18 @@ class BackendHost:
         return loaded.pipeline.backend.info if loaded else None
 
     @property
+    def fallback_info(self) -> BackendInfo | None:
+        """The backend behind the primary (None: none chosen, or it failed to load: `fallback_error`)."""
+        loaded = self._loaded
+        fallback = loaded.pipeline.fallback if loaded else None
+        return fallback.info if fallback is not None else None
+
+    @property
+    def fallback_error(self) -> str | None:
+        loaded = self._loaded
+        return loaded.fallback_error if loaded else None
+
+    @property
     def pipeline(self) -> Pipeline | None:
         return self._loaded.pipeline if self.ready and self._loaded else None
 
@@ -99,17 +112,15 @@ class BackendHost:
 
     def _load(self, settings: Settings, generation: int) -> None:
         spec = spec_for(settings)
-        what = spec.endpoint or spec.model or "the offline default model"
+        what = describe_spec(spec)
         self._listener("loading", f"loading {what}", 0.0)
 
         def progress(message: str, fraction: float | None) -> None:
             self._listener("loading", message, fraction)
 
         started = time.perf_counter()
-        fallback = BackendSpec(endpoint=settings.fallback_endpoint, endpoint_model=settings.fallback_model) \
-            if settings.fallback_endpoint else None
         try:
-            pipeline, backends = open_pipeline(spec, fallback=fallback, progress=progress, opener=self._opener)
+            opened = open_pipeline(spec, fallback=fallback_for(settings), progress=progress, opener=self._opener)
         except BaseException as exc:  # noqa: BLE001 - any load failure (incl. MemoryError) is a state, not a crash
             message = f"cannot load the backend ({what}): {type(exc).__name__}: {exc}"
             log.exception(message)
@@ -119,6 +130,7 @@ class BackendHost:
                 self.state, self.error = "error", message
             self._listener("error", message, None)
             return
+        pipeline = opened.pipeline
         with self._lock:
             current = generation == self._generation
             if current:
@@ -127,18 +139,18 @@ class BackendHost:
                 replaced = self._loaded.backends if self._loaded else ()
                 if self._loaded is not None:
                     pipeline.carry_counters_from(self._loaded.pipeline)
-                self._loaded = Loaded(pipeline, backends)
+                self._loaded = opened
                 self.state, self.error = "ready", None
         if not current:  # a newer load (or shutdown) came meanwhile: these never served anything
-            for backend in backends:
+            for backend in opened.backends:
                 close_quietly(backend)
             return
         # Close on the worker so a request still running on the old backend finishes first.
         for backend in replaced:
             self.worker.submit(lambda backend=backend: close_quietly(backend))
         seconds = time.perf_counter() - started
-        info = pipeline.backend.info
-        self._listener("ready", f"{info.label or info.name} ready in {seconds:.1f} s", 1.0)
+        self._listener("ready", f"{_names(pipeline)} ready in {seconds:.1f} s"
+                       + (f"; no fallback: {opened.fallback_error}" if opened.fallback_error else ""), 1.0)
 
     def set_max_middle_tokens(self, tokens: int) -> None:
         """Applies to the loaded pipeline and to one still loading."""
@@ -158,3 +170,10 @@ class BackendHost:
             self.worker.submit(lambda backend=backend: close_quietly(backend))
         self.worker.shutdown(wait=False)
         self.context_worker.shutdown(wait=False, cancel_futures=True)
+
+
+def _names(pipeline: Pipeline) -> str:
+    """The primary, and the fallback behind it, as the ready message names them."""
+    name = lambda info: info.label or info.name  # noqa: E731
+    behind = f" (fallback: {name(pipeline.fallback.info)})" if pipeline.fallback is not None else ""
+    return name(pipeline.backend.info) + behind

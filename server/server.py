@@ -127,6 +127,7 @@ class InfillServer(LanguageServer):
             "kind": info.kind if info else None, "device": info.device if info else self.settings.device,
             "dtype": info.dtype if info else self.settings.dtype, "isFallback": info.is_fallback if info else None,
             "label": info.label if info else None, "enabled": self.settings.enabled, "error": self.host.error,
+            "fallback": _describe(self.host.fallback_info), "fallbackError": self.host.fallback_error,
             "latencies": self.telemetry.latency_summary(), "telemetry": self.telemetry.summary(),
             "documents": len(self.documents), "running": self.claims.running, "modelBusy": self.host.busy,
             "version": __version__,
@@ -247,6 +248,13 @@ class InfillServer(LanguageServer):
             self._progress_token = None
         self.log(message, types.MessageType.Error if state == "error" else types.MessageType.Info)
         self.notify_status()
+
+
+def _describe(info) -> dict[str, Any] | None:
+    """The fallback backend as `infill.status` names it (None: no fallback serves)."""
+    if info is None:
+        return None
+    return {"backend": info.name, "kind": info.kind, "model": info.model, "device": info.device, "label": info.label}
 
 
 def _with(settings: Settings, name: str, value: Any) -> Settings:

@@ -31,6 +31,10 @@ class Settings:
     debounce_ms: int = 50  # short: the prompt is encoded meanwhile and kept; a superseded run stops in one forward
     max_middle_tokens: int = 64
     enabled_languages: tuple[str, ...] = ()  # empty: every language
+    # A fill the watchdog rejects (or a primary that fails or runs out of its share of the budget) is answered by
+    # the conventional model: `fallback_endpoint` where set, else the offline default loaded beside a DiffusionGemma
+    # checkpoint or a remote endpoint (infill/loader.py fallback_spec). False: nothing answers.
+    fallback: bool = True
     fallback_endpoint: str | None = None
     fallback_model: str | None = None
     remote_endpoint: str | None = None
@@ -67,7 +71,7 @@ class Settings:
     def backend_key(self) -> tuple:
         """What selects and loads the backend: a change in any of these reloads it."""
         return (self.model, self.device, self.dtype, self.load_format, self.remote_endpoint, self.remote_model,
-                self.remote_protocol, self.fallback_endpoint, self.fallback_model, self.denoising_steps,
+                self.remote_protocol, self.fallback, self.fallback_endpoint, self.fallback_model, self.denoising_steps,
                 self.kv_store_mib)
 
 
@@ -97,7 +101,7 @@ def _coerce(name: str, value: Any) -> Any:
         if isinstance(value, str):
             return value
         raise TypeError("a string")
-    if name in ("enabled", "related_files"):
+    if name in ("enabled", "related_files", "fallback"):
         if isinstance(value, bool):
             return value
         raise TypeError("true or false")

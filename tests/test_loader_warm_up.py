@@ -9,7 +9,7 @@ import time
 from dataclasses import replace
 
 from infill.engine.diffusion import DiffusionEngine
-from infill.loader import open_pipeline
+from infill.loader import NO_FALLBACK, open_pipeline
 from infill.pipeline import CompletionRequest
 from infill.types import CancelToken
 from server.backend_host import BackendHost
@@ -62,7 +62,7 @@ def test_the_server_warms_the_engine_up_before_it_reports_ready(tiny_engine):
     host = BackendHost(lambda state, message, fraction: log.note(state) if state != "loading" else None,
                        opener=lambda spec, progress: engine_noting_to(log, tiny_engine.loaded))
     try:
-        host.load(Settings(model="tiny"))
+        host.load(Settings(model="tiny", fallback=False))  # (a fallback would be one more engine to warm)
         wait_for(lambda: "ready" in log.names())
         assert log.names() == ["warm_up", "ready"]
         assert log.events[0][1] == "infill-load"  # the loading thread, not a request's
@@ -83,7 +83,8 @@ def test_only_diffusion_backends_are_warmed_and_a_failed_warm_up_still_serves(ti
             log.note("warm_up")
             raise RuntimeError("no CUDA graph today")
 
-    pipeline, backends = open_pipeline(None, opener=lambda spec, progress: FailingWarmUp(tiny_engine.loaded))
+    pipeline = open_pipeline(None, fallback=NO_FALLBACK,
+                             opener=lambda spec, progress: FailingWarmUp(tiny_engine.loaded)).pipeline
     assert log.names() == ["warm_up"] and "warming up" in caplog.text and "no CUDA graph today" in caplog.text
     assert pipeline.complete(CompletionRequest("x = ", 4)).result.outcome in ("ok", "empty")
 
@@ -96,5 +97,5 @@ def test_only_diffusion_backends_are_warmed_and_a_failed_warm_up_still_serves(ti
             log.note("warm_up")
             return 0.0
 
-    open_pipeline(None, opener=lambda spec, progress: NotDiffusion(tiny_engine.loaded))
+    open_pipeline(None, fallback=NO_FALLBACK, opener=lambda spec, progress: NotDiffusion(tiny_engine.loaded))
     assert log.names() == ["warm_up"]  # not asked: the offline default warms itself as it loads

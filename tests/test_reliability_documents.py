@@ -66,7 +66,8 @@ def test_a_change_that_fails_distrusts_the_document_until_full_text():
 def raw_server(tiny_checkpoint, tmp_path_factory):
     server = RawServer(["--model", str(tiny_checkpoint), "--denoising-steps", "8"],
                        configuration={"codeActionBudgetMs": 60000, "invokedBudgetMs": 60000,
-                                      "enabledLanguages": ["plaintext", "markdown"]},
+                                      "enabledLanguages": ["plaintext", "markdown"],
+                                      "fallback": False},  # the tiny engine's own fills and times
                        stderr_path=str(tmp_path_factory.mktemp("stderr") / "server.log"))
     assert "result" in server.initialize()
     assert server.wait_ready(240)["state"] == "ready"

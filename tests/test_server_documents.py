@@ -127,13 +127,13 @@ def _notify(server, method: str, params) -> None:
 
 def test_did_close_drops_the_pipelines_syntax_tree():
     from infill.pipeline import CompletionRequest, Pipeline
-    from server.backend_host import Loaded
+    from infill.loader import Opened
     from server.main import create_server
 
     server = create_server(Settings(debounce_ms=0))
     backend = refused_remote()
     pipeline = Pipeline(backend)
-    server.host._loaded = Loaded(pipeline, (backend,))
+    server.host._loaded = Opened(pipeline, (backend,))
     server.host.state = "ready"
     uri, text = "file:///closed.py", "def f():\n    return 1\n"
     _notify(server, "lsp_text_document__did_open", types.DidOpenTextDocumentParams(
@@ -150,13 +150,13 @@ def test_did_close_drops_the_pipelines_syntax_tree():
 def test_did_change_notes_edits_so_the_pipeline_reparses_without_comparing_texts(monkeypatch):
     from infill.context import syntax
     from infill.pipeline import CompletionRequest, Pipeline
-    from server.backend_host import Loaded
+    from infill.loader import Opened
     from server.main import create_server
 
     server = create_server(Settings(debounce_ms=0))
     backend = refused_remote()
     pipeline = Pipeline(backend)
-    server.host._loaded = Loaded(pipeline, (backend,))
+    server.host._loaded = Opened(pipeline, (backend,))
     server.host.state = "ready"
     uri = "file:///typed.py"
     _notify(server, "lsp_text_document__did_open", types.DidOpenTextDocumentParams(

@@ -138,13 +138,13 @@ class _OutOfMemoryBackend:
 
 async def test_backend_out_of_memory_is_caught_and_the_server_keeps_serving():
     from infill.pipeline import Pipeline
-    from server.backend_host import Loaded
+    from infill.loader import Opened
     from server.handlers_inline import complete_inline
     from server.main import create_server
 
     server = create_server(Settings(debounce_ms=0))
     backend = _OutOfMemoryBackend()
-    server.host._loaded = Loaded(Pipeline(backend), (backend,))
+    server.host._loaded = Opened(Pipeline(backend), (backend,))
     server.host.state = "ready"
     server.documents.open(types.TextDocumentItem(uri="file:///m.txt", language_id="plaintext", version=1,
                                                  text="Some words to go on\n"))

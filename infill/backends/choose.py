@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from infill.device import set_threads, threads_from_env
 from infill.engine.config import EngineConfig, EngineOverrides
-from infill.types import InfillBackend, InfillError, ProgressCallback
+from infill.types import BackendKind, InfillBackend, InfillError, ProgressCallback
 
 
 @dataclass(frozen=True)
@@ -44,15 +44,20 @@ class BackendSpec:
             kv_store_bytes=kv_store_mib * 2**20 if kv_store_mib is not None else None)
         return cls(**values)
 
+    @property
+    def kind(self) -> BackendKind:
+        """What this spec opens: an endpoint wins over a checkpoint; neither is the offline default."""
+        return "remote" if self.endpoint else "diffusion" if self.model else "autoregressive"
+
 
 def open_backend(spec: BackendSpec, progress: ProgressCallback | None = None) -> InfillBackend:
     set_threads(spec.threads)
-    if spec.endpoint:
+    if spec.kind == "remote":
         from infill.backends.remote import RemoteBackend
 
         return RemoteBackend(spec.endpoint, model=spec.endpoint_model, token=spec.endpoint_token,
                              fim_template=spec.endpoint_fim_template, protocol=spec.endpoint_protocol)
-    if spec.model:
+    if spec.kind == "diffusion":
         from infill.engine.diffusion import DiffusionEngine
         from infill.engine.loading import load_diffusion_model
 

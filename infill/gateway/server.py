@@ -30,6 +30,7 @@ from infill.gateway import llama_infill
 from infill.gateway.arrival_handler import DRAIN_LIMIT_BYTES, ArrivalHandler
 from infill.gateway.front import Arrival, ConnectionLimits, Front
 from infill.gateway.openai_api import GatewaySettings, HttpError, completion_body, parse_completion_params, run_completion
+from infill.loader import FallbackChoice, add_fallback_options, fallback_from_args, open_pipeline
 from infill.pipeline import Pipeline
 from infill.types import InfillError
 from infill.worker import ModelWorker, OnWorker
@@ -253,22 +254,23 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                         type=str.upper)
     add_model_options(parser)
+    add_fallback_options(parser)
     return parser.parse_args(argv)
 
 
-def _load_in_background(server: GatewayServer, spec, holder: list) -> None:
-    from infill.loader import open_pipeline  # the LSP server's loader too
-
+def _load_in_background(server: GatewayServer, spec, fallback: FallbackChoice, holder: list) -> None:
     try:
-        pipeline, backends = open_pipeline(spec, progress=lambda message, fraction: log.info("%s", message))
+        opened = open_pipeline(spec, fallback=fallback, progress=lambda message, fraction: log.info("%s", message))
     except Exception as exc:  # reported by /health and as 503 on every request
         log.exception("model failed to load")
         server.set_error(f"{type(exc).__name__}: {exc}")
         return
-    holder.extend(backends)
-    server.set_pipeline(pipeline)
-    info = pipeline.backend.info
-    log.info("ready: serving %s (%s)", info.model, info.label or info.kind)
+    holder.extend(opened.backends)
+    server.set_pipeline(opened.pipeline)
+    info, behind = opened.pipeline.backend.info, opened.pipeline.fallback
+    log.info("ready: serving %s (%s); fallback: %s", info.model, info.label or info.kind,
+             behind.info.name if behind is not None else f"none ({opened.fallback_error})" if opened.fallback_error
+             else "none")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -286,8 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.host not in ("127.0.0.1", "localhost", "::1") and token is None:
         log.warning("listening on %s without a token: anyone who can reach this address can use it", args.host)
     backends: list = []
-    threading.Thread(target=_load_in_background, args=(server, spec, backends), name="infill-gateway-load",
-                     daemon=True).start()
+    threading.Thread(target=_load_in_background, args=(server, spec, fallback_from_args(args), backends),
+                     name="infill-gateway-load", daemon=True).start()
     log.info("infill-ls gateway listening on %s (POST %s/v1/completions)%s", server.url, server.url,
              " with token auth" if token else "")
     try:

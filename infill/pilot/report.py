@@ -95,6 +95,9 @@ def _backend_section(label: str, target: dict, figures: dict, meta: dict) -> lis
                      else f"loaded in {target.get('load_seconds')} s")]
         if target.get("fallback"):
             lines += [f"- fallback: {target['fallback']}"]
+        elif target.get("kind") != "autoregressive":  # an editor's default has one here: say this run has none
+            lines += ["- fallback: none, measured alone (an editor puts the offline default behind it by default; "
+                      "`+fallback` measures that)"]
         if target.get("kind") == "remote":
             lines += ["- served by a remote endpoint: the hardware line above is the client's, not the server's"]
     lines += [f"- fallback rate {_fmt(figures['fallback_rate'], '%')}, error rate {_fmt(figures['error_rate'], '%')}, "

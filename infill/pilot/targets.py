@@ -2,10 +2,12 @@
 
 Specs: `ar` (the offline Gemma 3 270M default), `diffusion:DIR_OR_HUB_ID` (a DiffusionGemma checkpoint),
 `diffusion-dummy:DIR_OR_HUB_ID` (its architecture with random weights), `http(s)://HOST[:PORT][/v1]` (an
-OpenAI-compatible endpoint; `#model=NAME&token=T` in the fragment, which is never sent). A `+fallback` suffix puts
-the offline default behind the pipeline as its fallback; `+raw` takes the pipeline's request (same context) but
-shows the backend's middle as it comes: no post-processing, no watchdog, no fallback. Engines are opened once and
-shared between specs.
+OpenAI-compatible endpoint; `#model=NAME&token=T` in the fragment, which is never sent). The pilot is explicit
+about fallbacks, unlike an editor's default: a spec alone has none, so each backend is measured on its own; a
+`+fallback` suffix puts behind it what an editor gets by default (infill/loader.py `fallback_spec`: the offline
+default behind a checkpoint or an endpoint, nothing behind `ar`); `+raw` takes the pipeline's request (same
+context) but shows the backend's middle as it comes: no post-processing, no watchdog, no fallback. Engines are
+opened once and shared between specs.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from infill.backends.choose import BackendSpec, open_backend
+from infill.loader import NO_FALLBACK, FallbackChoice, fallback_spec, offline_default
 from infill.pipeline import CompletionRequest, Fill, Pipeline, PipelineResult, PipelineSettings
 from infill.types import InfillBackend, InfillError, InfillResult
 
@@ -34,10 +37,6 @@ class TargetSpec:
     endpoint_token: str | None = None
     fallback: bool = False
     raw: bool = False
-
-    @property
-    def engine_key(self) -> tuple:
-        return (self.engine, self.location, self.endpoint_model)
 
 
 def parse_target(text: str) -> TargetSpec:
@@ -93,7 +92,7 @@ def _backend_spec(spec: TargetSpec, base: BackendSpec) -> BackendSpec:
         return replace(base, model=None, endpoint=spec.location, endpoint_model=spec.endpoint_model,
                        endpoint_token=spec.endpoint_token)
     if spec.engine == "ar":
-        return replace(base, model=None, endpoint=None)
+        return offline_default(base)  # (the same spec, and so the same instance, as every +fallback's)
     return replace(base, model=spec.location, endpoint=None,
                    load_format="dummy" if spec.engine == "diffusion-dummy" else "auto")
 
@@ -145,33 +144,35 @@ class OpenedTarget:
         out = {"label": self.spec.label, "engine": self.spec.engine, "name": info.name, "kind": info.kind,
                "model": info.model, "device": info.device, "dtype": info.dtype, "is_fallback": info.is_fallback,
                "load_seconds": round(self.load_seconds, 2), "shared_engine": self.shared, "caveat": self.caveat}
-        if self.pipeline.fallback is not None:
-            out["fallback"] = self.pipeline.fallback.info.name
+        behind = self.pipeline.fallback
+        out["fallback"] = behind.info.name if behind is not None else None
         return out
 
 
 class TargetPool:
-    """Opens engines on demand, once each (the offline default is shared by `ar` and every `+fallback`)."""
+    """Opens engines on demand, once each per spec (the offline default is shared by `ar` and every `+fallback`)."""
 
     def __init__(self, settings: PipelineSettings, open_fn=open_backend, base: BackendSpec | None = None) -> None:
         self.settings = settings
         self.base = base or BackendSpec()  # model options shared by every engine opened
         self._open_fn = open_fn
-        self._engines: dict[tuple, InfillBackend] = {}
+        self._engines: dict[BackendSpec, InfillBackend] = {}
         self._lock = threading.Lock()
 
-    def _engine(self, spec: TargetSpec) -> InfillBackend:
+    def _engine(self, spec: BackendSpec) -> InfillBackend:
         with self._lock:
-            if spec.engine_key not in self._engines:
-                self._engines[spec.engine_key] = self._open_fn(_backend_spec(spec, self.base))
-            return self._engines[spec.engine_key]
+            if spec not in self._engines:
+                self._engines[spec] = self._open_fn(spec)
+            return self._engines[spec]
 
     def open(self, spec: TargetSpec) -> OpenedTarget:
         started = time.perf_counter()
-        shared = spec.engine_key in self._engines
+        primary_spec = _backend_spec(spec, self.base)
+        shared = primary_spec in self._engines
+        behind = fallback_spec(primary_spec, FallbackChoice() if spec.fallback else NO_FALLBACK)
         try:
-            primary = self._engine(spec)
-            fallback = self._engine(TargetSpec("ar", "ar")) if spec.fallback else None
+            primary = self._engine(primary_spec)
+            fallback = self._engine(behind) if behind is not None else None
         except Exception as exc:  # a backend that cannot open is reported, and the pilot moves on
             return OpenedTarget(spec, None, f"{type(exc).__name__}: {exc}", time.perf_counter() - started,
                                 quality_caveat(spec))

@@ -98,9 +98,11 @@ def make_confident(model, winners: tuple[int, int], gain: float = 1e4) -> None:
 
 
 def write_tiny_checkpoint(directory: str | Path, seed: int = 0, canvas_length: int = 64,
-                          confident: tuple[int, int] | None = None, **text_kwargs) -> Path:
+                          confident: tuple[int, int] | None = None, stutter: int | None = None,
+                          **text_kwargs) -> Path:
     """Write a complete random-weight checkpoint (config, safetensors, tokenizer, generation config) to `directory`.
-    `confident`: two token ids the model then predicts with near-certainty (`make_confident`)."""
+    `confident`: two token ids the model then predicts with near-certainty (`make_confident`); `stutter`: one token
+    id every canvas slot predicts (`make_stutter`)."""
     import torch
     from transformers import DiffusionGemmaForBlockDiffusion
 
@@ -110,12 +112,40 @@ def write_tiny_checkpoint(directory: str | Path, seed: int = 0, canvas_length: i
     model = DiffusionGemmaForBlockDiffusion(config)
     if confident is not None:
         make_confident(model, confident)
+    if stutter is not None:
+        make_stutter(model, stutter)
     model.generation_config.eos_token_id = 1
     model.generation_config.pad_token_id = 0
     model.generation_config.bos_token_id = 2
     model.save_pretrained(directory, safe_serialization=True)
     tiny_tokenizer(config.text_config.vocab_size).save_pretrained(directory)
     return directory
+
+
+def make_stutter(model, token: int, gain: float = 10.0) -> None:
+    """Edit `model`'s weights in place so that every canvas slot predicts `token`, whatever the prompt: each fill
+    repeats one token, a stutter the watchdog rejects (the fallback's tests).
+
+    Each decoder layer's output norms are zeroed, so no layer adds to the residual stream, and the
+    self-conditioning adds nothing: a slot's final hidden state is its input token's embedding, normalised. In the
+    tied embedding, hidden dimension k is 1 for `token` and 0.1 for every other token, so it is positive whatever
+    the input; the final norm keeps only dimension k, scaled by `gain`. The logits are gain·x_k/rms(x) times 1
+    for `token` and 0.1 for the rest: after the softcap (30) `token` leads every other by about 20."""
+    import torch
+
+    k = 0
+    with torch.no_grad():
+        decoder = model.model.decoder
+        for layer in decoder.layers:
+            layer.post_attention_layernorm.weight.zero_()
+            layer.post_feedforward_layernorm.weight.zero_()
+        decoder.self_conditioning.down_proj.weight.zero_()
+        norm = decoder.norm.weight
+        norm.zero_()
+        norm[k] = gain
+        table = decoder.embed_tokens.weight  # tied with lm_head
+        table[:, k] = 0.1
+        table[token, k] = 1.0
 
 
 def write_compressed_fp8_checkpoint(source: str | Path, directory: str | Path) -> Path:

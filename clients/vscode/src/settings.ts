@@ -19,6 +19,7 @@ export const SERVER_SETTING_KEYS = [
   'denoisingSteps',
   'maxDocumentChars',
   'enabledLanguages',
+  'fallback',
   'fallbackEndpoint',
   'fallbackModel',
   'remoteEndpoint',

@@ -14,6 +14,8 @@ export interface ServerStatus {
   label?: string | null;
   enabled?: boolean;
   error?: string | null;
+  fallback?: { backend?: string; label?: string | null } | null;
+  fallbackError?: string | null;
   latencies?: { p50_ms?: number; p95_ms?: number; count?: number };
 }
 
@@ -97,11 +99,19 @@ export class StatusItem implements vscode.Disposable {
       this.item.backgroundColor = new vscode.ThemeColor('statusBarItem.warningBackground');
     } else {
       this.item.text = '$(sparkle) infill: ready';
-      this.item.tooltip = `infill-ls ready: ${s.label ?? s.backend ?? ''}`;
+      this.item.tooltip = `infill-ls ready: ${s.label ?? s.backend ?? ''}${behind(s)}`;
     }
   }
 
   dispose(): void {
     this.item.dispose();
   }
+}
+
+/** What answers when the model's fill is rejected, as the tooltip says it. */
+function behind(s: ServerStatus): string {
+  if (s.fallback) {
+    return `; fallback: ${s.fallback.label || s.fallback.backend || ''}`;
+  }
+  return s.fallbackError ? `; no fallback: ${s.fallbackError}` : '';
 }
