@@ -34,7 +34,8 @@ LoadListener = Callable[[str, str, "float | None"], None]
 
 def spec_for(settings: Settings) -> BackendSpec:
     return BackendSpec.from_env(model=settings.model, device=settings.device, dtype=settings.dtype,
-                                load_format=settings.load_format, endpoint=settings.remote_endpoint,
+                                load_format=settings.load_format, quantization=settings.quantization,
+                                endpoint=settings.remote_endpoint,
                                 endpoint_model=settings.remote_model, endpoint_protocol=settings.remote_protocol,
                                 denoising_steps=settings.denoising_steps, kv_store_mib=settings.kv_store_mib)
 

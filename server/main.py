@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         spec = spec_from_args(args)
         base = Settings(model=args.model, device=spec.device, dtype=spec.dtype, load_format=spec.load_format,
-                        denoising_steps=args.denoising_steps, remote_endpoint=spec.endpoint)
+                        quantization=spec.quantization, denoising_steps=args.denoising_steps,
+                        remote_endpoint=spec.endpoint)
     except InfillError as exc:
         print(f"infill-ls: {exc}", file=sys.stderr)
         return 2

@@ -19,6 +19,7 @@ class Settings:
     device: str | None = None
     dtype: str | None = None
     load_format: str = "auto"
+    quantization: str = "none"  # "fp8": DiffusionGemma's projections and experts in FP8, quantized at load
     enabled: bool = True
     # Deadlines of inline requests after the debounce; None: the runaway guard measured on this machine
     # (server/scheduling.py). An explicit value wins.
@@ -59,6 +60,7 @@ class Settings:
         need(1 <= self.fill_candidates <= MAX_CANDIDATES, f"fillCandidates must be in 1..{MAX_CANDIDATES}")
         need(1 <= self.max_middle_tokens <= 4096, "maxMiddleTokens must be in 1..4096")
         need(self.load_format in ("auto", "dummy"), "loadFormat must be 'auto' or 'dummy'")
+        need(self.quantization in ("none", "fp8"), "quantization must be 'none' or 'fp8'")
         need(self.remote_protocol in ("auto", "openai", "vllm-diffusion"),
              "remoteProtocol must be 'auto', 'openai' or 'vllm-diffusion'")
         need(1 <= self.max_document_chars <= 200_000_000, "maxDocumentChars must be in 1..200000000")
@@ -70,9 +72,9 @@ class Settings:
 
     def backend_key(self) -> tuple:
         """What selects and loads the backend: a change in any of these reloads it."""
-        return (self.model, self.device, self.dtype, self.load_format, self.remote_endpoint, self.remote_model,
-                self.remote_protocol, self.fallback, self.fallback_endpoint, self.fallback_model, self.denoising_steps,
-                self.kv_store_mib)
+        return (self.model, self.device, self.dtype, self.load_format, self.quantization, self.remote_endpoint,
+                self.remote_model, self.remote_protocol, self.fallback, self.fallback_endpoint, self.fallback_model,
+                self.denoising_steps, self.kv_store_mib)
 
 
 def _camel(name: str) -> str:
@@ -97,7 +99,7 @@ def _coerce(name: str, value: Any) -> Any:
         if value is None:
             return None
         raise TypeError("a string")
-    if name in ("load_format", "remote_protocol"):
+    if name in ("load_format", "remote_protocol", "quantization"):
         if isinstance(value, str):
             return value
         raise TypeError("a string")

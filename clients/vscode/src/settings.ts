@@ -9,6 +9,7 @@ export const SERVER_SETTING_KEYS = [
   'device',
   'dtype',
   'loadFormat',
+  'quantization',
   'enabled',
   'inlineBudgetMs',
   'invokedBudgetMs',
