@@ -106,7 +106,7 @@ class Watchdog:
         if s.check_syntax and contexts[0].fence is not None:
             return check_fence_syntax(middles, spans, doc.text, contexts[0]) or OK
         if s.check_syntax and doc.has_grammar:
-            return check_syntax(middles, spans, doc) or OK
+            return check_syntax(middles, spans, doc, contexts[0].shape.must_open) or OK
         return OK
 
 
@@ -174,9 +174,11 @@ def check_comment_only(middle: str, ctx: GapContext) -> Verdict | None:
     return None
 
 
-def check_syntax(middles: list[str], spans: list[tuple[int, int]], doc: DocumentSnapshot) -> Verdict | None:
+def check_syntax(middles: list[str], spans: list[tuple[int, int]], doc: DocumentSnapshot,
+                 must_open: str = "") -> Verdict | None:
     """The filled document may not have more ERROR/MISSING nodes than the document before the edit (a file that
-    already has errors is judged relative to them), and no ERROR node may lie wholly inside a fill."""
+    already has errors is judged relative to them), and no ERROR node may lie wholly inside a fill. `must_open`:
+    the brackets the text after the gap closes that nothing before it opens (GapShape)."""
     before = error_nodes(doc.tree)
     after_tree = doc.parse_filled(spans, middles)
     after = error_nodes(after_tree)
@@ -186,7 +188,8 @@ def check_syntax(middles: list[str], spans: list[tuple[int, int]], doc: Document
         if errors_inside(after_tree, start, end):
             return Verdict("syntax", "the fill itself does not parse")
     if doc.language == "python":
-        return check_python_compiles(doc.text, spans, middles) or check_python_line_finished(doc.text, spans, middles)
+        return check_python_compiles(doc.text, spans, middles) or \
+            check_python_line_finished(doc.text, spans, middles, must_open)
     return None
 
 
@@ -227,13 +230,15 @@ def check_python_compiles(text: str, spans: list[tuple[int, int]], middles: list
     return Verdict("syntax", f"Python would not compile it: {error}")
 
 
-def check_python_line_finished(text: str, spans: list[tuple[int, int]], middles: list[str]) -> Verdict | None:
+def check_python_line_finished(text: str, spans: list[tuple[int, int]], middles: list[str],
+                               must_open: str = "") -> Verdict | None:
     """A cursor fill must leave its line's statement finished: when the code around compiles with the cursor's line
     replaced by a stand-in statement, it must compile with the fill. This catches what a relative check lets
     through while the line is still being typed (the file does not compile before the fill either): a fill that
     opens a block and stops (`if override:` with nothing indented after it), opens a string or a bracket, or
-    leaves the line half written. Where the code around does not compile anyway (a statement spanning lines, a
-    file being restructured), it stands aside."""
+    leaves the line half written, or closes the bracket the lines below go on in (the stand-in then opens
+    `must_open`: `_ = (` above arguments and their `)`). Where the code around does not compile anyway (a
+    statement spanning lines, a file being restructured), it stands aside."""
     if len(spans) != 1 or spans[0][0] != spans[0][1]:
         return None  # gap fills replace whole selections: the relative checks judge them
     cursor = spans[0][0]
@@ -246,7 +251,8 @@ def check_python_line_finished(text: str, spans: list[tuple[int, int]], middles:
     line_end = end if line_end < 0 or line_end > end else line_end
     indent = text[line_start:cursor][:len(text[line_start:cursor]) - len(text[line_start:cursor].lstrip())]
     after = re.search(r"\n([ \t]*)\S", text[line_end:end])  # the next non-blank line: a body under this one?
-    stand_in = indent + ("if 1:" if after and len(after.group(1)) > len(indent) else "pass")
+    stand_in = indent + ("_ = " + must_open if must_open else
+                         "if 1:" if after and len(after.group(1)) > len(indent) else "pass")
     if languages.python_error(text[start:line_start] + stand_in + text[line_end:end]) is not None:
         return None
     return Verdict("syntax", f"the fill leaves its statement unfinished: {error}")

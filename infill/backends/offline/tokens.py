@@ -18,6 +18,7 @@ class TokenTexts:
         self._sorted: list[str] = []  # the texts in order, and the token id of each, to find a prefix's tokens
         self._sorted_ids = np.zeros(0, dtype=np.int64)
         self._heal_masks: dict[str, np.ndarray] = {}
+        self._word_masks: dict[tuple[str, ...], np.ndarray] = {}
 
     @property
     def texts(self) -> list[str]:
@@ -34,7 +35,19 @@ class TokenTexts:
         text = self.texts[ids[-1]]
         if not text or "\n" in text:
             return ids, ""
+        if not text.strip() and self.texts[ids[-2]].endswith("\n"):
+            return ids, ""  # a line's indentation: code follows it as its own token (healing it chose only spaces)
         return ids[:-1], text
+
+    def word_starts(self, words: tuple[str, ...]) -> np.ndarray:
+        """A boolean mask over the vocabulary: the tokens that are one of `words` (spaces around aside) or start
+        with one and a space."""
+        mask = self._word_masks.get(words)
+        if mask is None:
+            mask = np.array([t.strip() in words or t.lstrip().startswith(tuple(w + " " for w in words))
+                             for t in self.texts], dtype=bool)
+            self._word_masks[words] = mask
+        return mask
 
     def allowed_after_heal(self, text: str) -> np.ndarray:
         """A boolean mask over the vocabulary: the tokens whose text starts with `text`. The texts that do are
