@@ -17,8 +17,10 @@
   - an explicit `inlineBudgetMs` / `invokedBudgetMs` wins over the guard;
   - the status says the machine is too slow for automatic suggestions when the fills' p50 is above
     `TOO_SLOW_P50_MS` (the peers' order of magnitude: Cody's single-line P75 is 690 ms, llama.vim caps at 1.5 s).
-- A jump (an edit on another line than the document's last one) encodes the prompt at the edit
-  (`warm_after_jump`), holding an inline ticket the next request supersedes; typing on one line starts nothing.
+- After an edit (`after_edit`): a new line started (an Enter, a suggestion accepted to its line's end) gets its
+  suggestion computed ahead (server/next_line.py); else a jump (an edit on another line than the document's last
+  one) encodes the prompt at the edit, holding an inline ticket the next request supersedes; typing on one line
+  starts nothing.
 """
 
 from __future__ import annotations
@@ -170,11 +172,14 @@ def related(ls, uri: str) -> dict:
     return {"name": document_name(uri), "related": ls.documents.others(uri) if ls.settings.related_files else ()}
 
 
-def warm_after_jump(ls, document, offset: int) -> None:
-    """After an edit at `offset`: on another line than the document's last edit, encode the prompt there now (on a
-    slow CPU encoding a new prompt is most of a jump's wait); what it encoded stays for the next request."""
+def after_edit(ls, document, offset: int) -> None:
+    """After an edit that left the cursor at `offset`: a new line's suggestion computed ahead (server/next_line.py),
+    or after a jump to another line than the document's last edit, the prompt there encoded now (on a slow CPU
+    encoding a new prompt is most of a jump's wait); what it encoded stays for the next request."""
     line = document.position_at(offset).line
     jumped, document.last_edit_line = document.last_edit_line != line, line
+    if ls.next_line.edited(ls, document, offset):
+        return  # the completion ahead encodes the prompt too
     pipeline = ls.host.current_pipeline
     if not jumped or pipeline is None or refusal(ls, document, document.uri) is not None:
         return

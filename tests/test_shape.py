@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from infill.backends.offline.stops import cut_fill, leaves_open, read_gap, refused_start, trim_unfinished
+from infill.backends.offline.stops import (cut_fill, leaves_open, line_held_open, read_gap, refused_start,
+                                          trim_unfinished)
 from infill.checks.watchdog import Watchdog
 from infill.context.builder import ContextBuilder
 from infill.pipeline import CompletionRequest, Pipeline, PipelineSettings
@@ -78,6 +79,9 @@ def test_stop_rules_read_the_shape():
     assert cut_fill("return f(\n", opens, True) == ("return f(", True)
     assert cut_fill("return f(a)\n", opens, True) == ("return f(a)", True)  # the checks judge it
     assert trim_unfinished("return (", opens, True) == "return ("
+    assert line_held_open("return", opens) and line_held_open("return f(a)", opens)  # no line break taken yet
+    assert not line_held_open("return f(", opens) and not line_held_open("return\n", opens)
+    assert not line_held_open("return", facts())
     assert trim_unfinished("return (", facts(), True) == "return"
     above_def = facts(before_definition=True, one_line=True)
     assert cut_fill("def g(self):", above_def, True) == ("", True)
@@ -88,20 +92,32 @@ def test_stop_rules_read_the_shape():
     assert read_gap("x = 1\n", "y = 2\n", "python").shape == GapShape()  # a bare request says nothing
 
 
-def test_the_watchdog_refuses_a_fill_that_closes_what_the_lines_below_close():
-    source = "def f(x):\n    |\n        a,\n        b,\n    )\n    return 1\n"
+def verdict(source: str, fill: str):
+    """The watchdog's verdict on `fill` at "|" in the Python `source`."""
     start = source.index("|")
     text = source.replace("|", "", 1)
     builder = ContextBuilder()
     doc = builder.document(text, "python", None)
-    ctx = builder.build(doc, [(start, start)], "inline")
+    return Watchdog().check([fill], [(start, start)], doc, builder.build(doc, [(start, start)], "inline"))
 
-    def verdict(fill: str):
-        return Watchdog().check([fill], [(start, start)], doc, ctx)
 
-    assert verdict("return max(").ok and verdict("print(").ok
-    assert verdict("return max(a, b)").reason == "syntax"  # the arguments below would dangle
-    assert verdict("return (").ok
+def test_the_watchdog_refuses_a_fill_that_closes_what_the_lines_below_close():
+    arguments = "def f(x):\n    |\n        a,\n        b,\n    )\n    return 1\n"
+    assert verdict(arguments, "return max(").ok and verdict(arguments, "return (").ok
+    assert verdict(arguments, "return max(a, b)").reason == "syntax"  # the arguments below would dangle
+    keywords = "def f(x):\n    |\n        a,\n        key=b,\n    )\n    return 1\n"  # a call's, then
+    assert verdict(keywords, "return g(").ok and verdict(keywords, "y = 1").reason == "syntax"
+    parameters = "|\n    a: int,\n    b: str = '',\n) -> None:\n    pass\n"  # a definition's
+    assert verdict(parameters, "def f(").ok and verdict(parameters, "x = 1").reason == "syntax"
+
+
+def test_the_watchdog_refuses_a_statement_where_the_lines_below_want_a_header_or_a_decorator():
+    body = "def f(x):\n    |\n        y = g(x)\n    except ValueError:\n        y = 0\n    return y\n"
+    assert verdict(body, "try:").ok
+    assert verdict(body, "return g(x)").reason == "syntax"  # (no `if 1:` finishes it: the `except` below)
+    decorated = "x = 1\n|\ndef f():\n    pass\n"
+    assert verdict(decorated, "@functools.cache").ok  # a decorator at column 0 goes on to the definition
+    assert verdict(decorated, "y = 2").ok and verdict(decorated, "y = (").reason == "syntax"
 
 
 class Refused:

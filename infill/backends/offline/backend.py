@@ -25,7 +25,7 @@ from infill.backends.offline.branches import Branching, DeadlineReached, best_br
 from infill.backends.offline.runtime import LlamaRuntime
 from infill.backends.offline.settings import ARSettings
 from infill.backends.offline.sequences import DocumentSequences
-from infill.backends.offline.stops import DEFINITION_WORDS, cut_fill, read_gap, trim_unfinished
+from infill.backends.offline.stops import DEFINITION_WORDS, cut_fill, line_held_open, read_gap, trim_unfinished
 from infill.backends.offline.tokens import TokenTexts, draft_from_context
 from infill.cache.tokens import ChunkedTokenizer, FittedPrompt, fit_prompt
 from infill.types import (BackendInfo, CancelToken, Cancelled, Draft, DraftCallback, GapFacts, InfillError,
@@ -106,6 +106,7 @@ class GemmaBackend:
         keystroke, and measure what this CPU costs where the settings leave it open (calibration.py)."""
         self.texts.allowed_after_heal(" ")
         self.texts.word_starts(DEFINITION_WORDS)
+        self.texts.line_ends()
         seq, _ = self.sequences.take("<warm-up>", [])
         try:
             ids = self.tokens.encode("def main(argv):\n    args = parse(argv)\n    return run(args)\n")
@@ -166,16 +167,12 @@ class GemmaBackend:
             return 0
         try:
             # The same prompt `_fill_gap` will build: same fitter, same anchor, same healing.
-            fitted = self._fit(request.prefix, request)
-            prompt, _ = self._heal(fitted.ids)
-            seq, reused = self.sequences.take(request.document_id, prompt, max_keep=len(prompt) - 1)
-            fed = prompt[:reused]
-            try:
-                self._prefill(seq, prompt[:-1], fed, token, None, logits=False)
-            except Cancelled:
-                pass  # raised between chunks: `fed` matches the sequence
-            self.sequences.put(request.document_id, seq, fed, fitted.anchor)
-            return len(fed)
+            with self._prompt(request.prefix, request, _Tally()) as (seq, fed, prompt, _):
+                try:
+                    self._prefill(seq, prompt[:-1], fed, token, None, logits=False)
+                except Cancelled:
+                    pass  # raised between chunks: `fed` matches the sequence
+                return len(fed)
         except Exception:  # noqa: BLE001 - the infill that follows will meet (and report) the same problem
             log.exception("warming the prompt failed")
             return 0
@@ -280,11 +277,13 @@ class GemmaBackend:
 
     def _first_choices(self, logits: np.ndarray, healed: str, gap: GapFacts) -> np.ndarray:
         """The first token's logits without the tokens it may not be: one that does not start with the healed
-        text, and above a definition a definition's first word (stops.py)."""
+        text, above a definition a definition's first word, and one that ends a line held open (stops.py)."""
         if healed:
             logits = np.where(self.texts.allowed_after_heal(healed), logits, -np.inf)
         if gap.shape.before_definition:
             logits = np.where(self.texts.word_starts(DEFINITION_WORDS), -np.inf, logits)
+        if line_held_open("", gap):
+            logits = np.where(self.texts.line_ends(), -np.inf, logits)
         return logits
 
     def _lookahead(self, after: str) -> list[int]:
@@ -361,17 +360,21 @@ class GemmaBackend:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise DeadlineReached(trim_unfinished(fill, gap, request.single_line))
             room = min(request.max_middle_tokens - len(generated), capacity - len(fed) - 1)
-            pending = self._step(seq, generated[-1], fed, lookahead, room, tally, sure)
+            banned = self.texts.line_ends() if line_held_open(fill, gap) else None
+            pending = self._step(seq, generated[-1], fed, lookahead, room, tally, sure, banned)
 
     def _step(self, seq: int, last: int, fed: list[int], lookahead: list[int], room: int,
-              tally: _Tally, sure: bool) -> list[tuple[int, float]]:
+              tally: _Tally, sure: bool, banned: np.ndarray | None = None) -> list[tuple[int, float]]:
         """Feed `last` plus up to `room - 1` tokens drafted from the context, and return the greedy tokens the
         forward confirms: the model's choice after `last`, and after every draft token that matched it. Exactly
         the tokens one-token forwards would give (a rejected draft only costs its share of this forward); the
-        sequence is cut back to the accepted tokens, so `fed` matches it again."""
+        sequence is cut back to the accepted tokens, so `fed` matches it again. `banned` tokens are not chosen
+        next (and nothing is drafted: which tokens are banned depends on the text before each)."""
         fed.append(last)
-        draft = draft_from_context(fed, min(self._drafts(), room - 1), self.settings.draft_ngram, lookahead)
-        chosen = _pick(self.runtime.decode(seq, [last] + draft, outputs=len(draft) + 1), sure)
+        count = 0 if banned is not None else min(self._drafts(), room - 1)
+        draft = draft_from_context(fed, count, self.settings.draft_ngram, lookahead)
+        rows = self.runtime.decode(seq, [last] + draft, outputs=len(draft) + 1)
+        chosen = _pick(rows if banned is None else np.where(banned, -np.inf, rows), sure)
         tally.forwards += 1
         accepted = 0
         while accepted < len(draft) and chosen[accepted][0] == draft[accepted]:

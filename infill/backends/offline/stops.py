@@ -6,7 +6,8 @@ when a generated line dedents out of the enclosing block, when a line repeats th
 blank line in prose, or at the token bound / EOS. The gap's shape (`GapFacts.shape`, what the text after it says)
 ends fills sooner: inside a string that goes on below, before the string's end; where the text below closes
 brackets the fill must open, at the end of the line that opens them; above a definition, a fill that starts one
-ends at once (`refused_start`), so that the backend's other candidates get their turn.
+ends at once (`refused_start`), so that the backend's other candidates get their turn; and a line the lines below
+must find open may not end before it opens what they close (`line_held_open`).
 """
 
 from __future__ import annotations
@@ -93,6 +94,12 @@ def cut_fill(text: str, gap: GapFacts, single_line: bool) -> tuple[str, bool]:
         if dedented or repeats_after or (complete and languages.stutters(lines, j, STUTTER_MIN_CHARS)):
             return "\n".join(lines[:j]), True
     return text, False
+
+
+def line_held_open(text: str, gap: GapFacts) -> bool:
+    """The fill's first line may not end yet: the lines below close brackets it has not opened yet (the backend
+    then takes no token that ends the line)."""
+    return bool(gap.shape.must_open) and "\n" not in text and leaves_open(text) != gap.shape.must_open
 
 
 def refused_start(text: str) -> bool:

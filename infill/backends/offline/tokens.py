@@ -19,6 +19,7 @@ class TokenTexts:
         self._sorted_ids = np.zeros(0, dtype=np.int64)
         self._heal_masks: dict[str, np.ndarray] = {}
         self._word_masks: dict[tuple[str, ...], np.ndarray] = {}
+        self._line_ends: np.ndarray | None = None
 
     @property
     def texts(self) -> list[str]:
@@ -38,6 +39,13 @@ class TokenTexts:
         if not text.strip() and self.texts[ids[-2]].endswith("\n"):
             return ids, ""  # a line's indentation: code follows it as its own token (healing it chose only spaces)
         return ids[:-1], text
+
+    def line_ends(self) -> np.ndarray:
+        """A boolean mask over the vocabulary: the tokens that end a line (a line break in their text) or the
+        text (control tokens, whose text is empty; byte-fallback tokens are empty too and go with them)."""
+        if self._line_ends is None:
+            self._line_ends = np.array(["\n" in t or not t for t in self.texts], dtype=bool)
+        return self._line_ends
 
     def word_starts(self, words: tuple[str, ...]) -> np.ndarray:
         """A boolean mask over the vocabulary: the tokens that are one of `words` (spaces around aside) or start
