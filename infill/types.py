@@ -63,7 +63,7 @@ class GapShape:
     string_end: str = ""  # the gap is in a string that goes on below and ends with this (`"""`): stay inside it
     must_open: str = ""  # brackets the text after the gap closes and nothing before it opens, outermost first
     one_line: bool = False  # a line starts at the gap with code right below it: the fill is that one line
-    header: bool = False  # ... and the code below is deeper: the line opens a block (`if x:`) or a bracket
+    header: bool = False  # ... and the code below is deeper, in no bracket: a block's header (`if x:`; Python)
     before_definition: bool = False  # ... and the line below is a `def`, `class` or decorator at the gap's depth
 
 

@@ -31,7 +31,7 @@ def shape(source: str) -> GapShape:
 def test_brackets_the_lines_below_close_are_the_fills_to_open():
     arguments = "        a,\n        b,\n    )\n    y = 1\n"
     at_line_start = shape("def f(x):\n    |\n" + arguments)
-    assert at_line_start == GapShape(must_open="(", one_line=True, header=True)
+    assert at_line_start == GapShape(must_open="(", one_line=True)  # deeper below: its arguments, not a body
     assert shape("def f(x):\n    return|\n" + arguments) == GapShape(must_open="(")  # a cursor inside the line
     assert shape("x = |\n    'a': [\n        1,\n    ],\n}\n").must_open == "{"
     assert shape("x = |\n    a,\n])\n").must_open == "(["  # outermost first, as the fill writes them
@@ -78,6 +78,10 @@ def test_stop_rules_read_the_shape():
     assert cut_fill("return (\n        a,", opens, True) == ("return (", True)
     assert cut_fill("return f(\n", opens, True) == ("return f(", True)
     assert cut_fill("return f(a)\n", opens, True) == ("return f(a)", True)  # the checks judge it
+    assert cut_fill("return f(", opens, True) == ("return f(", True)  # right after opening what is closed below
+    header = facts(header=True, one_line=True)
+    assert line_held_open("if x", header) and not line_held_open("if x:", header)
+    assert not line_held_open("if x:\n", header)
     assert trim_unfinished("return (", opens, True) == "return ("
     assert line_held_open("return", opens) and line_held_open("return f(a)", opens)  # no line break taken yet
     assert not line_held_open("return f(", opens) and not line_held_open("return\n", opens)

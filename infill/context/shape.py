@@ -5,8 +5,8 @@ A model that only continues the prefix cannot see these; the backend's stop rule
 - brackets the text after the gap closes that nothing before it opens (the lines below `return (` are its
   arguments and its `)`): the fill opens them and leaves them open;
 - a line starting at the gap with code right below it (no blank line between): the fill is that one line; when the
-  code below is deeper, the line opens it (a block's header, or a bracket); when the line below is a definition at
-  the gap's own depth, the line is a decorator or a statement, not another definition.
+  code below is deeper, the line opens it (a bracket, or in Python a block's header); when the line below is a
+  definition at the gap's own depth, the line is a decorator or a statement, not another definition.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 
 from infill.context.syntax import DocumentSnapshot
+from infill.languages import INDENT_LANGUAGES
 from infill.context.windows import byte_offset
 from infill.types import GapShape
 
@@ -47,7 +48,8 @@ def read_shape(doc: DocumentSnapshot, node, start: int, end: int, line_before: s
     if not below.strip() or _width(below[:len(below) - len(below.lstrip())]) < indent:
         return GapShape(must_open=must_open)  # a blank line or the block's end below: the fill may be a block
     deeper = _width(below[:len(below) - len(below.lstrip())]) > indent
-    return GapShape(must_open=must_open, one_line=True, header=deeper and not opened,
+    header = deeper and not opened and not must_open and doc.language in INDENT_LANGUAGES
+    return GapShape(must_open=must_open, one_line=True, header=header,
                     before_definition=not deeper and bool(_DEFINITION.match(below.lstrip())))
 
 

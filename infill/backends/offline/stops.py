@@ -5,9 +5,9 @@ A base model without FIM tokens only continues the prefix, so the gap's end is d
 when a generated line dedents out of the enclosing block, when a line repeats the first line after the gap, at a
 blank line in prose, or at the token bound / EOS. The gap's shape (`GapFacts.shape`, what the text after it says)
 ends fills sooner: inside a string that goes on below, before the string's end; where the text below closes
-brackets the fill must open, at the end of the line that opens them; above a definition, a fill that starts one
-ends at once (`refused_start`), so that the backend's other candidates get their turn; and a line the lines below
-must find open may not end before it opens what they close (`line_held_open`).
+brackets the fill must open, right after it opens them; above a definition, a fill that starts one ends at once
+(`refused_start`), so that the backend's other candidates get their turn; and a line the lines below must find
+open, or ended by a block's colon, may not end before it is (`line_held_open`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ _OPENERS = (":", "{", "(", "[")  # a line ending so is followed by deeper lines 
 _CLOSERS_AND_SEPARATORS = set(",;:.!?)]}")
 _PAIRS = {"(": ")", "[": "]", "{": "}"}
 DEFINITION_WORDS = ("def", "class", "async")  # a line above a definition at its depth starts none of these
+# A block's header above the block (GapShape.header) starts with one of these.
+HEADER_WORDS = ("if", "elif", "else", "for", "while", "try", "except", "finally", "with", "def", "class", "async",
+                "match", "case")
 STUTTER_MIN_CHARS = 4  # a repeated line this long ends the fill (cutting loses less than the watchdog's reject)
 
 
@@ -64,10 +67,10 @@ def cut_fill(text: str, gap: GapFacts, single_line: bool) -> tuple[str, bool]:
         return text[:text.index(shape.string_end)], True
     if shape.before_definition and refused_start(text):
         return "", True
-    if shape.must_open and "\n" in text:
-        head = text[:text.index("\n")]
-        if leaves_open(head) == shape.must_open:  # `return (`: its arguments and `)` are the lines below
-            return head, True
+    if shape.must_open:  # `return (`: its arguments and `)` are the lines below
+        head = text.partition("\n")[0]
+        if leaves_open(head) == shape.must_open and head.rstrip().endswith(shape.must_open[-1]):
+            return head.rstrip(), True
     if ends_on_its_line(gap, single_line):
         head, newline, _ = text.partition("\n")
         after_line = gap.line_after.strip()  # writing the rest of the gap's line ends a one-line fill
@@ -97,9 +100,13 @@ def cut_fill(text: str, gap: GapFacts, single_line: bool) -> tuple[str, bool]:
 
 
 def line_held_open(text: str, gap: GapFacts) -> bool:
-    """The fill's first line may not end yet: the lines below close brackets it has not opened yet (the backend
-    then takes no token that ends the line)."""
-    return bool(gap.shape.must_open) and "\n" not in text and leaves_open(text) != gap.shape.must_open
+    """The fill's first line may not end yet: the lines below close brackets it has not opened yet, or are the
+    body of the block whose header it has not ended with its colon (the backend then takes no token that ends the
+    line)."""
+    shape = gap.shape
+    if "\n" in text or not (shape.must_open or shape.header):
+        return False
+    return leaves_open(text) != shape.must_open if shape.must_open else not text.rstrip().endswith(":")
 
 
 def refused_start(text: str) -> bool:

@@ -40,6 +40,13 @@ class TokenTexts:
             return ids, ""  # a line's indentation: code follows it as its own token (healing it chose only spaces)
         return ids[:-1], text
 
+    def warm_up(self, *word_lists: tuple[str, ...]) -> None:
+        """Read the texts and build the masks decoding asks for (`word_lists`: those of `word_starts`) now."""
+        self.allowed_after_heal(" ")
+        self.line_ends()
+        for words in word_lists:
+            self.word_starts(words)
+
     def line_ends(self) -> np.ndarray:
         """A boolean mask over the vocabulary: the tokens that end a line (a line break in their text) or the
         text (control tokens, whose text is empty; byte-fallback tokens are empty too and go with them)."""
