@@ -225,7 +225,7 @@ class ContextBuilder:
             language = _fence_language(doc, node) or language
             fence = _fence_content(doc, node)
         shape = GapShape() if is_prose or fence is not None else \
-            read_shape(doc, node, first, last, line_before, line_after, in_comment)
+            read_shape(doc, node, prefix_start, first, last, line_before, line_after, in_comment)
         single = _single_line(mode, text, spans, line_before, line_after, node, is_prose, in_comment, language) \
             or (mode == "inline" and shape.one_line)
         # The indentation step is read near the gap (enough lines to find it; the whole window costs 3x more).

@@ -25,9 +25,10 @@ _DEFINITION = re.compile(r"(async\s+def|def|class)\b|@")
 _HASH_COMMENTS = frozenset({"python", "ruby", "bash", "shell", "toml", "yaml"})
 
 
-def read_shape(doc: DocumentSnapshot, node, start: int, end: int, line_before: str, line_after: str,
-               in_comment: bool) -> GapShape:
-    """The shape of the gap text[start:end] (`node`: the syntax node at `start`, None without a grammar)."""
+def read_shape(doc: DocumentSnapshot, node, window_start: int, start: int, end: int, line_before: str,
+               line_after: str, in_comment: bool) -> GapShape:
+    """The shape of the gap text[start:end] (`node`: the syntax node at `start`, None without a grammar;
+    `window_start`: where the context's window starts, a statement boundary the bracket scan may start from)."""
     text = doc.text
     if doc.language == "python" and node is not None:
         string_end = _string_end(doc, node, start)
@@ -35,11 +36,13 @@ def read_shape(doc: DocumentSnapshot, node, start: int, end: int, line_before: s
             return GapShape(string_end=string_end)
     if in_comment or doc.language is None:
         return GapShape()
+    python = doc.language in _HASH_COMMENTS
     indent = _width(line_before[:len(line_before) - len(line_before.lstrip())])
-    closers = _unopened_closers(text, end, indent, doc.language)
-    opened = _opened_before(node, byte_offset(doc, start), byte_offset(doc, end)) if node is not None else []
-    must_open = "".join(_CLOSERS[c] for c in closers[len(opened):])[::-1] \
-        if [_OPENERS[o] for o in opened] == list(closers[:len(opened)]) else ""
+    opened = _open_at(text, window_start, start, python)
+    closers = _unopened_closers(text, end, indent, python)
+    matched = [_OPENERS[o] for o in reversed(opened)][:len(closers)]
+    must_open = "".join(_CLOSERS[c] for c in closers[len(matched):])[::-1] \
+        if list(closers[:len(matched)]) == matched else ""
     if line_before.strip() or line_after.strip():
         return GapShape(must_open=must_open)
     line_end = text.find("\n", end)
@@ -73,62 +76,58 @@ def _string_end(doc: DocumentSnapshot, node, start: int) -> str:
     return doc.byte_slice(last.start_byte, last.end_byte).decode("utf-8", "replace")
 
 
-def _opened_before(node, start_byte: int, end_byte: int) -> list[str]:
-    """The brackets open at the gap that close after it, innermost first, as the syntax tree has them."""
-    opened = []
-    while node is not None:
-        opener = None
-        for child in node.children:
-            if child.start_byte >= start_byte:
-                break
-            if child.type in _OPENERS:
-                opener = child.type
-            elif opener is not None and child.type == _OPENERS[opener]:
-                opener = None
-        if opener is not None and any(c.type == _OPENERS[opener] and c.start_byte >= end_byte and not c.is_missing
-                                      for c in node.children):
-            opened.append(opener)
-        node = node.parent
-    return opened
-
-
 _PYTHON_TOKENS = re.compile(r"[()\[\]{}\n#]|\"\"\"|'''|[\"']")
 _SLASH_TOKENS = re.compile(r"[()\[\]{}\n`]|//|/\*|[\"']")
 _NEXT_CODE = re.compile(r"[ \t]*(?=\S)")  # the indentation of the next non-blank line
 
 
-def _unopened_closers(text: str, start: int, indent: int, language: str) -> str:
-    """The closing brackets in the text after the gap that the same text does not open, up to the end of the
-    statement the gap is in: a line break with nothing open that the text opened, followed by a line no deeper
-    than the gap's that does not start with a closer. Strings and comments are skipped."""
-    python = language in _HASH_COMMENTS
+def _brackets(text: str, start: int, limit: int, python: bool):
+    """(position, token) of the brackets and line breaks in text[start:limit], strings and comments skipped."""
     tokens = _PYTHON_TOKENS if python else _SLASH_TOKENS
-    stack: list[str] = []
-    unopened: list[str] = []
-    limit = min(len(text), start + SCAN_CHARS)
     position = start
     while (match := tokens.search(text, position, limit)) is not None:
         token, position = match.group(), match.end()
-        if token == "\n":
-            if not stack and _statement_ends(text, position, indent):
-                break
-        elif token in _OPENERS:
-            stack.append(token)
-        elif token in _CLOSERS:
-            if stack and _OPENERS[stack[-1]] == token:
-                stack.pop()
-            elif stack:
-                return ""  # mismatched brackets: nothing to go on
-            else:
-                unopened.append(token)
-        elif token in ("#", "//"):
+        if token in ("#", "//"):
             position = _line_end(text, position)
         elif token == "/*":
             position = _after(text, "*/", position, limit)
         elif len(token) == 3:  # a triple-quoted string
             position = _after(text, token, position, limit)
-        else:
+        elif token in "\"'`":
             position = _string_close(text, position, token, limit)
+        else:
+            yield match.start(), token
+
+
+def _open_at(text: str, window_start: int, start: int, python: bool) -> list[str]:
+    """The brackets open at the gap, innermost last, read from the window's start."""
+    stack: list[str] = []
+    for _, token in _brackets(text, window_start, start, python):
+        if token in _OPENERS:
+            stack.append(token)
+        elif token in _CLOSERS and stack and _OPENERS[stack[-1]] == token:
+            stack.pop()
+    return stack
+
+
+def _unopened_closers(text: str, start: int, indent: int, python: bool) -> str:
+    """The closing brackets in the text after the gap that the same text does not open, up to the end of the
+    statement the gap is in: a line break with nothing open that the text opened, followed by a line no deeper
+    than the gap's that does not start with a closer. Strings and comments are skipped."""
+    stack: list[str] = []
+    unopened: list[str] = []
+    for position, token in _brackets(text, start, min(len(text), start + SCAN_CHARS), python):
+        if token == "\n":
+            if not stack and _statement_ends(text, position + 1, indent):
+                break
+        elif token in _OPENERS:
+            stack.append(token)
+        elif stack and _OPENERS[stack[-1]] == token:
+            stack.pop()
+        elif stack:
+            return ""  # mismatched brackets: nothing to go on
+        else:
+            unopened.append(token)
     return "".join(unopened)
 
 
