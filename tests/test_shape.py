@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from infill.backends.offline.stops import (cut_fill, leaves_open, line_held_open, read_gap, refused_start,
-                                          trim_unfinished)
+from infill.backends.offline.stops import (HEADER_WORDS, cut_fill, leaves_open, line_held_open, read_gap,
+                                          refused_start, trim_unfinished)
 from infill.checks.watchdog import Watchdog
 from infill.context.builder import ContextBuilder
 from infill.pipeline import CompletionRequest, Pipeline, PipelineSettings
@@ -194,3 +194,16 @@ def test_the_offline_default_writes_other_first_tokens_and_keeps_the_prompt(ar_b
     assert ar_backend.alternatives(request, 4, deadline=time.monotonic()) == []
     assert time.monotonic() - t0 < 5  # nothing decoded past the deadline (a bound on a stuck loop, not a speed)
     assert ar_backend.alternatives(InfillRequest(prefix="a", between=("b",), suffix="c"), 4) == []
+
+
+def test_the_offline_default_writes_a_header_above_a_body_and_opens_what_the_lines_below_close(ar_backend):
+    def fill(source: str) -> str:
+        start = source.index("|")
+        out = Pipeline(ar_backend).complete(CompletionRequest(source.replace("|", "", 1), start, language="python"))
+        assert out.fills, out.rejections
+        return out.fills[0].text
+
+    header = fill("def f(items):\n    total = 0\n    |\n        total += item\n    return total\n")
+    assert header.split()[0].rstrip(":") in HEADER_WORDS and header.endswith(":") and "\n" not in header
+    opening = fill("def f(x):\n    y = x * 2\n    |\n        x,\n        y,\n    )\n")
+    assert leaves_open(opening) == "(" and opening.endswith("(") and "\n" not in opening
