@@ -38,9 +38,10 @@ def read_shape(doc: DocumentSnapshot, node, window_start: int, start: int, end: 
         return GapShape()
     python = doc.language in _HASH_COMMENTS
     indent = _width(line_before[:len(line_before) - len(line_before.lstrip())])
-    opened = _open_at(text, window_start, start, python)
     closers = _unopened_closers(text, end, indent, python)
-    matched = [_OPENERS[o] for o in reversed(opened)][:len(closers)]
+    # (the scan of the window for what is open at the gap, only where an answer depends on it)
+    opened = _open_at(text, window_start, start, python) if closers else None
+    matched = [_OPENERS[o] for o in reversed(opened or [])][:len(closers)]
     must_open = "".join(_CLOSERS[c] for c in closers[len(matched):])[::-1] \
         if list(closers[:len(matched)]) == matched else ""
     if line_before.strip() or line_after.strip():
@@ -51,7 +52,8 @@ def read_shape(doc: DocumentSnapshot, node, window_start: int, start: int, end: 
     if not below.strip() or _width(below[:len(below) - len(below.lstrip())]) < indent:
         return GapShape(must_open=must_open)  # a blank line or the block's end below: the fill may be a block
     deeper = _width(below[:len(below) - len(below.lstrip())]) > indent
-    header = deeper and not opened and not must_open and doc.language in INDENT_LANGUAGES
+    header = deeper and not must_open and doc.language in INDENT_LANGUAGES and \
+        not (opened if opened is not None else _open_at(text, window_start, start, python))
     return GapShape(must_open=must_open, one_line=True, header=header,
                     before_definition=not deeper and bool(_DEFINITION.match(below.lstrip())))
 
