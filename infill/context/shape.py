@@ -52,10 +52,10 @@ def read_shape(doc: DocumentSnapshot, node, window_start: int, start: int, end: 
     if not below.strip() or _width(below[:len(below) - len(below.lstrip())]) < indent:
         return GapShape(must_open=must_open)  # a blank line or the block's end below: the fill may be a block
     deeper = _width(below[:len(below) - len(below.lstrip())]) > indent
-    structural = not must_open and doc.language in INDENT_LANGUAGES and (deeper or _DEFINITION.match(below.lstrip()))
-    free = structural and not (opened if opened is not None else _open_at(text, window_start, start, python))
-    return GapShape(must_open=must_open, one_line=True, header=bool(free and deeper),
-                    before_definition=bool(free and not deeper))
+    header = deeper and not must_open and doc.language in INDENT_LANGUAGES and \
+        not (opened if opened is not None else _open_at(text, window_start, start, python))
+    return GapShape(must_open=must_open, one_line=True, header=header,
+                    before_definition=not deeper and bool(_DEFINITION.match(below.lstrip())))
 
 
 def _width(indentation: str) -> int:

@@ -282,7 +282,6 @@ class GemmaBackend:
             logits = np.where(self.texts.allowed_after_heal(healed), logits, -np.inf)
         if gap.shape.before_definition:
             logits = np.where(self.texts.word_starts(DEFINITION_WORDS), -np.inf, logits)
-            logits = np.where(self.texts.starting("@"), logits, -np.inf)
         if gap.shape.header:  # (a first token that is all indentation is not one: line starts are not healed)
             logits = np.where(self.texts.word_starts(HEADER_WORDS), logits, -np.inf)
         if line_held_open("", gap):

@@ -54,10 +54,6 @@ class TokenTexts:
             self._line_ends = np.array(["\n" in t or not t for t in self.texts], dtype=bool)
         return self._line_ends
 
-    def starting(self, text: str) -> np.ndarray:
-        """A boolean mask over the vocabulary: the tokens whose text starts with `text`."""
-        return self.allowed_after_heal(text)
-
     def word_starts(self, words: tuple[str, ...]) -> np.ndarray:
         """A boolean mask over the vocabulary: the tokens that are one of `words` (spaces around aside) or start
         with one and a space."""
