@@ -65,6 +65,7 @@ class GapShape:
     one_line: bool = False  # a line starts at the gap with code right below it: the fill is that one line
     header: bool = False  # ... and the code below is deeper, in no bracket: a block's header (`if x:`; Python)
     before_definition: bool = False  # ... and the line below is a `def`, `class` or decorator at the gap's depth
+    # (the watchdog's stand-in for the line may then be a decorator)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from infill.backends.offline.stops import (HEADER_WORDS, cut_fill, leaves_open, line_held_open, read_gap,
-                                          refused_start, trim_unfinished)
+                                          trim_unfinished)
 from infill.checks.watchdog import Watchdog
 from infill.context.builder import ContextBuilder
 from infill.pipeline import CompletionRequest, Pipeline, PipelineSettings
@@ -87,10 +87,6 @@ def test_stop_rules_read_the_shape():
     assert not line_held_open("return f(", opens) and not line_held_open("return\n", opens)
     assert not line_held_open("return", facts())
     assert trim_unfinished("return (", facts(), True) == "return"
-    above_def = facts(before_definition=True, one_line=True)
-    assert cut_fill("def g(self):", above_def, True) == ("", True)
-    assert cut_fill("default = 1", above_def, True) == ("default = 1", False)
-    assert refused_start("async def f():") and refused_start("class A:") and not refused_start("@property")
     assert leaves_open("f(a, [b") == "([" and leaves_open("f(a)") == "" and leaves_open("a)") == ""
     assert leaves_open("x = ')('") == ""  # brackets in a string are text
     assert read_gap("x = 1\n", "y = 2\n", "python").shape == GapShape()  # a bare request says nothing

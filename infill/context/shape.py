@@ -6,7 +6,7 @@ A model that only continues the prefix cannot see these; the backend's stop rule
   arguments and its `)`): the fill opens them and leaves them open;
 - a line starting at the gap with code right below it (no blank line between): the fill is that one line; when the
   code below is deeper, the line opens it (a bracket, or in Python a block's header); when the line below is a
-  definition at the gap's own depth, the line is a decorator or a statement, not another definition.
+  definition at the gap's own depth, a decorator may be what finishes the line (the watchdog's stand-in).
 """
 
 from __future__ import annotations

@@ -25,8 +25,7 @@ from infill.backends.offline.branches import Branching, DeadlineReached, best_br
 from infill.backends.offline.runtime import LlamaRuntime
 from infill.backends.offline.settings import ARSettings
 from infill.backends.offline.sequences import DocumentSequences
-from infill.backends.offline.stops import (DEFINITION_WORDS, HEADER_WORDS, cut_fill, line_held_open, read_gap,
-                                          trim_unfinished)
+from infill.backends.offline.stops import HEADER_WORDS, cut_fill, line_held_open, read_gap, trim_unfinished
 from infill.backends.offline.tokens import TokenTexts, draft_from_context
 from infill.cache.tokens import ChunkedTokenizer, FittedPrompt, fit_prompt
 from infill.types import (BackendInfo, CancelToken, Cancelled, Draft, DraftCallback, GapFacts, InfillError,
@@ -105,7 +104,7 @@ class GemmaBackend:
     def warm_up(self) -> None:
         """Pay one-time costs (the token texts for healing, llama.cpp's first graph) at load, not on the first
         keystroke, and measure what this CPU costs where the settings leave it open (calibration.py)."""
-        self.texts.warm_up(DEFINITION_WORDS, HEADER_WORDS)
+        self.texts.warm_up(HEADER_WORDS)
         seq, _ = self.sequences.take("<warm-up>", [])
         try:
             ids = self.tokens.encode("def main(argv):\n    args = parse(argv)\n    return run(args)\n")
@@ -276,12 +275,9 @@ class GemmaBackend:
 
     def _first_choices(self, logits: np.ndarray, healed: str, gap: GapFacts) -> np.ndarray:
         """The first token's logits without the tokens it may not be: one that does not start with the healed
-        text, above a definition a definition's first word, above a block a word no header starts with, and one
-        that ends a line held open (stops.py)."""
+        text, above a block a word no header starts with, and one that ends a line held open (stops.py)."""
         if healed:
             logits = np.where(self.texts.allowed_after_heal(healed), logits, -np.inf)
-        if gap.shape.before_definition:
-            logits = np.where(self.texts.word_starts(DEFINITION_WORDS), -np.inf, logits)
         if gap.shape.header:  # (a first token that is all indentation is not one: line starts are not healed)
             logits = np.where(self.texts.word_starts(HEADER_WORDS), logits, -np.inf)
         if line_held_open("", gap):

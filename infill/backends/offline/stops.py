@@ -5,9 +5,8 @@ A base model without FIM tokens only continues the prefix, so the gap's end is d
 when a generated line dedents out of the enclosing block, when a line repeats the first line after the gap, at a
 blank line in prose, or at the token bound / EOS. The gap's shape (`GapFacts.shape`, what the text after it says)
 ends fills sooner: inside a string that goes on below, before the string's end; where the text below closes
-brackets the fill must open, right after it opens them; above a definition, a fill that starts one ends at once
-(`refused_start`), so that the backend's other candidates get their turn; and a line the lines below must find
-open, or ended by a block's colon, may not end before it is (`line_held_open`).
+brackets the fill must open, right after it opens them; and a line the lines below must find open, or ended by a
+block's colon, may not end before it is (`line_held_open`).
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ from infill.types import GapFacts
 _OPENERS = (":", "{", "(", "[")  # a line ending so is followed by deeper lines (a block, a call, a dict value)
 _CLOSERS_AND_SEPARATORS = set(",;:.!?)]}")
 _PAIRS = {"(": ")", "[": "]", "{": "}"}
-DEFINITION_WORDS = ("def", "class", "async")  # a line above a definition at its depth starts none of these
 # A block's header above the block (GapShape.header) starts with one of these.
 HEADER_WORDS = ("if", "elif", "else", "for", "while", "try", "except", "finally", "with", "def", "class", "async",
                 "match", "case")
@@ -65,8 +63,6 @@ def cut_fill(text: str, gap: GapFacts, single_line: bool) -> tuple[str, bool]:
     shape = gap.shape
     if shape.string_end and shape.string_end in text:  # the string goes on below the gap: the fill stays in it
         return text[:text.index(shape.string_end)], True
-    if shape.before_definition and refused_start(text):
-        return "", True
     if shape.must_open:  # `return (`: its arguments and `)` are the lines below
         head = text.partition("\n")[0]
         if leaves_open(head) == shape.must_open and head.rstrip().endswith(shape.must_open[-1]):
@@ -107,12 +103,6 @@ def line_held_open(text: str, gap: GapFacts) -> bool:
     if "\n" in text or not (shape.must_open or shape.header):
         return False
     return leaves_open(text) != shape.must_open if shape.must_open else not text.rstrip().endswith(":")
-
-
-def refused_start(text: str) -> bool:
-    """The fill starts a definition (`def`, `class`, `async def`) where the line below is one at its depth."""
-    words = text.split(None, 1)
-    return bool(words) and words[0].rstrip(":(") in DEFINITION_WORDS
 
 
 def leaves_open(line: str) -> str:
