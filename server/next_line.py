@@ -91,9 +91,11 @@ class NextLine:
         self.started += 1
         # A text the document does not have yet (the line an Enter will open) is no version of it: it gets no
         # document id, so neither the document's syntax tree nor its encoded prompt is replaced by it.
+        # Greedy only: the requests that wait for it wait for its other fills too, and would run their own after
+        # a refused one anyway.
         request = CompletionRequest(text=text, start=cursor, mode="inline", language=document.language_id,
                                     document_id=document.uri if real else None,
-                                    version=document.version if real else None)
+                                    version=document.version if real else None, alternatives=0)
         future: Future = ls.host.worker.complete(ls.host.pipeline, request, cancel=ahead.token,
                                                  deadline=deadline_in(budget), queue_deadline=False)
         loop = asyncio.get_running_loop()
