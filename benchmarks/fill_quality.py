@@ -14,7 +14,8 @@ packages, in two disjoint sets:
 
 Each hole goes through `infill.pipeline.Pipeline.complete`, the watchdog, cleaning and fallback included:
 - lsp: as the server asks: the document's language given, the server's pipeline settings, the inline guard
-  (server/scheduling.py's cap: automatic requests are stopped by the client, not by a deadline);
+  (server/scheduling.py's cap: automatic requests are stopped by the client, not by a deadline) and the other
+  fills an automatic request tries where its first is refused (`INLINE_ALTERNATIVES`);
 - gateway: as a generic FIM client asks `infill-ls serve`: prompt + suffix, no `language`, through the gateway's
   own request parsing and `run_completion` (HTTP itself left out);
 - and on request (`--paths`) gateway-best-of: the same with `best_of` at the Fill gap default (`fillCandidates`):
@@ -59,6 +60,7 @@ from infill.metrics import edit_similarity, exact_match  # noqa: E402
 from infill.pilot.syntax import syntax_valid  # noqa: E402
 from infill.pipeline import CompletionRequest, Pipeline, PipelineResult, PipelineSettings  # noqa: E402
 from infill.stats import mean_interval, percentile, wilson_interval  # noqa: E402
+from server import scheduling  # noqa: E402
 from server.scheduling import GUARD_CAP_MS  # noqa: E402
 from server.settings import Settings  # noqa: E402
 
@@ -120,8 +122,10 @@ def middle_of(text: str, start: int, end: int, fill: str, hole: Hole) -> str:
 
 def ask_lsp(pipeline: Pipeline, hole: Hole, deadline_ms: float) -> Attempt:
     text, start = hole.text_without_middle, len(hole.prefix)
+    # An automatic request's other fills, as the server asks them (a tree from before they existed: none).
+    other = {"alternatives": scheduling.INLINE_ALTERNATIVES} if hasattr(scheduling, "INLINE_ALTERNATIVES") else {}
     request = CompletionRequest(text=text, start=start, end=start, mode=hole.mode, language=hole.language,
-                                document_id=f"bench-lsp:{hole.id}")
+                                document_id=f"bench-lsp:{hole.id}", **other)
     t0 = time.perf_counter()
     outcome = pipeline.complete(request, deadline=time.monotonic() + deadline_ms / 1000)
     ms = (time.perf_counter() - t0) * 1000
