@@ -4,9 +4,10 @@ The LSP server, the gateway and the pilot all call `Pipeline.complete`, so what 
 editor would show. Offsets are Python string indices into the document text (the server converts LSP UTF-16
 positions before calling).
 
-Routing: the primary backend answers first. If its candidate is rejected by the watchdog, or it ran out of budget
-(cut_short) or failed (error), the fallback backend (if any) gets the remaining budget; if that fails too, nothing
-is shown. With a fallback and a deadline, the primary gets `primary_share` (0.6) of the budget so a fallback still
+Routing: the primary backend answers first. A one-line fill it wrote that the watchdog rejects, or an empty one,
+gives way to the backend's other fills when it can write them (`alternatives`), best first, within the primary's
+budget: the first one accepted is shown. If none is, or it ran out of budget (cut_short) or failed (error), the
+fallback backend (if any) gets the remaining budget; if that fails too, nothing is shown. With a fallback and a deadline, the primary gets `primary_share` (0.6) of the budget so a fallback still
 has time left; without a fallback the primary gets the whole budget (an effective share of 1.0).
 """
 
