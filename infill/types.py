@@ -199,7 +199,10 @@ class BackendInfo:
 @runtime_checkable
 class InfillBackend(Protocol):
     """What every backend provides. `infill` is blocking (run it in a worker thread from async code), honours
-    `cancel` between steps, and returns its best draft flagged `cut_short` at `deadline` (time.monotonic())."""
+    `cancel` between steps, and returns its best draft flagged `cut_short` at `deadline` (time.monotonic()).
+    A backend may also provide `warm(request, cancel=)` (encode the prompt ahead) and `alternatives(request, count,
+    cancel=, deadline=)` (other fills for a one-gap request whose fill was refused, best first); the pipeline uses
+    them where they exist."""
 
     @property
     def info(self) -> BackendInfo: ...
