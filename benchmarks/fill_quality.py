@@ -6,10 +6,16 @@ packages, in two disjoint sets:
   setting, prompt format or rule may be picked by looking at them. Report them; tune nothing on them.
 - development (`--set dev`): DEV_PACKAGES, any seed. Every package an earlier benchmark chose anything on
   (ar_quality's httpx, pygls and gguf; ghost_typing's sources) is here, never in the held-out set.
+- clients (`--set clients`): holes cut the way editors and FIM clients send them (benchmarks/client_holes.py: any
+  code line, decorators, docstring lines, block and bracket openers, the cursor at the line's start or inside it)
+  from CLIENT_PACKAGES, which no benchmark had used, with CLIENT_SEED: held out like `heldout`, run once before and
+  once after a change. `--set clients-dev`: the same rule on DEV_PACKAGES, any seed: where client rules are tuned.
+  Their figures also come by the line's kind and by the cursor's place (`by_kind`, `by_cursor`).
 
 Each hole goes through `infill.pipeline.Pipeline.complete`, the watchdog, cleaning and fallback included:
 - lsp: as the server asks: the document's language given, the server's pipeline settings, the inline guard
-  (server/scheduling.py's cap: automatic requests are stopped by the client, not by a deadline);
+  (server/scheduling.py's cap: automatic requests are stopped by the client, not by a deadline) and the other
+  fills an automatic request tries where its first is refused (`INLINE_ALTERNATIVES`);
 - gateway: as a generic FIM client asks `infill-ls serve`: prompt + suffix, no `language`, through the gateway's
   own request parsing and `run_completion` (HTTP itself left out);
 - and on request (`--paths`) gateway-best-of: the same with `best_of` at the Fill gap default (`fillCandidates`):
@@ -32,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 import urllib.request
@@ -48,16 +55,20 @@ from infill.gateway.openai_api import (GatewaySettings, detect_language, parse_c
                                        run_completion)
 from infill.pilot.files import Discovery, discover  # noqa: E402
 from infill.pilot.holes import CutSettings, Hole, cut_holes  # noqa: E402
+from client_holes import cut_client_holes  # noqa: E402
 from infill.metrics import edit_similarity, exact_match  # noqa: E402
 from infill.pilot.syntax import syntax_valid  # noqa: E402
-from infill.pipeline import CompletionRequest, Pipeline, PipelineSettings  # noqa: E402
+from infill.pipeline import CompletionRequest, Pipeline, PipelineResult, PipelineSettings  # noqa: E402
 from infill.stats import mean_interval, percentile, wilson_interval  # noqa: E402
+from server import scheduling  # noqa: E402
 from server.scheduling import GUARD_CAP_MS  # noqa: E402
 from server.settings import Settings  # noqa: E402
 
 HELD_OUT_PACKAGES = ("cattrs", "h11", "anyio", "fsspec", "markdown_it", "networkx")
 HELD_OUT_SEED = 2026
 DEV_PACKAGES = ("httpx", "pygls", "gguf", "jinja2", "click", "packaging", "rich", "urllib3", "requests", "attr")
+CLIENT_PACKAGES = ("pyparsing", "dateutil", "typer", "pluggy", "tqdm", "httpcore", "diskcache", "charset_normalizer")
+CLIENT_SEED = 4711
 
 
 @dataclass
@@ -67,6 +78,22 @@ class Attempt:
     outcome: str
     reasons: list[str]
     language: str | None
+    written: str | None = None  # what the backend wrote for the gap, before cleaning and judging (in-process paths)
+
+
+class Recording(Pipeline):
+    """The pipeline, keeping its last result: what the backend wrote for a hole that showed nothing."""
+
+    last: PipelineResult | None = None
+
+    def complete(self, *args, **kwargs) -> PipelineResult:
+        self.last = super().complete(*args, **kwargs)
+        return self.last
+
+
+def _written(pipeline: Pipeline) -> str | None:
+    result = pipeline.last.result if isinstance(pipeline, Recording) and pipeline.last else None
+    return result.middles[0] if result is not None and result.middles else None
 
 
 def package_files(names: tuple[str, ...]) -> Discovery:
@@ -95,15 +122,17 @@ def middle_of(text: str, start: int, end: int, fill: str, hole: Hole) -> str:
 
 def ask_lsp(pipeline: Pipeline, hole: Hole, deadline_ms: float) -> Attempt:
     text, start = hole.text_without_middle, len(hole.prefix)
+    # An automatic request's other fills, as the server asks them (a tree from before they existed: none).
+    other = {"alternatives": scheduling.INLINE_ALTERNATIVES} if hasattr(scheduling, "INLINE_ALTERNATIVES") else {}
     request = CompletionRequest(text=text, start=start, end=start, mode=hole.mode, language=hole.language,
-                                document_id=f"bench-lsp:{hole.id}")
+                                document_id=f"bench-lsp:{hole.id}", **other)
     t0 = time.perf_counter()
     outcome = pipeline.complete(request, deadline=time.monotonic() + deadline_ms / 1000)
     ms = (time.perf_counter() - t0) * 1000
     fill = outcome.fills[0] if outcome.fills else None
     shown = middle_of(text, fill.start, fill.end, fill.text, hole) if fill and fill.text.strip() else ""
     return Attempt(shown, ms, outcome.result.outcome if outcome.result else "none",
-                   [reason for _, reason in outcome.rejections], hole.language)
+                   [reason for _, reason in outcome.rejections], hole.language, _written(pipeline))
 
 
 PATHS = ("lsp", "gateway", "gateway-best-of", "fill-gap", "fill-gap-greedy", "http")
@@ -133,7 +162,7 @@ def ask_gateway(pipeline: Pipeline, hole: Hole, settings: GatewaySettings, best_
     start, end = extension["replace"]
     shown = middle_of(hole.text_without_middle, start, end, text, hole) if text.strip() else ""
     return Attempt(shown, ms, extension["outcome"], [reason for _, reason in extension["rejections"]],
-                   detect_language(hole.prefix, hole.suffix))
+                   detect_language(hole.prefix, hole.suffix), _written(pipeline))
 
 
 def ask_http(url: str, hole: Hole, token: str | None) -> Attempt:
@@ -163,7 +192,7 @@ def judge(hole: Hole, attempt: Attempt) -> dict:
     return {"shown": shown, "exact": shown and exact_match(attempt.shown, hole.middle),
             "similarity": edit_similarity(attempt.shown, hole.middle) if shown else 0.0,
             "valid": valid, "ms": round(attempt.ms, 1), "why_not_shown": why, "language": attempt.language,
-            "fill": attempt.shown}
+            "fill": attempt.shown, "outcome": attempt.outcome, **({} if shown else {"written": attempt.written})}
 
 
 def _share(count: int, n: int) -> dict:
@@ -173,12 +202,26 @@ def _share(count: int, n: int) -> dict:
 
 
 def summarise(records: list[dict]) -> dict:
+    summary = _figures(records)
+    for field in ("kind", "cursor"):
+        groups = sorted({r[field] for r in records if r.get(field)})
+        if groups:
+            summary[f"by_{field}"] = {g: _figures([r for r in records if r.get(field) == g], brief=True)
+                                      for g in groups}
+    return summary
+
+
+def _figures(records: list[dict], brief: bool = False) -> dict:
     n = len(records)
     shown = [r for r in records if r["shown"]]
     judged = [r for r in shown if r["valid"] is not None]
     similarity = [r["similarity"] for r in records]
     interval = mean_interval(similarity)
     times = [r["ms"] for r in records]
+    if brief:
+        return {"holes": n, "shown": _share(len(shown), n), "exact": _share(sum(r["exact"] for r in records), n),
+                "valid_of_shown": _share(sum(1 for r in judged if r["valid"]), len(judged)),
+                "why_not_shown": dict(Counter(r["why_not_shown"] for r in records if not r["shown"]).most_common())}
     return {
         "holes": n, "shown": _share(len(shown), n), "empty": _share(n - len(shown), n),
         "exact": _share(sum(r["exact"] for r in records), n),
@@ -188,12 +231,22 @@ def summarise(records: list[dict]) -> dict:
         "p50_ms": round(percentile(times, 50) or 0), "p95_ms": round(percentile(times, 95) or 0),
         "why_not_shown": dict(Counter(r["why_not_shown"] for r in records if not r["shown"]).most_common()),
         "languages": dict(Counter(str(r["language"]) for r in records).most_common()),
+        # cut short by the deadline: on this shared machine, mostly other work's load (paired.py can leave them out)
+        "cut_short": sum(r.get("outcome") == "cut_short" for r in records),
     }
+
+
+def _commit() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parents[1],
+                              capture_output=True, text=True, timeout=10).stdout.strip() or None
+    except OSError:
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--set", choices=("heldout", "dev"), default="heldout")
+    parser.add_argument("--set", choices=("heldout", "dev", "clients", "clients-dev"), default="heldout")
     parser.add_argument("--n", type=int, default=120)
     parser.add_argument("--seed", type=int, default=None, help="dev set only (the held-out seed is fixed)")
     parser.add_argument("--kinds", default="single-line", help="comma-separated pilot hole kinds")
@@ -202,22 +255,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", default=None, help="path http: a running `infill-ls serve`, e.g. http://127.0.0.1:8765")
     parser.add_argument("--per-hole", default=None, help="write each hole's result here (JSON lines)")
     args = parser.parse_args(argv)
-    if args.set == "heldout" and args.seed not in (None, HELD_OUT_SEED):
-        parser.error(f"the held-out set has one seed ({HELD_OUT_SEED}); other seeds are for --set dev")
-    packages = HELD_OUT_PACKAGES if args.set == "heldout" else DEV_PACKAGES
-    seed = HELD_OUT_SEED if args.set == "heldout" else (args.seed if args.seed is not None else 1)
+    fixed = {"heldout": HELD_OUT_SEED, "clients": CLIENT_SEED}.get(args.set)
+    if fixed is not None and args.seed not in (None, fixed):
+        parser.error(f"the held-out set {args.set} has one seed ({fixed}); other seeds are for the dev sets")
+    packages = {"heldout": HELD_OUT_PACKAGES, "clients": CLIENT_PACKAGES}.get(args.set, DEV_PACKAGES)
+    seed = fixed if fixed is not None else (args.seed if args.seed is not None else 1)
     paths = [p for p in args.paths.split(",") if p]
     if unknown := set(paths) - set(PATHS):
         parser.error(f"unknown path(s) {', '.join(sorted(unknown))}; choose from {', '.join(PATHS)}")
 
     started = time.monotonic()
     files = package_files(packages)
-    holes = cut_holes(files, CutSettings(n=args.n, seed=seed, kinds=tuple(args.kinds.split(","))))
+    if args.set.startswith("clients"):
+        cut = cut_client_holes(files, args.n, seed)
+        holes, kinds = [c.hole for c in cut], {c.hole.id: (c.kind, c.cursor) for c in cut}
+    else:
+        holes, kinds = cut_holes(files, CutSettings(n=args.n, seed=seed, kinds=tuple(args.kinds.split(",")))), {}
     if "http" in paths and not args.url:
         parser.error("path http needs --url")
     backend = load_default_backend() if set(paths) - {"http"} else None
-    lsp = Pipeline(backend, settings=PipelineSettings(max_middle_tokens=Settings().max_middle_tokens))
-    gateway, gateway_settings = Pipeline(backend), GatewaySettings()
+    lsp = Recording(backend, settings=PipelineSettings(max_middle_tokens=Settings().max_middle_tokens))
+    gateway, gateway_settings = Recording(backend), GatewaySettings()
     records: dict[str, list[dict]] = {path: [] for path in paths}
     out = open(args.per_hole, "w", encoding="utf-8") if args.per_hole else None
     for hole in holes:
@@ -229,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
                        else ask_fill_gap(lsp, hole, Settings().fill_candidates if path == "fill-gap" else 1)
                        if path.startswith("fill-gap") else ask_gateway(gateway, hole, gateway_settings))
             record = judge(hole, attempt)
+            if hole.id in kinds:
+                record["kind"], record["cursor"] = kinds[hole.id]
             records[path].append(record)
             if out:
                 out.write(json.dumps({"id": hole.id, "path": path, "source": f"{hole.path}:{hole.line}",
@@ -240,10 +300,10 @@ def main(argv: list[str] | None = None) -> int:
     if backend is not None:
         backend.close()
     report = {"set": args.set, "packages": [p for p in packages if p in {f.path.split('/')[0] for f in files.files}],
-              "seed": seed, "kinds": args.kinds, "holes": len(holes),
+              "seed": seed, "kinds": "clients" if kinds else args.kinds, "commit": _commit(), "holes": len(holes),
               **{path: summarise(recs) for path, recs in records.items()},
               "backend": backend.info.model if backend else args.url, "cores": os.cpu_count(),
-              "cpu_flags": kernel_flags(),
+              "cpu_flags": kernel_flags(), "load_avg": [round(x, 2) for x in os.getloadavg()],
               "seconds": round(time.monotonic() - started)}
     if len(paths) == 2:
         pairs = list(zip(*records.values()))

@@ -29,13 +29,26 @@ request it no longer needs); the reply time runs from the last request to its an
 `--gateway-client debounced`: no request while typing, then one (a client with a debounce longer than the key
 gap): every jump to a new line then starts from an empty cache.
 
+Mode --new-lines (LSP only): pauses start new lines of every kind from their indentation, the way a line is
+written after an Enter: lines cut by fill_quality's client rule (benchmarks/client_holes.py: any code line of 4-60
+characters, decorators, docstring lines, block and bracket openers, ...) with at least `--keys` + 3 characters. A
+pause deletes the line (the jump, no request), then presses Enter at the end of the line above (a didChange
+inserting the line break and the line's indentation, and an automatic request, as VS Code asks after every edit),
+then types `--keys` characters 120 ms apart, each with a request; the reply and the judgement are the last one's,
+as above (exact: the rest of the line). Figures also come by the line's kind (`by_kind`).
+
+Files: by default a file is opened once, before its first pause (and the server left idle), and its pauses follow
+in it (a file already open); `--fresh-files` opens a new document for every pause just before it (a file opened
+just before the line is written).
+
 Each pause starts with the model idle (the benchmark waits for the server to finish what it gave up on).
 `--baseline DIR` runs a second server from another source tree (e.g. `git archive main | tar -x -C DIR`) on the
 same pauses, alternating with this tree's pause by pause, so machine load hits both alike: its figures come
 under "baseline" in the same JSON object.
 
-Usage: python benchmarks/ghost_typing.py [--gateway] [--pauses 24] [--per-file 3] [--keys 4] [--seed 12]
-                                   [--settings '{"inlineBudgetMs": 8000}'] [--model DIR] [--baseline DIR]
+Usage: python benchmarks/ghost_typing.py [--gateway | --new-lines] [--fresh-files] [--pauses 24] [--per-file 3]
+                                   [--keys 4] [--seed 12] [--settings '{"inlineBudgetMs": 8000}'] [--model DIR]
+                                   [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -65,6 +78,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from infill.languages import python_error  # noqa: E402
 from infill.device import kernel_flags  # noqa: E402
+from client_holes import line_kinds  # noqa: E402
 
 PACKAGES = ("requests", "urllib3", "jinja2", "click", "packaging", "attr", "pygls", "rich", "httpx")
 KEY_GAP_S = 0.12
@@ -79,6 +93,7 @@ class Pause:
     line: int  # 0-based
     keep: int  # characters of the line on screen before typing
     typed: str  # then typed one by one
+    kind: str = "simple statement"  # the line's kind (client_holes.KINDS in --new-lines mode)
 
 
 # -- picking lines ----------------------------------------------------------------------------------------------
@@ -107,7 +122,14 @@ def candidate_lines(text: str) -> list[int]:
     return sorted(out)
 
 
-def pick_pauses(count: int, per_file: int, keys: int, seed: int) -> list[Pause]:
+def new_line_candidates(text: str, keys: int) -> dict[int, str]:
+    """0-based lines (not the first) the client rule admits with more than `keys` + 2 characters, and their kinds."""
+    lines = text.split("\n")
+    return {number: kind for number, kind in line_kinds(text).items()
+            if number > 0 and len(lines[number].strip()) >= keys + 3}
+
+
+def pick_pauses(count: int, per_file: int, keys: int, seed: int, new_lines: bool = False) -> list[Pause]:
     rng = random.Random(seed)
     files = candidate_files()
     if not files:
@@ -121,7 +143,8 @@ def pick_pauses(count: int, per_file: int, keys: int, seed: int) -> list[Pause]:
             text = path.read_text(encoding="utf-8")
             if not 2_000 <= len(text) <= 80_000 or "\r" in text:
                 continue
-            lines = candidate_lines(text)
+            kinds = new_line_candidates(text, keys) if new_lines else {}
+            lines = sorted(kinds) if new_lines else candidate_lines(text)
         except (SyntaxError, UnicodeDecodeError, ValueError):
             continue
         if len(lines) < per_file:
@@ -129,6 +152,10 @@ def pick_pauses(count: int, per_file: int, keys: int, seed: int) -> list[Pause]:
         source = text.split("\n")
         for number in sorted(rng.sample(lines, per_file))[:count - len(pauses)]:
             line = source[number]
+            if new_lines:
+                indent = len(line) - len(line.lstrip())
+                pauses.append(Pause(str(path), number, indent, line[indent:indent + keys], kinds[number]))
+                continue
             indent = len(line) - len(line.lstrip())
             content_len = len(line) - indent
             cut = rng.randint(keys + 4, content_len - 4)  # at least 4 characters typed before, 4 left after
@@ -168,6 +195,21 @@ class Editor:
         lines[line] = new
         self.text = "\n".join(lines)
         self._change(types.Range(types.Position(line, 0), types.Position(line, len(old))), new)
+
+    def join_line(self, line: int) -> None:
+        """Delete `line` and the line break before it."""
+        lines = self.text.split("\n")
+        above = lines[line - 1]
+        self.text = "\n".join(lines[:line] + lines[line + 1:])
+        self._change(types.Range(types.Position(line - 1, len(above)), types.Position(line, len(lines[line]))), "")
+
+    def break_line(self, line: int, column: int, indent: str) -> None:
+        """Enter at (line, column), the new line indented by `indent`."""
+        lines = self.text.split("\n")
+        lines[line:line + 1] = [lines[line][:column], indent + lines[line][column:]]
+        self.text = "\n".join(lines)
+        at = types.Position(line, column)
+        self._change(types.Range(at, at), "\n" + indent)
 
     def type_char(self, line: int, column: int, char: str) -> None:
         lines = self.text.split("\n")
@@ -247,13 +289,23 @@ async def settle(client: LanguageClient, limit_s: float = 90.0) -> None:
 
 async def lsp_pause(args, client: LanguageClient, editors: dict, index: int, pause: Pause) -> dict:
     original = Path(pause.path).read_text(encoding="utf-8")
-    if pause.path not in editors:
+    if args.fresh_files or pause.path not in editors:
         editors[pause.path] = Editor(client, f"file:///bench/{index}/{Path(pause.path).name}", original)
+        if not args.fresh_files:
+            await settle(client)  # a file already open: the server idle before its first pause
     editor = editors[pause.path]
     line = original.split("\n")[pause.line]
-    editor.replace_line(pause.line, line[:pause.keep])  # the jump: no request
-    await asyncio.sleep(0.5)
     column, future, last_key = pause.keep, None, 0.0
+    if args.new_lines:
+        editor.join_line(pause.line)  # the jump: the line gone, no request
+        await asyncio.sleep(0.5)
+        above = original.split("\n")[pause.line - 1]
+        editor.break_line(pause.line - 1, len(above), line[:pause.keep])  # Enter, indented
+        future = editor.ask(types.Position(pause.line, column))
+        await asyncio.sleep(KEY_GAP_S)
+    else:
+        editor.replace_line(pause.line, line[:pause.keep])  # the jump: no request
+        await asyncio.sleep(0.5)
     for char in pause.typed:
         editor.type_char(pause.line, column, char)
         column += 1
@@ -304,7 +356,7 @@ async def run_lsp(args, pauses: list[Pause], settings: dict, trees: list[Path]) 
 
 
 def _record(original: str, pause: Pause, before: str, after: str, fill: str, reply_ms: float) -> dict:
-    record = {"file": Path(pause.path).name, "line": pause.line + 1, "shown": bool(fill.strip()),
+    record = {"file": Path(pause.path).name, "line": pause.line + 1, "kind": pause.kind, "shown": bool(fill.strip()),
               "reply_ms": round(reply_ms, 1), "fill": fill}
     if record["shown"]:
         record.update(judge(original, pause, before, after, fill))
@@ -437,6 +489,8 @@ def summary(records: list[dict], extra: dict, args, settings: dict, seconds: flo
     every_reply, shown_reply = [r["reply_ms"] for r in records], [r["reply_ms"] for r in shown]
     return {
         "mode": f"gateway ({args.gateway_client})" if args.gateway else "lsp", "pauses": len(records),
+        "lines": "new lines from their indentation" if args.new_lines else "simple statements cut mid-line",
+        "files": "a new document per pause" if args.fresh_files else "already open",
         "shown": share(shown, records),
         # Over every pause: an empty answer is a miss that took this long, not a pause left out.
         "reply_p50_ms": rounded(percentile(every_reply, 50)), "reply_p95_ms": rounded(percentile(every_reply, 95)),
@@ -449,6 +503,10 @@ def summary(records: list[dict], extra: dict, args, settings: dict, seconds: flo
         "cores": os.cpu_count(), "cpu_flags": kernel_flags(), "load_avg": round(os.getloadavg()[0], 2),
         "settings": settings, "keys": args.keys, "key_gap_ms": int(KEY_GAP_S * 1000), "seed": args.seed,
         "model": args.model or "offline default (Gemma 3 270M)", "seconds": round(seconds), **extra,
+        **({"by_kind": {kind: {"pauses": len(group), "shown": sum(r["shown"] for r in group),
+                               "exact": sum(r["shown"] and r["exact"] for r in group)}
+                        for kind in sorted({r["kind"] for r in records})
+                        for group in [[r for r in records if r["kind"] == kind]]}} if args.new_lines else {}),
     }
 
 
@@ -458,6 +516,10 @@ def main() -> None:
     parser.add_argument("--gateway-client", choices=("per-key", "debounced"), default="per-key",
                         help="per-key: a request per typed key, each dropping the one before (default); debounced: "
                         "one request after the typing")
+    parser.add_argument("--new-lines", action="store_true",
+                        help="type new lines of every kind from their indentation, after an Enter (LSP only)")
+    parser.add_argument("--fresh-files", action="store_true", help="a new document for every pause, opened just "
+                        "before it (default: each file opened once, before its first pause)")
     parser.add_argument("--pauses", type=int, default=24)
     parser.add_argument("--per-file", type=int, default=3)
     parser.add_argument("--keys", type=int, default=4)
@@ -472,7 +534,9 @@ def main() -> None:
     args = parser.parse_args()
     settings = json.loads(args.settings)
     args.wait_s = args.wait_s or (90.0 if args.gateway else 30.0)
-    pauses = pick_pauses(args.pauses, args.per_file, args.keys, args.seed)
+    if args.new_lines and args.gateway:
+        parser.error("--new-lines drives the LSP server only")
+    pauses = pick_pauses(args.pauses, args.per_file, args.keys, args.seed, args.new_lines)
     trees = [ROOT] + ([Path(args.baseline).resolve()] if args.baseline else [])
     started = time.perf_counter()
     if args.gateway:

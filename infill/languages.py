@@ -106,7 +106,7 @@ def _closes_quote(text: str, i: int, quote: str) -> bool:
     return text[i] == quote and (i == 0 or text[i - 1] != "\\")
 
 
-def _strings(text: str):
+def code_characters(text: str):
     """Yields (index, char, code, in_string) per character: `code` is False for a string's quotes and contents,
     `in_string` says whether a string is still open after this character."""
     quote = ""
@@ -126,7 +126,7 @@ def first_unopened(text: str, closers: str) -> int | None:
     """Index of the first character of `closers` that stands outside every bracket and string opened within
     `text` (a bracket closed that `text` never opened, a separator at the fill's own level), if any."""
     stack: list[str] = []
-    for i, ch, code, _ in _strings(text):
+    for i, ch, code, _ in code_characters(text):
         if not code:
             continue
         if ch in _PAIRS:
@@ -143,7 +143,7 @@ def balance_points(text: str):
     (index, char, balanced, in_string); `balanced` means no bracket opened within `text` is still open (closing
     brackets of the prefix is fine)."""
     depth, floor = 0, 0
-    for i, ch, code, in_string in _strings(text):
+    for i, ch, code, in_string in code_characters(text):
         if code and ch in "([{":
             depth += 1
         elif code and ch in ")]}":

@@ -4,9 +4,10 @@ The LSP server, the gateway and the pilot all call `Pipeline.complete`, so what 
 editor would show. Offsets are Python string indices into the document text (the server converts LSP UTF-16
 positions before calling).
 
-Routing: the primary backend answers first. If its candidate is rejected by the watchdog, or it ran out of budget
-(cut_short) or failed (error), the fallback backend (if any) gets the remaining budget; if that fails too, nothing
-is shown. With a fallback and a deadline, the primary gets `primary_share` (0.6) of the budget so a fallback still
+Routing: the primary backend answers first. A one-line fill it wrote that the watchdog rejects, or an empty one,
+gives way to the backend's other fills when it can write them (`alternatives`), best first, within the primary's
+budget: the first one accepted is shown. If none is, or it ran out of budget (cut_short) or failed (error), the
+fallback backend (if any) gets the remaining budget; if that fails too, nothing is shown. With a fallback and a deadline, the primary gets `primary_share` (0.6) of the budget so a fallback still
 has time left; without a fallback the primary gets the whole budget (an effective share of 1.0).
 """
 
@@ -19,20 +20,19 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Literal
 
 from infill import timing
+from infill.completion import CompletionRequest, Fill, PipelineResult
 from infill.context.builder import ContextBuilder, ContextSettings, GapContext, find_placeholders
 from infill.context.related import OpenDocument, RelatedFiles
 from infill.checks.postprocess import postprocess
 from infill.context.syntax import DocumentSnapshot, resolve_language
-from infill.types import (CancelToken, Draft, DraftCallback, GapFacts, InfillBackend, InfillError, InfillRequest,
-                          InfillResult)
+from infill.types import (MAX_CANDIDATES, CancelToken, Draft, DraftCallback, GapFacts, InfillBackend, InfillError,
+                          InfillRequest, InfillResult)
 from infill.checks.watchdog import Verdict, Watchdog, WatchdogSettings, check_length, check_repetition
 
 log = logging.getLogger(__name__)
 
-Mode = Literal["inline", "gap", "gaps"]
 _NON_SPACE = re.compile(r"\S")
 __all__ = ["CompletionRequest", "Fill", "OpenDocument", "Pipeline", "PipelineResult", "PipelineSettings", "Prepared",
            "find_placeholders", "has_text", "resolve_language"]
@@ -51,9 +51,14 @@ class PipelineSettings:
     primary_share: float = 0.6  # share of a deadline the primary gets when a fallback is configured (else 1.0)
     min_fallback_ms: float = 30.0  # a fallback is not started with less time than this left
     accept_cut_short: bool = False  # show a primary's best draft at its deadline (else: try the fallback)
+    # Other fills a backend that can branch (`alternatives`) writes for a one-line gap whose fill was refused or
+    # empty, within the request's budget; the first its checks accept is shown (0: none).
+    alternatives: int = 4
     watchdog: WatchdogSettings = field(default_factory=WatchdogSettings)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.alternatives, int) or not 0 <= self.alternatives <= MAX_CANDIDATES:
+            raise InfillError(f"alternatives must be an integer from 0 to {MAX_CANDIDATES}, got {self.alternatives!r}")
         for name in ("max_middle_tokens", "prefix_chars", "suffix_chars", "prefix_tokens", "suffix_tokens",
                      "single_line_tokens", "max_gap_tokens"):
             value = getattr(self, name)
@@ -71,72 +76,6 @@ class PipelineSettings:
                                chars_per_token=self.chars_per_token, single_line_tokens=self.single_line_tokens,
                                multi_line_tokens=self.max_middle_tokens,
                                max_gap_tokens=max(self.max_gap_tokens, self.max_middle_tokens))
-
-
-@dataclass(frozen=True)
-class CompletionRequest:
-    """Fill `text[start:end]` (an empty span for a cursor). For mode "gaps", `spans` lists every gap (sorted,
-    non-overlapping) and `start`/`end` are ignored."""
-
-    text: str
-    start: int
-    end: int | None = None
-    mode: Mode = "inline"
-    language: str | None = None
-    document_id: str | None = None
-    version: int | None = None
-    spans: tuple[tuple[int, int], ...] = ()
-    max_middle_tokens: int | None = None  # caps the context's middle budget (e.g. an API's max_tokens)
-    name: str | None = None  # the document's file name or path, as the model may be told it
-    related: tuple[OpenDocument, ...] = ()  # other open documents, most recently used first
-    candidates: int = 1  # fills the backend may write and rank by their join with the suffix (InfillRequest)
-
-
-@dataclass(frozen=True)
-class Fill:
-    start: int  # replace text[start:end] with `text`
-    end: int
-    text: str
-
-
-@dataclass
-class PipelineResult:
-    fills: list[Fill]  # empty: show nothing
-    result: InfillResult | None  # the backend result that was used (or the last one tried)
-    route: str = "primary"  # "primary", "fallback" or "none"
-    rejections: list[tuple[str, str]] = field(default_factory=list)  # (backend name, reason)
-    context_ms: float = 0.0
-    context_ahead: bool = False  # the context was built before `complete` (during the debounce)
-    total_ms: float = 0.0
-    version: int | None = None
-    costs: dict[str, float] = field(default_factory=dict)  # backend name -> ms spent in it
-    single_line: bool = False
-    max_middle_tokens: int = 0
-    language: str | None = None
-    context_unit: str = ""  # the syntactic unit the window was snapped to
-    related_chars: int = 0  # characters of other open files' code ahead of the prompt (InfillRequest.extra_context)
-    syntax_region: tuple[int, int] | None = None  # the part of a large document that was parsed (None: all of it)
-    # Benchmark phases (infill/timing.py; a no-op trace unless timing is on): "context", and "checks" (everything
-    # in `complete` outside context building and backends: cleaning, the watchdog, routing).
-    trace: timing.Trace = field(default=timing.OFF, repr=False)
-
-    def to_log(self) -> dict:
-        """One JSON-ready record for the completion log."""
-        r = self.result
-        return {
-            "route": self.route, "version": self.version, "language": self.language,
-            "single_line": self.single_line, "max_middle_tokens": self.max_middle_tokens,
-            "context_unit": self.context_unit, "related_chars": self.related_chars, "fills": len(self.fills),
-            "syntax_region": list(self.syntax_region) if self.syntax_region else None,
-            "fill_chars": sum(len(f.text) for f in self.fills),
-            "backend": r.backend if r else None, "outcome": r.outcome if r else None,
-            "steps": r.steps if r else 0, "prompt_tokens": r.prompt_tokens if r else 0,
-            "reused_tokens": r.reused_tokens if r else 0,
-            "rejections": [{"backend": b, "reason": reason} for b, reason in self.rejections],
-            "context_ms": round(self.context_ms, 3), "context_ahead": self.context_ahead,
-            "total_ms": round(self.total_ms, 3),
-            "costs_ms": {name: round(ms, 3) for name, ms in self.costs.items()},
-        }
 
 
 MAX_GAPS = 100  # placeholders filled by one request: each gets its own context and decode (callers take the first)
@@ -310,6 +249,36 @@ class Pipeline:
                 out.route = route
                 return
             out.rejections.append((result.backend, verdict.reason or "rejected"))
+            if result.outcome in ("ok", "empty") and self._try_alternatives(out, prep, backend, cancel, budget_end,
+                                                                          deadline):
+                out.route = route
+                return
+
+    def _try_alternatives(self, out: PipelineResult, prep: "Prepared", backend: InfillBackend, cancel,
+                          budget_end: float | None, deadline: float | None) -> bool:
+        """The backend's other fills for a one-line gap whose fill it refused or left empty, best first (a backend
+        that can branch: `alternatives`); the first the checks accept is shown. Whether one was."""
+        count = self.settings.alternatives if prep.source.alternatives is None else prep.source.alternatives
+        write = getattr(backend, "alternatives", None)
+        if not count or write is None or not prep.ctx.single_line or len(prep.spans) != 1 or \
+                (cancel is not None and cancel.cancelled):
+            return False
+        name, t0 = _name(backend), time.perf_counter()
+        out.trace.stop("checks")
+        try:
+            texts = write(prep.request, count, cancel=cancel, deadline=budget_end)
+        except Exception as exc:  # noqa: BLE001 - the greedy fill's verdict stands
+            log.warning("backend %s failed writing other fills: %s", name, exc)
+            texts = []
+        out.costs[name] = out.costs.get(name, 0.0) + (time.perf_counter() - t0) * 1000
+        out.trace.start("checks")
+        for rank, text in enumerate(texts, 1):
+            result = replace(out.result, middles=(text,), outcome="ok")  # type: ignore[arg-type]
+            verdict, middles = self._judge(result, prep, deadline)
+            if verdict.ok:
+                out.fills, out.result, out.alternative = [Fill(*prep.spans[0], middles[0])], result, rank
+                return True
+        return False
 
     def _call(self, backend: InfillBackend, request: InfillRequest, cancel, deadline, on_draft,
               out: PipelineResult) -> InfillResult:
@@ -397,4 +366,4 @@ def _gap_facts(ctx: GapContext, after: str) -> GapFacts:
     """The backend's description of the first gap, from its context; `after` is the fixed text the backend sees
     after it (the request's `between[0]` or `suffix`)."""
     return GapFacts(line_before=ctx.line_before, line_after=ctx.line_after, next_line=GapFacts.first_line_below(after),
-                    body_indent=len(ctx.indent), is_prose=ctx.is_prose)
+                    body_indent=len(ctx.indent), is_prose=ctx.is_prose, shape=ctx.shape)

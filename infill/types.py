@@ -56,6 +56,19 @@ ProgressCallback = Callable[[str, "float | None"], None]  # model loading: (mess
 
 
 @dataclass(frozen=True)
+class GapShape:
+    """What the text after a gap says about the shape of its fill (infill/context/shape.py reads it from the parsed
+    document once a request; the backend's stop rules and the watchdog both act on it). The defaults say nothing."""
+
+    string_end: str = ""  # the gap is in a string that goes on below and ends with this (`"""`): stay inside it
+    must_open: str = ""  # brackets the text after the gap closes and nothing before it opens, outermost first
+    one_line: bool = False  # a line starts at the gap with code right below it: the fill is that one line
+    header: bool = False  # ... and the code below is deeper, in no bracket: a block's header (`if x:`; Python)
+    before_definition: bool = False  # ... and the line below is a `def`, `class` or decorator at the gap's depth
+    # (the watchdog's stand-in for the line may then be a decorator)
+
+
+@dataclass(frozen=True)
 class GapFacts:
     """The one description of a gap that reaches a backend: what a backend that only continues the text needs to
     know to end the fill where the gap ends. The pipeline makes it for the first gap from the parsed document
@@ -67,6 +80,7 @@ class GapFacts:
     next_line: str  # the first non-blank line after the gap's line, stripped (a fill stops before repeating it)
     body_indent: int  # a later line of the fill indented by fewer characters leaves the enclosing block
     is_prose: bool  # prose rules (Markdown, plain text); code in a Markdown fence is code
+    shape: GapShape = GapShape()  # what the text after the gap says the fill must look like
 
     @staticmethod
     def first_line_below(after: str) -> str:
@@ -185,7 +199,10 @@ class BackendInfo:
 @runtime_checkable
 class InfillBackend(Protocol):
     """What every backend provides. `infill` is blocking (run it in a worker thread from async code), honours
-    `cancel` between steps, and returns its best draft flagged `cut_short` at `deadline` (time.monotonic())."""
+    `cancel` between steps, and returns its best draft flagged `cut_short` at `deadline` (time.monotonic()).
+    A backend may also provide `warm(request, cancel=)` (encode the prompt ahead) and `alternatives(request, count,
+    cancel=, deadline=)` (other fills for a one-gap request whose fill was refused, best first); the pipeline uses
+    them where they exist."""
 
     @property
     def info(self) -> BackendInfo: ...

@@ -84,7 +84,7 @@ class Document:
         self._set_text(text)
         self.last_change_ms = 0.0  # server time spent applying the latest didChange (benchmarks/server.py)
         self.last_change_cpu_ms = 0.0  # the same in CPU time of the event-loop thread
-        self.last_edit_line: int | None = None  # where the latest edit was (server/scheduling.warm_after_jump)
+        self.last_edit_line: int | None = None  # where the latest edit was (server/scheduling.after_edit)
 
     def _set_text(self, text: str) -> None:
         self.untrusted = ""  # a full text is the editor's text again

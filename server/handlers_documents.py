@@ -15,7 +15,7 @@ from lsprotocol import types
 from infill import timing
 
 from .documents import DocumentDistrusted
-from .scheduling import warm_after_jump
+from .scheduling import after_edit
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ def register(server) -> None:
             log.debug("edit to %s cancelled running requests", uri)
         pipeline, version = ls.host.current_pipeline, params.text_document.version
         # Each change is noted (O(1)) so the next context re-parses incrementally from it; nothing is parsed here.
-        edited_to = []  # where the last change ended: the cursor after a jump (scheduling.warm_after_jump)
+        edited_to = []  # where the last change ended: the cursor after a jump (scheduling.after_edit)
 
         def on_edit(start: int, old_end: int, new_text: str) -> None:
             edited_to.append(start + len(new_text))
@@ -59,7 +59,7 @@ def register(server) -> None:
         document.last_change_cpu_ms = (time.thread_time() - cpu_started) * 1000
         timing.record("did_change", document.last_change_ms)
         if edited_to:
-            warm_after_jump(ls, document, edited_to[-1])
+            after_edit(ls, document, edited_to[-1])
         if not document.oversized:
             ls.telemetry.acceptance.changed(document)
 
@@ -67,6 +67,7 @@ def register(server) -> None:
     def did_close(ls, params: types.DidCloseTextDocumentParams) -> None:
         uri = params.text_document.uri
         ls.claims.document_changed(uri)
+        ls.next_line.cancel(uri)
         ls.documents.close(uri)
         if (pipeline := ls.host.current_pipeline) is not None:
             pipeline.forget(uri)  # its cached syntax tree

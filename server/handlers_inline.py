@@ -1,6 +1,7 @@
 """textDocument/inlineCompletion: read the request, ask (server/scheduling.py: debounce, supersession, joining,
 budget; the model worker runs it), answer for the version it was computed for. The rest of a suggestion the
-person is typing through is answered without the model (server/typed_through.py)."""
+person is typing through is answered without the model (server/typed_through.py), and so is a new line whose
+suggestion was computed ahead (server/next_line.py: a request waits for it while it runs)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,12 @@ async def complete_inline(ls, params: types.InlineCompletionParams) -> types.Inl
         return None  # at once: no debounce, no model
     invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
     offset = offset_logged(ls, document, params.position)
+    version = document.version
+    ahead = await ls.next_line.settle(uri, document.text, offset)  # a new line's suggestion still being computed
+    if document.version != version or ls.documents.get(uri) is not document:
+        return None  # edited meanwhile: a newer request asks for the new text
     if (typed := ls.typed_through.answer(uri, document.text, offset)) is not None:
+        ls.next_line.answered += ahead
         ls.claims.close(ls.claims.open(uri, "inline"))  # a newer request: an older one in flight stops
         return _typed_through_reply(ls, params, document, typed)
     ran = await run_inline(ls, document, offset, invoked)

@@ -23,6 +23,7 @@ from .jsonrpc import GuardedProtocol, public_message, strict_converter
 from .scheduling import BudgetPolicy
 from .settings import Settings, clean_layer, parse_settings
 from .telemetry import LogThrottle, Telemetry
+from .next_line import NextLine
 from .typed_through import TypedThrough
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,7 @@ class InfillServer(LanguageServer):
         self.discard_log = LogThrottle()  # completions superseded or outdated while computing
         self.budget = BudgetPolicy()  # inline deadlines: a runaway guard measured on this machine
         self.typed_through = TypedThrough()  # the rest of a suggestion the person types through
+        self.next_line = NextLine()  # the next line's suggestion, computed ahead (server/next_line.py)
         self.joined = 0  # inline requests that joined an identical run in flight
         self._progress_token: str | None = None
         self._progress_ready: asyncio.Future | None = None
@@ -134,7 +136,8 @@ class InfillServer(LanguageServer):
             "pipeline": self._pipeline_stats(),
             "overhead": timing.summary(),  # benchmark phases (infill/timing.py), empty unless timing is on
             "budget": self.budget.status(self.settings.inline_budget_ms, self.settings.invoked_budget_ms),
-            "cheapAnswers": {"typedThrough": self.typed_through.answered, "joined": self.joined},
+            "cheapAnswers": {"typedThrough": self.typed_through.answered, "joined": self.joined,
+                             "nextLine": self.next_line.answered, "nextLineStarted": self.next_line.started},
         }
 
     def _pipeline_stats(self) -> dict[str, Any]:

@@ -40,6 +40,15 @@ class TypedThrough:
             while len(self._last) > MAX_DOCUMENTS:
                 self._last.popitem(last=False)
 
+    def completed(self, uri: str, text: str, cursor: int) -> bool:
+        """`text` is the last suggestion's text with all of the suggestion in it (accepted, or typed through to
+        its end) and the cursor right after it."""
+        last = self._last.get(uri)
+        if last is None or last.end != last.cursor or cursor != last.cursor + len(last.insert):
+            return False
+        return len(text) == len(last.text) + len(last.insert) and text[last.cursor:cursor] == last.insert \
+            and text[:last.cursor] == last.text[:last.cursor] and text[cursor:] == last.text[last.cursor:]
+
     def forget(self, uri: str) -> None:
         self._last.pop(uri, None)
 

@@ -314,7 +314,7 @@ def test_window_over_thousands_of_top_level_definitions_matches_a_full_scan(monk
 
 
 def test_indent_unit_fast_path_counts_like_the_line_loop(monkeypatch):
-    from infill.context import builder as context
+    from infill.context import indentation as context
 
     class AlwaysUnusual:  # forces the general line-by-line loop, the reference
         def search(self, window):
@@ -325,10 +325,10 @@ def test_indent_unit_fast_path_counts_like_the_line_loop(monkeypatch):
     for _ in range(3000):
         text = "".join(rng.choice(pieces) for _ in range(rng.randrange(30)))
         for language in (None, "go", "javascript"):
-            fast = context._indent_unit(text, 0, len(text), language)
+            fast = context.indent_unit(text, 0, len(text), language)
             with monkeypatch.context() as patch:
                 patch.setattr(context, "_UNUSUAL_SPACE", AlwaysUnusual())
-                assert context._indent_unit(text, 0, len(text), language) == fast, repr(text)
+                assert context.indent_unit(text, 0, len(text), language) == fast, repr(text)
 
 
 def test_notes_for_a_document_nobody_asks_about_stay_bounded(monkeypatch):

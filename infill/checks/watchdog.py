@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from infill import languages
 from infill.context.builder import GapContext
 from infill.context.syntax import DocumentSnapshot, ParsedDocument, apply_fills, error_nodes, errors_inside, load_language  # noqa: F401
-from infill.types import InfillError
+from infill.types import GapShape, InfillError
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class Watchdog:
         if s.check_syntax and contexts[0].fence is not None:
             return check_fence_syntax(middles, spans, doc.text, contexts[0]) or OK
         if s.check_syntax and doc.has_grammar:
-            return check_syntax(middles, spans, doc) or OK
+            return check_syntax(middles, spans, doc, contexts[0].shape) or OK
         return OK
 
 
@@ -174,9 +174,11 @@ def check_comment_only(middle: str, ctx: GapContext) -> Verdict | None:
     return None
 
 
-def check_syntax(middles: list[str], spans: list[tuple[int, int]], doc: DocumentSnapshot) -> Verdict | None:
+def check_syntax(middles: list[str], spans: list[tuple[int, int]], doc: DocumentSnapshot,
+                 shape: GapShape = GapShape()) -> Verdict | None:
     """The filled document may not have more ERROR/MISSING nodes than the document before the edit (a file that
-    already has errors is judged relative to them), and no ERROR node may lie wholly inside a fill."""
+    already has errors is judged relative to them), and no ERROR node may lie wholly inside a fill. `shape`: what
+    the text after the gap says the fill must look like (Python's line check reads it)."""
     before = error_nodes(doc.tree)
     after_tree = doc.parse_filled(spans, middles)
     after = error_nodes(after_tree)
@@ -186,7 +188,8 @@ def check_syntax(middles: list[str], spans: list[tuple[int, int]], doc: Document
         if errors_inside(after_tree, start, end):
             return Verdict("syntax", "the fill itself does not parse")
     if doc.language == "python":
-        return check_python_compiles(doc.text, spans, middles) or check_python_line_finished(doc.text, spans, middles)
+        return check_python_compiles(doc.text, spans, middles) or \
+            check_python_line_finished(doc.text, spans, middles, shape)
     return None
 
 
@@ -203,14 +206,23 @@ def _statement_start(text: str, index: int) -> int:
     return line
 
 
-def _statement_end(text: str, index: int) -> int:
-    """Start of the next top-level statement after `index` (or the end of the text)."""
+def _statement_end(text: str, index: int, decorated: bool = False) -> int:
+    """Start of the next top-level statement after `index` (or the end of the text); with `decorated` (the line at
+    `index` is a decorator), of the one after the definition it decorates."""
     line = text.find("\n", index)
     while line != -1:
         if line + 1 < len(text) and not _CONTINUES_STATEMENT.match(text, line + 1):
-            return line + 1
+            if not decorated:
+                return line + 1
+            decorated = text.startswith("@", line + 1)  # a column-0 definition (or another decorator): part of it
         line = text.find("\n", line + 1)
     return len(text)
+
+
+def _decorates(text: str, spans: list[tuple[int, int]], middles: list[str]) -> bool:
+    """The last fill's line, filled, is a decorator: the statement goes on to the definition below it."""
+    line_start = text.rfind("\n", 0, spans[-1][0]) + 1
+    return (text[line_start:spans[-1][0]] + middles[-1]).lstrip().startswith("@")
 
 
 def check_python_compiles(text: str, spans: list[tuple[int, int]], middles: list[str]) -> Verdict | None:
@@ -218,7 +230,7 @@ def check_python_compiles(text: str, spans: list[tuple[int, int]], middles: list
     gone): when the top-level statements around the fill compiled before it, they must compile after it. Only
     those statements are compiled (a whole large file costs tens of milliseconds), and the original only when the
     filled region fails, so a good fill costs one small parse."""
-    start, end = _statement_start(text, spans[0][0]), _statement_end(text, spans[-1][1])
+    start, end = _statement_start(text, spans[0][0]), _statement_end(text, spans[-1][1], _decorates(text, spans, middles))
     region = text[start:end]
     local = [(a - start, b - start) for a, b in spans]
     error = languages.python_error(apply_fills(region, local, middles))
@@ -227,17 +239,19 @@ def check_python_compiles(text: str, spans: list[tuple[int, int]], middles: list
     return Verdict("syntax", f"Python would not compile it: {error}")
 
 
-def check_python_line_finished(text: str, spans: list[tuple[int, int]], middles: list[str]) -> Verdict | None:
+def check_python_line_finished(text: str, spans: list[tuple[int, int]], middles: list[str],
+                               shape: GapShape = GapShape()) -> Verdict | None:
     """A cursor fill must leave its line's statement finished: when the code around compiles with the cursor's line
     replaced by a stand-in statement, it must compile with the fill. This catches what a relative check lets
     through while the line is still being typed (the file does not compile before the fill either): a fill that
     opens a block and stops (`if override:` with nothing indented after it), opens a string or a bracket, or
-    leaves the line half written. Where the code around does not compile anyway (a statement spanning lines, a
-    file being restructured), it stands aside."""
+    leaves the line half written; where the lines below are a body, arguments or a definition (the gap's shape),
+    one that is not their header, their opening line or a decorator. Where no stand-in makes the code around
+    compile (a statement spanning lines, a file being restructured), it stands aside."""
     if len(spans) != 1 or spans[0][0] != spans[0][1]:
         return None  # gap fills replace whole selections: the relative checks judge them
     cursor = spans[0][0]
-    start, end = _statement_start(text, cursor), _statement_end(text, cursor)
+    start, end = _statement_start(text, cursor), _statement_end(text, cursor, _decorates(text, spans, middles))
     error = languages.python_error(apply_fills(text[start:end], [(cursor - start, cursor - start)], middles))
     if error is None:
         return None
@@ -246,10 +260,25 @@ def check_python_line_finished(text: str, spans: list[tuple[int, int]], middles:
     line_end = end if line_end < 0 or line_end > end else line_end
     indent = text[line_start:cursor][:len(text[line_start:cursor]) - len(text[line_start:cursor].lstrip())]
     after = re.search(r"\n([ \t]*)\S", text[line_end:end])  # the next non-blank line: a body under this one?
-    stand_in = indent + ("if 1:" if after and len(after.group(1)) > len(indent) else "pass")
-    if languages.python_error(text[start:line_start] + stand_in + text[line_end:end]) is not None:
+    if not any(languages.python_error(text[start:line_start] + indent + stand_in + text[line_end:end]) is None
+               for stand_in in _stand_ins(shape, bool(after) and len(after.group(1)) > len(indent))):
         return None
     return Verdict("syntax", f"the fill leaves its statement unfinished: {error}")
+
+
+def _stand_ins(shape: GapShape, body_below: bool) -> list[str]:
+    """Lines that finish a statement at the cursor's line, as the lines below want it: opening the brackets they
+    close (an assignment, a call's keyword arguments, a definition's parameters), a block's header above a body
+    (`try:` before its `except`, `else:` ...), a decorator above a definition, or a plain statement."""
+    if shape.must_open:
+        inner = shape.must_open[1:]
+        opening = [f"_ = {shape.must_open}"]
+        if shape.must_open[0] == "(":
+            opening += [f"_({inner}", f"def _({inner}", f"class _({inner}"]
+        return opening
+    if body_below:
+        return ["if 1:", "try:", "else:", "finally:", "except Exception:"]
+    return ["pass", "@_"] if shape.before_definition else ["pass"]
 
 
 def check_fence_syntax(middles: list[str], spans: list[tuple[int, int]], text: str,

@@ -11,14 +11,16 @@ from __future__ import annotations
 import math
 import re
 import threading
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from infill.languages import PROSE_LANGUAGES, opens_block
 from infill.context.edits import Edit
+from infill.context.indentation import block_indent, indent_unit
 from infill.context.syntax import DocumentSnapshot, ParsedDocument, resolve_language
 from infill.cache.tokens import clean_text
-from infill.types import InfillError
+from infill.context.shape import read_shape
+from infill.types import GapShape, InfillError
 from infill.context.windows import (WINDOW_HEADROOM, byte_offset, char_index, line_end, line_window, sticky_start,
                       syntactic_window)
 
@@ -30,9 +32,6 @@ _ONE_PER_LINE = frozenset({
 })
 _IN_LINE_NODES = ("comment", "string", "template_string", "line_comment", "block_comment", "raw_string_literal",
                   "interpreted_string_literal", "string_content", "string_literal")
-# Tabs, and every character str.splitlines() splits at or str.strip() strips besides " " and "\n".
-_UNUSUAL_SPACE = re.compile("[\t\r\x0b\x0c\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
-_LEADING_SPACES = re.compile(r"^ *(?=[^ \n])", re.M)  # the indentation of each non-blank line
 # A placeholder sits on one line (any LSP line ending) and is short: a match never scans far.
 _PLACEHOLDER = re.compile(r"\[\[[^\[\]\r\n]{0,1000}\]\]|\{\{[^{}\r\n]{0,1000}\}\}|_{3,}")
 _NOT_RULE = re.compile(r"[^ \t_]")
@@ -77,6 +76,7 @@ class GapContext:
     is_prose: bool
     unit: str  # the enclosing syntactic unit (for logs), "lines" without a grammar
     fence: tuple[int, int] | None = None  # code in a Markdown fence: the fence content's span (str indices)
+    shape: GapShape = GapShape()  # what the text after the gap says the fill must look like (context/shape.py)
 
     @property
     def is_code(self) -> bool:
@@ -224,16 +224,19 @@ class ContextBuilder:
             is_prose = False  # code in a Markdown fence follows code rules, of the fence's language if named
             language = _fence_language(doc, node) or language
             fence = _fence_content(doc, node)
-        single = _single_line(mode, text, spans, line_before, line_after, node, is_prose, in_comment, language)
+        shape = GapShape() if is_prose or fence is not None else \
+            read_shape(doc, node, prefix_start, first, last, line_before, line_after, in_comment)
+        single = _single_line(mode, text, spans, line_before, line_after, node, is_prose, in_comment, language) \
+            or (mode == "inline" and shape.one_line)
         # The indentation step is read near the gap (enough lines to find it; the whole window costs 3x more).
         sample_start = prefix_start if first - INDENT_SAMPLE_CHARS <= prefix_start else \
             text.find("\n", first - INDENT_SAMPLE_CHARS, first) + 1 or prefix_start
-        unit_indent = _indent_unit(text, sample_start, min(suffix_end, last + INDENT_SAMPLE_CHARS // 2), language)
-        indent = _block_indent(text, line_start, line_before, unit_indent, language)
+        unit_indent = indent_unit(text, sample_start, min(suffix_end, last + INDENT_SAMPLE_CHARS // 2), language)
+        indent = block_indent(text, line_start, line_before, unit_indent, language)
         return GapContext(language=language, prefix_start=prefix_start, suffix_end=suffix_end, single_line=single,
                           max_middle_tokens=self._middle_budget(mode, single, text, spans), indent=indent,
                           indent_unit=unit_indent, line_before=line_before, line_after=line_after,
-                          in_comment=in_comment, is_prose=is_prose, unit=unit, fence=fence)
+                          in_comment=in_comment, is_prose=is_prose, unit=unit, fence=fence, shape=shape)
 
     def _middle_budget(self, mode: str, single: bool, text: str, spans: list[tuple[int, int]]) -> int:
         s = self.settings
@@ -336,60 +339,3 @@ def _in_markdown_table(text: str, index: int) -> bool:
     line_start = text.rfind("\n", 0, index) + 1
     previous_start = text.rfind("\n", 0, max(0, line_start - 1)) + 1
     return text[previous_start:line_start].lstrip().startswith("|") and line_start > 0
-
-
-def _indent_unit(text: str, start: int, end: int, language: str | None) -> str:
-    """One indentation level as this part of the document writes it: a tab, or the commonest step in spaces."""
-    window = text[start:end]
-    if not _UNUSUAL_SPACE.search(window):
-        # Lines split at "\n" only and indented with spaces only: the same steps, counted at C speed.
-        widths = [len(spaces) for spaces in _LEADING_SPACES.findall(window)]
-        widths_up = Counter(b - a for a, b in zip([0, *widths], widths) if b > a)
-        if widths_up:
-            return " " * widths_up.most_common(1)[0][0]
-        return _default_indent(language)
-    steps: Counter[str] = Counter()
-    previous = 0
-    for line in window.splitlines():
-        if not line.strip():
-            continue
-        ws = line[: len(line) - len(line.lstrip())]
-        if "\t" in ws:
-            steps["\t"] += 1
-        elif len(ws) > previous:
-            steps[" " * (len(ws) - previous)] += 1
-        previous = len(ws.expandtabs(4))
-    if steps:
-        return steps.most_common(1)[0][0]
-    return _default_indent(language)
-
-
-def _default_indent(language: str | None) -> str:
-    return "  " if language in ("javascript", "typescript", "typescriptreact", "json") else "    " \
-        if language != "go" else "\t"
-
-
-def _block_indent(text: str, line_start: int, line_before: str, unit: str, language: str | None) -> str:
-    """The indentation the fill's later lines should have: the block the cursor is in, one level deeper after an
-    opener (`:` in Python, `{`/`(`/`[`)."""
-    if line_before.strip():
-        base_line = line_before
-    elif line_before:
-        return line_before
-    else:
-        base_line = _previous_nonblank_line(text, line_start)
-        if base_line is None:
-            return ""
-    ws = base_line[: len(base_line) - len(base_line.lstrip())]
-    return ws + unit if opens_block(base_line, language) else ws
-
-
-def _previous_nonblank_line(text: str, line_start: int) -> str | None:
-    end = line_start - 1
-    while end > 0:
-        start = text.rfind("\n", 0, end) + 1
-        line = text[start:end]
-        if line.strip():
-            return line
-        end = start - 1
-    return None

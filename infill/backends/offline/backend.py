@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
 
@@ -20,12 +21,11 @@ import numpy as np
 
 from infill.backends.offline.calibration import DEFAULT_DRAFTS, drafts_pay, encode_cost, fresh_tokens
 from infill.backends.offline.model_file import MODEL_ID, PACKAGE, chunk_package, ensure_model
-from infill.backends.offline.ranking import (SUFFIX_CHARS, SUFFIX_TOKENS, Candidate, Followed, branch_points,
-                                             follow, log_softmax)
+from infill.backends.offline.branches import Branching, DeadlineReached, best_branch, first_token_fills
 from infill.backends.offline.runtime import LlamaRuntime
 from infill.backends.offline.settings import ARSettings
 from infill.backends.offline.sequences import DocumentSequences
-from infill.backends.offline.stops import cut_fill, read_gap, trim_unfinished
+from infill.backends.offline.stops import HEADER_WORDS, cut_fill, line_held_open, read_gap, trim_unfinished
 from infill.backends.offline.tokens import TokenTexts, draft_from_context
 from infill.cache.tokens import ChunkedTokenizer, FittedPrompt, fit_prompt
 from infill.types import (BackendInfo, CancelToken, Cancelled, Draft, DraftCallback, GapFacts, InfillError,
@@ -58,10 +58,6 @@ def load_default_backend(device: str | None = None, dtype: str | None = None,
     log.info("loaded %s on llama.cpp (%s) in %.1f s", LABEL, ", ".join(backend.versions["cpu_features"]),
              time.monotonic() - started)
     return backend
-
-
-class _DeadlineReached(Exception):
-    pass
 
 
 @dataclass
@@ -108,7 +104,7 @@ class GemmaBackend:
     def warm_up(self) -> None:
         """Pay one-time costs (the token texts for healing, llama.cpp's first graph) at load, not on the first
         keystroke, and measure what this CPU costs where the settings leave it open (calibration.py)."""
-        self.texts.allowed_after_heal(" ")
+        self.texts.warm_up(HEADER_WORDS)
         seq, _ = self.sequences.take("<warm-up>", [])
         try:
             ids = self.tokens.encode("def main(argv):\n    args = parse(argv)\n    return run(args)\n")
@@ -169,16 +165,12 @@ class GemmaBackend:
             return 0
         try:
             # The same prompt `_fill_gap` will build: same fitter, same anchor, same healing.
-            fitted = self._fit(request.prefix, request)
-            prompt, _ = self._heal(fitted.ids)
-            seq, reused = self.sequences.take(request.document_id, prompt, max_keep=len(prompt) - 1)
-            fed = prompt[:reused]
-            try:
-                self._prefill(seq, prompt[:-1], fed, token, None, logits=False)
-            except Cancelled:
-                pass  # raised between chunks: `fed` matches the sequence
-            self.sequences.put(request.document_id, seq, fed, fitted.anchor)
-            return len(fed)
+            with self._prompt(request.prefix, request, _Tally()) as (seq, fed, prompt, _):
+                try:
+                    self._prefill(seq, prompt[:-1], fed, token, None, logits=False)
+                except Cancelled:
+                    pass  # raised between chunks: `fed` matches the sequence
+                return len(fed)
         except Exception:  # noqa: BLE001 - the infill that follows will meet (and report) the same problem
             log.exception("warming the prompt failed")
             return 0
@@ -208,7 +200,7 @@ class GemmaBackend:
                 fill = self._fill_gap(before, after, gap, request, token, deadline, on_draft, tally)
             except Cancelled as exc:
                 return "cancelled", str(exc) or "cancelled"
-            except _DeadlineReached as exc:
+            except DeadlineReached as exc:
                 tally.middles.append(str(exc.args[0]) if exc.args else "")
                 return "cut_short", None
             tally.middles.append(fill)
@@ -221,41 +213,79 @@ class GemmaBackend:
                   deadline: float | None, on_draft: DraftCallback | None, tally: _Tally) -> str:
         token.raise_if_cancelled()
         if deadline is not None and time.monotonic() >= deadline:
-            raise _DeadlineReached("")
-        t0 = time.perf_counter()
+            raise DeadlineReached("")
+        t0, t1 = time.perf_counter(), None
+        try:
+            with self._prompt(before, request, tally) as (seq, fed, prompt, healed):
+                logits = self._first_choices(self._prefill(seq, prompt, fed, token, deadline), healed, gap)
+                t1 = time.perf_counter()
+                at = Branching(self.runtime, self._prefill, self._decode, seq, fed, len(prompt), logits, after,
+                               self._lookahead(after), gap, healed, request, token, deadline)
+                fill = self._decode(seq, logits, fed, at.lookahead, gap, healed, request, token, deadline, on_draft,
+                                    tally)
+                if request.candidates > 1 and request.single_line and not tally.middles and after.strip():
+                    fill = best_branch(at, fill, tally)
+                return fill
+        finally:
+            now = time.perf_counter()
+            tally.encode_s += (t1 or now) - t0
+            tally.decode_s += now - t1 if t1 is not None else 0.0
+
+    def alternatives(self, request: InfillRequest, count: int, *, cancel: CancelToken | None = None,
+                     deadline: float | None = None) -> list[str]:
+        """Up to `count` other fills for a one-gap request whose fill `infill` wrote was refused or empty: the
+        model's next most likely first tokens, each continued greedily, best join with the suffix first
+        (branches.py). The document's sequence still holds the prompt, so only the branches are decoded."""
+        token = cancel if cancel is not None else CancelToken()
+        if self._closed or count < 1 or request.gap_count != 1 or not request.prefix.strip():
+            return []
+        gap = request.gap if request.gap is not None else read_gap(request.prefix, request.suffix, request.language)
+        try:
+            with self._prompt(request.prefix, request, _Tally()) as (seq, fed, prompt, healed):
+                logits = self._first_choices(self._prefill(seq, prompt, fed, token, deadline), healed, gap)
+                at = Branching(self.runtime, self._prefill, self._decode, seq, fed, len(prompt), logits,
+                               request.suffix, self._lookahead(request.suffix), gap, healed, request, token, deadline)
+                return first_token_fills(at, count, _Tally())
+        except (Cancelled, DeadlineReached):
+            return []
+
+    @contextmanager
+    def _prompt(self, before: str, request: InfillRequest, tally: _Tally):
+        """The prompt for the text `before` a gap in the document's sequence, all of it reused that can be, at
+        least its last token left to feed (for the next token's logits): (seq, fed, prompt, healed). The sequence
+        stays the document's afterwards, unless an error left what it holds unknown."""
         fitted = self._fit(before, request)
         prompt, healed = self._heal(fitted.ids)
-        # at least one token is fed, to get the next-token logits
         seq, reused = self.sequences.take(request.document_id, prompt, max_keep=len(prompt) - 1)
         fed = prompt[:reused]
         tally.prompt_tokens += len(fitted.ids)
         tally.reused_tokens += reused
         intact = False
-        t1 = None
         try:
-            logits = self._prefill(seq, prompt, fed, token, deadline)
-            t1 = time.perf_counter()
-            if healed:
-                logits = np.where(self.texts.allowed_after_heal(healed), logits, -np.inf)
-            lookahead = self.tokens.encode(after[:DRAFT_LOOKAHEAD_CHARS]) if self._drafts() else []
-            fill = self._decode(seq, logits, fed, lookahead, gap, healed, request, token, deadline, on_draft,
-                                tally)
-            if request.candidates > 1 and request.single_line and not tally.middles and after.strip():
-                fill = self._rank(seq, fed, len(prompt), logits, fill, after, lookahead, gap, healed, request,
-                                  token, deadline, tally)
+            yield seq, fed, prompt, healed
             intact = True
-            return fill
-        except (Cancelled, _DeadlineReached):
+        except (Cancelled, DeadlineReached):
             intact = True  # raised between forwards or chunks: `fed` matches the sequence
             raise
         finally:
-            now = time.perf_counter()
-            tally.encode_s += (t1 or now) - t0
-            tally.decode_s += now - t1 if t1 is not None else 0.0
             if intact:
                 self.sequences.put(request.document_id, seq, fed, fitted.anchor)
             else:
                 self.sequences.drop(seq)
+
+    def _first_choices(self, logits: np.ndarray, healed: str, gap: GapFacts) -> np.ndarray:
+        """The first token's logits without the tokens it may not be: one that does not start with the healed
+        text, above a block a word no header starts with, and one that ends a line held open (stops.py)."""
+        if healed:
+            logits = np.where(self.texts.allowed_after_heal(healed), logits, -np.inf)
+        if gap.shape.header:  # (a first token that is all indentation is not one: line starts are not healed)
+            logits = np.where(self.texts.word_starts(HEADER_WORDS), logits, -np.inf)
+        if line_held_open("", gap):
+            logits = np.where(self.texts.line_ends(), -np.inf, logits)
+        return logits
+
+    def _lookahead(self, after: str) -> list[int]:
+        return self.tokens.encode(after[:DRAFT_LOOKAHEAD_CHARS]) if self._drafts() else []
 
     def _fit(self, text: str, request: InfillRequest) -> FittedPrompt:
         """The prompt for `text`: BOS, the request's extra context whole (its own budget), then the near end of
@@ -289,51 +319,12 @@ class GemmaBackend:
             fed.extend(part)
             token.raise_if_cancelled()
             if deadline is not None and time.monotonic() >= deadline:
-                raise _DeadlineReached("")
+                raise DeadlineReached("")
         if not logits:
             return None
         last = self.runtime.decode(seq, ids[-1:])
         fed.append(ids[-1])
         return last
-
-    def _rank(self, seq: int, fed: list[int], prompt_length: int, first: np.ndarray, greedy: str, after: str,
-              lookahead: list[int], gap: GapFacts, healed: str, request: InfillRequest, token: CancelToken,
-              deadline: float | None, tally: _Tally) -> str:
-        """The fill among greedy and `request.candidates - 1` branches of it that best joins the suffix (ranking.py).
-        Branches stop at the deadline, greedy always stands; the sequence is left holding the prompt."""
-        suffix = self.runtime.tokenize(after[:SUFFIX_CHARS])[:SUFFIX_TOKENS]
-        first_lp = log_softmax(first := np.atleast_2d(first)[-1])
-
-        def restore() -> None:
-            self.runtime.cut(seq, prompt_length)
-            del fed[prompt_length:]
-
-        def judged(text: str, branch: int | None) -> tuple[Candidate, list[int], Followed]:
-            restore()
-            ids = self.runtime.tokenize(healed + text) if healed + text else []
-            seen = follow(self.runtime, seq, first_lp, ids + suffix)
-            return Candidate(text, sum(seen.logprobs[:len(ids)]), sum(seen.logprobs[len(ids):]), branch), ids, seen
-
-        try:
-            best, ids, seen = judged(greedy, None)
-            tally.candidates = 1
-            for position, choice in branch_points(ids, seen, request.candidates - 1):
-                if deadline is not None and time.monotonic() >= deadline:
-                    break
-                restore()
-                forced = np.where(np.arange(first.size) == choice, 0.0, -np.inf)
-                try:
-                    self._prefill(seq, fed + ids[:position], fed, token, deadline, logits=False)
-                    text = self._decode(seq, forced, fed, lookahead, gap, healed, request, token, deadline, None,
-                                        tally, generated=ids[:position])
-                except _DeadlineReached:
-                    break
-                tally.candidates += 1
-                if text.strip() and text != best.text:
-                    best = max(best, judged(text, position)[0], key=lambda c: c.score)
-            return best.text
-        finally:
-            restore()
 
     def _decode(self, seq: int, logits: np.ndarray, fed: list[int], lookahead: list[int], gap: GapFacts,
                 healed: str, request: InfillRequest, token: CancelToken, deadline: float | None,
@@ -365,19 +356,23 @@ class GemmaBackend:
                     return trim_unfinished(fill, gap, request.single_line)  # the token bound ended it, not a stop rule
                 token.raise_if_cancelled()
                 if deadline is not None and time.monotonic() >= deadline:
-                    raise _DeadlineReached(trim_unfinished(fill, gap, request.single_line))
+                    raise DeadlineReached(trim_unfinished(fill, gap, request.single_line))
             room = min(request.max_middle_tokens - len(generated), capacity - len(fed) - 1)
-            pending = self._step(seq, generated[-1], fed, lookahead, room, tally, sure)
+            banned = self.texts.line_ends() if line_held_open(fill, gap) else None
+            pending = self._step(seq, generated[-1], fed, lookahead, room, tally, sure, banned)
 
     def _step(self, seq: int, last: int, fed: list[int], lookahead: list[int], room: int,
-              tally: _Tally, sure: bool) -> list[tuple[int, float]]:
+              tally: _Tally, sure: bool, banned: np.ndarray | None = None) -> list[tuple[int, float]]:
         """Feed `last` plus up to `room - 1` tokens drafted from the context, and return the greedy tokens the
         forward confirms: the model's choice after `last`, and after every draft token that matched it. Exactly
         the tokens one-token forwards would give (a rejected draft only costs its share of this forward); the
-        sequence is cut back to the accepted tokens, so `fed` matches it again."""
+        sequence is cut back to the accepted tokens, so `fed` matches it again. `banned` tokens are not chosen
+        next (and nothing is drafted: which tokens are banned depends on the text before each)."""
         fed.append(last)
-        draft = draft_from_context(fed, min(self._drafts(), room - 1), self.settings.draft_ngram, lookahead)
-        chosen = _pick(self.runtime.decode(seq, [last] + draft, outputs=len(draft) + 1), sure)
+        count = 0 if banned is not None else min(self._drafts(), room - 1)
+        draft = draft_from_context(fed, count, self.settings.draft_ngram, lookahead)
+        rows = self.runtime.decode(seq, [last] + draft, outputs=len(draft) + 1)
+        chosen = _pick(rows if banned is None else np.where(banned, -np.inf, rows), sure)
         tally.forwards += 1
         accepted = 0
         while accepted < len(draft) and chosen[accepted][0] == draft[accepted]:

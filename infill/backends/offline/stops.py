@@ -3,7 +3,10 @@
 A base model without FIM tokens only continues the prefix, so the gap's end is decided here from its GapFacts
 (the pipeline's, or read from the text by `read_gap`): single-line gaps end at the newline; multi-line gaps end
 when a generated line dedents out of the enclosing block, when a line repeats the first line after the gap, at a
-blank line in prose, or at the token bound / EOS.
+blank line in prose, or at the token bound / EOS. The gap's shape (`GapFacts.shape`, what the text after it says)
+ends fills sooner: inside a string that goes on below, before the string's end; where the text below closes
+brackets the fill must open, right after it opens them; and a line the lines below must find open, or ended by a
+block's colon, may not end before it is (`line_held_open`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,10 @@ from infill.types import GapFacts
 
 _OPENERS = (":", "{", "(", "[")  # a line ending so is followed by deeper lines (a block, a call, a dict value)
 _CLOSERS_AND_SEPARATORS = set(",;:.!?)]}")
+_PAIRS = {"(": ")", "[": "]", "{": "}"}
+# A block's header above the block (GapShape.header) starts with one of these.
+HEADER_WORDS = ("if", "elif", "else", "for", "while", "try", "except", "finally", "with", "def", "class", "async",
+                "match", "case")
 STUTTER_MIN_CHARS = 4  # a repeated line this long ends the fill (cutting loses less than the watchdog's reject)
 
 
@@ -38,8 +45,10 @@ def read_gap(before: str, after: str, language: str | None) -> GapFacts:
 def trim_unfinished(text: str, gap: GapFacts, single_line: bool) -> str:
     """A fill cut off by the token bound (or EOS) inside brackets or a string it opened would break the line:
     keep it up to the last point where everything it opened is closed again (whole lines for multi-line gaps),
-    without a dangling operator or comma."""
+    without a dangling operator or comma; a fill that leaves open just what the text below closes is whole."""
     one_line = ends_on_its_line(gap, single_line)
+    if gap.shape.must_open and "\n" not in text and leaves_open(text) == gap.shape.must_open:
+        return text
     last = 0
     for i, ch, balanced, in_string in languages.balance_points(text):
         if balanced and not in_string and (one_line or ch == "\n"):
@@ -51,6 +60,13 @@ def trim_unfinished(text: str, gap: GapFacts, single_line: bool) -> str:
 
 def cut_fill(text: str, gap: GapFacts, single_line: bool) -> tuple[str, bool]:
     """The fill so far and whether generation should stop here."""
+    shape = gap.shape
+    if shape.string_end and shape.string_end in text:  # the string goes on below the gap: the fill stays in it
+        return text[:text.index(shape.string_end)], True
+    if shape.must_open:  # `return (`: its arguments and `)` are the lines below
+        head = text.partition("\n")[0]
+        if leaves_open(head) == shape.must_open and head.rstrip().endswith(shape.must_open[-1]):
+            return head.rstrip(), True
     if ends_on_its_line(gap, single_line):
         head, newline, _ = text.partition("\n")
         after_line = gap.line_after.strip()  # writing the rest of the gap's line ends a one-line fill
@@ -77,3 +93,29 @@ def cut_fill(text: str, gap: GapFacts, single_line: bool) -> tuple[str, bool]:
         if dedented or repeats_after or (complete and languages.stutters(lines, j, STUTTER_MIN_CHARS)):
             return "\n".join(lines[:j]), True
     return text, False
+
+
+def line_held_open(text: str, gap: GapFacts) -> bool:
+    """The fill's first line may not end yet: the lines below close brackets it has not opened yet, or are the
+    body of the block whose header it has not ended with its colon (the backend then takes no token that ends the
+    line)."""
+    shape = gap.shape
+    if "\n" in text or not (shape.must_open or shape.header):
+        return False
+    return leaves_open(text) != shape.must_open if shape.must_open else not text.rstrip().endswith(":")
+
+
+def leaves_open(line: str) -> str:
+    """The brackets `line` opens and does not close, outermost first ("" when it closes what it opens, or closes
+    one it never opened)."""
+    stack: list[str] = []
+    for i, ch, code, _ in languages.code_characters(line):
+        if not code:
+            continue
+        if ch in _PAIRS:
+            stack.append(ch)
+        elif ch in _PAIRS.values():
+            if not stack or _PAIRS[stack[-1]] != ch:
+                return ""
+            stack.pop()
+    return "".join(stack)

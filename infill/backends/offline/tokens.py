@@ -18,6 +18,8 @@ class TokenTexts:
         self._sorted: list[str] = []  # the texts in order, and the token id of each, to find a prefix's tokens
         self._sorted_ids = np.zeros(0, dtype=np.int64)
         self._heal_masks: dict[str, np.ndarray] = {}
+        self._word_masks: dict[tuple[str, ...], np.ndarray] = {}
+        self._line_ends: np.ndarray | None = None
 
     @property
     def texts(self) -> list[str]:
@@ -34,7 +36,33 @@ class TokenTexts:
         text = self.texts[ids[-1]]
         if not text or "\n" in text:
             return ids, ""
+        if not text.strip() and self.texts[ids[-2]].endswith("\n"):
+            return ids, ""  # a line's indentation: code follows it as its own token (healing it chose only spaces)
         return ids[:-1], text
+
+    def warm_up(self, *word_lists: tuple[str, ...]) -> None:
+        """Read the texts and build the masks decoding asks for (`word_lists`: those of `word_starts`) now."""
+        self.allowed_after_heal(" ")
+        self.line_ends()
+        for words in word_lists:
+            self.word_starts(words)
+
+    def line_ends(self) -> np.ndarray:
+        """A boolean mask over the vocabulary: the tokens that end a line (a line break in their text) or the
+        text (control tokens, whose text is empty; byte-fallback tokens are empty too and go with them)."""
+        if self._line_ends is None:
+            self._line_ends = np.array(["\n" in t or not t for t in self.texts], dtype=bool)
+        return self._line_ends
+
+    def word_starts(self, words: tuple[str, ...]) -> np.ndarray:
+        """A boolean mask over the vocabulary: the tokens that are one of `words` (spaces around aside) or start
+        with one and a space."""
+        mask = self._word_masks.get(words)
+        if mask is None:
+            mask = np.array([t.strip() in words or t.lstrip().startswith(tuple(w + " " for w in words))
+                             for t in self.texts], dtype=bool)
+            self._word_masks[words] = mask
+        return mask
 
     def allowed_after_heal(self, text: str) -> np.ndarray:
         """A boolean mask over the vocabulary: the tokens whose text starts with `text`. The texts that do are
