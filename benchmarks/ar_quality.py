@@ -54,8 +54,21 @@ def _statement_lines(text: str) -> list[int]:
     for node in ast.walk(tree):
         if not isinstance(node, ast.stmt) or node.lineno != node.end_lineno:
             continue
-        if isinstance(node, (ast.If, ast.For, ast.While, ast.With, ast.Try, ast.FunctionDef, ast.ClassDef,
-                             ast.AsyncFunctionDef, ast.AsyncFor, ast.AsyncWith)):
+        if isinstance(
+            node,
+            (
+                ast.If,
+                ast.For,
+                ast.While,
+                ast.With,
+                ast.Try,
+                ast.FunctionDef,
+                ast.ClassDef,
+                ast.AsyncFunctionDef,
+                ast.AsyncFor,
+                ast.AsyncWith,
+            ),
+        ):
             continue
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
             continue
@@ -88,9 +101,16 @@ def cut_holes(packages: list[str], n: int, seed: int) -> list[Hole]:
         content = line.rstrip()
         cursor = line_start + rng.randint(indent + 1, max(indent + 1, len(content) - 1))
         end = line_start + len(content)
-        holes.append(Hole(source=f"{rel}:{number}", prefix=text[max(0, cursor - PREFIX_CHARS):cursor],
-                          middle=text[cursor:end], suffix=text[end:end + SUFFIX_CHARS],
-                          full_prefix=text[:cursor], full_suffix=text[end:]))
+        holes.append(
+            Hole(
+                source=f"{rel}:{number}",
+                prefix=text[max(0, cursor - PREFIX_CHARS) : cursor],
+                middle=text[cursor:end],
+                suffix=text[end : end + SUFFIX_CHARS],
+                full_prefix=text[:cursor],
+                full_suffix=text[end:],
+            )
+        )
     return holes
 
 
@@ -102,8 +122,9 @@ def quality(backend, holes: list[Hole], max_tokens: int, per_hole: list | None =
     exact, similarity, parse_ok, empty, dropped, latencies = 0, [], 0, 0, 0, []
     decode_ms, steps, prefill_ms, prompt_tokens = 0.0, 0, 0.0, 0
     for hole in holes:
-        request = InfillRequest(prefix=hole.prefix, suffix=hole.suffix, single_line=True, language="python",
-                                max_middle_tokens=max_tokens)
+        request = InfillRequest(
+            prefix=hole.prefix, suffix=hole.suffix, single_line=True, language="python", max_middle_tokens=max_tokens
+        )
         backend.sequences.clear()  # quality pass: cold, every hole from scratch
         result = backend.infill(request)
         latencies.append(result.timings.total_ms)
@@ -121,38 +142,60 @@ def quality(backend, holes: list[Hole], max_tokens: int, per_hole: list | None =
         exact += exact_match(shown, hole.middle)
         similarity.append(edit_similarity(shown, hole.middle))
         if per_hole is not None:
-            per_hole.append({"source": hole.source, "fill": fill, "shown": shown,
-                             "exact": exact_match(shown, hole.middle), "ms": result.timings.total_ms})
-        print(f"{hole.source:45s} {result.outcome:9s} {result.timings.total_ms:7.0f} ms  want {hole.middle!r:40.40s}"
-              f"  got {fill!r:40.40s}{'' if keeps_parsing or not fill.strip() else '  [breaks parse]'}",
-              flush=True)
+            per_hole.append(
+                {
+                    "source": hole.source,
+                    "fill": fill,
+                    "shown": shown,
+                    "exact": exact_match(shown, hole.middle),
+                    "ms": result.timings.total_ms,
+                }
+            )
+        print(
+            f"{hole.source:45s} {result.outcome:9s} {result.timings.total_ms:7.0f} ms  want {hole.middle!r:40.40s}"
+            f"  got {fill!r:40.40s}{'' if keeps_parsing or not fill.strip() else '  [breaks parse]'}",
+            flush=True,
+        )
     n = len(holes)
     non_empty = n - empty
-    return {"holes": n, "exact_match": exact / n,
-            "exact_match_95ci": [round(x, 4) for x in wilson_interval(exact, n)],
-            "edit_similarity": statistics.mean(similarity),
-            "parse_ok_of_non_empty": parse_ok / non_empty if non_empty else float("nan"),
-            "empty_rate": empty / n, "empty_rate_after_parse_drop": (empty + dropped) / n,
-            "cold_p50_ms": percentile(latencies, 50), "cold_p95_ms": percentile(latencies, 95),
-            "decode_ms_per_token": decode_ms / max(1, steps),
-            "prefill_ms_per_prompt_token": prefill_ms / max(1, prompt_tokens),
-            "mean_prompt_tokens": prompt_tokens / n}
+    return {
+        "holes": n,
+        "exact_match": exact / n,
+        "exact_match_95ci": [round(x, 4) for x in wilson_interval(exact, n)],
+        "edit_similarity": statistics.mean(similarity),
+        "parse_ok_of_non_empty": parse_ok / non_empty if non_empty else float("nan"),
+        "empty_rate": empty / n,
+        "empty_rate_after_parse_drop": (empty + dropped) / n,
+        "cold_p50_ms": percentile(latencies, 50),
+        "cold_p95_ms": percentile(latencies, 95),
+        "decode_ms_per_token": decode_ms / max(1, steps),
+        "prefill_ms_per_prompt_token": prefill_ms / max(1, prompt_tokens),
+        "mean_prompt_tokens": prompt_tokens / n,
+    }
 
 
 def keystrokes(backend, holes: list[Hole], typed: int, max_tokens: int) -> dict:
     """Type the last `typed` characters of each prefix one by one; time every keystroke after the first, with
     prefix-KV reuse (one document) and without (a new document id each time), interleaved so that the load of a
     shared machine hits both alike."""
-    figures: dict[str, dict[str, list[float]]] = {mode: {"total": [], "encode": [], "reused": [], "new": []}
-                                                  for mode in ("reuse", "no_reuse")}
+    figures: dict[str, dict[str, list[float]]] = {
+        mode: {"total": [], "encode": [], "reused": [], "new": []} for mode in ("reuse", "no_reuse")
+    }
     for index, hole in enumerate(holes):
         backend.sequences.clear()
         for k in range(typed, -1, -1):
-            prefix = hole.prefix[:len(hole.prefix) - k]
+            prefix = hole.prefix[: len(hole.prefix) - k]
             for mode, doc in (("reuse", f"doc{index}"), ("no_reuse", f"doc{index}-{k}")):
-                result = backend.infill(InfillRequest(prefix=prefix, suffix=hole.suffix, single_line=True,
-                                                      language="python", max_middle_tokens=max_tokens,
-                                                      document_id=doc))
+                result = backend.infill(
+                    InfillRequest(
+                        prefix=prefix,
+                        suffix=hole.suffix,
+                        single_line=True,
+                        language="python",
+                        max_middle_tokens=max_tokens,
+                        document_id=doc,
+                    )
+                )
                 if k < typed:
                     figures[mode]["total"].append(result.timings.total_ms)
                     figures[mode]["encode"].append(result.timings.encode_ms)
@@ -160,11 +203,15 @@ def keystrokes(backend, holes: list[Hole], typed: int, max_tokens: int) -> dict:
                     figures[mode]["new"].append(result.prompt_tokens - result.reused_tokens)
     out = {}
     for mode, series in figures.items():
-        out.update({f"keystroke_{mode}_p50_ms": percentile(series["total"], 50),
-                    f"keystroke_{mode}_p95_ms": percentile(series["total"], 95),
-                    f"keystroke_{mode}_encode_p50_ms": percentile(series["encode"], 50),
-                    f"keystroke_{mode}_reused_share": statistics.mean(series["reused"]),
-                    f"keystroke_{mode}_encoded_tokens_p50": percentile(series["new"], 50)})
+        out.update(
+            {
+                f"keystroke_{mode}_p50_ms": percentile(series["total"], 50),
+                f"keystroke_{mode}_p95_ms": percentile(series["total"], 95),
+                f"keystroke_{mode}_encode_p50_ms": percentile(series["encode"], 50),
+                f"keystroke_{mode}_reused_share": statistics.mean(series["reused"]),
+                f"keystroke_{mode}_encoded_tokens_p50": percentile(series["new"], 50),
+            }
+        )
     out["keystrokes"] = len(figures["reuse"]["total"])
     return out
 
@@ -180,31 +227,52 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--typed", type=int, default=3, help="characters typed per hole")
     parser.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default: the physical cores)")
     parser.add_argument("--no-healing", action="store_true", help="turn token healing off")
-    parser.add_argument("--fresh-prompt-tokens", type=int, default=ARSettings.fresh_prompt_tokens,
-                        help="most prompt tokens encoded from scratch (each hole here is a cold fill; default: "
-                             "sized by this CPU's speed)")
+    parser.add_argument(
+        "--fresh-prompt-tokens",
+        type=int,
+        default=ARSettings.fresh_prompt_tokens,
+        help="most prompt tokens encoded from scratch (each hole here is a cold fill; default: "
+        "sized by this CPU's speed)",
+    )
     parser.add_argument("--max-prompt-tokens", type=int, default=ARSettings.max_prompt_tokens)
-    parser.add_argument("--per-hole", default=None, help="write each hole's fill and exact flag here (JSON lines), "
-                                                        "to pair two runs hole by hole")
+    parser.add_argument(
+        "--per-hole",
+        default=None,
+        help="write each hole's fill and exact flag here (JSON lines), to pair two runs hole by hole",
+    )
     args = parser.parse_args(argv)
 
-    settings = ARSettings(num_threads=args.threads, token_healing=not args.no_healing,
-                          fresh_prompt_tokens=args.fresh_prompt_tokens, max_prompt_tokens=args.max_prompt_tokens)
+    settings = ARSettings(
+        num_threads=args.threads,
+        token_healing=not args.no_healing,
+        fresh_prompt_tokens=args.fresh_prompt_tokens,
+        max_prompt_tokens=args.max_prompt_tokens,
+    )
     started = time.monotonic()
     backend = load_default_backend(settings=settings)
     load_s = time.monotonic() - started
-    holes = cut_holes(args.packages.split(","), args.n, args.seed)[args.skip:]
-    print(f"{len(holes)} holes from {args.packages} (seed {args.seed}); model loaded in {load_s:.1f} s; "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
-    figures = {"model": backend.info.label, "weights": backend.info.dtype, "versions": backend.versions,
-               "seed": args.seed, "token_healing": not args.no_healing,
-               "threads": args.threads, "fresh_prompt_tokens": backend.fresh_prompt_tokens,
-               "max_prompt_tokens": settings.max_prompt_tokens, "load_s": load_s,
-               **quality(backend, holes, args.max_tokens, per_hole := [])}
+    holes = cut_holes(args.packages.split(","), args.n, args.seed)[args.skip :]
+    print(
+        f"{len(holes)} holes from {args.packages} (seed {args.seed}); model loaded in {load_s:.1f} s; "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores",
+        flush=True,
+    )
+    figures = {
+        "model": backend.info.label,
+        "weights": backend.info.dtype,
+        "versions": backend.versions,
+        "seed": args.seed,
+        "token_healing": not args.no_healing,
+        "threads": args.threads,
+        "fresh_prompt_tokens": backend.fresh_prompt_tokens,
+        "max_prompt_tokens": settings.max_prompt_tokens,
+        "load_s": load_s,
+        **quality(backend, holes, args.max_tokens, per_hole := []),
+    }
     if args.per_hole:
         Path(args.per_hole).write_text("".join(json.dumps(row) + "\n" for row in per_hole))
     if args.latency_holes > 0:
-        figures.update(keystrokes(backend, holes[:args.latency_holes], args.typed, args.max_tokens))
+        figures.update(keystrokes(backend, holes[: args.latency_holes], args.typed, args.max_tokens))
     figures["load_average"] = os.getloadavg()[0]
     figures["wall_s"] = time.monotonic() - started
     backend.close()

@@ -30,8 +30,16 @@ from infill.pilot.holes import Hole
 # bracket-opener: opens a bracket that a later line closes; inside-brackets: starts inside an open bracket;
 # block-opener: a compound statement's header (`if x:`, `try:`); comment-adjacent: a statement next to a comment
 # line; statement: any other statement.
-KINDS = ("decorator", "docstring", "in-string", "bracket-opener", "inside-brackets", "block-opener",
-         "comment-adjacent", "statement")
+KINDS = (
+    "decorator",
+    "docstring",
+    "in-string",
+    "bracket-opener",
+    "inside-brackets",
+    "block-opener",
+    "comment-adjacent",
+    "statement",
+)
 CURSORS = ("line-start", "mid-line")
 MIN_CHARS, MAX_CHARS = 4, 60
 _BLOCK_KEYWORDS = re.compile(r"(async\s+)?(if|elif|else|for|while|try|except|finally|with|def|class|match|case)\b")
@@ -52,8 +60,11 @@ def _docstring_lines(tree: ast.AST) -> set[int]:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
             first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
-                    and isinstance(first.value.value, str):
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
                 lines.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
     return lines
 
@@ -141,9 +152,18 @@ def cut_client_holes(found: Discovery, n: int, seed: int) -> list[ClientHole]:
 def _make(source: SourceFile, number: int, kind: str, rng: random.Random, index: int) -> ClientHole:
     text = source.text
     line_start = sum(len(line) + 1 for line in text.split("\n")[:number])
-    line = text[line_start:text.find("\n", line_start) if "\n" in text[line_start:] else len(text)]
+    line = text[line_start : text.find("\n", line_start) if "\n" in text[line_start:] else len(text)]
     column, cursor = _cursor(line, rng)
     start, end = line_start + column, line_start + len(line.rstrip())
-    hole = Hole(id=f"{index:04d}-{kind}", path=source.path, language="python", kind="single-line",
-                line=number + 1, prefix=text[:start], middle=text[start:end], suffix=text[end:], mode="inline")
+    hole = Hole(
+        id=f"{index:04d}-{kind}",
+        path=source.path,
+        language="python",
+        kind="single-line",
+        line=number + 1,
+        prefix=text[:start],
+        middle=text[start:end],
+        suffix=text[end:],
+        mode="inline",
+    )
     return ClientHole(hole, kind, cursor)

@@ -5,8 +5,8 @@ name that one or two other Python files of the same package define (`def`, `clas
 or an attribute of a builtin type or of typing) and that the text the
 model sees of the current file does not hold (not in the last PREFIX_SEEN characters before the cursor nor the first
 SUFFIX_SEEN after it; the current file defines it nowhere). The cursor sits just before that name (after `.`, `(`,
-`= `...), where a user typing waits for the name. The editor has open, besides the current file, the defining file and up to
-DISTRACTORS other files of the package, in a seeded random order: the selection must find the right chunk.
+`= `...), where a user typing waits for the name. The editor has open, besides the current file, the defining file and
+up to DISTRACTORS other files of the package, in a seeded random order: the selection must find the right chunk.
 
 Each hole goes through `Pipeline.complete` twice, as the LSP server asks (language given, inline guard): without
 other open files, and with them (`CompletionRequest.related`). Reported per arm: shown, exact, writes the name, edit
@@ -39,8 +39,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fill_quality import (DEV_PACKAGES, HELD_OUT_PACKAGES, HELD_OUT_SEED, middle_of,  # noqa: E402
-                          package_files)
+from fill_quality import (
+    DEV_PACKAGES,
+    HELD_OUT_PACKAGES,
+    HELD_OUT_SEED,
+    middle_of,  # noqa: E402
+    package_files,
+)
+
 from infill.backends.offline.backend import load_default_backend  # noqa: E402
 from infill.context.related import OpenDocument, RelatedFiles  # noqa: E402
 from infill.device import kernel_flags  # noqa: E402
@@ -55,8 +61,11 @@ PREFIX_SEEN = 1500  # about the offline default's fresh prompt (384 tokens)
 SUFFIX_SEEN = 1000
 DISTRACTORS = 3
 MAX_OWNERS = 2  # a name more files define (a common method name) is no one file's
-_DEFINED = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s+([A-Za-z_]\w*)|^([A-Za-z_]\w*)\s*(?::[^=\n]*)?=(?!=)|"
-                      r"^\s+self\.([A-Za-z_]\w*)\s*(?::[^=\n]*)?=(?!=)", re.MULTILINE)
+_DEFINED = re.compile(
+    r"^\s*(?:async\s+)?(?:def|class)\s+([A-Za-z_]\w*)|^([A-Za-z_]\w*)\s*(?::[^=\n]*)?=(?!=)|"
+    r"^\s+self\.([A-Za-z_]\w*)\s*(?::[^=\n]*)?=(?!=)",
+    re.MULTILINE,
+)
 
 
 @dataclass(frozen=True)
@@ -73,8 +82,11 @@ class CrossHole:
 
 
 # Names any Python code may use without another file: builtins and the attributes of builtin types and typing.
-_EVERYWHERE = frozenset(n for source in (builtins, str, bytes, list, dict, set, tuple, int, float, object, typing,
-                                         io.IOBase, Exception) for n in dir(source))
+_EVERYWHERE = frozenset(
+    n
+    for source in (builtins, str, bytes, list, dict, set, tuple, int, float, object, typing, io.IOBase, Exception)
+    for n in dir(source)
+)
 
 
 def definitions(text: str) -> set[str]:
@@ -103,7 +115,7 @@ def cut_cross_holes(files, n: int, seed: int, control: bool = False) -> list[Cro
         by_package.setdefault(f.path.split("/")[0], []).append(f)
     defined = {f.path: definitions(f.text) for f in files.files}
     candidates = []
-    for package, members in sorted(by_package.items()):
+    for _package, members in sorted(by_package.items()):
         for f in members:
             own, names = defined[f.path], code_names(f.text)
             offset = 0
@@ -113,11 +125,15 @@ def cut_cross_holes(files, n: int, seed: int, control: bool = False) -> list[Cro
                 if len(stripped) < 12 or stripped.startswith(("import ", "from ", "def ", "class ", "@")):
                     continue
                 for column, name in names.get(number, []):
-                    if len(name) < 4 or (name in own and not control) or name in _EVERYWHERE or \
-                            column <= len(line) - len(line.lstrip()):
+                    if (
+                        len(name) < 4
+                        or (name in own and not control)
+                        or name in _EVERYWHERE
+                        or column <= len(line) - len(line.lstrip())
+                    ):
                         continue
                     owners = sorted(g.path for g in members if g is not f and name in defined[g.path])
-                    seen = f.text[max(0, start - PREFIX_SEEN):start] + f.text[offset:offset + SUFFIX_SEEN]
+                    seen = f.text[max(0, start - PREFIX_SEEN) : start] + f.text[offset : offset + SUFFIX_SEEN]
                     if control:
                         if owners or name not in seen or len(members) <= DISTRACTORS + 1:
                             continue
@@ -133,34 +149,58 @@ def cut_cross_holes(files, n: int, seed: int, control: bool = False) -> list[Cro
         if (f.path, number) in used:
             continue
         used.add((f.path, number))
-        line = f.text[start:f.text.find("\n", start) if "\n" in f.text[start:] else len(f.text)]
+        line = f.text[start : f.text.find("\n", start) if "\n" in f.text[start:] else len(f.text)]
         cut = start + name_at
         end = start + len(line)
         owner = rng.choice(owners) if owners else ""
         others = [g.path for g in members if g.path not in (f.path, owner)]
         opened = ([owner] if owner else []) + rng.sample(others, min(DISTRACTORS + (not owner), len(others)))
         rng.shuffle(opened)
-        holes.append(CrossHole(f"x{len(holes)}", f.path, number, f.text[:cut], f.text[cut:end], f.text[end:], name,
-                               owner, tuple(opened)))
+        holes.append(
+            CrossHole(
+                f"x{len(holes)}",
+                f.path,
+                number,
+                f.text[:cut],
+                f.text[cut:end],
+                f.text[end:],
+                name,
+                owner,
+                tuple(opened),
+            )
+        )
     return holes
 
 
 def ask(pipeline: Pipeline, hole: CrossHole, texts: dict[str, str], related: bool, arm: str) -> dict:
     text, start = hole.prefix + hole.suffix, len(hole.prefix)
     others = tuple(OpenDocument(path, path, texts[path]) for path in hole.open_files) if related else ()
-    request = CompletionRequest(text=text, start=start, end=start, mode="inline", language="python",
-                                document_id=f"x-{arm}:{hole.id}", name=hole.path, related=others)
+    request = CompletionRequest(
+        text=text,
+        start=start,
+        end=start,
+        mode="inline",
+        language="python",
+        document_id=f"x-{arm}:{hole.id}",
+        name=hole.path,
+        related=others,
+    )
     t0 = time.perf_counter()
     out = pipeline.complete(request, deadline=time.monotonic() + GUARD_CAP_MS / 1000)
     ms = (time.perf_counter() - t0) * 1000
     fill = out.fills[0] if out.fills else None
     shown = middle_of(text, fill.start, fill.end, fill.text, hole) if fill and fill.text.strip() else ""
     original = hole.prefix + hole.middle + hole.suffix
-    return {"shown": bool(shown.strip()), "exact": bool(shown.strip()) and exact_match(shown, hole.middle),
-            "similarity": edit_similarity(shown, hole.middle) if shown.strip() else 0.0,
-            "valid": syntax_valid("python", original, hole.prefix + shown + hole.suffix) if shown.strip() else None,
-            "ms": round(ms, 1), "prompt_tokens": out.result.prompt_tokens if out.result else 0,
-            "has_name": hole.name in shown, "fill": shown}
+    return {
+        "shown": bool(shown.strip()),
+        "exact": bool(shown.strip()) and exact_match(shown, hole.middle),
+        "similarity": edit_similarity(shown, hole.middle) if shown.strip() else 0.0,
+        "valid": syntax_valid("python", original, hole.prefix + shown + hole.suffix) if shown.strip() else None,
+        "ms": round(ms, 1),
+        "prompt_tokens": out.result.prompt_tokens if out.result else 0,
+        "has_name": hole.name in shown,
+        "fill": shown,
+    }
 
 
 def selection(related: RelatedFiles, hole: CrossHole, texts: dict[str, str]) -> tuple[float, bool]:
@@ -184,13 +224,19 @@ def summarise(records: list[dict]) -> dict:
     shown = [r for r in records if r["shown"]]
     interval = mean_interval([r["similarity"] for r in records])
     times = [r["ms"] for r in records]
-    return {"shown": _share(len(shown), n), "exact": _share(sum(r["exact"] for r in records), n),
-            "writes_the_name": _share(sum(r["has_name"] for r in records), n),
-            "edit_similarity": {"value": round(sum(r["similarity"] for r in records) / n, 4) if n else None,
-                                "ci95": [round(x, 4) for x in interval] if interval else None},
-            "valid_of_shown": _share(sum(1 for r in shown if r["valid"]), len(shown)),
-            "prompt_tokens_p50": percentile([r["prompt_tokens"] for r in records], 50),
-            "p50_ms": round(percentile(times, 50) or 0), "p95_ms": round(percentile(times, 95) or 0)}
+    return {
+        "shown": _share(len(shown), n),
+        "exact": _share(sum(r["exact"] for r in records), n),
+        "writes_the_name": _share(sum(r["has_name"] for r in records), n),
+        "edit_similarity": {
+            "value": round(sum(r["similarity"] for r in records) / n, 4) if n else None,
+            "ci95": [round(x, 4) for x in interval] if interval else None,
+        },
+        "valid_of_shown": _share(sum(1 for r in shown if r["valid"]), len(shown)),
+        "prompt_tokens_p50": percentile([r["prompt_tokens"] for r in records], 50),
+        "p50_ms": round(percentile(times, 50) or 0),
+        "p95_ms": round(percentile(times, 95) or 0),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -199,8 +245,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=60)
     parser.add_argument("--seed", type=int, default=None, help="dev set only (the held-out seed is fixed)")
     parser.add_argument("--per-hole", default=None)
-    parser.add_argument("--control", action="store_true", help="holes before a name of the current file, other "
-                        "files open all the same (what the other files' code must not take away)")
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="holes before a name of the current file, other "
+        "files open all the same (what the other files' code must not take away)",
+    )
     args = parser.parse_args(argv)
     if args.set == "heldout" and args.seed not in (None, HELD_OUT_SEED):
         parser.error(f"the held-out set has one seed ({HELD_OUT_SEED}); other seeds are for --set dev")
@@ -223,25 +273,48 @@ def main(argv: list[str] | None = None) -> int:
             record = ask(pipeline, hole, texts, arm == "with", arm)
             arms[arm].append(record)
             if out:
-                out.write(json.dumps({"id": hole.id, "arm": arm, "source": f"{hole.path}:{hole.line}",
-                                      "want": hole.middle, "name": hole.name, "defined_in": hole.defined_in,
-                                      "selected": holds, **record}) + "\n")
-            print(f"{arm:7s} {hole.path}:{hole.line:<5d} {record['ms']:6.0f} ms want {hole.middle!r:.40s} "
-                  f"got {record['fill']!r:.40s}", flush=True)
+                out.write(
+                    json.dumps(
+                        {
+                            "id": hole.id,
+                            "arm": arm,
+                            "source": f"{hole.path}:{hole.line}",
+                            "want": hole.middle,
+                            "name": hole.name,
+                            "defined_in": hole.defined_in,
+                            "selected": holds,
+                            **record,
+                        }
+                    )
+                    + "\n"
+                )
+            print(
+                f"{arm:7s} {hole.path}:{hole.line:<5d} {record['ms']:6.0f} ms want {hole.middle!r:.40s} "
+                f"got {record['fill']!r:.40s}",
+                flush=True,
+            )
     if out:
         out.close()
     backend.close()
     pairs = list(zip(arms["without"], arms["with"]))
-    report = {"set": args.set, "seed": seed, "control": args.control, "holes": len(holes),
-              "packages": sorted({h.path.split('/')[0] for h in holes}),
-              **{arm: summarise(recs) for arm, recs in arms.items()},
-              "exact_only": {"with": sum(b["exact"] and not a["exact"] for a, b in pairs),
-                             "without": sum(a["exact"] and not b["exact"] for a, b in pairs)},
-              "selection_holds_the_name": _share(sum(found), len(found)),
-              "selection_ms": {"p50": round(percentile(costs, 50) or 0, 3),
-                               "p95": round(percentile(costs, 95) or 0, 3)},
-              "backend": backend.info.model, "cores": os.cpu_count(), "cpu_flags": kernel_flags(),
-              "seconds": round(time.monotonic() - started)}
+    report = {
+        "set": args.set,
+        "seed": seed,
+        "control": args.control,
+        "holes": len(holes),
+        "packages": sorted({h.path.split("/")[0] for h in holes}),
+        **{arm: summarise(recs) for arm, recs in arms.items()},
+        "exact_only": {
+            "with": sum(b["exact"] and not a["exact"] for a, b in pairs),
+            "without": sum(a["exact"] and not b["exact"] for a, b in pairs),
+        },
+        "selection_holds_the_name": _share(sum(found), len(found)),
+        "selection_ms": {"p50": round(percentile(costs, 50) or 0, 3), "p95": round(percentile(costs, 95) or 0, 3)},
+        "backend": backend.info.model,
+        "cores": os.cpu_count(),
+        "cpu_flags": kernel_flags(),
+        "seconds": round(time.monotonic() - started),
+    }
     print(json.dumps(report))
     return 0
 

@@ -20,6 +20,7 @@ import statistics
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -27,13 +28,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # transformers' own step, for comparison
 
+from reference_sampler import reference_denoise  # noqa: E402
+
 from infill.engine.canvas import build_canvas  # noqa: E402
 from infill.engine.config import EngineConfig  # noqa: E402
 from infill.engine.denoise import CanvasFill, denoise  # noqa: E402
 from infill.engine.diffusion import DiffusionEngine  # noqa: E402
 from infill.engine.loading import load_diffusion_model  # noqa: E402
 from infill.testing.hf_reference import decoder_cache_view, hf_prefill  # noqa: E402
-from reference_sampler import reference_denoise  # noqa: E402
 from infill.testing.tiny_checkpoint import write_tiny_checkpoint  # noqa: E402
 from infill.types import InfillRequest  # noqa: E402
 
@@ -76,8 +78,12 @@ def keystroke_encode_ratio(engine: DiffusionEngine, text: str, repeat: int) -> d
         full_prefill()
         prefill = median_ms(full_prefill, repeat)
         key = statistics.median(keystroke() for _ in range(repeat))
-    return {"prefix_tokens": ids.numel(), "prefill_ms": round(prefill, 2), "keystroke_encode_ms": round(key, 2),
-            "keystroke_encode_ratio": round(key / prefill, 4)}
+    return {
+        "prefix_tokens": ids.numel(),
+        "prefill_ms": round(prefill, 2),
+        "keystroke_encode_ms": round(key, 2),
+        "keystroke_encode_ratio": round(key / prefill, 4),
+    }
 
 
 def step_over_forward(steps: int, repeat: int) -> dict:
@@ -87,15 +93,16 @@ def step_over_forward(steps: int, repeat: int) -> dict:
     model = loaded.model
     figures = {}
     for sampler, denoiser in (("fast", denoise), ("reference", reference_denoise)):
-        engine = DiffusionEngine(loaded, EngineConfig(max_denoising_steps=steps, confidence_threshold=NEVER_CONFIDENT),
-                                 denoiser=denoiser)
+        engine = DiffusionEngine(
+            loaded, EngineConfig(max_denoising_steps=steps, confidence_threshold=NEVER_CONFIDENT), denoiser=denoiser
+        )
         ids = torch.tensor(engine.prompt_ids("def f(x):\n    return x\n" * 20))
         with torch.inference_mode():
             engine._encode_prompt("step", ids)
             canvas = build_canvas([256], [[]], ids.numel(), engine.pad_id, engine.device)
             fill = CanvasFill(canvas, ids, engine.runner)
 
-            def run():
+            def run(denoiser=denoiser, fill=fill, engine=engine):
                 out = denoiser(fill, engine.config, torch.Generator().manual_seed(0))
                 assert out.steps == steps
 
@@ -106,19 +113,31 @@ def step_over_forward(steps: int, repeat: int) -> dict:
                 logits = torch.randn(1, 256, 262_144)
                 text = model.config.text_config
                 view = decoder_cache_view(hf_prefill(model, ids), text.layer_types, text.sliding_window, 1)
-                bare = lambda: model(decoder_input_ids=tokens, cache=view, self_conditioning_logits=logits,  # noqa
-                                     decoder_position_ids=canvas.position_ids)
+
+                def bare(tokens=tokens, view=view, logits=logits, canvas=canvas):
+                    return model(
+                        decoder_input_ids=tokens,
+                        cache=view,
+                        self_conditioning_logits=logits,
+                        decoder_position_ids=canvas.position_ids,
+                    )
+
                 bare()
                 figures["forward"] = min(median_ms(bare, 3) for _ in range(repeat))
                 ours = engine.runner.forward_for(canvas)
                 soft = torch.zeros(1, 256, engine.weights.hidden)
                 ours(tokens, soft)
-                figures["engine_forward"] = min(median_ms(lambda: ours(tokens, soft), 3) for _ in range(repeat))
-    return {"vocab": 262_144, "canvas": 256, "bare_forward_ms": round(figures["forward"], 1),
-            "engine_forward_ms": round(figures["engine_forward"], 1),
-            "engine_step_ms": round(figures["fast"], 1), "transformers_step_ms": round(figures["reference"], 1),
-            "step_over_forward": round(figures["fast"] / figures["forward"], 3),
-            "transformers_step_over_forward": round(figures["reference"] / figures["forward"], 3)}
+                figures["engine_forward"] = min(median_ms(partial(ours, tokens, soft), 3) for _ in range(repeat))
+    return {
+        "vocab": 262_144,
+        "canvas": 256,
+        "bare_forward_ms": round(figures["forward"], 1),
+        "engine_forward_ms": round(figures["engine_forward"], 1),
+        "engine_step_ms": round(figures["fast"], 1),
+        "transformers_step_ms": round(figures["reference"], 1),
+        "step_over_forward": round(figures["fast"] / figures["forward"], 3),
+        "transformers_step_over_forward": round(figures["reference"] / figures["forward"], 3),
+    }
 
 
 def keystroke_vs_generate(loaded, text: str, steps: int, repeat: int) -> dict:
@@ -127,8 +146,10 @@ def keystroke_vs_generate(loaded, text: str, steps: int, repeat: int) -> dict:
     what they would not on a GPU at batch 1."""
     figures = {}
     for name, lengths in (("", None), ("_three_rows", (6, 12, 24))):
-        engine = DiffusionEngine(loaded, EngineConfig(max_denoising_steps=steps, single_line_lengths=lengths,
-                                                      confidence_threshold=NEVER_CONFIDENT))
+        engine = DiffusionEngine(
+            loaded,
+            EngineConfig(max_denoising_steps=steps, single_line_lengths=lengths, confidence_threshold=NEVER_CONFIDENT),
+        )
         one = _keystroke_vs_generate(engine, loaded, text, steps, repeat)
         figures.update({f"{key}{name}": value for key, value in one.items()})
     return figures
@@ -146,9 +167,13 @@ def _keystroke_vs_generate(engine: DiffusionEngine, loaded, text: str, steps: in
     def through_generate():
         prompt = edit()
         ids = torch.tensor([[engine.bos_id] + tokenizer.encode(prompt, add_special_tokens=False)])
-        out = model.generate(ids, max_new_tokens=model.config.canvas_length, max_denoising_steps=steps,
-                             confidence_threshold=NEVER_CONFIDENT)
-        tokenizer.decode(out.sequences[0, ids.shape[1]:], skip_special_tokens=True).split("\n", 1)[0]
+        out = model.generate(
+            ids,
+            max_new_tokens=model.config.canvas_length,
+            max_denoising_steps=steps,
+            confidence_threshold=NEVER_CONFIDENT,
+        )
+        tokenizer.decode(out.sequences[0, ids.shape[1] :], skip_special_tokens=True).split("\n", 1)[0]
 
     def through_engine():
         result = engine.infill(InfillRequest(prefix=edit(), suffix=suffix, single_line=True, document_id="doc"))
@@ -159,8 +184,12 @@ def _keystroke_vs_generate(engine: DiffusionEngine, loaded, text: str, steps: in
         through_generate()
         gen_ms = median_ms(through_generate, repeat)
         eng_ms = median_ms(through_engine, repeat)
-    return {"steps": steps, "generate_ms": round(gen_ms, 1), "engine_ms": round(eng_ms, 1),
-            "keystroke_vs_generate": round(gen_ms / eng_ms, 2)}
+    return {
+        "steps": steps,
+        "generate_ms": round(gen_ms, 1),
+        "engine_ms": round(eng_ms, 1),
+        "keystroke_vs_generate": round(gen_ms / eng_ms, 2),
+    }
 
 
 def candidate_batch_cost(loaded, text: str, steps: int, repeat: int) -> dict:
@@ -169,21 +198,27 @@ def candidate_batch_cost(loaded, text: str, steps: int, repeat: int) -> dict:
     suffix = "\n\ndef handler_last(request):\n    return None\n"
     timings = {}
     for name, lengths in (("batch", EngineConfig().candidate_lengths), ("single", (64,))):
-        engine = DiffusionEngine(loaded, EngineConfig(max_denoising_steps=steps, candidate_lengths=lengths,
-                                                      confidence_threshold=NEVER_CONFIDENT))
+        engine = DiffusionEngine(
+            loaded,
+            EngineConfig(max_denoising_steps=steps, candidate_lengths=lengths, confidence_threshold=NEVER_CONFIDENT),
+        )
         request = InfillRequest(prefix=text, suffix=suffix, document_id="doc")
         engine.infill(request)
-        timings[name] = median_ms(lambda: engine.infill(request), repeat)
-    return {"candidate_lengths": list(EngineConfig().candidate_lengths), "batch_fill_ms": round(timings["batch"], 1),
-            "single_row_fill_ms": round(timings["single"], 1),
-            "candidate_batch_cost_ratio": round(timings["batch"] / timings["single"], 2)}
+        timings[name] = median_ms(partial(engine.infill, request), repeat)
+    return {
+        "candidate_lengths": list(EngineConfig().candidate_lengths),
+        "batch_fill_ms": round(timings["batch"], 1),
+        "single_row_fill_ms": round(timings["single"], 1),
+        "candidate_batch_cost_ratio": round(timings["batch"] / timings["single"], 2),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=12, help="denoising steps (≈12 passes per canvas on the "
-                                                               "real model)")
+    parser.add_argument(
+        "--steps", type=int, default=12, help="denoising steps (≈12 passes per canvas on the real model)"
+    )
     args = parser.parse_args()
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:

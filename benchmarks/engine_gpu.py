@@ -32,6 +32,7 @@ import sys
 import time
 import traceback
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -41,10 +42,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import gpu_floor  # noqa: E402
 from engine_pipeline import measure_keystrokes  # noqa: E402
+
+from infill.engine import forward  # noqa: E402
 from infill.engine.canvas import build_canvas  # noqa: E402
 from infill.engine.config import EngineConfig  # noqa: E402
 from infill.engine.denoise import CanvasFill, denoise  # noqa: E402
-from infill.engine import forward  # noqa: E402
 from infill.engine.diffusion import DiffusionEngine  # noqa: E402
 from infill.engine.experts import KERNELS, route  # noqa: E402
 from infill.engine.fp8 import quantize_rows_of, quantize_weights  # noqa: E402
@@ -73,8 +75,10 @@ def sync(device: torch.device) -> None:
 def memory(device: torch.device) -> dict:
     if device.type != "cuda":
         return {}
-    return {"allocated_gib": round(torch.cuda.memory_allocated(device) / 2**30, 2),
-            "peak_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2)}
+    return {
+        "allocated_gib": round(torch.cuda.memory_allocated(device) / 2**30, 2),
+        "peak_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2),
+    }
 
 
 class Bench:
@@ -106,8 +110,12 @@ class Bench:
             pass
         if torch.cuda.is_available():
             p = torch.cuda.get_device_properties(0)
-            out.update(gpu=p.name, memory_gib=round(p.total_memory / 2**30, 1), sms=p.multi_processor_count,
-                       capability=f"{p.major}.{p.minor}")
+            out.update(
+                gpu=p.name,
+                memory_gib=round(p.total_memory / 2**30, 1),
+                sms=p.multi_processor_count,
+                capability=f"{p.major}.{p.minor}",
+            )
         return out
 
     def bandwidth(self) -> dict:
@@ -115,16 +123,25 @@ class Bench:
 
     def load(self) -> dict:
         t0 = time.perf_counter()
-        self.loaded = load_diffusion_model(self.args.model, load_format=self.args.load_format,
-                                           device=self.args.device, dtype=self.args.dtype)
+        self.loaded = load_diffusion_model(
+            self.args.model, load_format=self.args.load_format, device=self.args.device, dtype=self.args.dtype
+        )
         load_s = time.perf_counter() - t0
         self.engine = DiffusionEngine(self.loaded, self.config(compile=False))
         warm_s = self.engine.warm_up()
         w = self.engine.weights
-        return {"load_s": round(load_s, 1), "warm_up_s": round(warm_s, 1), "programs": self.engine.programs,
-                "layers": len(w.decoder), "experts": w.decoder[0].experts.count, "vocab": w.vocab,
-                "weights": w.weight_format, "weight_gib": round(w.weight_bytes() / 2**30, 2),
-                "kv_buffers_gib": round(self.engine.runner.kv.nbytes / 2**30, 2), **memory(self.device)}
+        return {
+            "load_s": round(load_s, 1),
+            "warm_up_s": round(warm_s, 1),
+            "programs": self.engine.programs,
+            "layers": len(w.decoder),
+            "experts": w.decoder[0].experts.count,
+            "vocab": w.vocab,
+            "weights": w.weight_format,
+            "weight_gib": round(w.weight_bytes() / 2**30, 2),
+            "kv_buffers_gib": round(self.engine.runner.kv.nbytes / 2**30, 2),
+            **memory(self.device),
+        }
 
     def config(self, **changes) -> EngineConfig:
         return EngineConfig(max_denoising_steps=self.args.steps, confidence_threshold=NEVER_CONFIDENT, **changes)
@@ -133,26 +150,37 @@ class Bench:
         engine, w = self.engine, self.engine.weights
         read = self.figures.get("bandwidth", {}).get("read_gbs") or 4800.0
         parts = gpu_floor.weight_parts(w)
-        out = {"read_gbs": read, "parts": {k: v for k, v in parts.items() if k != "layers"},
-               "dense_per_layer": parts["layers"][0]["dense"], "per_expert": parts["layers"][0]["per_expert"]}
+        out = {
+            "read_gbs": read,
+            "parts": {k: v for k, v in parts.items() if k != "layers"},
+            "dense_per_layer": parts["layers"][0]["dense"],
+            "per_expert": parts["layers"][0]["per_expert"],
+        }
         for context in self.contexts():
             ids = self.ids(context, context)
             engine._encode_prompt("floors", ids)
             for rows, width in CANVASES:
-                touched = gpu_floor.experts_touched(gpu_floor.canvas_forward(w, engine.runner.kv, rows, width,
-                                                                             context))
+                touched = gpu_floor.experts_touched(gpu_floor.canvas_forward(w, engine.runner.kv, rows, width, context))
                 nbytes = gpu_floor.floor_bytes(parts, touched, gpu_floor.visible_kv_bytes(w, context), head=True)
-                out[f"{rows}x{width}@{context}"] = {"experts_touched_mean": round(statistics.mean(touched), 1),
-                                                    "bytes": nbytes, "floor_ms": round(nbytes / read / 1e6, 3)}
+                out[f"{rows}x{width}@{context}"] = {
+                    "experts_touched_mean": round(statistics.mean(touched), 1),
+                    "bytes": nbytes,
+                    "floor_ms": round(nbytes / read / 1e6, 3),
+                }
         context = 2048
         engine._encode_prompt("floors", self.ids(context, 1))
         for new in (1, 2, 8):
             extra = self.ids(new, 100 + new).to(self.device)
-            touched = gpu_floor.experts_touched(lambda: forward.encode(
-                w, engine.runner.kv, extra, context, forward.exact_spans(w, context + new, context), "grouped"))
+            spans = forward.exact_spans(w, context + new, context)
+            touched = gpu_floor.experts_touched(
+                partial(forward.encode, w, engine.runner.kv, extra, context, spans, "grouped")
+            )
             nbytes = gpu_floor.floor_bytes(parts, touched, gpu_floor.visible_kv_bytes(w, context), head=False)
-            out[f"encode {new} after {context}"] = {"experts_touched_mean": round(statistics.mean(touched), 1),
-                                                    "bytes": nbytes, "floor_ms": round(nbytes / read / 1e6, 3)}
+            out[f"encode {new} after {context}"] = {
+                "experts_touched_mean": round(statistics.mean(touched), 1),
+                "bytes": nbytes,
+                "floor_ms": round(nbytes / read / 1e6, 3),
+            }
         engine.prompts.clear()
         return out
 
@@ -169,7 +197,7 @@ class Bench:
                 canvas = build_canvas([width] * rows, [[]], context, engine.pad_id, engine.device)
                 fill = CanvasFill(canvas, ids, engine.runner)
 
-                def run():
+                def run(fill=fill):
                     result = denoise(fill, engine.config, torch.Generator(engine.device).manual_seed(0))
                     sync(engine.device)
                     return result
@@ -183,8 +211,11 @@ class Bench:
                 case = f"{rows}x{width}@{context}"
                 ms = statistics.median(times)
                 floor = self.figures.get("floors", {}).get(case, {}).get("floor_ms")
-                out[case] = {"ms_per_step": round(ms, 2), "steps": result.steps,
-                             "over_floor": round(ms / floor, 2) if floor else None}
+                out[case] = {
+                    "ms_per_step": round(ms, 2),
+                    "steps": result.steps,
+                    "over_floor": round(ms / floor, 2) if floor else None,
+                }
                 note(f"step {case}: {ms:.2f} ms" + (f" ({ms / floor:.2f}x floor)" if floor else ""))
         engine.prompts.clear()
         return out
@@ -205,8 +236,12 @@ class Bench:
                 ids = typed
             floor = self.figures.get("floors", {}).get(f"encode {new} after 2048", {}).get("floor_ms")
             p50 = statistics.median(times)
-            out[f"{new} tokens"] = {"p50_ms": round(p50, 2), "max_ms": round(max(times), 2), "keystrokes": count,
-                                    "over_floor": round(p50 / floor, 2) if floor else None}
+            out[f"{new} tokens"] = {
+                "p50_ms": round(p50, 2),
+                "max_ms": round(max(times), 2),
+                "keystrokes": count,
+                "over_floor": round(p50 / floor, 2) if floor else None,
+            }
         engine.prompts.clear()
         return out
 
@@ -233,11 +268,16 @@ class Bench:
                     continue  # it copies each pair's expert weights: at 96 tokens that is several GB
                 experts = fp8 if kernel is None else layer.experts
                 fn = KERNELS["grouped"] if kernel is None else kernel
-                ms = statistics.median(gpu_floor.timed_ms(lambda: fn(x, ids, weights, experts, act), 20, self.device))
+                call = partial(fn, x, ids, weights, experts, act)
+                ms = statistics.median(gpu_floor.timed_ms(call, 20, self.device))
                 diff = (fn(x, ids, weights, experts, act).float() - reference).abs().max().item()
                 nbytes = touched * (per_expert // (2 if kernel is None else 1))
-                row[name] = {"ms": round(ms, 4), "gbs": round(nbytes / ms / 1e6, 1),
-                             "max_diff": float(f"{diff:.3g}"), "scale": float(f"{reference.abs().max().item():.3g}")}
+                row[name] = {
+                    "ms": round(ms, 4),
+                    "gbs": round(nbytes / ms / 1e6, 1),
+                    "max_diff": float(f"{diff:.3g}"),
+                    "scale": float(f"{reference.abs().max().item():.3g}"),
+                }
             out[str(n)] = row
         return out
 
@@ -252,8 +292,10 @@ class Bench:
         config = replace(engine.config, max_denoising_steps=1)
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
         out = {}
-        for name, run in (("replayed step", lambda: denoise(fill, config, torch.Generator(engine.device))),
-                          ("eager forward", gpu_floor.canvas_forward(engine.weights, engine.runner.kv, 3, 32, 2048))):
+        for name, run in (
+            ("replayed step", lambda: denoise(fill, config, torch.Generator(engine.device))),
+            ("eager forward", gpu_floor.canvas_forward(engine.weights, engine.runner.kv, 3, 32, 2048)),
+        ):
             with torch.inference_mode():
                 run()
                 sync(self.device)
@@ -262,11 +304,17 @@ class Bench:
                     sync(self.device)
             events = prof.key_averages()
             device_us = sum(getattr(e, "self_device_time_total", 0) for e in events)
-            kernels = sum(e.count for e in events if getattr(e, "device_type", None) is not None
-                          and str(e.device_type).endswith("CUDA"))
+            kernels = sum(
+                e.count
+                for e in events
+                if getattr(e, "device_type", None) is not None and str(e.device_type).endswith("CUDA")
+            )
             top = sorted(events, key=lambda e: getattr(e, "self_device_time_total", 0), reverse=True)[:8]
-            out[name] = {"device_ms": round(device_us / 1000, 2), "kernels": kernels,
-                         "top": [[e.key[:60], round(getattr(e, "self_device_time_total", 0) / 1000, 3)] for e in top]}
+            out[name] = {
+                "device_ms": round(device_us / 1000, 2),
+                "kernels": kernels,
+                "top": [[e.key[:60], round(getattr(e, "self_device_time_total", 0) / 1000, 3)] for e in top],
+            }
         engine.prompts.clear()
         return out
 
@@ -282,22 +330,43 @@ class Bench:
         engine = DiffusionEngine(loaded, self.config(compile=False))
         warm_s = engine.warm_up()
         self.engine = engine
-        return {"quantize_s": round(quantize_s, 1), "warm_up_s": round(warm_s, 1), "weights": weights.weight_format,
-                "weight_gib": round(weights.weight_bytes() / 2**30, 2), **memory(self.device),
-                "steps": self.steps(engine, canvases=((3, 32), (1, 256))), "keystroke": self.keystroke(engine),
-                "pipeline": self.pipeline(engine)}
+        return {
+            "quantize_s": round(quantize_s, 1),
+            "warm_up_s": round(warm_s, 1),
+            "weights": weights.weight_format,
+            "weight_gib": round(weights.weight_bytes() / 2**30, 2),
+            **memory(self.device),
+            "steps": self.steps(engine, canvases=((3, 32), (1, 256))),
+            "keystroke": self.keystroke(engine),
+            "pipeline": self.pipeline(engine),
+        }
 
     def compile(self) -> dict:
         engine = DiffusionEngine(self.engine.loaded, self.config(compile=True))
         warm_s = engine.warm_up()
-        out = {"warm_up_s": round(warm_s, 1), "programs": engine.programs,
-               "steps": self.steps(engine, canvases=((3, 32), (1, 256))), "keystroke": self.keystroke(engine)}
+        out = {
+            "warm_up_s": round(warm_s, 1),
+            "programs": engine.programs,
+            "steps": self.steps(engine, canvases=((3, 32), (1, 256))),
+            "keystroke": self.keystroke(engine),
+        }
         engine.close()
         return out
 
 
-SECTIONS = ("env", "bandwidth", "load", "floors", "steps", "keystroke", "pipeline", "experts", "profile", "fp8",
-            "compile")
+SECTIONS = (
+    "env",
+    "bandwidth",
+    "load",
+    "floors",
+    "steps",
+    "keystroke",
+    "pipeline",
+    "experts",
+    "profile",
+    "fp8",
+    "compile",
+)
 NEEDS_ENGINE = {"floors", "steps", "keystroke", "pipeline", "experts", "profile", "compile", "fp8"}
 
 

@@ -36,9 +36,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from fill_quality import HELD_OUT_PACKAGES, HELD_OUT_SEED, ask_lsp, judge, package_files, summarise  # noqa: E402
+
 from infill.backends.choose import BackendSpec  # noqa: E402
 from infill.device import kernel_flags  # noqa: E402
-from infill.loader import NO_FALLBACK, FallbackChoice, open_pipeline  # noqa: E402
+from infill.loader import FallbackChoice, open_pipeline  # noqa: E402
 from infill.pilot.holes import CutSettings, cut_holes  # noqa: E402
 from infill.pipeline import Pipeline, PipelineSettings  # noqa: E402
 from infill.stats import percentile  # noqa: E402
@@ -66,8 +67,9 @@ def load_once(model: str, fallback: bool) -> dict:
 
 def commit() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -102,52 +104,81 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = PipelineSettings(max_middle_tokens=Settings().max_middle_tokens)
     opened = open_pipeline(BackendSpec(model=model), fallback=FallbackChoice(), settings=settings)
-    pipelines = {"alone": Pipeline(opened.pipeline.backend, settings=settings), "with_fallback": opened.pipeline,
-                 "offline_default": Pipeline(opened.pipeline.fallback, settings=settings)}
+    pipelines = {
+        "alone": Pipeline(opened.pipeline.backend, settings=settings),
+        "with_fallback": opened.pipeline,
+        "offline_default": Pipeline(opened.pipeline.fallback, settings=settings),
+    }
     assert opened.pipeline.fallback is not None, opened.fallback_error
-    holes = cut_holes(package_files(HELD_OUT_PACKAGES), CutSettings(n=args.n, seed=HELD_OUT_SEED,
-                                                                     kinds=("single-line",)))
+    holes = cut_holes(
+        package_files(HELD_OUT_PACKAGES), CutSettings(n=args.n, seed=HELD_OUT_SEED, kinds=("single-line",))
+    )
     records: dict[str, list[dict]] = {side: [] for side in pipelines}
     for index, hole in enumerate(holes):
-        order = list(pipelines)[index % 3:] + list(pipelines)[:index % 3]
+        order = list(pipelines)[index % 3 :] + list(pipelines)[: index % 3]
         for side in order:
             before = Counter(pipelines[side].routes)
             record = judge(hole, ask_lsp(pipelines[side], hole, GUARD_CAP_MS))
             record["route"] = next(iter(Counter(pipelines[side].routes) - before), "none")
             records[side].append(record)
-            print(f"{side:13s} {hole.path}:{hole.line:<5d} {record['ms']:7.0f} ms {record['route']:8s} "
-                  f"want {hole.middle!r:.30s} got {record['fill']!r:.30s}", flush=True)
+            print(
+                f"{side:13s} {hole.path}:{hole.line:<5d} {record['ms']:7.0f} ms {record['route']:8s} "
+                f"want {hole.middle!r:.30s} got {record['fill']!r:.30s}",
+                flush=True,
+            )
     for backend in opened.backends:
         backend.close()
 
     def load_figures(rows: list[dict]) -> dict:
-        return {"seconds_p50": round(percentile([r["seconds"] for r in rows], 50), 2),
-                "seconds": [round(r["seconds"], 2) for r in rows],
-                "rss_mib_p50": round(percentile([r["rss_mib"] for r in rows], 50)),
-                "backends": rows[0]["backends"]}
+        return {
+            "seconds_p50": round(percentile([r["seconds"] for r in rows], 50), 2),
+            "seconds": [round(r["seconds"], 2) for r in rows],
+            "rss_mib_p50": round(percentile([r["rss_mib"] for r in rows], 50)),
+            "backends": rows[0]["backends"],
+        }
 
     report = {
-        "benchmark": "fallback", "commit": commit(), "cpu": cpu_model(), "cores": os.cpu_count(),
-        "cpu_flags": kernel_flags(), "primary": "tiny stutter checkpoint" if args.stutter and not args.checkpoint
-        else "tiny random checkpoint" if not args.checkpoint else args.checkpoint,
-        "holes": {"set": "heldout", "packages": list(HELD_OUT_PACKAGES), "seed": HELD_OUT_SEED, "n": len(holes),
-                  "kinds": "single-line", "asked": "as the LSP server asks (fill_quality.ask_lsp)"},
+        "benchmark": "fallback",
+        "commit": commit(),
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "cpu_flags": kernel_flags(),
+        "primary": "tiny stutter checkpoint"
+        if args.stutter and not args.checkpoint
+        else "tiny random checkpoint"
+        if not args.checkpoint
+        else args.checkpoint,
+        "holes": {
+            "set": "heldout",
+            "packages": list(HELD_OUT_PACKAGES),
+            "seed": HELD_OUT_SEED,
+            "n": len(holes),
+            "kinds": "single-line",
+            "asked": "as the LSP server asks (fill_quality.ask_lsp)",
+        },
         "load": {side: load_figures(rows) for side, rows in loads.items() if rows},
-        **{side: {**summarise(rows), "routes": dict(Counter(r["route"] for r in rows))}
-           for side, rows in records.items()},
-        "shown_only_with_fallback": sum(b["shown"] and not a["shown"]
-                                        for a, b in zip(records["alone"], records["with_fallback"])),
-        "shown_only_alone": sum(a["shown"] and not b["shown"]
-                                for a, b in zip(records["alone"], records["with_fallback"])),
-        "fallback_same_as_offline_default": sum(a["fill"] == b["fill"] for a, b in
-                                                zip(records["with_fallback"], records["offline_default"])),
+        **{
+            side: {**summarise(rows), "routes": dict(Counter(r["route"] for r in rows))}
+            for side, rows in records.items()
+        },
+        "shown_only_with_fallback": sum(
+            b["shown"] and not a["shown"] for a, b in zip(records["alone"], records["with_fallback"])
+        ),
+        "shown_only_alone": sum(
+            a["shown"] and not b["shown"] for a, b in zip(records["alone"], records["with_fallback"])
+        ),
+        "fallback_same_as_offline_default": sum(
+            a["fill"] == b["fill"] for a, b in zip(records["with_fallback"], records["offline_default"])
+        ),
         "seconds": round(time.monotonic() - started),
     }
     if args.loads:
-        report["load"]["added_seconds_p50"] = round(report["load"]["with_fallback"]["seconds_p50"]
-                                                    - report["load"]["alone"]["seconds_p50"], 2)
-        report["load"]["added_rss_mib_p50"] = (report["load"]["with_fallback"]["rss_mib_p50"]
-                                               - report["load"]["alone"]["rss_mib_p50"])
+        report["load"]["added_seconds_p50"] = round(
+            report["load"]["with_fallback"]["seconds_p50"] - report["load"]["alone"]["seconds_p50"], 2
+        )
+        report["load"]["added_rss_mib_p50"] = (
+            report["load"]["with_fallback"]["rss_mib_p50"] - report["load"]["alone"]["rss_mib_p50"]
+        )
     print(json.dumps(report))
     return 0
 

@@ -49,14 +49,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from client_holes import cut_client_holes  # noqa: E402
+
 from infill.backends.offline.backend import load_default_backend  # noqa: E402
 from infill.device import kernel_flags  # noqa: E402
-from infill.gateway.openai_api import (GatewaySettings, detect_language, parse_completion_params,  # noqa: E402
-                                       run_completion)
+from infill.gateway.openai_api import (
+    GatewaySettings,
+    detect_language,
+    parse_completion_params,  # noqa: E402
+    run_completion,
+)
+from infill.metrics import edit_similarity, exact_match  # noqa: E402
 from infill.pilot.files import Discovery, discover  # noqa: E402
 from infill.pilot.holes import CutSettings, Hole, cut_holes  # noqa: E402
-from client_holes import cut_client_holes  # noqa: E402
-from infill.metrics import edit_similarity, exact_match  # noqa: E402
 from infill.pilot.syntax import syntax_valid  # noqa: E402
 from infill.pipeline import CompletionRequest, Pipeline, PipelineResult, PipelineSettings  # noqa: E402
 from infill.stats import mean_interval, percentile, wilson_interval  # noqa: E402
@@ -105,8 +110,11 @@ def package_files(names: tuple[str, ...]) -> Discovery:
         except ImportError:
             continue
         found = discover(root)
-        merged.files.extend(type(f)(path=f"{name}/{f.path}", language=f.language, text=f.text)
-                            for f in found.files if f.language == "python")
+        merged.files.extend(
+            type(f)(path=f"{name}/{f.path}", language=f.language, text=f.text)
+            for f in found.files
+            if f.language == "python"
+        )
         merged.skipped.update(found.skipped)
     return merged
 
@@ -117,22 +125,35 @@ def middle_of(text: str, start: int, end: int, fill: str, hole: Hole) -> str:
     filled = text[:start] + fill + text[end:]
     if not (filled.startswith(hole.prefix) and filled.endswith(hole.suffix)):
         return fill  # it rewrote the context itself: judged as it stands
-    return filled[len(hole.prefix):len(filled) - len(hole.suffix)]
+    return filled[len(hole.prefix) : len(filled) - len(hole.suffix)]
 
 
 def ask_lsp(pipeline: Pipeline, hole: Hole, deadline_ms: float) -> Attempt:
     text, start = hole.text_without_middle, len(hole.prefix)
     # An automatic request's other fills, as the server asks them (a tree from before they existed: none).
     other = {"alternatives": scheduling.INLINE_ALTERNATIVES} if hasattr(scheduling, "INLINE_ALTERNATIVES") else {}
-    request = CompletionRequest(text=text, start=start, end=start, mode=hole.mode, language=hole.language,
-                                document_id=f"bench-lsp:{hole.id}", **other)
+    request = CompletionRequest(
+        text=text,
+        start=start,
+        end=start,
+        mode=hole.mode,
+        language=hole.language,
+        document_id=f"bench-lsp:{hole.id}",
+        **other,
+    )
     t0 = time.perf_counter()
     outcome = pipeline.complete(request, deadline=time.monotonic() + deadline_ms / 1000)
     ms = (time.perf_counter() - t0) * 1000
     fill = outcome.fills[0] if outcome.fills else None
     shown = middle_of(text, fill.start, fill.end, fill.text, hole) if fill and fill.text.strip() else ""
-    return Attempt(shown, ms, outcome.result.outcome if outcome.result else "none",
-                   [reason for _, reason in outcome.rejections], hole.language, _written(pipeline))
+    return Attempt(
+        shown,
+        ms,
+        outcome.result.outcome if outcome.result else "none",
+        [reason for _, reason in outcome.rejections],
+        hole.language,
+        _written(pipeline),
+    )
 
 
 PATHS = ("lsp", "gateway", "gateway-best-of", "fill-gap", "fill-gap-greedy", "http")
@@ -142,27 +163,52 @@ def ask_fill_gap(pipeline: Pipeline, hole: Hole, candidates: int) -> Attempt:
     """As the Fill gap action asks: the hole's own text is the selection (the model never sees it), mode "gap"."""
     start, end = len(hole.prefix), len(hole.prefix) + len(hole.middle)
     text = hole.prefix + hole.middle + hole.suffix
-    request = CompletionRequest(text=text, start=start, end=end, mode="gap", language=hole.language,
-                                document_id=f"bench-gap{candidates}:{hole.id}", candidates=candidates)
+    request = CompletionRequest(
+        text=text,
+        start=start,
+        end=end,
+        mode="gap",
+        language=hole.language,
+        document_id=f"bench-gap{candidates}:{hole.id}",
+        candidates=candidates,
+    )
     t0 = time.perf_counter()
     outcome = pipeline.complete(request, deadline=time.monotonic() + Settings().code_action_budget_ms / 1000)
     ms = (time.perf_counter() - t0) * 1000
     fill = outcome.fills[0] if outcome.fills else None
     shown = middle_of(text, fill.start, fill.end, fill.text, hole) if fill and fill.text.strip() else ""
-    return Attempt(shown, ms, outcome.result.outcome if outcome.result else "none",
-                   [reason for _, reason in outcome.rejections], hole.language)
+    return Attempt(
+        shown,
+        ms,
+        outcome.result.outcome if outcome.result else "none",
+        [reason for _, reason in outcome.rejections],
+        hole.language,
+    )
 
 
 def ask_gateway(pipeline: Pipeline, hole: Hole, settings: GatewaySettings, best_of: int = 1) -> Attempt:
-    params = parse_completion_params({"prompt": hole.prefix, "suffix": hole.suffix, "best_of": best_of,
-                                      "infill_document": f"bench-gw{best_of}-{hole.id}"}, settings)
+    params = parse_completion_params(
+        {
+            "prompt": hole.prefix,
+            "suffix": hole.suffix,
+            "best_of": best_of,
+            "infill_document": f"bench-gw{best_of}-{hole.id}",
+        },
+        settings,
+    )
     t0 = time.perf_counter()
     extension, text, _ = run_completion(pipeline, params, settings)
     ms = (time.perf_counter() - t0) * 1000
     start, end = extension["replace"]
     shown = middle_of(hole.text_without_middle, start, end, text, hole) if text.strip() else ""
-    return Attempt(shown, ms, extension["outcome"], [reason for _, reason in extension["rejections"]],
-                   detect_language(hole.prefix, hole.suffix), _written(pipeline))
+    return Attempt(
+        shown,
+        ms,
+        extension["outcome"],
+        [reason for _, reason in extension["rejections"]],
+        detect_language(hole.prefix, hole.suffix),
+        _written(pipeline),
+    )
 
 
 def ask_http(url: str, hole: Hole, token: str | None) -> Attempt:
@@ -171,8 +217,9 @@ def ask_http(url: str, hole: Hole, token: str | None) -> Attempt:
     headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
     t0 = time.perf_counter()
     try:
-        with urllib.request.urlopen(urllib.request.Request(url.rstrip("/") + "/v1/completions", body, headers),
-                                    timeout=120) as reply:
+        with urllib.request.urlopen(
+            urllib.request.Request(url.rstrip("/") + "/v1/completions", body, headers), timeout=120
+        ) as reply:
             answer = json.loads(reply.read())
     except (OSError, ValueError) as exc:
         return Attempt("", (time.perf_counter() - t0) * 1000, f"http error: {exc}", [], None)
@@ -180,8 +227,13 @@ def ask_http(url: str, hole: Hole, token: str | None) -> Attempt:
     text, extension = answer["choices"][0]["text"], answer.get("infill") or {}
     start, end = extension.get("replace") or (len(hole.prefix), len(hole.prefix))
     shown = middle_of(hole.text_without_middle, start, end, text, hole) if text.strip() else ""
-    return Attempt(shown, ms, extension.get("outcome", "ok" if shown else "empty"),
-                   [reason for _, reason in extension.get("rejections", [])], extension.get("language"))
+    return Attempt(
+        shown,
+        ms,
+        extension.get("outcome", "ok" if shown else "empty"),
+        [reason for _, reason in extension.get("rejections", [])],
+        extension.get("language"),
+    )
 
 
 def judge(hole: Hole, attempt: Attempt) -> dict:
@@ -189,16 +241,28 @@ def judge(hole: Hole, attempt: Attempt) -> dict:
     shown = bool(attempt.shown.strip())
     valid = syntax_valid(hole.language, original, hole.prefix + attempt.shown + hole.suffix) if shown else None
     why = None if shown else (attempt.reasons[0].split(":")[0] if attempt.reasons else attempt.outcome)
-    return {"shown": shown, "exact": shown and exact_match(attempt.shown, hole.middle),
-            "similarity": edit_similarity(attempt.shown, hole.middle) if shown else 0.0,
-            "valid": valid, "ms": round(attempt.ms, 1), "why_not_shown": why, "language": attempt.language,
-            "fill": attempt.shown, "outcome": attempt.outcome, **({} if shown else {"written": attempt.written})}
+    return {
+        "shown": shown,
+        "exact": shown and exact_match(attempt.shown, hole.middle),
+        "similarity": edit_similarity(attempt.shown, hole.middle) if shown else 0.0,
+        "valid": valid,
+        "ms": round(attempt.ms, 1),
+        "why_not_shown": why,
+        "language": attempt.language,
+        "fill": attempt.shown,
+        "outcome": attempt.outcome,
+        **({} if shown else {"written": attempt.written}),
+    }
 
 
 def _share(count: int, n: int) -> dict:
     low, high = wilson_interval(count, n)
-    return {"value": round(count / n, 4) if n else None, "ci95": [round(low, 4), round(high, 4)], "count": count,
-            "of": n}
+    return {
+        "value": round(count / n, 4) if n else None,
+        "ci95": [round(low, 4), round(high, 4)],
+        "count": count,
+        "of": n,
+    }
 
 
 def summarise(records: list[dict]) -> dict:
@@ -206,8 +270,9 @@ def summarise(records: list[dict]) -> dict:
     for field in ("kind", "cursor"):
         groups = sorted({r[field] for r in records if r.get(field)})
         if groups:
-            summary[f"by_{field}"] = {g: _figures([r for r in records if r.get(field) == g], brief=True)
-                                      for g in groups}
+            summary[f"by_{field}"] = {
+                g: _figures([r for r in records if r.get(field) == g], brief=True) for g in groups
+            }
     return summary
 
 
@@ -219,16 +284,25 @@ def _figures(records: list[dict], brief: bool = False) -> dict:
     interval = mean_interval(similarity)
     times = [r["ms"] for r in records]
     if brief:
-        return {"holes": n, "shown": _share(len(shown), n), "exact": _share(sum(r["exact"] for r in records), n),
-                "valid_of_shown": _share(sum(1 for r in judged if r["valid"]), len(judged)),
-                "why_not_shown": dict(Counter(r["why_not_shown"] for r in records if not r["shown"]).most_common())}
+        return {
+            "holes": n,
+            "shown": _share(len(shown), n),
+            "exact": _share(sum(r["exact"] for r in records), n),
+            "valid_of_shown": _share(sum(1 for r in judged if r["valid"]), len(judged)),
+            "why_not_shown": dict(Counter(r["why_not_shown"] for r in records if not r["shown"]).most_common()),
+        }
     return {
-        "holes": n, "shown": _share(len(shown), n), "empty": _share(n - len(shown), n),
+        "holes": n,
+        "shown": _share(len(shown), n),
+        "empty": _share(n - len(shown), n),
         "exact": _share(sum(r["exact"] for r in records), n),
-        "edit_similarity": {"value": round(sum(similarity) / n, 4) if n else None,
-                            "ci95": [round(min(1.0, max(0.0, x)), 4) for x in interval] if interval else None},
+        "edit_similarity": {
+            "value": round(sum(similarity) / n, 4) if n else None,
+            "ci95": [round(min(1.0, max(0.0, x)), 4) for x in interval] if interval else None,
+        },
         "valid_of_shown": _share(sum(1 for r in judged if r["valid"]), len(judged)),
-        "p50_ms": round(percentile(times, 50) or 0), "p95_ms": round(percentile(times, 95) or 0),
+        "p50_ms": round(percentile(times, 50) or 0),
+        "p95_ms": round(percentile(times, 95) or 0),
         "why_not_shown": dict(Counter(r["why_not_shown"] for r in records if not r["shown"]).most_common()),
         "languages": dict(Counter(str(r["language"]) for r in records).most_common()),
         # cut short by the deadline: on this shared machine, mostly other work's load (paired.py can leave them out)
@@ -238,8 +312,16 @@ def _figures(records: list[dict], brief: bool = False) -> dict:
 
 def _commit() -> str | None:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parents[1],
-                              capture_output=True, text=True, timeout=10).stdout.strip() or None
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"],
+                cwd=Path(__file__).resolve().parents[1],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
+            or None
+        )
     except OSError:
         return None
 
@@ -250,9 +332,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=120)
     parser.add_argument("--seed", type=int, default=None, help="dev set only (the held-out seed is fixed)")
     parser.add_argument("--kinds", default="single-line", help="comma-separated pilot hole kinds")
-    parser.add_argument("--paths", default="lsp,gateway",
-                        help="lsp, gateway, gateway-best-of, fill-gap and fill-gap-greedy (in-process), http (--url)")
-    parser.add_argument("--url", default=None, help="path http: a running `infill-ls serve`, e.g. http://127.0.0.1:8765")
+    parser.add_argument(
+        "--paths",
+        default="lsp,gateway",
+        help="lsp, gateway, gateway-best-of, fill-gap and fill-gap-greedy (in-process), http (--url)",
+    )
+    parser.add_argument(
+        "--url", default=None, help="path http: a running `infill-ls serve`, e.g. http://127.0.0.1:8765"
+    )
     parser.add_argument("--per-hole", default=None, help="write each hole's result here (JSON lines)")
     args = parser.parse_args(argv)
     fixed = {"heldout": HELD_OUT_SEED, "clients": CLIENT_SEED}.get(args.set)
@@ -280,35 +367,63 @@ def main(argv: list[str] | None = None) -> int:
     out = open(args.per_hole, "w", encoding="utf-8") if args.per_hole else None
     for hole in holes:
         for path in paths:
-            attempt = (ask_lsp(lsp, hole, GUARD_CAP_MS) if path == "lsp"
-                       else ask_http(args.url, hole, os.environ.get("INFILL_GATEWAY_TOKEN")) if path == "http"
-                       else ask_gateway(gateway, hole, gateway_settings, Settings().fill_candidates)
-                       if path == "gateway-best-of"
-                       else ask_fill_gap(lsp, hole, Settings().fill_candidates if path == "fill-gap" else 1)
-                       if path.startswith("fill-gap") else ask_gateway(gateway, hole, gateway_settings))
+            attempt = (
+                ask_lsp(lsp, hole, GUARD_CAP_MS)
+                if path == "lsp"
+                else ask_http(args.url, hole, os.environ.get("INFILL_GATEWAY_TOKEN"))
+                if path == "http"
+                else ask_gateway(gateway, hole, gateway_settings, Settings().fill_candidates)
+                if path == "gateway-best-of"
+                else ask_fill_gap(lsp, hole, Settings().fill_candidates if path == "fill-gap" else 1)
+                if path.startswith("fill-gap")
+                else ask_gateway(gateway, hole, gateway_settings)
+            )
             record = judge(hole, attempt)
             if hole.id in kinds:
                 record["kind"], record["cursor"] = kinds[hole.id]
             records[path].append(record)
             if out:
-                out.write(json.dumps({"id": hole.id, "path": path, "source": f"{hole.path}:{hole.line}",
-                                      "want": hole.middle, **record}) + "\n")
-            print(f"{path:7s} {hole.path}:{hole.line:<5d} {record['ms']:7.0f} ms want {hole.middle!r:.40s} "
-                  f"got {record['fill']!r:.40s} {'' if record['shown'] else record['why_not_shown']}", flush=True)
+                out.write(
+                    json.dumps(
+                        {
+                            "id": hole.id,
+                            "path": path,
+                            "source": f"{hole.path}:{hole.line}",
+                            "want": hole.middle,
+                            **record,
+                        }
+                    )
+                    + "\n"
+                )
+            print(
+                f"{path:7s} {hole.path}:{hole.line:<5d} {record['ms']:7.0f} ms want {hole.middle!r:.40s} "
+                f"got {record['fill']!r:.40s} {'' if record['shown'] else record['why_not_shown']}",
+                flush=True,
+            )
     if out:
         out.close()
     if backend is not None:
         backend.close()
-    report = {"set": args.set, "packages": [p for p in packages if p in {f.path.split('/')[0] for f in files.files}],
-              "seed": seed, "kinds": "clients" if kinds else args.kinds, "commit": _commit(), "holes": len(holes),
-              **{path: summarise(recs) for path, recs in records.items()},
-              "backend": backend.info.model if backend else args.url, "cores": os.cpu_count(),
-              "cpu_flags": kernel_flags(), "load_avg": [round(x, 2) for x in os.getloadavg()],
-              "seconds": round(time.monotonic() - started)}
+    report = {
+        "set": args.set,
+        "packages": [p for p in packages if p in {f.path.split("/")[0] for f in files.files}],
+        "seed": seed,
+        "kinds": "clients" if kinds else args.kinds,
+        "commit": _commit(),
+        "holes": len(holes),
+        **{path: summarise(recs) for path, recs in records.items()},
+        "backend": backend.info.model if backend else args.url,
+        "cores": os.cpu_count(),
+        "cpu_flags": kernel_flags(),
+        "load_avg": [round(x, 2) for x in os.getloadavg()],
+        "seconds": round(time.monotonic() - started),
+    }
     if len(paths) == 2:
         pairs = list(zip(*records.values()))
-        report["exact_only_in"] = {paths[0]: sum(a["exact"] and not b["exact"] for a, b in pairs),
-                                   paths[1]: sum(b["exact"] and not a["exact"] for a, b in pairs)}
+        report["exact_only_in"] = {
+            paths[0]: sum(a["exact"] and not b["exact"] for a, b in pairs),
+            paths[1]: sum(b["exact"] and not a["exact"] for a, b in pairs),
+        }
     print(json.dumps(report))
     return 0
 

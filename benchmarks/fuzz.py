@@ -31,31 +31,50 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=5.0)
     parser.add_argument("--seed", type=int, default=14)
     parser.add_argument("--session-seconds", type=float, default=60.0)
-    parser.add_argument("--log-dir", help="keep each session's server log here (a hang also dumps the server's "
-                                          "thread stacks into it)")
-    parser.add_argument("--actions", action="store_true",
-                        help="instead: ms to list code actions on a 2 MB CR-only and a 1 MB one-line Markdown file, "
-                             "and how long infill.status waits meanwhile")
+    parser.add_argument(
+        "--log-dir", help="keep each session's server log here (a hang also dumps the server's thread stacks into it)"
+    )
+    parser.add_argument(
+        "--actions",
+        action="store_true",
+        help="instead: ms to list code actions on a 2 MB CR-only and a 1 MB one-line Markdown file, "
+        "and how long infill.status waits meanwhile",
+    )
     parser.add_argument("--gateway", action="store_true", help="fuzz the gateway with slow connections instead")
     parser.add_argument("--slow", type=int, default=200, help="--gateway: slow connections kept open")
     parser.add_argument("--burst", type=int, default=200, help="--gateway: connections opened at once, each burst")
     args = parser.parse_args()
     from fuzz.session import run_fuzz
+
     from infill.testing.tiny_checkpoint import write_tiny_checkpoint
 
     with tempfile.TemporaryDirectory(prefix="infill-fuzz-") as tmp:
         checkpoint = write_tiny_checkpoint(Path(tmp) / "tiny")
         if args.actions:
-            print(json.dumps({**time_actions(checkpoint), "cores": os.cpu_count(),
-                              "cpu_flags": " ".join(kernel_flags())}))
+            print(
+                json.dumps({**time_actions(checkpoint), "cores": os.cpu_count(), "cpu_flags": " ".join(kernel_flags())})
+            )
             return 0
         if args.gateway:
-            print(json.dumps({**fuzz_gateway(checkpoint, args), "seed": args.seed, "cores": os.cpu_count(),
-                              "cpu_flags": " ".join(kernel_flags())}))
+            print(
+                json.dumps(
+                    {
+                        **fuzz_gateway(checkpoint, args),
+                        "seed": args.seed,
+                        "cores": os.cpu_count(),
+                        "cpu_flags": " ".join(kernel_flags()),
+                    }
+                )
+            )
             return 0
         started = time.monotonic()
-        stats = run_fuzz(str(checkpoint), args.minutes * 60, seed=args.seed, session_seconds=args.session_seconds,
-                         stderr_dir=args.log_dir or tmp)
+        stats = run_fuzz(
+            str(checkpoint),
+            args.minutes * 60,
+            seed=args.seed,
+            session_seconds=args.session_seconds,
+            stderr_dir=args.log_dir or tmp,
+        )
         summary = stats.summary()
         summary["minutes"] = round((time.monotonic() - started) / 60, 2)
     summary["seed"] = args.seed
@@ -67,6 +86,7 @@ def main() -> int:
 
 def fuzz_gateway(checkpoint, args) -> dict:
     from fuzz.gateway import run_gateway_fuzz
+
     from infill.engine.config import EngineConfig
     from infill.engine.diffusion import DiffusionEngine
     from infill.engine.loading import load_diffusion_model
@@ -75,8 +95,7 @@ def fuzz_gateway(checkpoint, args) -> dict:
     engine = DiffusionEngine(load_diffusion_model(str(checkpoint)), EngineConfig(max_denoising_steps=2))
     started = time.monotonic()
     try:
-        stats = run_gateway_fuzz(Pipeline(engine), args.minutes * 60, seed=args.seed, slow=args.slow,
-                                 burst=args.burst)
+        stats = run_gateway_fuzz(Pipeline(engine), args.minutes * 60, seed=args.seed, slow=args.slow, burst=args.burst)
     finally:
         engine.close()
     return {**stats, "minutes": round((time.monotonic() - started) / 60, 2)}
@@ -102,22 +121,30 @@ def time_actions(checkpoint) -> dict:
         server.wait_ready()
         for name, text in HUGE.items():
             uri = f"file:///{name}.md"
-            server.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "markdown",
-                                                                    "version": 1, "text": text}})
+            server.notify(
+                "textDocument/didOpen",
+                {"textDocument": {"uri": uri, "languageId": "markdown", "version": 1, "text": text}},
+            )
             server.status()  # the open is applied
             last = text.count("\r")
             at = {"line": last, "character": 0}
             sent = time.monotonic()
-            listing = server.request("textDocument/codeAction", {"textDocument": {"uri": uri},
-                                                                 "range": {"start": at, "end": at},
-                                                                 "context": {"diagnostics": []}})
+            listing = server.request(
+                "textDocument/codeAction",
+                {"textDocument": {"uri": uri}, "range": {"start": at, "end": at}, "context": {"diagnostics": []}},
+            )
             status = server.request("workspace/executeCommand", {"command": "infill.status"})
             answers = {key: server.wait(msg_id, TIMEOUT_S) for key, msg_id in (("list", listing), ("status", status))}
-            results[name] = {f"{key}_ms": round(((reply or {}).get("_at", sent + TIMEOUT_S) - sent) * 1000, 1)
-                             for key, reply in answers.items()}
+            results[name] = {
+                f"{key}_ms": round(((reply or {}).get("_at", sent + TIMEOUT_S) - sent) * 1000, 1)
+                for key, reply in answers.items()
+            }
             reply = answers["list"] or {}
-            results[name]["titles"] = [a["title"] for a in reply.get("result") or []] if "result" in reply else \
-                reply.get("error", "no answer")
+            results[name]["titles"] = (
+                [a["title"] for a in reply.get("result") or []]
+                if "result" in reply
+                else reply.get("error", "no answer")
+            )
             if answers["list"] is None:
                 break  # the loop is still busy with it: a second document would only queue behind
     finally:

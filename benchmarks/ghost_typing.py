@@ -76,14 +76,22 @@ from pygls.lsp.client import LanguageClient
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from infill.languages import python_error  # noqa: E402
-from infill.device import kernel_flags  # noqa: E402
 from client_holes import line_kinds  # noqa: E402
+
+from infill.device import kernel_flags  # noqa: E402
+from infill.languages import python_error  # noqa: E402
 
 PACKAGES = ("requests", "urllib3", "jinja2", "click", "packaging", "attr", "pygls", "rich", "httpx")
 KEY_GAP_S = 0.12
-SERVER_TIMINGS = ("context_ms", "encode_ms", "denoise_ms", "prompt_tokens", "reused_tokens", "steps",
-                  "tokens_per_forward")
+SERVER_TIMINGS = (
+    "context_ms",
+    "encode_ms",
+    "denoise_ms",
+    "prompt_tokens",
+    "reused_tokens",
+    "steps",
+    "tokens_per_forward",
+)
 SIMPLE = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.Expr, ast.Raise)
 
 
@@ -97,6 +105,7 @@ class Pause:
 
 
 # -- picking lines ----------------------------------------------------------------------------------------------
+
 
 def candidate_files() -> list[Path]:
     site = Path(sysconfig.get_paths()["purelib"])
@@ -125,8 +134,11 @@ def candidate_lines(text: str) -> list[int]:
 def new_line_candidates(text: str, keys: int) -> dict[int, str]:
     """0-based lines (not the first) the client rule admits with more than `keys` + 2 characters, and their kinds."""
     lines = text.split("\n")
-    return {number: kind for number, kind in line_kinds(text).items()
-            if number > 0 and len(lines[number].strip()) >= keys + 3}
+    return {
+        number: kind
+        for number, kind in line_kinds(text).items()
+        if number > 0 and len(lines[number].strip()) >= keys + 3
+    }
 
 
 def pick_pauses(count: int, per_file: int, keys: int, seed: int, new_lines: bool = False) -> list[Pause]:
@@ -150,21 +162,22 @@ def pick_pauses(count: int, per_file: int, keys: int, seed: int, new_lines: bool
         if len(lines) < per_file:
             continue
         source = text.split("\n")
-        for number in sorted(rng.sample(lines, per_file))[:count - len(pauses)]:
+        for number in sorted(rng.sample(lines, per_file))[: count - len(pauses)]:
             line = source[number]
             if new_lines:
                 indent = len(line) - len(line.lstrip())
-                pauses.append(Pause(str(path), number, indent, line[indent:indent + keys], kinds[number]))
+                pauses.append(Pause(str(path), number, indent, line[indent : indent + keys], kinds[number]))
                 continue
             indent = len(line) - len(line.lstrip())
             content_len = len(line) - indent
             cut = rng.randint(keys + 4, content_len - 4)  # at least 4 characters typed before, 4 left after
             keep = indent + cut - keys
-            pauses.append(Pause(str(path), number, keep, line[keep:indent + cut]))
+            pauses.append(Pause(str(path), number, keep, line[keep : indent + cut]))
     return pauses
 
 
 # -- judging a fill ---------------------------------------------------------------------------------------------
+
 
 def parses(text: str) -> bool:
     return python_error(text) is None
@@ -172,13 +185,17 @@ def parses(text: str) -> bool:
 
 def judge(original: str, pause: Pause, before: str, after: str, fill: str) -> dict:
     """`before`/`after`: the document text around the cursor at the pause; `fill` replaces nothing."""
-    rest = original.split("\n")[pause.line][pause.keep + len(pause.typed):]
+    rest = original.split("\n")[pause.line][pause.keep + len(pause.typed) :]
     first_line = fill.split("\n", 1)[0]
-    return {"exact": first_line.rstrip() == rest.rstrip() and bool(rest.strip()),
-            "valid": parses(before + fill + after), "parses_without": parses(before + after)}
+    return {
+        "exact": first_line.rstrip() == rest.rstrip() and bool(rest.strip()),
+        "valid": parses(before + fill + after),
+        "parses_without": parses(before + after),
+    }
 
 
 # -- the LSP editor ---------------------------------------------------------------------------------------------
+
 
 class Editor:
     """One open document; edits and automatic inline requests as VS Code sends them."""
@@ -186,8 +203,11 @@ class Editor:
     def __init__(self, client: LanguageClient, uri: str, text: str) -> None:
         self.client, self.uri, self.text, self.version = client, uri, text, 1
         self.pending: tuple[str, asyncio.Future] | None = None
-        client.text_document_did_open(types.DidOpenTextDocumentParams(
-            text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
+        client.text_document_did_open(
+            types.DidOpenTextDocumentParams(
+                text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)
+            )
+        )
 
     def replace_line(self, line: int, new: str) -> None:
         lines = self.text.split("\n")
@@ -200,13 +220,13 @@ class Editor:
         """Delete `line` and the line break before it."""
         lines = self.text.split("\n")
         above = lines[line - 1]
-        self.text = "\n".join(lines[:line] + lines[line + 1:])
+        self.text = "\n".join(lines[:line] + lines[line + 1 :])
         self._change(types.Range(types.Position(line - 1, len(above)), types.Position(line, len(lines[line]))), "")
 
     def break_line(self, line: int, column: int, indent: str) -> None:
         """Enter at (line, column), the new line indented by `indent`."""
         lines = self.text.split("\n")
-        lines[line:line + 1] = [lines[line][:column], indent + lines[line][column:]]
+        lines[line : line + 1] = [lines[line][:column], indent + lines[line][column:]]
         self.text = "\n".join(lines)
         at = types.Position(line, column)
         self._change(types.Range(at, at), "\n" + indent)
@@ -220,20 +240,29 @@ class Editor:
 
     def _change(self, rng: types.Range, new: str) -> None:
         self.version += 1
-        self.client.text_document_did_change(types.DidChangeTextDocumentParams(
-            text_document=types.VersionedTextDocumentIdentifier(uri=self.uri, version=self.version),
-            content_changes=[types.TextDocumentContentChangePartial(range=rng, text=new)]))
+        self.client.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                text_document=types.VersionedTextDocumentIdentifier(uri=self.uri, version=self.version),
+                content_changes=[types.TextDocumentContentChangePartial(range=rng, text=new)],
+            )
+        )
 
     def ask(self, position: types.Position) -> asyncio.Future:
         """An automatic request; the previous one is cancelled with $/cancelRequest."""
         if self.pending is not None and not self.pending[1].done():
             self.client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id=self.pending[0]))
         msg_id = str(uuid.uuid4())
-        future = asyncio.wrap_future(self.client.protocol.send_request(
-            types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionParams(
-                text_document=types.TextDocumentIdentifier(uri=self.uri), position=position,
-                context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic)),
-            msg_id=msg_id))
+        future = asyncio.wrap_future(
+            self.client.protocol.send_request(
+                types.TEXT_DOCUMENT_INLINE_COMPLETION,
+                types.InlineCompletionParams(
+                    text_document=types.TextDocumentIdentifier(uri=self.uri),
+                    position=position,
+                    context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic),
+                ),
+                msg_id=msg_id,
+            )
+        )
         future.add_done_callback(lambda done: done.cancelled() or done.exception())  # cancelled ones: expected
         self.pending = (msg_id, future)
         return future
@@ -263,10 +292,12 @@ async def start_lsp(args, settings: dict, tree: Path) -> LanguageClient:
     for method in (types.WINDOW_LOG_MESSAGE, "infill/statusChanged", types.PROGRESS):
         client.feature(method)(lambda *a: None)
     extra = ["--model", args.model] if args.model else []
-    await client.start_io(*server_command(tree, "--stdio", "--log-file", os.devnull, *extra), cwd=str(tree),
-                          env=tree_env(tree))
-    await client.initialize_async(types.InitializeParams(capabilities=types.ClientCapabilities(),
-                                                         initialization_options=settings))
+    await client.start_io(
+        *server_command(tree, "--stdio", "--log-file", os.devnull, *extra), cwd=str(tree), env=tree_env(tree)
+    )
+    await client.initialize_async(
+        types.InitializeParams(capabilities=types.ClientCapabilities(), initialization_options=settings)
+    )
     client.initialized(types.InitializedParams())
     end = time.monotonic() + 600
     while (status := await lsp_status(client))["state"] == "loading" and time.monotonic() < end:
@@ -300,11 +331,11 @@ async def lsp_pause(args, client: LanguageClient, editors: dict, index: int, pau
         editor.join_line(pause.line)  # the jump: the line gone, no request
         await asyncio.sleep(0.5)
         above = original.split("\n")[pause.line - 1]
-        editor.break_line(pause.line - 1, len(above), line[:pause.keep])  # Enter, indented
+        editor.break_line(pause.line - 1, len(above), line[: pause.keep])  # Enter, indented
         future = editor.ask(types.Position(pause.line, column))
         await asyncio.sleep(KEY_GAP_S)
     else:
-        editor.replace_line(pause.line, line[:pause.keep])  # the jump: no request
+        editor.replace_line(pause.line, line[: pause.keep])  # the jump: no request
         await asyncio.sleep(0.5)
     for char in pause.typed:
         editor.type_char(pause.line, column, char)
@@ -326,7 +357,7 @@ async def lsp_pause(args, client: LanguageClient, editors: dict, index: int, pau
         filled = editor.text[:start] + item.insert_text + editor.text[end:]
         # As a fill at the cursor (an item may also rewrite typed text before it, or text after it).
         tail = len(editor.text) - max(end, offset)
-        fill, after = filled[offset:len(filled) - tail], editor.text[len(editor.text) - tail:]
+        fill, after = filled[offset : len(filled) - tail], editor.text[len(editor.text) - tail :]
         before = filled[:offset]
     record = _record(original, pause, before, after, fill, reply_ms)
     editor.replace_line(pause.line, line)  # restore
@@ -350,20 +381,35 @@ async def run_lsp(args, pauses: list[Pause], settings: dict, trees: list[Path]) 
         await client.shutdown_async(None)
         client.exit(None)
         await client.stop()
-        out.append((recs, {"pipeline": final.get("pipeline"), "server_latencies": final.get("latencies"),
-                           **{k: final[k] for k in ("budget", "cheapAnswers") if k in final}}))
+        out.append(
+            (
+                recs,
+                {
+                    "pipeline": final.get("pipeline"),
+                    "server_latencies": final.get("latencies"),
+                    **{k: final[k] for k in ("budget", "cheapAnswers") if k in final},
+                },
+            )
+        )
     return out
 
 
 def _record(original: str, pause: Pause, before: str, after: str, fill: str, reply_ms: float) -> dict:
-    record = {"file": Path(pause.path).name, "line": pause.line + 1, "kind": pause.kind, "shown": bool(fill.strip()),
-              "reply_ms": round(reply_ms, 1), "fill": fill}
+    record = {
+        "file": Path(pause.path).name,
+        "line": pause.line + 1,
+        "kind": pause.kind,
+        "shown": bool(fill.strip()),
+        "reply_ms": round(reply_ms, 1),
+        "fill": fill,
+    }
     if record["shown"]:
         record.update(judge(original, pause, before, after, fill))
     return record
 
 
 # -- the gateway client -----------------------------------------------------------------------------------------
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -374,9 +420,13 @@ def free_port() -> int:
 def start_gateway(args, tree: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     extra = ["--model", args.model] if args.model else []
-    process = subprocess.Popen(server_command(tree, "serve", "--port", str(port), "--log-level", "WARNING", *extra),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=str(tree),
-                               env=tree_env(tree))
+    process = subprocess.Popen(
+        server_command(tree, "serve", "--port", str(port), "--log-level", "WARNING", *extra),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=str(tree),
+        env=tree_env(tree),
+    )
     base = f"http://127.0.0.1:{port}"
     end = time.monotonic() + 600
     while True:
@@ -406,8 +456,9 @@ class AbortableRequest:
 
     def _run(self, payload: str) -> None:
         try:
-            self.connection.request("POST", "/v1/completions", body=payload,
-                                    headers={"Content-Type": "application/json"})
+            self.connection.request(
+                "POST", "/v1/completions", body=payload, headers={"Content-Type": "application/json"}
+            )
             self.answer = json.loads(self.connection.getresponse().read())
         except (OSError, http.client.HTTPException, ValueError):
             pass  # aborted, or failed: nothing shown
@@ -429,20 +480,20 @@ class AbortableRequest:
 def gateway_pause(args, base: str, pause: Pause) -> dict:
     original = Path(pause.path).read_text(encoding="utf-8")
     lines = original.split("\n")
-    line_start = sum(len(x) + 1 for x in lines[:pause.line])
-    after = original[line_start + len(lines[pause.line]):]
-    text_at = lambda typed: original[:line_start + pause.keep + typed]  # noqa: E731 - the prompt after `typed` keys
+    line_start = sum(len(x) + 1 for x in lines[: pause.line])
+    after = original[line_start + len(lines[pause.line]) :]
+    text_at = lambda typed: original[: line_start + pause.keep + typed]  # noqa: E731 - the prompt after `typed` keys
     if args.gateway_client == "debounced":
         time.sleep(KEY_GAP_S * len(pause.typed))  # the typing, as the client sees it: nothing sent
-        request = AbortableRequest(base, {"prompt": text_at(len(pause.typed)), "suffix": after, "max_tokens": 64},
-                                   args.wait_s)
+        request = AbortableRequest(
+            base, {"prompt": text_at(len(pause.typed)), "suffix": after, "max_tokens": 64}, args.wait_s
+        )
     else:  # one request per key, each dropping the one before
         request = None
         for typed in range(1, len(pause.typed) + 1):
             if request is not None:
                 request.abort()
-            request = AbortableRequest(base, {"prompt": text_at(typed), "suffix": after, "max_tokens": 64},
-                                       args.wait_s)
+            request = AbortableRequest(base, {"prompt": text_at(typed), "suffix": after, "max_tokens": 64}, args.wait_s)
             if typed < len(pause.typed):
                 time.sleep(KEY_GAP_S)
     body, reply_ms = request.result(args.wait_s)
@@ -475,6 +526,7 @@ def run_gateway(args, pauses: list[Pause], trees: list[Path]) -> list[tuple[list
 
 # -- report -----------------------------------------------------------------------------------------------------
 
+
 def percentile(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -488,48 +540,87 @@ def summary(records: list[dict], extra: dict, args, settings: dict, seconds: flo
     rounded = lambda value: None if value is None else round(value)  # noqa: E731
     every_reply, shown_reply = [r["reply_ms"] for r in records], [r["reply_ms"] for r in shown]
     return {
-        "mode": f"gateway ({args.gateway_client})" if args.gateway else "lsp", "pauses": len(records),
+        "mode": f"gateway ({args.gateway_client})" if args.gateway else "lsp",
+        "pauses": len(records),
         "lines": "new lines from their indentation" if args.new_lines else "simple statements cut mid-line",
         "files": "a new document per pause" if args.fresh_files else "already open",
         "shown": share(shown, records),
         # Over every pause: an empty answer is a miss that took this long, not a pause left out.
-        "reply_p50_ms": rounded(percentile(every_reply, 50)), "reply_p95_ms": rounded(percentile(every_reply, 95)),
+        "reply_p50_ms": rounded(percentile(every_reply, 50)),
+        "reply_p95_ms": rounded(percentile(every_reply, 95)),
         "reply_shown_p50_ms": rounded(percentile(shown_reply, 50)),
         "reply_shown_p95_ms": rounded(percentile(shown_reply, 95)),
         "exact_rest_of_line": share([r for r in shown if r["exact"]], records),
         "exact_of_shown": share([r for r in shown if r["exact"]], shown),
         "valid": share([r for r in shown if r["valid"]], shown),
         "parses_without_fill": share([r for r in shown if r["parses_without"]], shown),
-        "cores": os.cpu_count(), "cpu_flags": kernel_flags(), "load_avg": round(os.getloadavg()[0], 2),
-        "settings": settings, "keys": args.keys, "key_gap_ms": int(KEY_GAP_S * 1000), "seed": args.seed,
-        "model": args.model or "offline default (Gemma 3 270M)", "seconds": round(seconds), **extra,
-        **({"by_kind": {kind: {"pauses": len(group), "shown": sum(r["shown"] for r in group),
-                               "exact": sum(r["shown"] and r["exact"] for r in group)}
-                        for kind in sorted({r["kind"] for r in records})
-                        for group in [[r for r in records if r["kind"] == kind]]}} if args.new_lines else {}),
+        "cores": os.cpu_count(),
+        "cpu_flags": kernel_flags(),
+        "load_avg": round(os.getloadavg()[0], 2),
+        "settings": settings,
+        "keys": args.keys,
+        "key_gap_ms": int(KEY_GAP_S * 1000),
+        "seed": args.seed,
+        "model": args.model or "offline default (Gemma 3 270M)",
+        "seconds": round(seconds),
+        **extra,
+        **(
+            {
+                "by_kind": {
+                    kind: {
+                        "pauses": len(group),
+                        "shown": sum(r["shown"] for r in group),
+                        "exact": sum(r["shown"] and r["exact"] for r in group),
+                    }
+                    for kind in sorted({r["kind"] for r in records})
+                    for group in [[r for r in records if r["kind"] == kind]]
+                }
+            }
+            if args.new_lines
+            else {}
+        ),
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--gateway", action="store_true", help="drive `infill-ls serve` instead of the LSP server")
-    parser.add_argument("--gateway-client", choices=("per-key", "debounced"), default="per-key",
-                        help="per-key: a request per typed key, each dropping the one before (default); debounced: "
-                        "one request after the typing")
-    parser.add_argument("--new-lines", action="store_true",
-                        help="type new lines of every kind from their indentation, after an Enter (LSP only)")
-    parser.add_argument("--fresh-files", action="store_true", help="a new document for every pause, opened just "
-                        "before it (default: each file opened once, before its first pause)")
+    parser.add_argument(
+        "--gateway-client",
+        choices=("per-key", "debounced"),
+        default="per-key",
+        help="per-key: a request per typed key, each dropping the one before (default); debounced: "
+        "one request after the typing",
+    )
+    parser.add_argument(
+        "--new-lines",
+        action="store_true",
+        help="type new lines of every kind from their indentation, after an Enter (LSP only)",
+    )
+    parser.add_argument(
+        "--fresh-files",
+        action="store_true",
+        help="a new document for every pause, opened just "
+        "before it (default: each file opened once, before its first pause)",
+    )
     parser.add_argument("--pauses", type=int, default=24)
     parser.add_argument("--per-file", type=int, default=3)
     parser.add_argument("--keys", type=int, default=4)
     parser.add_argument("--seed", type=int, default=12)
-    parser.add_argument("--wait-s", type=float, default=None,
-                        help="longest wait for one answer (default 30 s; the gateway: 90 s, past its own 60 s)")
+    parser.add_argument(
+        "--wait-s",
+        type=float,
+        default=None,
+        help="longest wait for one answer (default 30 s; the gateway: 90 s, past its own 60 s)",
+    )
     parser.add_argument("--settings", default="{}", help="initializationOptions (JSON) for the LSP server")
     parser.add_argument("--model", default=None)
-    parser.add_argument("--baseline", default=None, help="another source tree (e.g. an export of main): its "
-                        "server gets the same pauses, alternating with this one's; reported under 'baseline'")
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        help="another source tree (e.g. an export of main): its "
+        "server gets the same pauses, alternating with this one's; reported under 'baseline'",
+    )
     parser.add_argument("--verbose", action="store_true", help="one JSON line per pause on stderr")
     args = parser.parse_args()
     settings = json.loads(args.settings)
@@ -549,6 +640,7 @@ def main() -> None:
     if args.baseline:
         report["baseline"] = {"tree": str(trees[1]), **summary(*runs[1], args, settings, seconds)}
     print(json.dumps(report))
+
 
 if __name__ == "__main__":
     main()

@@ -43,8 +43,7 @@ def bandwidth(device: torch.device, gib: float = 4.0, repeat: int = 10) -> dict:
     read = statistics.median(timed_ms(lambda: x.sum(dtype=torch.float32), repeat, device))
     copy = statistics.median(timed_ms(lambda: y.copy_(x), repeat, device))
     nbytes = x.numel() * 2
-    return {"read_gbs": round(nbytes / read / 1e6, 1), "copy_gbs": round(2 * nbytes / copy / 1e6, 1),
-            "bytes": nbytes}
+    return {"read_gbs": round(nbytes / read / 1e6, 1), "copy_gbs": round(2 * nbytes / copy / 1e6, 1), "bytes": nbytes}
 
 
 def _size(t: torch.Tensor | None) -> int:
@@ -55,15 +54,22 @@ def weight_parts(weights: EngineWeights) -> dict:
     """Bytes by part: per layer the dense weights (attention, MLP, router, norms) and one expert; the embedding."""
     layers = []
     for layer in weights.decoder:
-        dense = sum(_size(lin.weight) + _size(lin.scale) for lin in (layer.q, layer.k, layer.v, layer.o, layer.gate,
-                                                                     layer.up, layer.down) if lin is not None)
+        dense = sum(
+            _size(lin.weight) + _size(lin.scale)
+            for lin in (layer.q, layer.k, layer.v, layer.o, layer.gate, layer.up, layer.down)
+            if lin is not None
+        )
         dense += _size(layer.router) + sum(_size(getattr(layer.norms, f)) for f in layer.norms.__dataclass_fields__)
         ex = layer.experts
         per_expert = (_size(ex.gate_up) + _size(ex.down) + _size(ex.gate_up_scale) + _size(ex.down_scale)) // ex.count
         layers.append({"dense": dense, "per_expert": per_expert, "experts": ex.count})
     self_conditioning = sum(_size(lin.weight) + _size(lin.scale) for lin in weights.self_conditioning[1:])
-    return {"layers": layers, "embedding": _size(weights.embed), "self_conditioning": self_conditioning,
-            "kv_per_token": weights.kv_bytes_per_token()}
+    return {
+        "layers": layers,
+        "embedding": _size(weights.embed),
+        "self_conditioning": self_conditioning,
+        "kv_per_token": weights.kv_bytes_per_token(),
+    }
 
 
 def experts_touched(run) -> list[int]:

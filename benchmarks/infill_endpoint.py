@@ -42,8 +42,12 @@ def machine() -> dict:
     except (OSError, StopIteration):
         model = "unknown"
     wanted = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
-    return {"cpu": model.strip(), "cores": os.cpu_count(), "cpu_flags": [f for f in wanted if f in flags.split()],
-            "contended": "other engineers' tests ran on the same cores"}
+    return {
+        "cpu": model.strip(),
+        "cores": os.cpu_count(),
+        "cpu_flags": [f for f in wanted if f in flags.split()],
+        "contended": "other engineers' tests ran on the same cores",
+    }
 
 
 def holes(count: int, seed: int) -> list[tuple[str, str, str, str]]:
@@ -59,7 +63,7 @@ def holes(count: int, seed: int) -> list[tuple[str, str, str, str]]:
         line = lines[i].rstrip("\n")
         col = len(line) - len(line.lstrip()) + rng.randrange(4, len(line.strip()) // 2 + 5)
         col = min(col, len(line) - 1)
-        after = line[col:] + "\n" + "".join(lines[i + 1:])
+        after = line[col:] + "\n" + "".join(lines[i + 1 :])
         out.append((str(path.relative_to(REPO)), "".join(lines[:i]), line[:col], after))
     return out
 
@@ -89,19 +93,28 @@ def main() -> int:
     server = make_server(Pipeline(backend), "127.0.0.1", 0)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
-    times: dict[str, list[float]] = {k: [] for k in ("v1_fresh", "infill_fresh", "v1_again", "infill_again",
-                                                       "infill_warm_up")}
+    times: dict[str, list[float]] = {
+        k: [] for k in ("v1_fresh", "infill_fresh", "v1_again", "infill_again", "infill_warm_up")
+    }
     differed = []
     try:
         with httpx.Client(base_url=server.url, timeout=120) as http:
             flush = {"prompt": "# another file entirely\nimport os\n", "suffix": "", "max_tokens": 1}
             for n, (name, before, line, after) in enumerate(holes(args.holes, args.seed)):
                 v1 = {"prompt": before + line, "suffix": after, "max_tokens": args.max_tokens}
-                infill = {"input_prefix": before, "prompt": line, "input_suffix": after, "input_extra": [],
-                          "n_predict": args.max_tokens, "cache_prompt": True, "samplers": [], "stream": False}
+                infill = {
+                    "input_prefix": before,
+                    "prompt": line,
+                    "input_suffix": after,
+                    "input_extra": [],
+                    "n_predict": args.max_tokens,
+                    "cache_prompt": True,
+                    "samplers": [],
+                    "stream": False,
+                }
                 order = [("v1", "/v1/completions", v1), ("infill", "/infill", infill)]
                 texts = {}
-                for label, path, body in (order if n % 2 == 0 else order[::-1]):
+                for label, path, body in order if n % 2 == 0 else order[::-1]:
                     timed(http, "/v1/completions", flush)  # the sequence now holds other text
                     ms, answer = timed(http, path, body)
                     times[f"{label}_fresh"].append(ms)
@@ -113,16 +126,28 @@ def main() -> int:
                 times["infill_warm_up"].append(ms)
                 if texts["v1"] != texts["infill"]:
                     differed.append(name)
-                print(f"{name}: v1 {times['v1_fresh'][-1]:.0f}/{times['v1_again'][-1]:.0f} ms, infill "
-                      f"{times['infill_fresh'][-1]:.0f}/{times['infill_again'][-1]:.0f} ms, warm-up "
-                      f"{times['infill_warm_up'][-1]:.0f} ms, same text: {texts['v1'] == texts['infill']}")
+                print(
+                    f"{name}: v1 {times['v1_fresh'][-1]:.0f}/{times['v1_again'][-1]:.0f} ms, infill "
+                    f"{times['infill_fresh'][-1]:.0f}/{times['infill_again'][-1]:.0f} ms, warm-up "
+                    f"{times['infill_warm_up'][-1]:.0f} ms, same text: {texts['v1'] == texts['infill']}"
+                )
     finally:
         server.shutdown()
         server.server_close()
         backend.close()
     figures = {f"{k}_ms": summary(v) for k, v in times.items()}
-    print(json.dumps({**figures, "holes": len(times["v1_fresh"]), "answers_differed": differed,
-                      "model": backend.info.model, "max_tokens": args.max_tokens, "machine": machine()}))
+    print(
+        json.dumps(
+            {
+                **figures,
+                "holes": len(times["v1_fresh"]),
+                "answers_differed": differed,
+                "model": backend.info.model,
+                "max_tokens": args.max_tokens,
+                "machine": machine(),
+            }
+        )
+    )
     return 0
 
 

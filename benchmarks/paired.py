@@ -5,8 +5,9 @@
 Both files are `fill_quality.py --per-hole` outputs; holes are matched by (id, source, path). Per path: shown,
 exact and valid of shown before and after (Wilson 95% intervals); the paired difference in shown and in exact with
 Newcombe's 95% interval for paired shares (method 10: Wilson intervals of each run and their correlation); holes
-won and lost (`--drop-cut-short` leaves out holes cut short in either run); latency p50/p95 and the after/before ratio of medians (the runs' machine load may differ: a figure to
-pair, not to quote alone); why nothing was shown, by the line's kind, before and after.
+won and lost (`--drop-cut-short` leaves out holes cut short in either run); latency p50/p95 and the after/before ratio
+of medians (the runs' machine load may differ: a figure to pair, not to quote alone); why nothing was shown, by the
+line's kind, before and after.
 """
 
 from __future__ import annotations
@@ -31,8 +32,12 @@ def load(path: str) -> dict[tuple[str, str, str], dict]:
 
 def share(count: int, n: int) -> dict:
     low, high = wilson_interval(count, n)
-    return {"value": round(count / n, 4) if n else None, "ci95": [round(low, 4), round(high, 4)], "count": count,
-            "of": n}
+    return {
+        "value": round(count / n, 4) if n else None,
+        "ci95": [round(low, 4), round(high, 4)],
+        "count": count,
+        "of": n,
+    }
 
 
 def paired_difference(before: list[bool], after: list[bool]) -> dict:
@@ -51,8 +56,12 @@ def paired_difference(before: list[bool], after: list[bool]) -> dict:
     phi = (a * d - b * c) / math.sqrt(denominator) if denominator else 0.0
     delta = math.sqrt(max(0.0, (p2 - l2) ** 2 - 2 * phi * (p2 - l2) * (u1 - p1) + (u1 - p1) ** 2))
     epsilon = math.sqrt(max(0.0, (u2 - p2) ** 2 - 2 * phi * (u2 - p2) * (p1 - l1) + (p1 - l1) ** 2))
-    return {"difference": round(p2 - p1, 4), "ci95": [round(p2 - p1 - delta, 4), round(p2 - p1 + epsilon, 4)],
-            "won": c, "lost": b}
+    return {
+        "difference": round(p2 - p1, 4),
+        "ci95": [round(p2 - p1 - delta, 4), round(p2 - p1 + epsilon, 4)],
+        "won": c,
+        "lost": b,
+    }
 
 
 def compare(before: list[dict], after: list[dict]) -> dict:
@@ -61,20 +70,30 @@ def compare(before: list[dict], after: list[dict]) -> dict:
         shown = [r for r in rows if r["shown"]]
         judged = [r for r in shown if r["valid"] is not None]
         times = [r["ms"] for r in rows]
-        out[name] = {"shown": share(len(shown), len(rows)), "exact": share(sum(r["exact"] for r in rows), len(rows)),
-                     "valid_of_shown": share(sum(1 for r in judged if r["valid"]), len(judged)),
-                     "edit_similarity": round(sum(r["similarity"] for r in rows) / max(1, len(rows)), 4),
-                     "p50_ms": round(percentile(times, 50) or 0), "p95_ms": round(percentile(times, 95) or 0)}
+        out[name] = {
+            "shown": share(len(shown), len(rows)),
+            "exact": share(sum(r["exact"] for r in rows), len(rows)),
+            "valid_of_shown": share(sum(1 for r in judged if r["valid"]), len(judged)),
+            "edit_similarity": round(sum(r["similarity"] for r in rows) / max(1, len(rows)), 4),
+            "p50_ms": round(percentile(times, 50) or 0),
+            "p95_ms": round(percentile(times, 95) or 0),
+        }
     for figure in ("shown", "exact"):
         out[f"{figure}_paired"] = paired_difference([r[figure] for r in before], [r[figure] for r in after])
     p50s = out["before"]["p50_ms"], out["after"]["p50_ms"]
     out["p50_ratio"] = round(p50s[1] / p50s[0], 3) if p50s[0] else None
     kinds = sorted({r.get("kind") or "-" for r in before})
     out["not_shown_by_kind"] = {
-        kind: {name: dict(Counter(r["why_not_shown"] for r in rows if (r.get("kind") or "-") == kind
-                                  and not r["shown"]).most_common())
-               for name, rows in (("before", before), ("after", after))}
-        for kind in kinds}
+        kind: {
+            name: dict(
+                Counter(
+                    r["why_not_shown"] for r in rows if (r.get("kind") or "-") == kind and not r["shown"]
+                ).most_common()
+            )
+            for name, rows in (("before", before), ("after", after))
+        }
+        for kind in kinds
+    }
     return out
 
 
@@ -83,21 +102,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("before")
     parser.add_argument("after")
     parser.add_argument("--paths", default=None, help="comma-separated paths (default: every path in both)")
-    parser.add_argument("--drop-cut-short", action="store_true",
-                        help="leave out holes cut short by the deadline in either run (load from other work)")
+    parser.add_argument(
+        "--drop-cut-short",
+        action="store_true",
+        help="leave out holes cut short by the deadline in either run (load from other work)",
+    )
     args = parser.parse_args(argv)
     before, after = load(args.before), load(args.after)
     common = sorted(set(before) & set(after))
     paths = args.paths.split(",") if args.paths else sorted({key[2] for key in common})
-    report: dict = {"before": args.before, "after": args.after,
-                    "unmatched": len(set(before) ^ set(after))}
+    report: dict = {"before": args.before, "after": args.after, "unmatched": len(set(before) ^ set(after))}
     for path in paths:
         keys = [k for k in common if k[2] == path]
         short = [k for k in keys if "cut_short" in (before[k].get("outcome"), after[k].get("outcome"))]
         if args.drop_cut_short:
             keys = [k for k in keys if k not in set(short)]
-        report[path] = {**compare([before[k] for k in keys], [after[k] for k in keys]),
-                        "cut_short_in_either": len(short), "cut_short_left_out": args.drop_cut_short}
+        report[path] = {
+            **compare([before[k] for k in keys], [after[k] for k in keys]),
+            "cut_short_in_either": len(short),
+            "cut_short_left_out": args.drop_cut_short,
+        }
     print(json.dumps(report))
     return 0
 

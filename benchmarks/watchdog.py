@@ -25,9 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from infill.checks.watchdog import check_syntax  # noqa: E402
 from infill.pipeline import CompletionRequest, Pipeline, PipelineSettings  # noqa: E402
 from infill.stats import percentile  # noqa: E402
-from infill.checks.watchdog import check_syntax  # noqa: E402
 
 _LANG_BY_EXT = {".py": "python", ".md": "markdown", ".js": "javascript", ".json": "json"}
 
@@ -68,7 +68,7 @@ def cut_holes(files: list[Path], count: int, seed: int) -> list[tuple[str, int, 
             span = rng.randint(1, 3)
             indent = len(line) - len(line.lstrip())
             cursor = start + indent
-            end = start + len("\n".join(lines[row:row + span]))
+            end = start + len("\n".join(lines[row : row + span]))
         holes.append((text[:cursor] + text[end:], cursor, _LANG_BY_EXT[path.suffix], text[cursor:end]))
     return holes
 
@@ -79,8 +79,9 @@ def run_holes(pipeline: Pipeline, holes, budget_s: float | None) -> dict:
     groups: dict[str, Counter] = {}
     for i, (text, cursor, language, removed) in enumerate(holes):
         deadline = None if budget_s is None else time.monotonic() + budget_s
-        out = pipeline.complete(CompletionRequest(text, cursor, language=language, document_id=f"hole{i}"),
-                                deadline=deadline)
+        out = pipeline.complete(
+            CompletionRequest(text, cursor, language=language, document_id=f"hole{i}"), deadline=deadline
+        )
         shown += bool(out.fills)
         exact += bool(out.fills) and out.fills[0].text.strip() == removed.strip()
         latencies.append(out.total_ms)
@@ -95,9 +96,15 @@ def run_holes(pipeline: Pipeline, holes, budget_s: float | None) -> dict:
         "holes": len(holes),
         "shown_share": round(shown / len(holes), 3),
         "exact_match_of_shown": round(exact / shown, 3) if shown else None,  # fill == the text cut out
-        "rejected_share": {key: {reason: round(n / g["candidates"], 3) for reason, n in sorted(g.items())
-                                 if reason not in ("candidates", "shown")} | {"n": g["candidates"]}
-                           for key, g in groups.items()},
+        "rejected_share": {
+            key: {
+                reason: round(n / g["candidates"], 3)
+                for reason, n in sorted(g.items())
+                if reason not in ("candidates", "shown")
+            }
+            | {"n": g["candidates"]}
+            for key, g in groups.items()
+        },
         "p50_total_ms": round(statistics.median(latencies), 1),
         "p50_context_ms": round(statistics.median(context_ms), 2),
     }
@@ -123,7 +130,7 @@ def keystroke_costs(text: str, keystrokes: int) -> dict:
     pipeline = Pipeline(backend=None, settings=PipelineSettings())  # type: ignore[arg-type]  # context only
     line_starts = [i + 1 for i, ch in enumerate(text) if ch == "\n"]
     insert_at = line_starts[len(line_starts) // 2]
-    typed = ("    result = compute_total(values, weights, normalise=True)  # typed one key at a time\n" * 8)
+    typed = "    result = compute_total(values, weights, normalise=True)  # typed one key at a time\n" * 8
     typed = typed[:keystrokes]
     t0 = time.perf_counter()
     pipeline.prepare(CompletionRequest(text, insert_at, language="python", document_id="big.py"))
@@ -143,11 +150,15 @@ def keystroke_costs(text: str, keystrokes: int) -> dict:
         check_syntax(["x = compute(1, 2)\n"], spans, parsed)
         check.append((time.perf_counter() - t0) * 1000)
     return {
-        "file_lines": text.count("\n"), "keystrokes": len(per_key), "cold_parse_ms": round(cold_ms, 2),
-        "context_p50_ms": round(percentile(per_key, 50), 3), "context_p95_ms": round(percentile(per_key, 95), 3),
+        "file_lines": text.count("\n"),
+        "keystrokes": len(per_key),
+        "cold_parse_ms": round(cold_ms, 2),
+        "context_p50_ms": round(percentile(per_key, 50), 3),
+        "context_p95_ms": round(percentile(per_key, 95), 3),
         "syntax_check_p50_ms": round(percentile(check, 50), 3),
         "syntax_check_p95_ms": round(percentile(check, 95), 3),
-        "prefix_chars": len(request.prefix), "suffix_chars": len(request.suffix),
+        "prefix_chars": len(request.prefix),
+        "suffix_chars": len(request.suffix),
     }
 
 
@@ -177,8 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     from infill.testing.tiny_checkpoint import write_tiny_checkpoint
 
     with tempfile.TemporaryDirectory() as tmp:
-        engine = DiffusionEngine(load_diffusion_model(str(write_tiny_checkpoint(Path(tmp)))),
-                                 EngineConfig(max_denoising_steps=8))
+        engine = DiffusionEngine(
+            load_diffusion_model(str(write_tiny_checkpoint(Path(tmp)))), EngineConfig(max_denoising_steps=8)
+        )
         figures["tiny_engine"] = run_holes(Pipeline(engine, settings=settings), holes, budget_s=None)
         engine.close()
     print("tiny engine:", json.dumps(figures["tiny_engine"]))

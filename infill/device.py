@@ -17,8 +17,14 @@ from infill.types import InfillError
 
 log = logging.getLogger(__name__)
 
-DTYPE_NAMES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
-               "float16": "float16", "fp16": "float16"}
+DTYPE_NAMES = {
+    "float32": "float32",
+    "fp32": "float32",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+}
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 
 
@@ -32,8 +38,18 @@ def _cpu_flags() -> frozenset[str]:
 
 
 # The instruction sets that decide which kernels torch and llama.cpp run, named beside every benchmark figure
-KERNEL_FLAGS = ("avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8",
-                "amx_bf16")
+KERNEL_FLAGS = (
+    "avx2",
+    "fma",
+    "f16c",
+    "avx_vnni",
+    "avx512f",
+    "avx512_vnni",
+    "avx512_bf16",
+    "amx_tile",
+    "amx_int8",
+    "amx_bf16",
+)
 
 
 def kernel_flags() -> list[str]:
@@ -65,7 +81,7 @@ def _torch_allows_avx512() -> bool:
 
 
 def resolve_device(device: str | None) -> str:
-    """"auto" (or None): CUDA when there is one, else the CPU. A named CUDA device must exist."""
+    """ "auto" (or None): CUDA when there is one, else the CPU. A named CUDA device must exist."""
     import torch
 
     name = (device or "auto").strip().lower()
@@ -78,8 +94,13 @@ def resolve_device(device: str | None) -> str:
     return name
 
 
-def resolve_dtype(dtype: str | None, device: str, *, supported: tuple[str, ...] = ("float32", "bfloat16", "float16"),
-                  bf16_on_cpu: bool = True) -> str:
+def resolve_dtype(
+    dtype: str | None,
+    device: str,
+    *,
+    supported: tuple[str, ...] = ("float32", "bfloat16", "float16"),
+    bf16_on_cpu: bool = True,
+) -> str:
     """The dtype name for `device`. "auto" (or None): bf16 on CUDA; on a CPU bf16 where the CPU computes it
     natively and the backend gains from it (`bf16_on_cpu`), else float32 (emulated bf16 is slower than float32).
     float16 where a backend does not support it is taken as "auto" with a warning: the setting may be meant for
@@ -99,9 +120,13 @@ def resolve_dtype(dtype: str | None, device: str, *, supported: tuple[str, ...] 
     return name
 
 
-def resolve_device_dtype(device: str | None, dtype: str | None, *,
-                         supported: tuple[str, ...] = ("float32", "bfloat16"),
-                         bf16_on_cpu: bool = True) -> tuple[str, str]:
+def resolve_device_dtype(
+    device: str | None,
+    dtype: str | None,
+    *,
+    supported: tuple[str, ...] = ("float32", "bfloat16"),
+    bf16_on_cpu: bool = True,
+) -> tuple[str, str]:
     """(device, dtype name) for a backend."""
     resolved = resolve_device(device)
     return resolved, resolve_dtype(dtype, resolved, supported=supported, bf16_on_cpu=bf16_on_cpu)

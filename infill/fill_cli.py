@@ -17,8 +17,8 @@ from pathlib import Path
 
 from infill.backends.choose import add_model_options, spec_from_args
 from infill.context.builder import find_placeholders
-from infill.context.syntax import apply_fills
 from infill.context.lines import line_content, split_lines
+from infill.context.syntax import apply_fills
 from infill.loader import add_fallback_options, close_quietly, fallback_from_args, open_pipeline
 from infill.pipeline import MAX_GAPS, CompletionRequest, PipelineSettings
 from infill.types import InfillError, deadline_in
@@ -53,7 +53,9 @@ def read_document(path: Path) -> str:
     except OSError as exc:
         raise InfillError(f"cannot read {path}: {exc.strerror or exc}") from exc
     if len(data) > MAX_FILE_BYTES:
-        raise InfillError(f"{path} is {len(data) // 2**20} MB; infill-ls fills files up to {MAX_FILE_BYTES // 2**20} MB")
+        raise InfillError(
+            f"{path} is {len(data) // 2**20} MB; infill-ls fills files up to {MAX_FILE_BYTES // 2**20} MB"
+        )
     if b"\0" in data[:8192]:
         raise InfillError(f"{path} looks binary (NUL bytes); nothing to fill")
     return data.decode("utf-8", errors="replace")
@@ -85,8 +87,9 @@ def main(argv: list[str]) -> int:
         if args.all_gaps and not spans:
             raise InfillError(f"{args.path} has no placeholders ([[...]], {{{{...}}}} or ___) to fill")
         if len(spans) == MAX_GAPS:
-            print(f"infill-ls fill: filling the first {MAX_GAPS} placeholders; run it again for the rest",
-                  file=sys.stderr)
+            print(
+                f"infill-ls fill: filling the first {MAX_GAPS} placeholders; run it again for the rest", file=sys.stderr
+            )
         if args.all_gaps:
             start, end = spans[0]
         elif args.at:
@@ -96,9 +99,12 @@ def main(argv: list[str]) -> int:
             start, end = offset_of(text, *parse_point(first)), offset_of(text, *parse_point(second))
             if end < start:
                 raise InfillError(f"range end {second} is before its start {first}")
-        opened = open_pipeline(spec_from_args(args), fallback=fallback_from_args(args),
-                               settings=PipelineSettings(max_middle_tokens=args.max_middle_tokens),
-                               progress=lambda msg, frac: print(msg, file=sys.stderr))
+        opened = open_pipeline(
+            spec_from_args(args),
+            fallback=fallback_from_args(args),
+            settings=PipelineSettings(max_middle_tokens=args.max_middle_tokens),
+            progress=lambda msg, frac: print(msg, file=sys.stderr),
+        )
     except InfillError as exc:
         print(f"infill-ls fill: {exc}", file=sys.stderr)
         return 2
@@ -106,9 +112,18 @@ def main(argv: list[str]) -> int:
     language = args.language or args.path.suffix.lstrip(".") or None
     t0 = time.perf_counter()
     mode = "gaps" if spans else "gap" if end > start else "inline"
-    outcome = pipeline.complete(CompletionRequest(text=text, start=start, end=end, mode=mode, language=language,
-                                                  document_id=str(args.path), spans=tuple(spans)),
-                                deadline=deadline_in(args.budget_ms / 1000 if args.budget_ms else None))
+    outcome = pipeline.complete(
+        CompletionRequest(
+            text=text,
+            start=start,
+            end=end,
+            mode=mode,
+            language=language,
+            document_id=str(args.path),
+            spans=tuple(spans),
+        ),
+        deadline=deadline_in(args.budget_ms / 1000 if args.budget_ms else None),
+    )
     latency_ms = (time.perf_counter() - t0) * 1000
     result = outcome.result
     middle = outcome.fills[0].text if outcome.fills else ""
@@ -116,20 +131,35 @@ def main(argv: list[str]) -> int:
         fills = sorted(outcome.fills, key=lambda f: f.start)
         middle = apply_fills(text, [(f.start, f.end) for f in fills], [f.text for f in fills])
     if args.json:
-        print(json.dumps({
-            "middle": middle, "latency_ms": round(latency_ms, 1), "steps": result.steps if result else 0,
-            "tokens_per_forward": round(result.tokens_per_forward, 3) if result else 0.0,
-            "cut_short": bool(result and result.cut_short), "model": backend.info.model,
-            "backend": backend.info.name, "kind": backend.info.kind, "is_fallback": backend.info.is_fallback,
-            "outcome": result.outcome if result else "none", "route": outcome.route,
-            "answered_by": result.backend if outcome.fills and result else None,
-            "fallback": pipeline.fallback.info.name if pipeline.fallback is not None else None,
-            "rejections": [list(r) for r in outcome.rejections], "error": result.error if result else None,
-        }))
+        print(
+            json.dumps(
+                {
+                    "middle": middle,
+                    "latency_ms": round(latency_ms, 1),
+                    "steps": result.steps if result else 0,
+                    "tokens_per_forward": round(result.tokens_per_forward, 3) if result else 0.0,
+                    "cut_short": bool(result and result.cut_short),
+                    "model": backend.info.model,
+                    "backend": backend.info.name,
+                    "kind": backend.info.kind,
+                    "is_fallback": backend.info.is_fallback,
+                    "outcome": result.outcome if result else "none",
+                    "route": outcome.route,
+                    "answered_by": result.backend if outcome.fills and result else None,
+                    "fallback": pipeline.fallback.info.name if pipeline.fallback is not None else None,
+                    "rejections": [list(r) for r in outcome.rejections],
+                    "error": result.error if result else None,
+                }
+            )
+        )
     else:
         if outcome.route == "fallback":
-            print(f"[answered by the fallback, {pipeline.fallback.info.label or pipeline.fallback.info.name}: "
-                  + "; ".join(f"{name}: {reason}" for name, reason in outcome.rejections) + "]", file=sys.stderr)
+            print(
+                f"[answered by the fallback, {pipeline.fallback.info.label or pipeline.fallback.info.name}: "
+                + "; ".join(f"{name}: {reason}" for name, reason in outcome.rejections)
+                + "]",
+                file=sys.stderr,
+            )
         elif backend.info.is_fallback:
             print(f"[{backend.info.label}]", file=sys.stderr)
         print(middle)

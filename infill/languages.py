@@ -19,11 +19,17 @@ INDENT_LANGUAGES = frozenset({"python"})  # blocks are delimited by indentation 
 _HASH = ("#",)
 _SLASH = ("//", "/*", "*")
 _COMMENT_MARKERS: dict[str, tuple[str, ...]] = {
-    **{lang: _HASH for lang in ("python", "shellscript", "shell", "bash", "sh", "ruby", "yaml", "toml", "r",
-                                "perl", "dockerfile", "makefile", "cmake", "elixir", "nix")},
-    **{lang: _SLASH for lang in ("javascript", "typescript", "javascriptreact", "typescriptreact", "go", "rust",
-                                 "java", "c", "cpp", "csharp", "kotlin", "swift", "php", "scala", "dart", "zig")},
-    **{lang: ("--",) for lang in ("lua", "sql", "haskell")},
+    **dict.fromkeys(
+        ("python", "shellscript", "shell", "bash", "sh", "ruby", "yaml", "toml", "r", "perl", "dockerfile", "makefile")
+        + ("cmake", "elixir", "nix"),
+        _HASH,
+    ),
+    **dict.fromkeys(
+        ("javascript", "typescript", "javascriptreact", "typescriptreact", "go", "rust", "java", "c", "cpp", "csharp")
+        + ("kotlin", "swift", "php", "scala", "dart", "zig"),
+        _SLASH,
+    ),
+    **dict.fromkeys(("lua", "sql", "haskell"), ("--",)),
 }
 # A language nobody listed: the markers most languages use. No language at all, or JSON: no comments to judge.
 _ANY_MARKERS = ("#", "//", "/*", "*")
@@ -62,6 +68,7 @@ def indent_width(line: str) -> int:
 
 # -- comment-only and stutter tests -----------------------------------------------------------------------------
 
+
 def comment_only(fill: str, language: str | None, line_before: str = "") -> bool:
     """Every non-blank line the fill writes is a comment, read as the lines will stand in the document (the
     first one after `line_before`, the text before the gap on its line): `x = 1  # note` is code with a note.
@@ -99,7 +106,7 @@ _PAIRS = {"(": ")", "[": "]", "{": "}"}
 def opens_quote(text: str, i: int) -> bool:
     """A string starts here; an apostrophe after a letter (`don't`, `It's`) does not start one."""
     ch = text[i]
-    return ch in "\"`" or (ch == "'" and (i == 0 or not text[i - 1].isalnum()))
+    return ch in '"`' or (ch == "'" and (i == 0 or not text[i - 1].isalnum()))
 
 
 def _closes_quote(text: str, i: int, quote: str) -> bool:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from infill.backends.choose import BackendSpec, open_backend
 from infill.pipeline import Pipeline, PipelineSettings
@@ -66,9 +66,14 @@ class Opened:
     fallback_error: str | None = None  # why the chosen fallback did not open (the primary then serves alone)
 
 
-def open_pipeline(spec: BackendSpec, *, fallback: FallbackChoice = FallbackChoice(),
-                  settings: PipelineSettings | None = None, progress: ProgressCallback | None = None,
-                  opener: Callable[..., InfillBackend] = open_backend) -> Opened:
+def open_pipeline(
+    spec: BackendSpec,
+    *,
+    fallback: FallbackChoice = FallbackChoice(),
+    settings: PipelineSettings | None = None,
+    progress: ProgressCallback | None = None,
+    opener: Callable[..., InfillBackend] = open_backend,
+) -> Opened:
     """The primary `spec` names, then the fallback `fallback_spec` chooses for it, and the pipeline over them.
     Raises what opening the primary raised. A fallback that fails to open is logged and leaves the primary serving
     alone (`Opened.fallback_error` says why); an interrupt while it opens closes the primary and propagates."""
@@ -94,18 +99,28 @@ def open_pipeline(spec: BackendSpec, *, fallback: FallbackChoice = FallbackChoic
 def add_fallback_options(parser: argparse.ArgumentParser) -> None:
     """The fallback options of `infill-ls serve` and `infill-ls fill` (the LSP server takes them as settings)."""
     group = parser.add_argument_group("fallback")
-    group.add_argument("--no-fallback", dest="fallback", action="store_false",
-                       help="show nothing when the primary's fill is rejected (default: the conventional model "
-                            "answers: --fallback-endpoint, else the offline default behind a DiffusionGemma "
-                            "checkpoint or an endpoint)")
-    group.add_argument("--fallback-endpoint", help="OpenAI-compatible endpoint that answers in place of the "
-                                                   "offline default when the primary's fill is rejected")
+    group.add_argument(
+        "--no-fallback",
+        dest="fallback",
+        action="store_false",
+        help="show nothing when the primary's fill is rejected (default: the conventional model "
+        "answers: --fallback-endpoint, else the offline default behind a DiffusionGemma "
+        "checkpoint or an endpoint)",
+    )
+    group.add_argument(
+        "--fallback-endpoint",
+        help="OpenAI-compatible endpoint that answers in place of the "
+        "offline default when the primary's fill is rejected",
+    )
     group.add_argument("--fallback-model", help="model name at --fallback-endpoint")
 
 
 def fallback_from_args(args: argparse.Namespace) -> FallbackChoice:
-    return FallbackChoice(enabled=args.fallback, endpoint=(args.fallback_endpoint or "").strip() or None,
-                          endpoint_model=(args.fallback_model or "").strip() or None)
+    return FallbackChoice(
+        enabled=args.fallback,
+        endpoint=(args.fallback_endpoint or "").strip() or None,
+        endpoint_model=(args.fallback_model or "").strip() or None,
+    )
 
 
 def warm_up(backend: InfillBackend, progress: ProgressCallback | None = None) -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from infill.types import InfillError
 
@@ -53,7 +53,7 @@ def exact_match(predicted: str, expected: str) -> bool:
 
 @dataclass(frozen=True)
 class AcceptRule:
-    """"Accepted without material edit": something was shown, it is close enough to what the author wrote, and the
+    """ "Accepted without material edit": something was shown, it is close enough to what the author wrote, and the
     file still parses (a file whose syntax cannot be judged does not count against it)."""
 
     threshold: float = 0.7

@@ -7,8 +7,9 @@ positions before calling).
 Routing: the primary backend answers first. A one-line fill it wrote that the watchdog rejects, or an empty one,
 gives way to the backend's other fills when it can write them (`alternatives`), best first, within the primary's
 budget: the first one accepted is shown. If none is, or it ran out of budget (cut_short) or failed (error), the
-fallback backend (if any) gets the remaining budget; if that fails too, nothing is shown. With a fallback and a deadline, the primary gets `primary_share` (0.6) of the budget so a fallback still
-has time left; without a fallback the primary gets the whole budget (an effective share of 1.0).
+fallback backend (if any) gets the remaining budget; if that fails too, nothing is shown. With a fallback and a
+deadline, the primary gets `primary_share` (0.6) of the budget so a fallback still has time left; without a fallback the
+primary gets the whole budget (an effective share of 1.0).
 """
 
 from __future__ import annotations
@@ -22,20 +23,39 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from infill import timing
+from infill.checks.postprocess import postprocess
+from infill.checks.watchdog import Verdict, Watchdog, WatchdogSettings, check_length, check_repetition
 from infill.completion import CompletionRequest, Fill, PipelineResult
 from infill.context.builder import ContextBuilder, ContextSettings, GapContext, find_placeholders
 from infill.context.related import OpenDocument, RelatedFiles
-from infill.checks.postprocess import postprocess
 from infill.context.syntax import DocumentSnapshot, resolve_language
-from infill.types import (MAX_CANDIDATES, CancelToken, Draft, DraftCallback, GapFacts, InfillBackend, InfillError,
-                          InfillRequest, InfillResult)
-from infill.checks.watchdog import Verdict, Watchdog, WatchdogSettings, check_length, check_repetition
+from infill.types import (
+    MAX_CANDIDATES,
+    CancelToken,
+    Draft,
+    DraftCallback,
+    GapFacts,
+    InfillBackend,
+    InfillError,
+    InfillRequest,
+    InfillResult,
+)
 
 log = logging.getLogger(__name__)
 
 _NON_SPACE = re.compile(r"\S")
-__all__ = ["CompletionRequest", "Fill", "OpenDocument", "Pipeline", "PipelineResult", "PipelineSettings", "Prepared",
-           "find_placeholders", "has_text", "resolve_language"]
+__all__ = [
+    "CompletionRequest",
+    "Fill",
+    "OpenDocument",
+    "Pipeline",
+    "PipelineResult",
+    "PipelineSettings",
+    "Prepared",
+    "find_placeholders",
+    "has_text",
+    "resolve_language",
+]
 
 
 @dataclass(frozen=True)
@@ -59,8 +79,15 @@ class PipelineSettings:
     def __post_init__(self) -> None:
         if not isinstance(self.alternatives, int) or not 0 <= self.alternatives <= MAX_CANDIDATES:
             raise InfillError(f"alternatives must be an integer from 0 to {MAX_CANDIDATES}, got {self.alternatives!r}")
-        for name in ("max_middle_tokens", "prefix_chars", "suffix_chars", "prefix_tokens", "suffix_tokens",
-                     "single_line_tokens", "max_gap_tokens"):
+        for name in (
+            "max_middle_tokens",
+            "prefix_chars",
+            "suffix_chars",
+            "prefix_tokens",
+            "suffix_tokens",
+            "single_line_tokens",
+            "max_gap_tokens",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise InfillError(f"pipeline setting {name} must be a positive integer, got {value!r}")
@@ -71,11 +98,14 @@ class PipelineSettings:
 
     def context_settings(self) -> ContextSettings:
         cap = lambda chars: max(1, math.floor(chars / self.chars_per_token))  # noqa: E731
-        return ContextSettings(prefix_tokens=min(self.prefix_tokens, cap(self.prefix_chars)),
-                               suffix_tokens=min(self.suffix_tokens, cap(self.suffix_chars)),
-                               chars_per_token=self.chars_per_token, single_line_tokens=self.single_line_tokens,
-                               multi_line_tokens=self.max_middle_tokens,
-                               max_gap_tokens=max(self.max_gap_tokens, self.max_middle_tokens))
+        return ContextSettings(
+            prefix_tokens=min(self.prefix_tokens, cap(self.prefix_chars)),
+            suffix_tokens=min(self.suffix_tokens, cap(self.suffix_chars)),
+            chars_per_token=self.chars_per_token,
+            single_line_tokens=self.single_line_tokens,
+            multi_line_tokens=self.max_middle_tokens,
+            max_gap_tokens=max(self.max_gap_tokens, self.max_middle_tokens),
+        )
 
 
 MAX_GAPS = 100  # placeholders filled by one request: each gets its own context and decode (callers take the first)
@@ -98,15 +128,17 @@ def _spans(req: CompletionRequest) -> list[tuple[int, int]]:
     previous = 0
     for a, b in spans:
         if not (isinstance(a, int) and isinstance(b, int) and previous <= a <= b <= len(req.text)):
-            raise InfillError(f"gap {a}..{b} is not a sorted, non-overlapping span inside the document "
-                              f"(length {len(req.text)})")
+            raise InfillError(
+                f"gap {a}..{b} is not a sorted, non-overlapping span inside the document (length {len(req.text)})"
+            )
         previous = b
     return spans  # type: ignore[return-value]
 
 
 class Pipeline:
-    def __init__(self, backend: InfillBackend, *, fallback: InfillBackend | None = None,
-                 settings: PipelineSettings | None = None) -> None:
+    def __init__(
+        self, backend: InfillBackend, *, fallback: InfillBackend | None = None, settings: PipelineSettings | None = None
+    ) -> None:
         self.backend = backend
         self.fallback = fallback
         self._settings = settings or PipelineSettings()
@@ -133,7 +165,7 @@ class Pipeline:
             routes = dict(self.routes)
         return {"routes": routes, **self.watchdog.stats()}
 
-    def carry_counters_from(self, older: "Pipeline") -> None:
+    def carry_counters_from(self, older: Pipeline) -> None:
         """Continue the counters of the pipeline this one replaces (a backend reload), so infill.status keeps
         counting across reloads. Called before this pipeline serves anything."""
         with older._routes_lock:
@@ -144,8 +176,9 @@ class Pipeline:
         self.watchdog.counts.update(stats["rejected"])
         self.watchdog.checked += stats["checked"]
 
-    def note_edit(self, document_id: str, start_offset: int, old_end_offset: int, new_text: str,
-                  version: int | None = None) -> None:
+    def note_edit(
+        self, document_id: str, start_offset: int, old_end_offset: int, new_text: str, version: int | None = None
+    ) -> None:
         """The editor replaced text[start_offset:old_end_offset] (str offsets, before the change) with `new_text`,
         making `version`. Cheap (nothing is parsed now): the next request for this document re-parses
         incrementally from these edits instead of comparing whole texts. Callers that note edits must note every
@@ -156,43 +189,69 @@ class Pipeline:
         """Drop the cached syntax tree of a closed document."""
         self.contexts.forget(document_id)
 
-    def prepare(self, req: CompletionRequest) -> "Prepared":
+    def prepare(self, req: CompletionRequest) -> Prepared:
         """Context for a request: the backend request, the gap spans, the parsed document, the gap context(s).
         Thread-safe: the server builds it on its own thread while the debounce runs, then passes it to
         `complete`."""
         t0, trace = time.perf_counter(), timing.trace()
         trace.start("context")
         spans = _spans(req)
-        doc = self.contexts.document(req.text, req.language, req.document_id, req.version,
-                                     focus=(spans[0][0], spans[-1][1]))
+        doc = self.contexts.document(
+            req.text, req.language, req.document_id, req.version, focus=(spans[0][0], spans[-1][1])
+        )
         ctx = self.contexts.build(doc, spans, req.mode)
         if req.max_middle_tokens is not None and req.max_middle_tokens < ctx.max_middle_tokens:
             ctx = replace(ctx, max_middle_tokens=req.max_middle_tokens)
         # Several gaps each get their own line context (a table cell, a sentence) for cleaning and checks.
-        gaps = [ctx] if len(spans) == 1 else [self.contexts.build(doc, [span], "gap", keep_window=False)
-                                                for span in spans]
+        gaps = (
+            [ctx] if len(spans) == 1 else [self.contexts.build(doc, [span], "gap", keep_window=False) for span in spans]
+        )
         first, last = spans[0][0], spans[-1][1]
         between = tuple(req.text[a_end:b_start] for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
-        extra = "" if not (req.related and ctx.is_code) else self.related.select(
-            req.related, req.text, first, last, ctx.language or req.language, name=req.name,
-            document_id=req.document_id)
-        request = InfillRequest(prefix=req.text[ctx.prefix_start:first], suffix=req.text[last:ctx.suffix_end],
-                                between=between, max_middle_tokens=ctx.max_middle_tokens, candidates=req.candidates,
-                                single_line=ctx.single_line, language=ctx.language or req.language,
-                                document_id=req.document_id, version=req.version, extra_context=extra,
-                                gap=_gap_facts(gaps[0], between[0] if between else req.text[last:ctx.suffix_end]))
+        extra = (
+            ""
+            if not (req.related and ctx.is_code)
+            else self.related.select(
+                req.related,
+                req.text,
+                first,
+                last,
+                ctx.language or req.language,
+                name=req.name,
+                document_id=req.document_id,
+            )
+        )
+        request = InfillRequest(
+            prefix=req.text[ctx.prefix_start : first],
+            suffix=req.text[last : ctx.suffix_end],
+            between=between,
+            max_middle_tokens=ctx.max_middle_tokens,
+            candidates=req.candidates,
+            single_line=ctx.single_line,
+            language=ctx.language or req.language,
+            document_id=req.document_id,
+            version=req.version,
+            extra_context=extra,
+            gap=_gap_facts(gaps[0], between[0] if between else req.text[last : ctx.suffix_end]),
+        )
         trace.stop("context")
-        return Prepared(req, request, spans, doc, ctx, gaps, context_ms=(time.perf_counter() - t0) * 1000,
-                        trace=trace)
+        return Prepared(req, request, spans, doc, ctx, gaps, context_ms=(time.perf_counter() - t0) * 1000, trace=trace)
 
-    def warm(self, prep: "Prepared", cancel: CancelToken | None = None) -> int:
+    def warm(self, prep: Prepared, cancel: CancelToken | None = None) -> int:
         """Let the primary backend encode this request's prompt ahead of `complete` (a backend without `warm`,
         e.g. a remote endpoint, does nothing). Returns the prompt tokens it holds, 0 when it cannot warm."""
         warm = getattr(self.backend, "warm", None)
         return warm(prep.request, cancel=cancel) if warm is not None else 0
 
-    def complete(self, req: CompletionRequest, *, cancel: CancelToken | None = None, deadline: float | None = None,
-                 on_draft: DraftCallback | None = None, prepared: "Prepared | None" = None) -> PipelineResult:
+    def complete(
+        self,
+        req: CompletionRequest,
+        *,
+        cancel: CancelToken | None = None,
+        deadline: float | None = None,
+        on_draft: DraftCallback | None = None,
+        prepared: Prepared | None = None,
+    ) -> PipelineResult:
         """Complete `req`. `prepared` is its context built ahead (by `prepare`, for this very request); without it
         the context is built here, and its time counts in total_ms."""
         t0 = time.perf_counter()
@@ -200,11 +259,21 @@ class Pipeline:
             raise InfillError("the prepared context belongs to another request")
         prep = prepared or self.prepare(req)
         ctx = prep.ctx
-        out = PipelineResult(fills=[], result=None, route="none", context_ms=prep.context_ms,
-                             context_ahead=prepared is not None, version=req.version, single_line=ctx.single_line,
-                             max_middle_tokens=ctx.max_middle_tokens, language=ctx.language,
-                             context_unit=ctx.unit, syntax_region=prep.doc.region, trace=prep.trace,
-                             related_chars=len(prep.request.extra_context))
+        out = PipelineResult(
+            fills=[],
+            result=None,
+            route="none",
+            context_ms=prep.context_ms,
+            context_ahead=prepared is not None,
+            version=req.version,
+            single_line=ctx.single_line,
+            max_middle_tokens=ctx.max_middle_tokens,
+            language=ctx.language,
+            context_unit=ctx.unit,
+            syntax_region=prep.doc.region,
+            trace=prep.trace,
+            related_chars=len(prep.request.extra_context),
+        )
         out.trace.start("checks")
         if self._nothing_to_go_on(req, prep.spans):
             self.watchdog.record(Verdict("empty_prefix", "no text before the gap"), "pipeline")
@@ -223,7 +292,7 @@ class Pipeline:
         has_before = has_text(req.text, 0, spans[0][0])
         return not has_before and (req.mode == "inline" or not has_text(req.text, spans[-1][1], len(req.text)))
 
-    def _route(self, out: PipelineResult, prep: "Prepared", cancel, deadline, on_draft) -> None:
+    def _route(self, out: PipelineResult, prep: Prepared, cancel, deadline, on_draft) -> None:
         s = self.settings
         primary_deadline = deadline
         if self.fallback is not None and deadline is not None:
@@ -234,8 +303,11 @@ class Pipeline:
         for route, backend, budget_end in attempts:
             if cancel is not None and cancel.cancelled:
                 return
-            if route == "fallback" and deadline is not None and \
-                    (deadline - time.monotonic()) * 1000 < s.min_fallback_ms:
+            if (
+                route == "fallback"
+                and deadline is not None
+                and (deadline - time.monotonic()) * 1000 < s.min_fallback_ms
+            ):
                 out.rejections.append((_name(backend), "no_budget"))
                 return
             guarded = self._guard_drafts(on_draft, prep) if on_draft else None
@@ -249,19 +321,32 @@ class Pipeline:
                 out.route = route
                 return
             out.rejections.append((result.backend, verdict.reason or "rejected"))
-            if result.outcome in ("ok", "empty") and self._try_alternatives(out, prep, backend, cancel, budget_end,
-                                                                          deadline):
+            if result.outcome in ("ok", "empty") and self._try_alternatives(
+                out, prep, backend, cancel, budget_end, deadline
+            ):
                 out.route = route
                 return
 
-    def _try_alternatives(self, out: PipelineResult, prep: "Prepared", backend: InfillBackend, cancel,
-                          budget_end: float | None, deadline: float | None) -> bool:
+    def _try_alternatives(
+        self,
+        out: PipelineResult,
+        prep: Prepared,
+        backend: InfillBackend,
+        cancel,
+        budget_end: float | None,
+        deadline: float | None,
+    ) -> bool:
         """The backend's other fills for a one-line gap whose fill it refused or left empty, best first (a backend
         that can branch: `alternatives`); the first the checks accept is shown. Whether one was."""
         count = self.settings.alternatives if prep.source.alternatives is None else prep.source.alternatives
         write = getattr(backend, "alternatives", None)
-        if not count or write is None or not prep.ctx.single_line or len(prep.spans) != 1 or \
-                (cancel is not None and cancel.cancelled):
+        if (
+            not count
+            or write is None
+            or not prep.ctx.single_line
+            or len(prep.spans) != 1
+            or (cancel is not None and cancel.cancelled)
+        ):
             return False
         name, t0 = _name(backend), time.perf_counter()
         out.trace.stop("checks")
@@ -280,8 +365,9 @@ class Pipeline:
                 return True
         return False
 
-    def _call(self, backend: InfillBackend, request: InfillRequest, cancel, deadline, on_draft,
-              out: PipelineResult) -> InfillResult:
+    def _call(
+        self, backend: InfillBackend, request: InfillRequest, cancel, deadline, on_draft, out: PipelineResult
+    ) -> InfillResult:
         name = _name(backend)
         out.trace.stop("checks")  # (the backend's time is its own)
         t0 = time.perf_counter()
@@ -294,7 +380,7 @@ class Pipeline:
         out.trace.start("checks")
         return result
 
-    def _judge(self, result: InfillResult, prep: "Prepared", deadline) -> tuple[Verdict, list[str]]:
+    def _judge(self, result: InfillResult, prep: Prepared, deadline) -> tuple[Verdict, list[str]]:
         """The cleaned middles and the verdict on them. Backend outcomes that are not candidates count as
         rejections too, under their own reasons."""
         record = lambda reason, detail: (self.watchdog.record(Verdict(reason, detail), result.backend), [])  # noqa
@@ -307,12 +393,14 @@ class Pipeline:
         if len(result.middles) != len(prep.spans):
             return record("structure", f"{len(result.middles)} middles for {len(prep.spans)} gaps")
         middles = clean_middles(result.middles, prep)
-        verdict = self.watchdog.check(middles, prep.spans, prep.doc, prep.gaps, deadline=deadline,
-                                      backend=result.backend)
+        verdict = self.watchdog.check(
+            middles, prep.spans, prep.doc, prep.gaps, deadline=deadline, backend=result.backend
+        )
         return verdict, middles
 
-    def _guard_drafts(self, on_draft: DraftCallback, prep: "Prepared") -> DraftCallback:
+    def _guard_drafts(self, on_draft: DraftCallback, prep: Prepared) -> DraftCallback:
         """Drafts are cleaned like finals and dropped when a cheap check fails (no parse per step)."""
+
         def forward(draft: Draft) -> None:
             if len(draft.middles) != len(prep.spans):
                 return
@@ -321,6 +409,7 @@ class Pipeline:
             if any(check_length(m, c, s) or check_repetition(m, s) for m, c in zip(middles, prep.gaps)):
                 return
             on_draft(Draft(step=draft.step, middles=tuple(middles), confidence=draft.confidence))
+
         return forward
 
 
@@ -343,7 +432,7 @@ def clean_middles(middles, prep: Prepared) -> list[str]:
     text, ctx = prep.source.text, prep.ctx
     cleaned = []
     for (a, b), middle, gap in zip(prep.spans, middles, prep.gaps):
-        middle = postprocess(middle, gap, text[ctx.prefix_start:a], text[b:max(b, ctx.suffix_end)])
+        middle = postprocess(middle, gap, text[ctx.prefix_start : a], text[b : max(b, ctx.suffix_end)])
         if prep.source.mode != "inline" and text[a:b].endswith("\n") and middle and not middle.endswith("\n"):
             middle += "\n"  # a selection of whole lines is replaced by whole lines
         cleaned.append(middle)
@@ -365,5 +454,11 @@ def _name(backend: InfillBackend) -> str:
 def _gap_facts(ctx: GapContext, after: str) -> GapFacts:
     """The backend's description of the first gap, from its context; `after` is the fixed text the backend sees
     after it (the request's `between[0]` or `suffix`)."""
-    return GapFacts(line_before=ctx.line_before, line_after=ctx.line_after, next_line=GapFacts.first_line_below(after),
-                    body_indent=len(ctx.indent), is_prose=ctx.is_prose, shape=ctx.shape)
+    return GapFacts(
+        line_before=ctx.line_before,
+        line_after=ctx.line_after,
+        next_line=GapFacts.first_line_below(after),
+        body_indent=len(ctx.indent),
+        is_prose=ctx.is_prose,
+        shape=ctx.shape,
+    )

@@ -4,7 +4,7 @@ everywhere."""
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from infill.types import InfillError
 

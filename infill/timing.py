@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict, deque
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 from infill.stats import percentile
 
@@ -94,6 +94,9 @@ def summary() -> dict[str, dict]:
     out = {}
     for phase, values in list(_windows.items()):
         data = list(values)
-        out[phase] = {"p50_ms": round(percentile(data, 50) or 0.0, 4),
-                      "p95_ms": round(percentile(data, 95) or 0.0, 4), "count": len(data)}
+        out[phase] = {
+            "p50_ms": round(percentile(data, 50) or 0.0, 4),
+            "p95_ms": round(percentile(data, 95) or 0.0, 4),
+            "count": len(data),
+        }
     return out

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 BackendKind = Literal["diffusion", "autoregressive", "remote"]
 Outcome = Literal["ok", "cut_short", "cancelled", "error", "empty"]
@@ -132,8 +133,11 @@ class InfillRequest:
             raise InfillError("between must be a tuple of texts")
         if not isinstance(self.max_middle_tokens, int) or self.max_middle_tokens < 1:
             raise InfillError(f"max_middle_tokens must be a positive integer, got {self.max_middle_tokens!r}")
-        if not isinstance(self.candidates, int) or isinstance(self.candidates, bool) or \
-                not 1 <= self.candidates <= MAX_CANDIDATES:
+        if (
+            not isinstance(self.candidates, int)
+            or isinstance(self.candidates, bool)
+            or not 1 <= self.candidates <= MAX_CANDIDATES
+        ):
             raise InfillError(f"candidates must be an integer from 1 to {MAX_CANDIDATES}, got {self.candidates!r}")
 
 
@@ -217,4 +221,3 @@ class InfillBackend(Protocol):
     ) -> InfillResult: ...
 
     def close(self) -> None: ...
-

@@ -28,12 +28,14 @@ import logging
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future, TimeoutError as FutureTimeout
+from collections.abc import Callable, Hashable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, TypeVar
+from typing import TypeVar
 
 from infill.pipeline import CompletionRequest, PipelineResult, Prepared
-from infill.types import CancelToken, Cancelled, DraftCallback, InfillResult
+from infill.types import Cancelled, CancelToken, DraftCallback, InfillResult
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +61,7 @@ class Ticket:
     token: CancelToken = field(default_factory=CancelToken)
     key: Hashable | None = None  # what an inline request asks (version, cursor, trigger); an identical one joins
     run: object = None  # the caller's handle on the work done for the ticket, shared by the requests that joined
-    answering: "Claim | None" = None  # the request the run answers; None: no request waits for it
+    answering: Claim | None = None  # the request the run answers; None: no request waits for it
 
     @property
     def stopped(self) -> bool:
@@ -194,9 +196,16 @@ class ModelWorker:
         self._watcher = threading.Thread(target=self._watch_deadlines, name=f"{name}-deadlines", daemon=True)
         self._watcher.start()
 
-    def submit(self, run: Callable[[], T], *, key: str | None = None, cancel: CancelToken | None = None,
-               deadline: float | None = None, kind: str | None = None,
-               unrun: Callable[[NotRun], T] | None = None) -> "Future[T]":
+    def submit(
+        self,
+        run: Callable[[], T],
+        *,
+        key: str | None = None,
+        cancel: CancelToken | None = None,
+        deadline: float | None = None,
+        kind: str | None = None,
+        unrun: Callable[[NotRun], T] | None = None,
+    ) -> Future[T]:
         """Queue `run` (which should honour `cancel` and `deadline` itself once started). With `kind`, the job
         claims `key` for its lifetime; kind "inline" supersedes the document's older inline request. A job dropped
         unrun fails with `NotRun`, or answers `unrun(why)` when given."""
@@ -214,9 +223,18 @@ class ModelWorker:
             self._cond.notify_all()  # the thread, and the deadline watcher (a new earliest deadline)
         return job.future
 
-    def complete(self, pipeline, req: CompletionRequest, *, cancel: CancelToken, deadline: float | None = None,
-                 queue_deadline: bool = True, on_draft: DraftCallback | None = None,
-                 context: "Future[Prepared] | None" = None, kind: str | None = None) -> "Future[PipelineResult]":
+    def complete(
+        self,
+        pipeline,
+        req: CompletionRequest,
+        *,
+        cancel: CancelToken,
+        deadline: float | None = None,
+        queue_deadline: bool = True,
+        on_draft: DraftCallback | None = None,
+        context: Future[Prepared] | None = None,
+        kind: str | None = None,
+    ) -> Future[PipelineResult]:
         """Run `pipeline.complete(req)` here: the one way a caller runs a completion on the model thread. The
         future holds a PipelineResult, also for a job dropped unrun (route "not_run", outcome "cancelled" or
         "cut_short"). `context` is the request's context being built on another thread (`Pipeline.prepare`),
@@ -232,12 +250,23 @@ class ModelWorker:
             return pipeline.complete(req, cancel=cancel, deadline=deadline, on_draft=on_draft, prepared=prepared)
 
         def unrun(why: NotRun) -> PipelineResult:
-            result = InfillResult(middles=(), outcome=why.outcome, backend=pipeline.backend.info.name,
-                                  version=req.version, error=why.reason)
+            result = InfillResult(
+                middles=(),
+                outcome=why.outcome,
+                backend=pipeline.backend.info.name,
+                version=req.version,
+                error=why.reason,
+            )
             return PipelineResult(fills=[], result=result, route="not_run", version=req.version)
 
-        return self.submit(run, key=req.document_id, cancel=cancel, deadline=deadline if queue_deadline else None,
-                           kind=kind, unrun=unrun)
+        return self.submit(
+            run,
+            key=req.document_id,
+            cancel=cancel,
+            deadline=deadline if queue_deadline else None,
+            kind=kind,
+            unrun=unrun,
+        )
 
     def shutdown(self, wait: bool = False) -> None:
         """Run what is queued (cancelled jobs return at once), then stop the thread."""
@@ -333,18 +362,26 @@ class OnWorker:
 
     ABANDON_POLL_S = 0.02
 
-    def __init__(self, pipeline, worker: ModelWorker, kind: str | None = NEWEST_WINS,
-                 abandoned: Callable[[], bool] | None = None) -> None:
+    def __init__(
+        self, pipeline, worker: ModelWorker, kind: str | None = NEWEST_WINS, abandoned: Callable[[], bool] | None = None
+    ) -> None:
         self.pipeline = pipeline  # infill.pipeline.Pipeline (or the pilot's RawPipeline)
         self.worker = worker
         self.kind = kind
         self.abandoned = abandoned
 
-    def complete(self, req: CompletionRequest, *, cancel: CancelToken | None = None, deadline: float | None = None,
-                 on_draft: DraftCallback | None = None) -> PipelineResult:
+    def complete(
+        self,
+        req: CompletionRequest,
+        *,
+        cancel: CancelToken | None = None,
+        deadline: float | None = None,
+        on_draft: DraftCallback | None = None,
+    ) -> PipelineResult:
         token = cancel or CancelToken()
-        future = self.worker.complete(self.pipeline, req, cancel=token, deadline=deadline, on_draft=on_draft,
-                                      kind=self.kind)
+        future = self.worker.complete(
+            self.pipeline, req, cancel=token, deadline=deadline, on_draft=on_draft, kind=self.kind
+        )
         return self._wait(future, token)
 
     def _wait(self, future: Future, token: CancelToken) -> PipelineResult:

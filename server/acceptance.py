@@ -26,8 +26,8 @@ import itertools
 import os
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from infill.metrics import retained_chars
 
@@ -89,9 +89,17 @@ class AcceptanceTracker:
         reply = Reply(id=str(next(self._ids)), items=[])
         for insert, start, end in items:
             suggestion = Suggestion(
-                id=f"{reply.id}.{len(reply.items) + 1}", reply=reply.id, uri=document.uri, text=insert,
-                start=start, end=end, base_length=len(text), before=text[max(0, start - AROUND_CHARS):start],
-                tail=text[start:start + AROUND_CHARS], after_end=text[end:end + AROUND_CHARS])
+                id=f"{reply.id}.{len(reply.items) + 1}",
+                reply=reply.id,
+                uri=document.uri,
+                text=insert,
+                start=start,
+                end=end,
+                base_length=len(text),
+                before=text[max(0, start - AROUND_CHARS) : start],
+                tail=text[start : start + AROUND_CHARS],
+                after_end=text[end : end + AROUND_CHARS],
+            )
             reply.items.append(suggestion)
             self._remember(suggestion)
         self._live[document.uri] = reply
@@ -157,8 +165,14 @@ class AcceptanceTracker:
         whole = chars == len(suggestion.text)
         if whole:
             suggestion.live = False
-        self.record("accepted_full" if whole else "accepted_partial", suggestion, source=source,
-                    acceptedChars=chars, gainedChars=gained, totalChars=len(suggestion.text))
+        self.record(
+            "accepted_full" if whole else "accepted_partial",
+            suggestion,
+            source=source,
+            acceptedChars=chars,
+            gainedChars=gained,
+            totalChars=len(suggestion.text),
+        )
 
     # -- what the edits show ---------------------------------------------------------------------------------------
     def changed(self, document) -> None:
@@ -179,17 +193,23 @@ class AcceptanceTracker:
 
     def _compare(self, s: Suggestion, text: str) -> None:
         start = s.start
-        if text[max(0, start - AROUND_CHARS):start] != s.before:
+        if text[max(0, start - AROUND_CHARS) : start] != s.before:
             s.live = False  # an edit before the anchor: the user went elsewhere
             return
         whole_length = s.base_length - (s.end - s.start) + len(s.text)
-        if len(text) == whole_length and text[start:start + len(s.text)] == s.text and \
-                text[start + len(s.text):start + len(s.text) + len(s.after_end)] == s.after_end:
+        if (
+            len(text) == whole_length
+            and text[start : start + len(s.text)] == s.text
+            and text[start + len(s.text) : start + len(s.text) + len(s.after_end)] == s.after_end
+        ):
             self._accept_to(s, len(s.text), "edit")
             return
         typed = len(text) - s.base_length
-        matches = 0 <= typed <= len(s.text) and text[start:start + typed] == s.text[:typed] and \
-            text[start + typed:start + typed + len(s.tail)] == s.tail
+        matches = (
+            0 <= typed <= len(s.text)
+            and text[start : start + typed] == s.text[:typed]
+            and text[start + typed : start + typed + len(s.tail)] == s.tail
+        )
         if not matches:
             s.live = False
             return
@@ -214,12 +234,19 @@ class AcceptanceTracker:
             self.record("retained_unmeasured", suggestion, source="timer", acceptedChars=suggestion.accepted)
             return
         text = document.text
-        accepted = suggestion.text[:suggestion.accepted]
-        window = text[max(0, suggestion.start - RETAIN_WINDOW_CHARS):
-                      suggestion.start + len(accepted) + RETAIN_WINDOW_CHARS]
+        accepted = suggestion.text[: suggestion.accepted]
+        window = text[
+            max(0, suggestion.start - RETAIN_WINDOW_CHARS) : suggestion.start + len(accepted) + RETAIN_WINDOW_CHARS
+        ]
         suggestion.retained = retained_chars(accepted, window)
-        self.record("retained", suggestion, source="timer", acceptedChars=suggestion.accepted,
-                    retainedChars=suggestion.retained, delaySeconds=RETAIN_DELAY_S)
+        self.record(
+            "retained",
+            suggestion,
+            source="timer",
+            acceptedChars=suggestion.accepted,
+            retainedChars=suggestion.retained,
+            delaySeconds=RETAIN_DELAY_S,
+        )
 
 
 def item_text(item: dict) -> str:

@@ -14,9 +14,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Callable
 
 from infill.backends.choose import BackendSpec, open_backend
 from infill.loader import FallbackChoice, Opened, close_quietly, describe_spec, open_pipeline
@@ -33,16 +33,24 @@ LoadListener = Callable[[str, str, "float | None"], None]
 
 
 def spec_for(settings: Settings) -> BackendSpec:
-    return BackendSpec.from_env(model=settings.model, device=settings.device, dtype=settings.dtype,
-                                load_format=settings.load_format, quantization=settings.quantization,
-                                endpoint=settings.remote_endpoint,
-                                endpoint_model=settings.remote_model, endpoint_protocol=settings.remote_protocol,
-                                denoising_steps=settings.denoising_steps, kv_store_mib=settings.kv_store_mib)
+    return BackendSpec.from_env(
+        model=settings.model,
+        device=settings.device,
+        dtype=settings.dtype,
+        load_format=settings.load_format,
+        quantization=settings.quantization,
+        endpoint=settings.remote_endpoint,
+        endpoint_model=settings.remote_model,
+        endpoint_protocol=settings.remote_protocol,
+        denoising_steps=settings.denoising_steps,
+        kv_store_mib=settings.kv_store_mib,
+    )
 
 
 def fallback_for(settings: Settings) -> FallbackChoice:
-    return FallbackChoice(enabled=settings.fallback, endpoint=settings.fallback_endpoint,
-                          endpoint_model=settings.fallback_model)
+    return FallbackChoice(
+        enabled=settings.fallback, endpoint=settings.fallback_endpoint, endpoint_model=settings.fallback_model
+    )
 
 
 class BackendHost:
@@ -150,8 +158,12 @@ class BackendHost:
         for backend in replaced:
             self.worker.submit(lambda backend=backend: close_quietly(backend))
         seconds = time.perf_counter() - started
-        self._listener("ready", f"{_names(pipeline)} ready in {seconds:.1f} s"
-                       + (f"; no fallback: {opened.fallback_error}" if opened.fallback_error else ""), 1.0)
+        self._listener(
+            "ready",
+            f"{_names(pipeline)} ready in {seconds:.1f} s"
+            + (f"; no fallback: {opened.fallback_error}" if opened.fallback_error else ""),
+            1.0,
+        )
 
     def set_max_middle_tokens(self, tokens: int) -> None:
         """Applies to the loaded pipeline and to one still loading."""

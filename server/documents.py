@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import itertools
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 from urllib.parse import unquote, urlparse
 
 from lsprotocol import types
@@ -65,6 +65,7 @@ def text_fingerprint(text: str) -> str:
 @dataclass
 class Clamp:
     """Set when a client position lay outside the document and was moved onto it (the handler logs it)."""
+
     note: str = ""
 
 
@@ -73,8 +74,15 @@ class Document:
     its length only: it is never sent to a model, so splitting and editing it would be work for nothing; it stays
     refused until a full-text change brings it under the limit or it is reopened."""
 
-    def __init__(self, uri: str, text: str, version: int | None, language_id: str | None,
-                 max_chars: int | None = None, generation: int = 0) -> None:
+    def __init__(
+        self,
+        uri: str,
+        text: str,
+        version: int | None,
+        language_id: str | None,
+        max_chars: int | None = None,
+        generation: int = 0,
+    ) -> None:
         self.uri = uri
         self.language_id = language_id
         self.version = version
@@ -145,7 +153,7 @@ class Document:
         valid, starts = self._valid, self._starts
         sums = itertools.accumulate(map(len, self.lines[valid:line]), initial=starts[valid])
         next(sums)  # the initial value: starts[valid] itself
-        starts[valid + 1:line + 1] = sums
+        starts[valid + 1 : line + 1] = sums
         self._valid = line
 
     def offset_at(self, position: types.Position, clamp: Clamp | None = None) -> int:
@@ -217,14 +225,17 @@ class Document:
         lines[first:last] = new_lines
         self.length += len(chunk) - removed
         text = self._text
-        self._text = None if text is None or len(text) > EAGER_TEXT_CHARS else \
-            text[:replaced[0]] + change.text + text[replaced[1]:]
+        self._text = (
+            None
+            if text is None or len(text) > EAGER_TEXT_CHARS
+            else text[: replaced[0]] + change.text + text[replaced[1] :]
+        )
         if self._has_nul is False and "\x00" in change.text:
             self._has_nul = True
         elif self._has_nul:
             self._has_nul = None  # the edit may have removed it: look again when asked
         if len(new_lines) != last - first:
-            self._starts[first + 1:last + 1] = [0] * len(new_lines)
+            self._starts[first + 1 : last + 1] = [0] * len(new_lines)
         self._valid = min(self._valid, first)
         return replaced
 
@@ -255,8 +266,9 @@ class DocumentStore:
         self._documents[item.uri] = document
         return document
 
-    def change(self, params: types.DidChangeTextDocumentParams,
-               on_edit: Callable[[int, int, str], None] | None = None) -> Document | None:
+    def change(
+        self, params: types.DidChangeTextDocumentParams, on_edit: Callable[[int, int, str], None] | None = None
+    ) -> Document | None:
         """Apply a didChange, all or nothing: either every change applies and the version moves on, or the
         document is distrusted (its text dropped) at the new version. `on_edit(start, old_end, new_text)` hears
         each change as a str range of the text before it (what the pipeline needs to re-parse incrementally)."""
@@ -271,8 +283,7 @@ class DocumentStore:
                 if replaced is not None and on_edit is not None:
                     on_edit(replaced[0], replaced[1], change.text)
         except Exception as exc:  # noqa: BLE001 - a bug here must cost trust in this text, never a drifted copy
-            document.distrust(f"a change at version {document.version} failed to apply "
-                              f"({type(exc).__name__}: {exc})")
+            document.distrust(f"a change at version {document.version} failed to apply ({type(exc).__name__}: {exc})")
             raise DocumentDistrusted(document.untrusted) from exc
         return document
 
@@ -287,8 +298,7 @@ class DocumentStore:
             if len(found) == limit:
                 break
             if document.uri != uri and not (document.oversized or document.untrusted or document.has_nul):
-                found.append(OpenDocument(document.uri, document_name(document.uri), document.text,
-                                          document.version))
+                found.append(OpenDocument(document.uri, document_name(document.uri), document.text, document.version))
         return tuple(found)
 
     def get(self, uri: str) -> Document | None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from lsprotocol import types
 
@@ -34,8 +35,9 @@ def is_markdown(uri: str, language_id: str | None) -> bool:
     return resolve_language(language_id, uri) == "markdown"
 
 
-def gap_spans(text: str, start: int, end: int, mode: str,
-              limit: int | None = None) -> tuple[list[tuple[int, int]], str]:
+def gap_spans(
+    text: str, start: int, end: int, mode: str, limit: int | None = None
+) -> tuple[list[tuple[int, int]], str]:
     """The spans to fill (at most `limit` placeholders) and, when there are none, why."""
     if mode == "gap":
         if start >= end:
@@ -43,8 +45,7 @@ def gap_spans(text: str, start: int, end: int, mode: str,
         if not has_text(text, 0, start) and not has_text(text, end, len(text)):
             return [], "the selection covers the whole document: there is no context to fill between"
         return [(start, end)], ""
-    spans = find_placeholders(text, start, end, limit) if start < end else \
-        find_placeholders(text, 0, len(text), limit)
+    spans = find_placeholders(text, start, end, limit) if start < end else find_placeholders(text, 0, len(text), limit)
     if not spans:
         return [], "no placeholders ([[...]], {{...}} or ___) in the selection or document"
     return spans, ""
@@ -90,19 +91,34 @@ async def compute_fill(ls, uri: str, rng: types.Range, mode: str, expected: dict
     if not spans:
         return FillOutcome(None, why)
     if mode == "gaps" and len(spans) == MAX_GAPS:
-        ls.log(f"Fill all gaps in {uri}: filling the first {MAX_GAPS} placeholders; run it again for the rest",
-               types.MessageType.Info)
-    request = CompletionRequest(text=text, start=spans[0][0], end=spans[0][1], mode="gap" if mode == "gap" else "gaps",
-                                language=document.language_id, document_id=uri, version=version,
-                                spans=tuple(spans) if mode == "gaps" else (), candidates=ls.settings.fill_candidates,
-                                **related(ls, uri))
+        ls.log(
+            f"Fill all gaps in {uri}: filling the first {MAX_GAPS} placeholders; run it again for the rest",
+            types.MessageType.Info,
+        )
+    request = CompletionRequest(
+        text=text,
+        start=spans[0][0],
+        end=spans[0][1],
+        mode="gap" if mode == "gap" else "gaps",
+        language=document.language_id,
+        document_id=uri,
+        version=version,
+        spans=tuple(spans) if mode == "gaps" else (),
+        candidates=ls.settings.fill_candidates,
+        **related(ls, uri),
+    )
     pipeline = ls.host.pipeline
     if pipeline is None:
         return FillOutcome(None, f"the backend is not ready (state {ls.host.state})")
     ticket = ls.claims.open(uri, "action")
     try:
-        future = ls.host.worker.complete(pipeline, request, cancel=ticket.token, queue_deadline=False,
-                                         deadline=deadline_in(ls.settings.code_action_budget_ms / 1000))
+        future = ls.host.worker.complete(
+            pipeline,
+            request,
+            cancel=ticket.token,
+            queue_deadline=False,
+            deadline=deadline_in(ls.settings.code_action_budget_ms / 1000),
+        )
         result: PipelineResult = await asyncio.wrap_future(future)
     except asyncio.CancelledError:
         ticket.token.cancel("request cancelled by the client")
@@ -115,21 +131,43 @@ async def compute_fill(ls, uri: str, rng: types.Range, mode: str, expected: dict
     if result.route == "not_run":
         return FillOutcome(None, f"{uri} changed before the fill started; no edit for the old version")
     server_ms = (time.perf_counter() - started) * 1000
-    stale = ticket.stopped or ls.documents.get(uri) is not document or document.version != version or \
-        (document.text is not text and document.fingerprint != text_fingerprint(text))
+    stale = (
+        ticket.stopped
+        or ls.documents.get(uri) is not document
+        or document.version != version
+        or (document.text is not text and document.fingerprint != text_fingerprint(text))
+    )
     outcome = "discarded" if stale else ("ok" if result.fills else "empty")
-    ls.telemetry.record_completion(kind=mode, uri=uri, version=version, position=[start, end], outcome=outcome,
-                                   result=result, server_ms=server_ms, fills=[f.text for f in result.fills])
+    ls.telemetry.record_completion(
+        kind=mode,
+        uri=uri,
+        version=version,
+        position=[start, end],
+        outcome=outcome,
+        result=result,
+        server_ms=server_ms,
+        fills=[f.text for f in result.fills],
+    )
     if stale:
-        return FillOutcome(None, f"{uri} changed while the fill was computed (was version {version}); "
-                                 "no edit for the old version", result)
+        return FillOutcome(
+            None,
+            f"{uri} changed while the fill was computed (was version {version}); no edit for the old version",
+            result,
+        )
     if not result.fills:
         why = "; ".join(reason for _, reason in result.rejections) or (
-            result.result.error if result.result and result.result.error else
-            f"backend outcome {result.result.outcome if result.result else 'none'}")
+            result.result.error
+            if result.result and result.result.error
+            else f"backend outcome {result.result.outcome if result.result else 'none'}"
+        )
         return FillOutcome(None, f"no fill: {why}", result)
     ls.telemetry.record_latency(server_ms)
     edits = [types.TextEdit(range=document.range_of(f.start, f.end), new_text=f.text) for f in result.fills]
-    edit = types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(
-        text_document=types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=version), edits=edits)])
+    edit = types.WorkspaceEdit(
+        document_changes=[
+            types.TextDocumentEdit(
+                text_document=types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=version), edits=edits
+            )
+        ]
+    )
     return FillOutcome(edit, "", result)

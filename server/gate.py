@@ -21,8 +21,10 @@ def refusal(ls, document: Document | None, uri: str) -> str | None:
     if not settings.language_enabled(document.language_id):
         return f"language {document.language_id!r} is not in enabledLanguages"
     if document.oversized or document.length > settings.max_document_chars:
-        return (f"{uri} has {document.length} characters, more than maxDocumentChars={settings.max_document_chars}; "
-                "not sending it to the model")
+        return (
+            f"{uri} has {document.length} characters, more than maxDocumentChars={settings.max_document_chars}; "
+            "not sending it to the model"
+        )
     if document.has_nul:
         return f"{uri} contains NUL bytes (binary?); not sending it to the model"
     if not ls.host.ready:

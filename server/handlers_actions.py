@@ -22,8 +22,9 @@ COMMANDS = {"gap": "infill.fillGap", "gaps": "infill.fillAllGaps"}
 
 
 def register(server) -> None:
-    @server.feature(types.TEXT_DOCUMENT_CODE_ACTION,
-                    types.CodeActionOptions(code_action_kinds=[KIND], resolve_provider=True))
+    @server.feature(
+        types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(code_action_kinds=[KIND], resolve_provider=True)
+    )
     async def code_action(ls, params: types.CodeActionParams) -> list[types.CodeAction | types.Command] | None:
         actions = await list_actions(ls, params)
         if actions and not _client_resolves_edit(ls):  # the fill runs when the client executes the command
@@ -97,8 +98,10 @@ def _fill_command(action: types.CodeAction) -> types.Command:
     data = action.data
     line, character, end_line, end_character = data["range"]
     target = {key: data[key] for key in ("uri", "generation", "version", "text")}
-    target["range"] = {"start": {"line": line, "character": character},
-                       "end": {"line": end_line, "character": end_character}}
+    target["range"] = {
+        "start": {"line": line, "character": character},
+        "end": {"line": end_line, "character": end_character},
+    }
     return types.Command(title=action.title, command=COMMANDS[data["infill"]], arguments=[target])
 
 
@@ -113,8 +116,12 @@ def _scan(text: str, start: int, end: int, markdown: bool) -> tuple[bool, list]:
 
 def _action(mode: str, uri: str, identity: dict, rng: types.Range, count: str = "") -> types.CodeAction:
     title = TITLES[mode] + (f" ({count})" if count else "")
-    data = {"infill": mode, "uri": uri, **identity,
-            "range": [rng.start.line, rng.start.character, rng.end.line, rng.end.character]}
+    data = {
+        "infill": mode,
+        "uri": uri,
+        **identity,
+        "range": [rng.start.line, rng.start.character, rng.end.line, rng.end.character],
+    }
     return types.CodeAction(title=title, kind=KIND, data=data)
 
 
@@ -122,9 +129,9 @@ def lsp_uint(value: Any) -> int | None:
     """An LSP uinteger (a line or character), or None: not bool, finite, whole, in 0..2^31-1."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    if isinstance(value, float) and not (value.is_integer() and abs(value) < 2 ** 53):
+    if isinstance(value, float) and not (value.is_integer() and abs(value) < 2**53):
         return None  # inf, nan, 1.5
-    return int(value) if 0 <= value <= 2 ** 31 - 1 else None
+    return int(value) if 0 <= value <= 2**31 - 1 else None
 
 
 def _range_of(values: list) -> types.Range | None:
@@ -149,7 +156,7 @@ def lsp_int(value: Any) -> int | None:
     """A document version: a whole number in LSP's integer range."""
     if isinstance(value, bool) or not isinstance(value, int):
         return None
-    return value if -2 ** 31 <= value <= 2 ** 31 - 1 else None
+    return value if -(2**31) <= value <= 2**31 - 1 else None
 
 
 def _parse_data(data: Any) -> tuple[str, str, dict | None, types.Range] | None:
@@ -167,8 +174,10 @@ def _parse_data(data: Any) -> tuple[str, str, dict | None, types.Range] | None:
 async def resolve(ls, action: types.CodeAction) -> types.CodeAction:
     parsed = _parse_data(plain_json(action.data))
     if parsed is None:  # not data this server listed: refused inside the result (no edit), with one log line
-        ls.log(f"codeAction/resolve: not an action this server listed (data {action.data!r:.200}); no edit",
-               types.MessageType.Warning)
+        ls.log(
+            f"codeAction/resolve: not an action this server listed (data {action.data!r:.200}); no edit",
+            types.MessageType.Warning,
+        )
         return action
     mode, uri, expected, rng = parsed
     outcome = await compute_fill(ls, uri, rng, mode, expected)
@@ -195,8 +204,9 @@ async def run_fill_command(ls, args: tuple, mode: str) -> dict:
     if outcome.edit is None:
         ls.log(f"{TITLES[mode]}: no edit: {outcome.reason}", types.MessageType.Warning)
         return {"applied": False, "reason": outcome.reason}
-    response = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=outcome.edit,
-                                                                                  label=TITLES[mode]))
+    response = await ls.workspace_apply_edit_async(
+        types.ApplyWorkspaceEditParams(edit=outcome.edit, label=TITLES[mode])
+    )
     applied = bool(getattr(response, "applied", False))
     reason = "" if applied else (getattr(response, "failure_reason", None) or "the client did not apply the edit")
     if not applied:

@@ -25,9 +25,11 @@ def register(server) -> None:
     def did_open(ls, params: types.DidOpenTextDocumentParams) -> None:
         document = ls.documents.open(params.text_document, ls.settings.max_document_chars)
         if document.oversized:
-            ls.log(f"{document.uri} has {document.length} characters, more than maxDocumentChars="
-                   f"{document.max_chars}: it will get no completions (reopen it when smaller)",
-                   types.MessageType.Warning)
+            ls.log(
+                f"{document.uri} has {document.length} characters, more than maxDocumentChars="
+                f"{document.max_chars}: it will get no completions (reopen it when smaller)",
+                types.MessageType.Warning,
+            )
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls, params: types.DidChangeTextDocumentParams) -> None:
@@ -50,8 +52,10 @@ def register(server) -> None:
             document = ls.documents.get(uri)
             if pipeline is not None:
                 pipeline.forget(uri)  # its syntax tree saw part of the failed change
-            ls.log(f"{uri}: {exc}; no completions for it until the editor sends its full text or reopens it",
-                   types.MessageType.Error)
+            ls.log(
+                f"{uri}: {exc}; no completions for it until the editor sends its full text or reopens it",
+                types.MessageType.Error,
+            )
         if document is None:
             ls.log(f"didChange for a document that is not open: {uri}; ignored", types.MessageType.Warning)
             return

@@ -51,9 +51,16 @@ async def complete_inline(ls, params: types.InlineCompletionParams) -> types.Inl
 
 
 def _typed_through_reply(ls, params, document, typed) -> types.InlineCompletionList:
-    ls.telemetry.record_completion(kind="inline", uri=document.uri, version=document.version,
-                                   position=[params.position.line, params.position.character], outcome="ok",
-                                   result=None, server_ms=0.0, fills=[typed.insert])
+    ls.telemetry.record_completion(
+        kind="inline",
+        uri=document.uri,
+        version=document.version,
+        position=[params.position.line, params.position.character],
+        outcome="ok",
+        result=None,
+        server_ms=0.0,
+        fills=[typed.insert],
+    )
     item = types.InlineCompletionItem(insert_text=typed.insert, range=document.range_of(typed.cursor, typed.end))
     offer(ls, document, [item], [(typed.cursor, typed.end)])
     return types.InlineCompletionList(items=[item])
@@ -66,15 +73,24 @@ def _reply(ls, params, document, ran: InlineRun):
     current = ls.documents.get(uri) is document and document.version == version
     fills = [f for f in completion.fills if f.text.strip()]
     outcome = "discarded" if ran.stopped or not current else ("ok" if fills else "empty")
-    ls.telemetry.record_completion(kind="inline", uri=uri, version=version,
-                                   position=[params.position.line, params.position.character], outcome=outcome,
-                                   result=completion, server_ms=server_ms, fills=[f.text for f in fills])
+    ls.telemetry.record_completion(
+        kind="inline",
+        uri=uri,
+        version=version,
+        position=[params.position.line, params.position.character],
+        outcome=outcome,
+        result=completion,
+        server_ms=server_ms,
+        fills=[f.text for f in fills],
+    )
     if outcome == "discarded":  # the normal fate of a request while the user types: one line per 10 s
         held_back = ls.discard_log.admit(uri, time.monotonic())
         if held_back is not None:
             more = f" ({held_back} more since the last line like this)" if held_back else ""
-            ls.log(f"inline {uri}@{version}: no suggestion ({_why_empty(outcome, completion)}){more}",
-                   types.MessageType.Log)
+            ls.log(
+                f"inline {uri}@{version}: no suggestion ({_why_empty(outcome, completion)}){more}",
+                types.MessageType.Log,
+            )
         return None  # nothing rather than a suggestion for another version
     if outcome != "ok":
         ls.log(f"inline {uri}@{version}: no suggestion ({_why_empty(outcome, completion)})", types.MessageType.Log)
@@ -94,5 +110,8 @@ def _why_empty(outcome: str, completion: PipelineResult) -> str:
     backend = completion.result
     if backend is None:
         return "no backend result"
-    return f"backend outcome {backend.outcome}" + (f": {backend.error}" if backend.error else "") + \
-        (" (blank text)" if backend.outcome in ("ok", "cut_short") else "")
+    return (
+        f"backend outcome {backend.outcome}"
+        + (f": {backend.error}" if backend.error else "")
+        + (" (blank text)" if backend.outcome in ("ok", "cut_short") else "")
+    )

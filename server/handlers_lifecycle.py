@@ -34,8 +34,11 @@ def register(server) -> None:
     @server.feature(TELEMETRY)
     def telemetry(ls, params: Any) -> None:
         event = plain_json(params)
-        problem = ls.telemetry.record_event(event) if isinstance(event, dict) else \
-            f"infill/telemetry: params must be an object, got {event!r}; ignored"
+        problem = (
+            ls.telemetry.record_event(event)
+            if isinstance(event, dict)
+            else f"infill/telemetry: params must be an object, got {event!r}; ignored"
+        )
         if problem:
             ls.log(problem, types.MessageType.Warning)
 
@@ -56,7 +59,8 @@ async def fetch_configuration(ls) -> None:
         return
     try:
         items = await ls.workspace_configuration_async(
-            types.ConfigurationParams(items=[types.ConfigurationItem(section="infill")]))
+            types.ConfigurationParams(items=[types.ConfigurationItem(section="infill")])
+        )
     except Exception as exc:  # noqa: BLE001 - a client failing this request keeps the settings we have
         ls.log(f"workspace/configuration failed: {exc}; keeping current settings", types.MessageType.Warning)
         return

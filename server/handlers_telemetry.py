@@ -41,8 +41,10 @@ def register(server) -> None:
         if item is None:
             return
         if not isinstance(length, int) or isinstance(length, bool) or length < 0:
-            ls.log(f"{DID_PARTIALLY_ACCEPT}: acceptedLength must be a non-negative integer, got {length!r}; ignored",
-                   types.MessageType.Warning)
+            ls.log(
+                f"{DID_PARTIALLY_ACCEPT}: acceptedLength must be a non-negative integer, got {length!r}; ignored",
+                types.MessageType.Warning,
+            )
             return
         tracker.partially_accepted(item, length)
 
@@ -55,8 +57,9 @@ def register(server) -> None:
 def offer(ls, document, items: list[types.InlineCompletionItem], spans: list[tuple[int, int]]) -> None:
     """Give each item of an inline reply the accept command, and remember the reply to infer what became of it
     (`spans`: each item's str range in the document, as the fills gave it)."""
-    ids = ls.telemetry.acceptance.offer(document, [(item.insert_text, start, end)
-                                                   for item, (start, end) in zip(items, spans)])
+    ids = ls.telemetry.acceptance.offer(
+        document, [(item.insert_text, start, end) for item, (start, end) in zip(items, spans)]
+    )
     ls.telemetry.counts["offered"] += 1
     for item, suggestion_id in zip(items, ids):
         item.command = types.Command(title="infill: accepted", command=ACCEPT_COMMAND, arguments=[suggestion_id])
@@ -66,7 +69,9 @@ def _item(ls, method: str, params: Any) -> dict | None:
     params = plain_json(params)
     item = params.get("item") if isinstance(params, dict) else None
     if not isinstance(item, dict) or not isinstance(item.get("insertText"), (str, dict)):
-        ls.log(f"{method}: params must be {{item: InlineCompletionItem, ...}}, got {params!r}; ignored",
-               types.MessageType.Warning)
+        ls.log(
+            f"{method}: params must be {{item: InlineCompletionItem, ...}}, got {params!r}; ignored",
+            types.MessageType.Warning,
+        )
         return None
     return item

@@ -66,8 +66,10 @@ def strict_converter():
     # cattrs dispatches bool (an int subclass) to the int hook: booleans keep pygls' own reading
     converter.register_structure_hook(bool, lambda value, _type: bool(value))
     converter.register_structure_hook(str, _structure_str)
-    converter.register_structure_hook(Union[int, str], _structure_id)  # request ids, progress tokens
-    converter.register_structure_hook(Optional[Union[int, str]], _structure_id)
+    # lsprotocol spells ids and tokens with typing.Union, and cattrs finds hooks by the annotation object: the
+    # `int | str` spelling is another object, which would not match
+    converter.register_structure_hook(Union[int, str], _structure_id)  # noqa: UP007
+    converter.register_structure_hook(Optional[Union[int, str]], _structure_id)  # noqa: UP007, UP045
     converter.register_structure_hook_factory(_is_sequence, lambda to: _sequence_hook(converter, to))
     return converter
 
@@ -131,8 +133,10 @@ class _QuietUnparsable(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
-        return not (record.getMessage() == "Unable to handle message"
-                    and isinstance(error, (json.JSONDecodeError, UnicodeDecodeError)))
+        return not (
+            record.getMessage() == "Unable to handle message"
+            and isinstance(error, (json.JSONDecodeError, UnicodeDecodeError))
+        )
 
 
 logging.getLogger("pygls.server").addFilter(_QuietUnparsable())
@@ -155,6 +159,7 @@ def _is_lsp_notification(method: str) -> bool:
 @dataclass
 class Unreadable:
     """A message pygls could not structure: answered (a request) or logged (a notification) by handle_message."""
+
     id: Any
     method: Any
     error: JsonRpcException
@@ -179,8 +184,9 @@ class GuardedProtocol(LanguageServerProtocol):
             method = data.get("method")
             if not self._known(method):  # no such method: its params were never the problem
                 return Unreadable(data.get("id"), method, JsonRpcMethodNotFound.of(str(method)[:100]))
-            return Unreadable(data.get("id"), method,
-                              JsonRpcInvalidParams(f"invalid params for {method!r}: {_what_is_wrong(exc)}"))
+            return Unreadable(
+                data.get("id"), method, JsonRpcInvalidParams(f"invalid params for {method!r}: {_what_is_wrong(exc)}")
+            )
 
     def _refusal_at_edge(self, data: dict[str, Any]) -> JsonRpcException | None:
         """What is wrong with a client message before any converter or handler sees it (None: nothing)."""
@@ -189,8 +195,9 @@ class GuardedProtocol(LanguageServerProtocol):
             return None  # unknown: MethodNotFound (a request) or ignored (a notification); exit always ends
         params = data.get("params")
         if params is not None and not isinstance(params, dict):
-            return JsonRpcInvalidParams(f"invalid params for {method!r}: params must be a JSON object, got "
-                                        f"{_json_type(params)}")
+            return JsonRpcInvalidParams(
+                f"invalid params for {method!r}: params must be a JSON object, got {_json_type(params)}"
+            )
         if "id" in data and _is_lsp_notification(method):
             return JsonRpcInvalidRequest(f"{method!r} is a notification: send it without an id")
         return None
@@ -210,21 +217,33 @@ class GuardedProtocol(LanguageServerProtocol):
             return self._refuse(message.id, message.method, message.error)
         if isinstance(message, dict) or getattr(message, "jsonrpc", None) != self.VERSION:
             if isinstance(message, dict) and "method" in message:  # no "jsonrpc" member: pygls passes it raw
-                return self._refuse(message.get("id"), message.get("method"),
-                                    JsonRpcInvalidRequest("not a JSON-RPC 2.0 message (jsonrpc must be \"2.0\")"))
+                return self._refuse(
+                    message.get("id"),
+                    message.get("method"),
+                    JsonRpcInvalidRequest('not a JSON-RPC 2.0 message (jsonrpc must be "2.0")'),
+                )
             if not isinstance(message, dict) and isinstance(message, RPCRequest):
-                return self._refuse(message.id, message.method,
-                                    JsonRpcInvalidRequest("not a JSON-RPC 2.0 message (jsonrpc must be \"2.0\")"))
+                return self._refuse(
+                    message.id,
+                    message.method,
+                    JsonRpcInvalidRequest('not a JSON-RPC 2.0 message (jsonrpc must be "2.0")'),
+                )
             log.warning("ignored a message that is not JSON-RPC 2.0: %.200r", message)
             return None
         if self._shutdown and isinstance(message, RPCRequest) and message.method != types.EXIT:
-            return self._refuse(message.id, message.method,
-                                JsonRpcInvalidRequest("the server is shutting down: only 'exit' is accepted"))
+            return self._refuse(
+                message.id,
+                message.method,
+                JsonRpcInvalidRequest("the server is shutting down: only 'exit' is accepted"),
+            )
         method = getattr(message, "method", None)
         if method in ONCE:
             if method in self._seen_once:  # a second initialize would re-run setup and reload the backend
-                return self._refuse(getattr(message, "id", None), method,
-                                    JsonRpcInvalidRequest(f"{method!r} was already received; it counts once"))
+                return self._refuse(
+                    getattr(message, "id", None),
+                    method,
+                    JsonRpcInvalidRequest(f"{method!r} was already received; it counts once"),
+                )
             self._seen_once = self._seen_once | {method}
         return super().handle_message(message)
 
@@ -282,8 +301,10 @@ class GuardedProtocol(LanguageServerProtocol):
             body = json.dumps(types.ResponseErrorMessage(id=msg_id, error=error), default=self._serialize_message)
         if self._include_headers:
             # json.dumps escapes every non-ASCII character, so len(body) is its length in bytes
-            body = f"Content-Length: {len(body)}\r\nContent-Type: {self.CONTENT_TYPE}; charset={self.CHARSET}\r\n\r\n" \
+            body = (
+                f"Content-Length: {len(body)}\r\nContent-Type: {self.CONTENT_TYPE}; charset={self.CHARSET}\r\n\r\n"
                 + body
+            )
         try:
             written = self.writer.write(body.encode(self.CHARSET))
             if inspect.isawaitable(written):

@@ -39,14 +39,21 @@ def create_server(base: Settings):
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = logging.FileHandler(args.log_file) if args.log_file else logging.StreamHandler(sys.stderr)
-    logging.basicConfig(level=args.log_level, handlers=[handler],
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level, handlers=[handler], format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     logging.getLogger("pygls").setLevel(logging.WARNING)  # pygls logs every message at INFO
     try:
         spec = spec_from_args(args)
-        base = Settings(model=args.model, device=spec.device, dtype=spec.dtype, load_format=spec.load_format,
-                        quantization=spec.quantization, denoising_steps=args.denoising_steps,
-                        remote_endpoint=spec.endpoint)
+        base = Settings(
+            model=args.model,
+            device=spec.device,
+            dtype=spec.dtype,
+            load_format=spec.load_format,
+            quantization=spec.quantization,
+            denoising_steps=args.denoising_steps,
+            remote_endpoint=spec.endpoint,
+        )
     except InfillError as exc:
         print(f"infill-ls: {exc}", file=sys.stderr)
         return 2

@@ -40,8 +40,13 @@ class Ahead:
     def covers(self, text: str, cursor: int) -> bool:
         """`text` is this one's text with characters typed at its cursor, and `cursor` is after them."""
         typed = cursor - self.cursor
-        return typed >= 0 and len(text) == len(self.text) + typed and text.startswith(self.text[:self.cursor]) \
-            and text.endswith(self.text[self.cursor:]) and "\n" not in text[self.cursor:cursor]
+        return (
+            typed >= 0
+            and len(text) == len(self.text) + typed
+            and text.startswith(self.text[: self.cursor])
+            and text.endswith(self.text[self.cursor :])
+            and "\n" not in text[self.cursor : cursor]
+        )
 
 
 class NextLine:
@@ -93,11 +98,18 @@ class NextLine:
         # document id, so neither the document's syntax tree nor its encoded prompt is replaced by it.
         # Greedy only: the requests that wait for it wait for its other fills too, and would run their own after
         # a refused one anyway.
-        request = CompletionRequest(text=text, start=cursor, mode="inline", language=document.language_id,
-                                    document_id=document.uri if real else None,
-                                    version=document.version if real else None, alternatives=0)
-        future: Future = ls.host.worker.complete(ls.host.pipeline, request, cancel=ahead.token,
-                                                 deadline=deadline_in(budget), queue_deadline=False)
+        request = CompletionRequest(
+            text=text,
+            start=cursor,
+            mode="inline",
+            language=document.language_id,
+            document_id=document.uri if real else None,
+            version=document.version if real else None,
+            alternatives=0,
+        )
+        future: Future = ls.host.worker.complete(
+            ls.host.pipeline, request, cancel=ahead.token, deadline=deadline_in(budget), queue_deadline=False
+        )
         loop = asyncio.get_running_loop()
         future.add_done_callback(lambda done: loop.call_soon_threadsafe(self._finish, ls, ahead, done))
 
@@ -108,8 +120,7 @@ class NextLine:
         completion: PipelineResult = done.result()
         fills = [f for f in completion.fills if f.text.strip()]
         if fills:
-            ls.typed_through.remember(ahead.uri, ahead.text, ahead.cursor, fills[0].start, fills[0].end,
-                                      fills[0].text)
+            ls.typed_through.remember(ahead.uri, ahead.text, ahead.cursor, fills[0].start, fills[0].end, fills[0].text)
 
 
 def _new_line(text: str, offset: int) -> tuple[str, int, bool] | None:
@@ -118,7 +129,7 @@ def _new_line(text: str, offset: int) -> tuple[str, int, bool] | None:
     if line_start == 0 or text[line_start:offset].strip():
         return None
     line_end = text.find("\n", offset)
-    return (text, offset, True) if not text[offset:len(text) if line_end < 0 else line_end].strip() else None
+    return (text, offset, True) if not text[offset : len(text) if line_end < 0 else line_end].strip() else None
 
 
 def _after_accepted(ls, document, offset: int) -> tuple[str, int, bool] | None:
@@ -133,7 +144,7 @@ def _after_accepted(ls, document, offset: int) -> tuple[str, int, bool] | None:
     line = text[line_start:offset]
     if not line.strip() or text[offset:line_end].strip():
         return None
-    indent = line[:len(line) - len(line.lstrip())]
+    indent = line[: len(line) - len(line.lstrip())]
     if opens_block(line, document.language_id):
         indent += indent_unit(text, max(0, line_start - 2000), min(len(text), offset + 1000), document.language_id)
     cursor = offset + 1 + len(indent)

@@ -14,7 +14,7 @@ from infill import timing
 
 
 def record_overhead(document, server: timing.Trace, pipeline: timing.Trace, trigger: str) -> None:
-    """"keystroke" is the latency the server adds to an automatic (typing) completion beyond its debounce and its
+    """ "keystroke" is the latency the server adds to an automatic (typing) completion beyond its debounce and its
     model run: the work on its path, including what the model thread waits for; "invoked" the same for an
     explicit request (no debounce: its context is on the path). "server" is all event-loop work per request, and
     "<trigger>_cpu" every CPU millisecond of the request's work wherever it ran, on its path or not."""
@@ -26,10 +26,12 @@ def record_overhead(document, server: timing.Trace, pipeline: timing.Trace, trig
         timing.record(name, ms(name))
     timing.record("context_wait", context_on_path)
     timing.record("server", document.last_change_ms + event_loop)
-    timing.record(trigger, document.last_change_ms + ms("inline_request") + context_on_path + ms("checks")
-                  + ms("inline_reply"))
-    server_cpu = document.last_change_cpu_ms + sum(cpu.get(n, 0.0) for n in ("inline_request", "inline_ahead",
-                                                                              "inline_reply"))
+    timing.record(
+        trigger, document.last_change_ms + ms("inline_request") + context_on_path + ms("checks") + ms("inline_reply")
+    )
+    server_cpu = document.last_change_cpu_ms + sum(
+        cpu.get(n, 0.0) for n in ("inline_request", "inline_ahead", "inline_reply")
+    )
     timing.record("server_cpu", server_cpu)
     timing.record("context_cpu", cpu.get("context", 0.0))
     timing.record(f"{trigger}_cpu", server_cpu + cpu.get("context", 0.0) + cpu.get("checks", 0.0))

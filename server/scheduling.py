@@ -115,9 +115,16 @@ async def _debounce_and_run(ls, document, ticket: Ticket, cursor: int, invoked: 
         if pipeline is None:
             return None  # the backend started reloading during the debounce
         version = document.version
-        request = CompletionRequest(text=document.text, start=cursor, mode="inline", language=document.language_id,
-                                    document_id=uri, version=version, alternatives=None if invoked else
-                                    INLINE_ALTERNATIVES, **related(ls, uri))
+        request = CompletionRequest(
+            text=document.text,
+            start=cursor,
+            mode="inline",
+            language=document.language_id,
+            document_id=uri,
+            version=version,
+            alternatives=None if invoked else INLINE_ALTERNATIVES,
+            **related(ls, uri),
+        )
         context: Future | None = None
         if debounce > 0:
             context = _prepare_ahead(ls, pipeline, request, ticket.token)
@@ -129,9 +136,14 @@ async def _debounce_and_run(ls, document, ticket: Ticket, cursor: int, invoked: 
             phases.start("inline_request")
         started = time.perf_counter()
         setting = ls.settings.invoked_budget_ms if invoked else ls.settings.inline_budget_ms
-        future = ls.host.worker.complete(pipeline, request, cancel=ticket.token, context=context,
-                                         deadline=deadline_in(ls.budget.budget_ms(setting) / 1000),
-                                         queue_deadline=False)
+        future = ls.host.worker.complete(
+            pipeline,
+            request,
+            cancel=ticket.token,
+            context=context,
+            deadline=deadline_in(ls.budget.budget_ms(setting) / 1000),
+            queue_deadline=False,
+        )
         phases.stop("inline_request")
         completion: PipelineResult = await asyncio.wrap_future(future)
     except asyncio.CancelledError:
@@ -150,7 +162,7 @@ async def _debounce_and_run(ls, document, ticket: Ticket, cursor: int, invoked: 
     return InlineRun(completion, version, stopped, started, cursor, phases)
 
 
-def _prepare_ahead(ls, pipeline: Pipeline, request: CompletionRequest, cancel: CancelToken) -> "Future[Prepared]":
+def _prepare_ahead(ls, pipeline: Pipeline, request: CompletionRequest, cancel: CancelToken) -> Future[Prepared]:
     """Build `request`'s context on the context thread (no model work there, so parsing never waits behind a
     cancelled run still finishing its step), for the model worker's `complete(..., context=)`."""
 
@@ -161,7 +173,7 @@ def _prepare_ahead(ls, pipeline: Pipeline, request: CompletionRequest, cancel: C
     return ls.host.context_worker.submit(build)
 
 
-def _warm_ahead(ls, pipeline: Pipeline, context: "Future[Prepared]", cancel: CancelToken) -> "Future[int]":
+def _warm_ahead(ls, pipeline: Pipeline, context: Future[Prepared], cancel: CancelToken) -> Future[int]:
     """Once the context is built, let the backend encode the prompt on the model thread; a stopped encode keeps
     its work for the next request."""
     return ls.host.worker.submit(lambda: pipeline.warm(context.result(), cancel), cancel=cancel)
@@ -191,8 +203,15 @@ def after_edit(ls, document, offset: int) -> None:
     if not jumped or pipeline is None or refusal(ls, document, document.uri) is not None:
         return
     ticket = ls.claims.open(document.uri, "inline")
-    request = CompletionRequest(text=document.text, start=offset, mode="inline", language=document.language_id,
-                                document_id=document.uri, version=document.version, **related(ls, document.uri))
+    request = CompletionRequest(
+        text=document.text,
+        start=offset,
+        mode="inline",
+        language=document.language_id,
+        document_id=document.uri,
+        version=document.version,
+        **related(ls, document.uri),
+    )
     warmed = _warm_ahead(ls, pipeline, _prepare_ahead(ls, pipeline, request, ticket.token), ticket.token)
     warmed.add_done_callback(lambda _: ls.claims.close(ticket))
 
@@ -244,15 +263,23 @@ class BudgetPolicy:
         slow = self.too_slow
         note = None
         if slow:
-            note = (f"automatic suggestions take {p50:.0f} ms here (p50 of the last {count} fills, more than "
-                    f"{TOO_SLOW_P50_MS:.0f} ms): they will often appear after you moved on; a faster machine or a "
-                    "remote endpoint (remoteEndpoint) helps")
+            note = (
+                f"automatic suggestions take {p50:.0f} ms here (p50 of the last {count} fills, more than "
+                f"{TOO_SLOW_P50_MS:.0f} ms): they will often appear after you moved on; a faster machine or a "
+                "remote endpoint (remoteEndpoint) helps"
+            )
         return {
-            "inlineMs": round(self.budget_ms(inline_setting)), "invokedMs": round(self.budget_ms(invoked_setting)),
-            "source": {"inline": "setting" if inline_setting is not None else
-                       ("measured" if count >= MIN_SAMPLES else "cap"),
-                       "invoked": "setting" if invoked_setting is not None else
-                       ("measured" if count >= MIN_SAMPLES else "cap")},
-            "fillP50Ms": None if p50 is None else round(p50), "fillP95Ms": None if p95 is None else round(p95),
-            "samples": count, "tooSlowForTyping": slow, "note": note,
+            "inlineMs": round(self.budget_ms(inline_setting)),
+            "invokedMs": round(self.budget_ms(invoked_setting)),
+            "source": {
+                "inline": "setting" if inline_setting is not None else ("measured" if count >= MIN_SAMPLES else "cap"),
+                "invoked": "setting"
+                if invoked_setting is not None
+                else ("measured" if count >= MIN_SAMPLES else "cap"),
+            },
+            "fillP50Ms": None if p50 is None else round(p50),
+            "fillP95Ms": None if p95 is None else round(p95),
+            "samples": count,
+            "tooSlowForTyping": slow,
+            "note": note,
         }

@@ -20,10 +20,10 @@ from . import handlers_documents
 from .backend_host import BackendHost
 from .documents import DocumentStore
 from .jsonrpc import GuardedProtocol, public_message, strict_converter
+from .next_line import NextLine
 from .scheduling import BudgetPolicy
 from .settings import Settings, clean_layer, parse_settings
 from .telemetry import LogThrottle, Telemetry
-from .next_line import NextLine
 from .typed_through import TypedThrough
 
 log = logging.getLogger(__name__)
@@ -56,8 +56,9 @@ class InfillProtocol(GuardedProtocol):
         reaches a running infill.fillGap: its fill stops and no workspace/applyEdit follows."""
         handler = self.fm.commands.get(params.command)
         if handler is None:
-            raise JsonRpcInvalidParams.of(ValueError(f"unknown command {params.command!r}; this server has "
-                                                     f"{', '.join(COMMANDS)}"))
+            raise JsonRpcInvalidParams.of(
+                ValueError(f"unknown command {params.command!r}; this server has {', '.join(COMMANDS)}")
+            )
         result = handler(*(params.arguments or ()))
         return await result if inspect.isawaitable(result) else result
 
@@ -70,8 +71,13 @@ class InfillProtocol(GuardedProtocol):
 
 class InfillServer(LanguageServer):
     def __init__(self, base: Settings) -> None:
-        super().__init__("infill-ls", __version__, protocol_cls=InfillProtocol, converter_factory=strict_converter,
-                         text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        super().__init__(
+            "infill-ls",
+            __version__,
+            protocol_cls=InfillProtocol,
+            converter_factory=strict_converter,
+            text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
+        )
         self.base_settings = base  # command-line options; client settings overlay them
         self.settings = base
         self.documents = DocumentStore()
@@ -124,20 +130,34 @@ class InfillServer(LanguageServer):
     def status(self) -> dict[str, Any]:
         info = self.host.info
         return {
-            "ready": self.host.ready, "state": self.host.state,
-            "model": info.model if info else self.settings.model, "backend": info.name if info else None,
-            "kind": info.kind if info else None, "device": info.device if info else self.settings.device,
-            "dtype": info.dtype if info else self.settings.dtype, "isFallback": info.is_fallback if info else None,
-            "label": info.label if info else None, "enabled": self.settings.enabled, "error": self.host.error,
-            "fallback": _describe(self.host.fallback_info), "fallbackError": self.host.fallback_error,
-            "latencies": self.telemetry.latency_summary(), "telemetry": self.telemetry.summary(),
-            "documents": len(self.documents), "running": self.claims.running, "modelBusy": self.host.busy,
+            "ready": self.host.ready,
+            "state": self.host.state,
+            "model": info.model if info else self.settings.model,
+            "backend": info.name if info else None,
+            "kind": info.kind if info else None,
+            "device": info.device if info else self.settings.device,
+            "dtype": info.dtype if info else self.settings.dtype,
+            "isFallback": info.is_fallback if info else None,
+            "label": info.label if info else None,
+            "enabled": self.settings.enabled,
+            "error": self.host.error,
+            "fallback": _describe(self.host.fallback_info),
+            "fallbackError": self.host.fallback_error,
+            "latencies": self.telemetry.latency_summary(),
+            "telemetry": self.telemetry.summary(),
+            "documents": len(self.documents),
+            "running": self.claims.running,
+            "modelBusy": self.host.busy,
             "version": __version__,
             "pipeline": self._pipeline_stats(),
             "overhead": timing.summary(),  # benchmark phases (infill/timing.py), empty unless timing is on
             "budget": self.budget.status(self.settings.inline_budget_ms, self.settings.invoked_budget_ms),
-            "cheapAnswers": {"typedThrough": self.typed_through.answered, "joined": self.joined,
-                             "nextLine": self.next_line.answered, "nextLineStarted": self.next_line.started},
+            "cheapAnswers": {
+                "typedThrough": self.typed_through.answered,
+                "joined": self.joined,
+                "nextLine": self.next_line.answered,
+                "nextLineStarted": self.next_line.started,
+            },
         }
 
     def _pipeline_stats(self) -> dict[str, Any]:
@@ -165,8 +185,11 @@ class InfillServer(LanguageServer):
             self._raw_layers[layer] = layer_values
             if "enabled" in layer_values:
                 self._raw_layers.pop("toggle", None)  # an explicit setting overrides an earlier infill.toggle
-        merged = {**self._raw_layers.get("init", {}), **self._raw_layers.get("config", {}),
-                  **self._raw_layers.get("toggle", {})}
+        merged = {
+            **self._raw_layers.get("init", {}),
+            **self._raw_layers.get("config", {}),
+            **self._raw_layers.get("toggle", {}),
+        }
         settings, _ = parse_settings(merged, self.base_settings)  # clean layers: nothing left to report
         for name in ("model", "device", "dtype", "remote_endpoint", "remote_model", "denoising_steps"):
             if getattr(settings, name) is None and getattr(self.base_settings, name) is not None:
@@ -210,8 +233,12 @@ class InfillServer(LanguageServer):
             begun = False
             try:
                 await self.work_done_progress.create_async(token)
-                self.work_done_progress.begin(token, types.WorkDoneProgressBegin(
-                    title="infill: loading model", message="starting", percentage=0, cancellable=False))
+                self.work_done_progress.begin(
+                    token,
+                    types.WorkDoneProgressBegin(
+                        title="infill: loading model", message="starting", percentage=0, cancellable=False
+                    ),
+                )
                 begun = True
             except Exception as exc:  # noqa: BLE001 - a client refusing progress is not an error for us
                 log.info("work-done progress not available: %s", exc)
@@ -241,8 +268,9 @@ class InfillServer(LanguageServer):
         if state == "loading":
             self.log(message)
             if token is not None:
-                self.work_done_progress.report(token, types.WorkDoneProgressReport(message=message,
-                                                                                   percentage=percentage))
+                self.work_done_progress.report(
+                    token, types.WorkDoneProgressReport(message=message, percentage=percentage)
+                )
             return
         if state == "ready":
             self.budget.reset()  # a new backend: the old one's fill times say nothing about it

@@ -43,7 +43,9 @@ class Settings:
     remote_protocol: str = "auto"  # "auto", "openai" or "vllm-diffusion" (vLLM serving DiffusionGemma; docs/vllm.md)
     completion_log: str | None = None  # opt-in JSONL log of completions and telemetry; None: nothing written
     max_document_chars: int = 2_000_000  # larger documents are refused politely (bounded work per request)
-    denoising_steps: int | None = None  # DiffusionGemma step cap; None: the checkpoint's generation_config.json, else 48
+    denoising_steps: int | None = (
+        None  # DiffusionGemma step cap; None: the checkpoint's generation_config.json, else 48
+    )
     kv_store_mib: int | None = None  # DiffusionGemma prompt-cache bound; None: sized by model and device
     related_files: bool = False  # fills read definitions from the other open documents (infill/context/related.py)
 
@@ -54,15 +56,19 @@ class Settings:
 
         for name in ("inline_budget_ms", "invoked_budget_ms", "code_action_budget_ms"):
             value = getattr(self, name)
-            need((value is None and name in _MEASURED) or (value is not None and 0 < value <= 600_000),
-                 f"{_CAMEL[name]} must be in 1..600000 ms" + (" (or null: measured)" if name in _MEASURED else ""))
+            need(
+                (value is None and name in _MEASURED) or (value is not None and 0 < value <= 600_000),
+                f"{_CAMEL[name]} must be in 1..600000 ms" + (" (or null: measured)" if name in _MEASURED else ""),
+            )
         need(0 <= self.debounce_ms <= 10_000, "debounceMs must be in 0..10000")
         need(1 <= self.fill_candidates <= MAX_CANDIDATES, f"fillCandidates must be in 1..{MAX_CANDIDATES}")
         need(1 <= self.max_middle_tokens <= 4096, "maxMiddleTokens must be in 1..4096")
         need(self.load_format in ("auto", "dummy"), "loadFormat must be 'auto' or 'dummy'")
         need(self.quantization in ("none", "fp8"), "quantization must be 'none' or 'fp8'")
-        need(self.remote_protocol in ("auto", "openai", "vllm-diffusion"),
-             "remoteProtocol must be 'auto', 'openai' or 'vllm-diffusion'")
+        need(
+            self.remote_protocol in ("auto", "openai", "vllm-diffusion"),
+            "remoteProtocol must be 'auto', 'openai' or 'vllm-diffusion'",
+        )
         need(1 <= self.max_document_chars <= 200_000_000, "maxDocumentChars must be in 1..200000000")
         need(self.denoising_steps is None or 1 <= self.denoising_steps <= 1024, "denoisingSteps must be in 1..1024")
         need(self.kv_store_mib is None or 0 <= self.kv_store_mib <= 2**24, "kvStoreMib must be in 0..16777216 MiB")
@@ -72,9 +78,21 @@ class Settings:
 
     def backend_key(self) -> tuple:
         """What selects and loads the backend: a change in any of these reloads it."""
-        return (self.model, self.device, self.dtype, self.load_format, self.quantization, self.remote_endpoint,
-                self.remote_model, self.remote_protocol, self.fallback, self.fallback_endpoint, self.fallback_model,
-                self.denoising_steps, self.kv_store_mib)
+        return (
+            self.model,
+            self.device,
+            self.dtype,
+            self.load_format,
+            self.quantization,
+            self.remote_endpoint,
+            self.remote_model,
+            self.remote_protocol,
+            self.fallback,
+            self.fallback_endpoint,
+            self.fallback_model,
+            self.denoising_steps,
+            self.kv_store_mib,
+        )
 
 
 def _camel(name: str) -> str:
@@ -85,10 +103,27 @@ def _camel(name: str) -> str:
 _MEASURED = ("inline_budget_ms", "invoked_budget_ms")  # None: the guard server/scheduling.py measures
 _CAMEL = {f.name: _camel(f.name) for f in fields(Settings)}
 _FIELD_OF = {camel: name for name, camel in _CAMEL.items()}
-_OPTIONAL_TEXT = {"model", "device", "dtype", "fallback_endpoint", "fallback_model", "remote_endpoint",
-                  "remote_model", "completion_log"}
-_INTEGERS = {"inline_budget_ms", "invoked_budget_ms", "code_action_budget_ms", "debounce_ms", "max_middle_tokens",
-             "max_document_chars", "denoising_steps", "kv_store_mib", "fill_candidates"}
+_OPTIONAL_TEXT = {
+    "model",
+    "device",
+    "dtype",
+    "fallback_endpoint",
+    "fallback_model",
+    "remote_endpoint",
+    "remote_model",
+    "completion_log",
+}
+_INTEGERS = {
+    "inline_budget_ms",
+    "invoked_budget_ms",
+    "code_action_budget_ms",
+    "debounce_ms",
+    "max_middle_tokens",
+    "max_document_chars",
+    "denoising_steps",
+    "kv_store_mib",
+    "fill_candidates",
+}
 
 
 def _coerce(name: str, value: Any) -> Any:
@@ -111,8 +146,11 @@ def _coerce(name: str, value: Any) -> Any:
         return None
     if name in _INTEGERS:
         # Python's JSON reads 1e400 as inf and NaN as nan: int() of those raises, and nan != nan.
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-                (isinstance(value, float) and not value.is_integer()):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or (isinstance(value, float) and not value.is_integer())
+        ):
             raise TypeError("an integer")
         return int(value)
     if name == "enabled_languages":

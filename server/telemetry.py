@@ -38,8 +38,11 @@ class Telemetry:
     def latency_summary(self) -> dict:
         values = list(self.latencies_ms)
         p50, p95 = percentile(values, 50), percentile(values, 95)
-        return {"p50_ms": None if p50 is None else round(p50, 1), "p95_ms": None if p95 is None else round(p95, 1),
-                "count": len(values)}
+        return {
+            "p50_ms": None if p50 is None else round(p50, 1),
+            "p95_ms": None if p95 is None else round(p95, 1),
+            "count": len(values),
+        }
 
     def record_event(self, event: dict[str, Any]) -> str | None:
         """Count one `infill/telemetry` event; returns a problem line if it is malformed (then nothing counts)."""
@@ -53,8 +56,15 @@ class Telemetry:
             accepted = event.get("acceptedChars")
             if isinstance(accepted, int) and not isinstance(accepted, bool) and accepted >= 0:
                 self.counts["accepted_chars"] += accepted
-        self.append({"type": "telemetry", **{k: event.get(k) for k in (
-            "event", "uri", "version", "itemId", "acceptedChars", "totalChars", "partial")}})
+        self.append(
+            {
+                "type": "telemetry",
+                **{
+                    k: event.get(k)
+                    for k in ("event", "uri", "version", "itemId", "acceptedChars", "totalChars", "partial")
+                },
+            }
+        )
         return None
 
     def count_event(self, event: str, suggestion: Suggestion | None, **fields: Any) -> None:
@@ -75,18 +85,50 @@ class Telemetry:
             self.counts["retained_chars"] += fields["retainedChars"]
         name = "accepted" if event.startswith("accepted_") else event
         partial = {"partial": event == "accepted_partial"} if name == "accepted" else {}
-        self.append({"type": "telemetry", "event": name, **partial,
-                     "uri": suggestion.uri if suggestion else None, "itemId": suggestion.id if suggestion else None,
-                     **fields})
+        self.append(
+            {
+                "type": "telemetry",
+                "event": name,
+                **partial,
+                "uri": suggestion.uri if suggestion else None,
+                "itemId": suggestion.id if suggestion else None,
+                **fields,
+            }
+        )
 
     def summary(self) -> dict:
-        return {key: self.counts.get(key, 0) for key in (
-            "offered", "shown", "accepted", "accepted_full", "accepted_partial", "accepted_chars", "rejected",
-            "retained_measured", "retained_of_chars", "retained_chars", "completions", "empty", "discarded")}
+        return {
+            key: self.counts.get(key, 0)
+            for key in (
+                "offered",
+                "shown",
+                "accepted",
+                "accepted_full",
+                "accepted_partial",
+                "accepted_chars",
+                "rejected",
+                "retained_measured",
+                "retained_of_chars",
+                "retained_chars",
+                "completions",
+                "empty",
+                "discarded",
+            )
+        }
 
     # -- JSONL log -------------------------------------------------------------------------------------------------
-    def record_completion(self, *, kind: str, uri: str, version: int | None, position: Any, outcome: str,
-                          result: PipelineResult | None, server_ms: float, fills: list[str]) -> None:
+    def record_completion(
+        self,
+        *,
+        kind: str,
+        uri: str,
+        version: int | None,
+        position: Any,
+        outcome: str,
+        result: PipelineResult | None,
+        server_ms: float,
+        fills: list[str],
+    ) -> None:
         self.counts["completions"] += 1
         if outcome in ("empty", "none"):
             self.counts["empty"] += 1
@@ -96,22 +138,32 @@ class Telemetry:
             return
         infill = result.result if result is not None else None
         timings = infill.timings if infill is not None else None
-        self.append({
-            "type": "completion", "kind": kind, "uri": uri, "version": version, "position": position,
-            "outcome": outcome, "route": result.route if result else None,
-            "backend": infill.backend if infill else None, "backend_outcome": infill.outcome if infill else None,
-            "latency_ms": {"server": round(server_ms, 2),
-                           "context": round(result.context_ms, 2) if result else None,
-                           "pipeline": round(result.total_ms, 2) if result else None,
-                           "encode": timings.encode_ms if timings else None,
-                           "denoise": timings.denoise_ms if timings else None,
-                           "backend": timings.total_ms if timings else None},
-            "steps": infill.steps if infill else None,
-            "rejections": result.rejections if result else [],
-            "versions": infill.versions if infill else {},
-            "fills": fills,
-            "pipeline": result.to_log() if result is not None else None,
-        })
+        self.append(
+            {
+                "type": "completion",
+                "kind": kind,
+                "uri": uri,
+                "version": version,
+                "position": position,
+                "outcome": outcome,
+                "route": result.route if result else None,
+                "backend": infill.backend if infill else None,
+                "backend_outcome": infill.outcome if infill else None,
+                "latency_ms": {
+                    "server": round(server_ms, 2),
+                    "context": round(result.context_ms, 2) if result else None,
+                    "pipeline": round(result.total_ms, 2) if result else None,
+                    "encode": timings.encode_ms if timings else None,
+                    "denoise": timings.denoise_ms if timings else None,
+                    "backend": timings.total_ms if timings else None,
+                },
+                "steps": infill.steps if infill else None,
+                "rejections": result.rejections if result else [],
+                "versions": infill.versions if infill else {},
+                "fills": fills,
+                "pipeline": result.to_log() if result is not None else None,
+            }
+        )
 
     def append(self, record: dict) -> None:
         path = self.log_path

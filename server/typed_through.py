@@ -46,8 +46,12 @@ class TypedThrough:
         last = self._last.get(uri)
         if last is None or last.end != last.cursor or cursor != last.cursor + len(last.insert):
             return False
-        return len(text) == len(last.text) + len(last.insert) and text[last.cursor:cursor] == last.insert \
-            and text[:last.cursor] == last.text[:last.cursor] and text[cursor:] == last.text[last.cursor:]
+        return (
+            len(text) == len(last.text) + len(last.insert)
+            and text[last.cursor : cursor] == last.insert
+            and text[: last.cursor] == last.text[: last.cursor]
+            and text[cursor:] == last.text[last.cursor :]
+        )
 
     def forget(self, uri: str) -> None:
         self._last.pop(uri, None)
@@ -61,9 +65,9 @@ class TypedThrough:
         typed = cursor - last.cursor
         if not 0 <= typed < len(last.insert) or len(text) != len(last.text) + typed:
             return None
-        if text[last.cursor:cursor] != last.insert[:typed]:
+        if text[last.cursor : cursor] != last.insert[:typed]:
             return None  # a cheap test first: most misses differ right here
-        if text[cursor:] != last.text[last.cursor:] or text[:last.cursor] != last.text[:last.cursor]:
+        if text[cursor:] != last.text[last.cursor :] or text[: last.cursor] != last.text[: last.cursor]:
             return None
         rest = last.insert[typed:]
         if not rest.strip():

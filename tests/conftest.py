@@ -54,18 +54,19 @@ async def lsp(tiny_checkpoint):
     """The real infill-ls over stdio serving the tiny checkpoint, shared by the test_server_*.py modules that mirror
     the handlers (one server start, as when they were one module; each test uses its own document URIs). Tests
     using it run in the session's event loop: `pytestmark = pytest.mark.asyncio(loop_scope="session")`."""
+    from lsp_helpers import CONFIG, INIT_OPTIONS, SERVER_ARGS, start, wait_ready
     from lsprotocol import types
 
-    from lsp_helpers import CONFIG, INIT_OPTIONS, SERVER_ARGS, start, wait_ready
-
-    client, result = await start(["--model", str(tiny_checkpoint), *SERVER_ARGS], init_options=INIT_OPTIONS,
-                                 configuration=CONFIG)
+    client, result = await start(
+        ["--model", str(tiny_checkpoint), *SERVER_ARGS], init_options=INIT_OPTIONS, configuration=CONFIG
+    )
     client.init_result = result
     client.status_changes = []
     client.feature("infill/statusChanged")(lambda params: client.status_changes.append(params))
     client.applied_edits = []
     client.feature(types.WORKSPACE_APPLY_EDIT)(
-        lambda params: client.applied_edits.append(params.edit) or types.ApplyWorkspaceEditResult(applied=True))
+        lambda params: client.applied_edits.append(params.edit) or types.ApplyWorkspaceEditResult(applied=True)
+    )
     ready = await wait_ready(client)
     assert ready["state"] == "ready", ready
     yield client

@@ -22,8 +22,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # documents. The fallback is off: these tests are about the tiny engine's own fills (tests/test_server_fallback.py
 # checks the default, with the offline default behind the checkpoint).
 INIT_OPTIONS = {"inlineBudgetMs": 400, "debounceMs": 40, "enabled": "yes", "bogusKey": 1, "fallback": False}
-CONFIG = {"invokedBudgetMs": 30000, "codeActionBudgetMs": 30000,
-          "enabledLanguages": ["python", "markdown", "plaintext"]}
+CONFIG = {
+    "invokedBudgetMs": 30000,
+    "codeActionBudgetMs": 30000,
+    "enabledLanguages": ["python", "markdown", "plaintext"],
+}
 SERVER_ARGS = ["--denoising-steps", "8"]
 
 
@@ -36,25 +39,38 @@ def capabilities(*, resolve_edit: bool = True, progress: bool = True) -> types.C
     resolve = types.ClientCodeActionResolveOptions(properties=["edit"]) if resolve_edit else None
     return types.ClientCapabilities(
         window=types.WindowClientCapabilities(work_done_progress=progress),
-        workspace=types.WorkspaceClientCapabilities(configuration=True, apply_edit=True,
-                                                    workspace_edit=types.WorkspaceEditClientCapabilities(
-                                                        document_changes=True)),
+        workspace=types.WorkspaceClientCapabilities(
+            configuration=True,
+            apply_edit=True,
+            workspace_edit=types.WorkspaceEditClientCapabilities(document_changes=True),
+        ),
         text_document=types.TextDocumentClientCapabilities(
             code_action=types.CodeActionClientCapabilities(resolve_support=resolve, data_support=True),
-            inline_completion=types.InlineCompletionClientCapabilities()),
+            inline_completion=types.InlineCompletionClientCapabilities(),
+        ),
     )
 
 
-async def start(args: list[str], *, init_options: dict | None = None, configuration: dict | None = None,
-                resolve_edit: bool = True, progress: bool = True) -> tuple[LanguageClient, types.InitializeResult]:
+async def start(
+    args: list[str],
+    *,
+    init_options: dict | None = None,
+    configuration: dict | None = None,
+    resolve_edit: bool = True,
+    progress: bool = True,
+) -> tuple[LanguageClient, types.InitializeResult]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("INFILL_MODEL", None)
     client = await ClientServerConfig(server_command=server_command(*args), server_env=env).start()
     if configuration is not None:
         client.set_configuration(configuration, section="infill")
-    result = await client.initialize_session(types.InitializeParams(
-        capabilities=capabilities(resolve_edit=resolve_edit, progress=progress), initialization_options=init_options,
-        root_uri=ROOT.as_uri()))
+    result = await client.initialize_session(
+        types.InitializeParams(
+            capabilities=capabilities(resolve_edit=resolve_edit, progress=progress),
+            initialization_options=init_options,
+            root_uri=ROOT.as_uri(),
+        )
+    )
     return client, result
 
 
@@ -87,21 +103,28 @@ def log_text(client: LanguageClient) -> str:
 
 
 def open_doc(client: LanguageClient, uri: str, text: str, language: str = "python", version: int = 1) -> None:
-    client.text_document_did_open(types.DidOpenTextDocumentParams(
-        text_document=types.TextDocumentItem(uri=uri, language_id=language, version=version, text=text)))
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(uri=uri, language_id=language, version=version, text=text)
+        )
+    )
 
 
 async def code_actions(client: LanguageClient, uri: str, selection: types.Range) -> list:
     """textDocument/codeAction for `selection`, with no diagnostics in the context."""
-    return await client.text_document_code_action_async(types.CodeActionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), range=selection,
-        context=types.CodeActionContext(diagnostics=[])))
+    return await client.text_document_code_action_async(
+        types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            range=selection,
+            context=types.CodeActionContext(diagnostics=[]),
+        )
+    )
 
 
 def _line_starts(text: str) -> list[int]:
     starts, i = [0], 0
     while i < len(text):
-        step = 2 if text[i] == "\r" and text[i + 1:i + 2] == "\n" else 1
+        step = 2 if text[i] == "\r" and text[i + 1 : i + 2] == "\n" else 1
         if text[i] in "\r\n":
             starts.append(i + step)
         i += step
@@ -121,8 +144,9 @@ def utf16_offset(text: str, position: types.Position) -> int:
 
 
 def apply_edits(text: str, edits: list[types.TextEdit]) -> str:
-    spans = sorted(((utf16_offset(text, e.range.start), utf16_offset(text, e.range.end), e.new_text) for e in edits),
-                   reverse=True)
+    spans = sorted(
+        ((utf16_offset(text, e.range.start), utf16_offset(text, e.range.end), e.new_text) for e in edits), reverse=True
+    )
     for start, end, new_text in spans:
         text = text[:start] + new_text + text[end:]
     return text

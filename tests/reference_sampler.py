@@ -11,11 +11,11 @@ import time
 from dataclasses import dataclass
 
 import torch
+from transformers.models.diffusion_gemma.generation_diffusion_gemma import StableAndConfidentStoppingCriteria
 
 from infill.engine.denoise import CanvasFill, DenoiseOutput, join_score
 from infill.engine.sampler import entropy_bound_accept, temperature
 from infill.testing.hf_reference import decoder_cache_view, hf_decoder_masks, hf_prefill
-from transformers.models.diffusion_gemma.generation_diffusion_gemma import StableAndConfidentStoppingCriteria
 
 
 @dataclass
@@ -46,15 +46,17 @@ def one_hot_logits(logits: torch.Tensor, tokens: torch.Tensor, free: torch.Tenso
     return torch.where(free[..., None], logits, one_hot)
 
 
-def reference_denoise(fill: CanvasFill, config, generator: torch.Generator, *, cancel=None,
-                      deadline: float | None = None, on_step=None) -> DenoiseOutput:
+def reference_denoise(
+    fill: CanvasFill, config, generator: torch.Generator, *, cancel=None, deadline: float | None = None, on_step=None
+) -> DenoiseOutput:
     """The engine's `denoise` with transformers' ops and transformers' own forward over its own prefill of the
     prompt (same signature)."""
     model, canvas = fill.runner.model, fill.canvas
     text = model.config.text_config
     layer_types = text.layer_types[: text.num_hidden_layers]
-    view = decoder_cache_view(hf_prefill(model, fill.prompt_ids.to(canvas.free.device)), layer_types,
-                              text.sliding_window, canvas.shape[0])
+    view = decoder_cache_view(
+        hf_prefill(model, fill.prompt_ids.to(canvas.free.device)), layer_types, text.sliding_window, canvas.shape[0]
+    )
     masks = hf_decoder_masks(canvas.valid, view, layer_types, model.dtype, text._attn_implementation == "eager")
     vocab = text.vocab_size
     rows, width = canvas.shape
@@ -64,8 +66,9 @@ def reference_denoise(fill: CanvasFill, config, generator: torch.Generator, *, c
     current = torch.where(free, torch.randint(0, vocab, (rows, width), generator=generator, device=device), fixed)
     argmax, score = current, torch.zeros(rows, device=device)
     # One criterion per row, fed only that row's free slots: transformers' rule with pinned and pad slots left out
-    criteria = [StableAndConfidentStoppingCriteria(config.stability_threshold, config.confidence_threshold)
-                for _ in range(rows)]
+    criteria = [
+        StableAndConfidentStoppingCriteria(config.stability_threshold, config.confidence_threshold) for _ in range(rows)
+    ]
     row_steps = torch.zeros(rows, dtype=torch.int32, device=device)
     prev_logits = None
     steps, outcome, n = 0, "ok", config.max_denoising_steps
@@ -79,8 +82,13 @@ def reference_denoise(fill: CanvasFill, config, generator: torch.Generator, *, c
             break
         row_steps += ~finished
         sc = None if prev_logits is None else one_hot_logits(prev_logits, fixed, free)
-        logits = model(decoder_input_ids=current, cache=view, self_conditioning_logits=sc,
-                       decoder_attention_mask=attention, decoder_position_ids=canvas.position_ids).logits
+        logits = model(
+            decoder_input_ids=current,
+            cache=view,
+            self_conditioning_logits=sc,
+            decoder_attention_mask=attention,
+            decoder_position_ids=canvas.position_ids,
+        ).logits
         out = reference_step(logits, 1.0 / temperature(remaining, n, config.t_min, config.t_max), generator)
         at_tokens = torch.softmax(out.processed_logits, -1).gather(-1, fixed[..., None]).squeeze(-1)
         entropy = out.entropy.masked_fill(~free, 0.0)
@@ -91,9 +99,13 @@ def reference_denoise(fill: CanvasFill, config, generator: torch.Generator, *, c
         keep = finished[:, None]  # finished rows keep their tokens and score, as in transformers
         new_argmax, nxt = torch.where(keep, argmax, new_argmax), torch.where(keep, current, nxt)
         new_score = torch.where(finished, score, new_score)
-        stopped = torch.tensor([bool(criteria[r](new_argmax[r:r + 1, free[r]],
-                                                 out.processed_logits[r:r + 1, free[r]])[0])
-                                for r in range(rows)], device=device)
+        stopped = torch.tensor(
+            [
+                bool(criteria[r](new_argmax[r : r + 1, free[r]], out.processed_logits[r : r + 1, free[r]])[0])
+                for r in range(rows)
+            ],
+            device=device,
+        )
         finished = finished | stopped
         current, argmax, score, prev_logits = nxt, new_argmax, new_score, out.processed_logits
         steps += 1

@@ -16,10 +16,10 @@ import pytest
 
 from infill.backends.offline import calibration, model_file
 from infill.backends.offline.backend import load_default_backend
-from infill.backends.offline.settings import ARSettings
 from infill.backends.offline.sequences import DocumentSequences
-from infill.cache.tokens import fit_prompt
+from infill.backends.offline.settings import ARSettings
 from infill.backends.offline.stops import cut_fill, ends_on_its_line, read_gap, trim_unfinished
+from infill.cache.tokens import fit_prompt
 from infill.types import CancelToken, InfillBackend, InfillError, InfillRequest
 
 REAL_SOURCE = Path(__file__).resolve().parents[1] / "infill" / "types.py"
@@ -27,6 +27,7 @@ SESSION_CACHE_ROOT = model_file.cache_root()  # read at import, before any test 
 
 
 # --- text rules (pure functions, no model) ---------------------------------------------------------------------
+
 
 def test_single_line_gap_stops_at_newline_and_trims_echo_of_the_rest_of_line():
     gap = read_gap("x = max(", ")\nprint(x)\n", language="python")
@@ -60,6 +61,7 @@ def test_settings_are_validated():
 
 
 # --- the model file ----------------------------------------------------------------------------------------
+
 
 def test_cache_dir_follows_env(monkeypatch, tmp_path):
     monkeypatch.setenv("INFILL_CACHE_DIR", str(tmp_path / "c"))
@@ -115,6 +117,7 @@ def test_a_damaged_or_interrupted_model_file_is_never_used_and_is_assembled_agai
 
 # --- the backend -----------------------------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_info_says_small_offline_fallback(ar_backend):
     assert isinstance(ar_backend, InfillBackend)
@@ -130,8 +133,15 @@ def test_info_says_small_offline_fallback(ar_backend):
 
 @pytest.mark.slow
 def test_real_single_line_fill(ar_backend):
-    result = ar_backend.infill(InfillRequest(prefix="def add(a, b):\n    return ", single_line=True,
-                                             max_middle_tokens=12, version=7, document_id="add.py"))
+    result = ar_backend.infill(
+        InfillRequest(
+            prefix="def add(a, b):\n    return ",
+            single_line=True,
+            max_middle_tokens=12,
+            version=7,
+            document_id="add.py",
+        )
+    )
     assert result.outcome == "ok", result.error
     assert result.middle.strip() and "\n" not in result.middle
     assert "a" in result.middle and "b" in result.middle
@@ -148,8 +158,9 @@ def test_healing_allows_exactly_the_tokens_that_start_with_the_dropped_text(ar_b
     for dropped in (" ", "self", "(", " ret", "é", "\t", "_zz_nothing"):
         mask = ar_backend.texts.allowed_after_heal(dropped)
         assert mask.shape == (len(texts),) and mask.dtype == bool
-        assert [i for i, allowed in enumerate(mask) if allowed] == [i for i, t in enumerate(texts)
-                                                                     if t.startswith(dropped)], dropped
+        assert [i for i, allowed in enumerate(mask) if allowed] == [
+            i for i, t in enumerate(texts) if t.startswith(dropped)
+        ], dropped
     prompt = ar_backend.tokens.encode("def add(a, b):\n    return a +")
     ids, dropped = ar_backend.texts.heal([ar_backend.runtime.bos] + prompt)
     assert dropped and ids == [ar_backend.runtime.bos] + prompt[:-1]
@@ -178,8 +189,10 @@ def test_empty_prefix_and_multi_gap(ar_backend):
     empty = ar_backend.infill(InfillRequest(prefix=" \n\t", suffix="x = 1\n"))
     assert empty.outcome == "empty" and "empty prefix" in empty.error and empty.middles == ("",)
     drafts = []
-    gaps = ar_backend.infill(InfillRequest(prefix='person = {"name": "', between=('", "city": "',),
-                                           suffix='"}\n', max_middle_tokens=10), on_draft=drafts.append)
+    gaps = ar_backend.infill(
+        InfillRequest(prefix='person = {"name": "', between=('", "city": "',), suffix='"}\n', max_middle_tokens=10),
+        on_draft=drafts.append,
+    )
     assert gaps.outcome == "ok" and len(gaps.middles) == 2
     assert drafts and all(len(d.middles) == 2 for d in drafts)  # the gap not reached yet drafts as ""
     assert '"city"' not in gaps.middles[0] and gaps.middles[0].strip()
@@ -200,8 +213,9 @@ def test_cancel_before_start_and_mid_decode(ar_backend):
         if draft.step == 2:
             token.cancel("user typed")
 
-    mid = ar_backend.infill(InfillRequest(prefix="def area(radius):\n", max_middle_tokens=40), cancel=token,
-                            on_draft=cancel_at_step_two)
+    mid = ar_backend.infill(
+        InfillRequest(prefix="def area(radius):\n", max_middle_tokens=40), cancel=token, on_draft=cancel_at_step_two
+    )
     assert mid.outcome == "cancelled" and mid.error == "user typed"
     assert mid.steps == 3 and len(drafts) == 3  # stopped right after the step that saw the cancel
     assert [d.step for d in drafts] == [0, 1, 2] and len(drafts[-1].confidence) == 3
@@ -221,8 +235,11 @@ def test_deadline_returns_the_draft_cut_short(ar_backend):
         if draft.step == 0:
             time.sleep(max(0.0, deadline - time.monotonic()) + 0.01)
 
-    result = ar_backend.infill(InfillRequest(prefix=prefix, max_middle_tokens=40, document_id="deadline-run"),
-                               deadline=deadline, on_draft=slow_viewer)
+    result = ar_backend.infill(
+        InfillRequest(prefix=prefix, max_middle_tokens=40, document_id="deadline-run"),
+        deadline=deadline,
+        on_draft=slow_viewer,
+    )
     assert result.outcome == "cut_short"
     assert result.steps == len(drafts) >= 1
     assert result.middle == drafts[-1].middles[0].rstrip()
@@ -240,8 +257,9 @@ def test_prefix_kv_reuse_after_a_one_character_edit_matches_a_fresh_computation(
     assert reused.prompt_tokens > ar_backend.fresh_prompt_tokens * 3 // 4  # a whole fresh window
     assert reused.reused_tokens >= reused.prompt_tokens - 4  # only the edited tail is encoded again
     assert first.reused_tokens < 10
-    fresh = ar_backend.infill(InfillRequest(prefix=prefix + "r", single_line=True, max_middle_tokens=6,
-                                            document_id="kv-fresh.py"))
+    fresh = ar_backend.infill(
+        InfillRequest(prefix=prefix + "r", single_line=True, max_middle_tokens=6, document_id="kv-fresh.py")
+    )
     assert fresh.reused_tokens == 0
     assert reused.middles == fresh.middles
     assert len(ar_backend.sequences) <= ar_backend.settings.documents
@@ -262,7 +280,10 @@ def test_line_tokens_round_trip_and_are_memoised(ar_backend):
         assert runtime.detokenize(emoji[:-1]) == ""
     # Lines end at "\n" only (as LSP counts them): a form feed or U+2028 inside a line does not split it.
     assert [text for text, _ in tokens.chunks("a = 1\x0c\nb = '\u2028'\n\n\nc")] == [
-        "a = 1\x0c\n", "b = '\u2028'\n\n\n", "c"]
+        "a = 1\x0c\n",
+        "b = '\u2028'\n\n\n",
+        "c",
+    ]
 
 
 @pytest.fixture
@@ -286,8 +307,9 @@ def test_prompt_longer_than_the_context_keeps_the_near_end(ar_backend, small_bac
     first = small.infill(InfillRequest(prefix=prefix, single_line=True, max_middle_tokens=4, document_id="long"))
     assert first.outcome == "ok" and first.prompt_tokens <= 64
     assert first.middle.strip().startswith("60")
-    second = small.infill(InfillRequest(prefix=prefix + " 6", single_line=True, max_middle_tokens=4,
-                                        document_id="long"))
+    second = small.infill(
+        InfillRequest(prefix=prefix + " 6", single_line=True, max_middle_tokens=4, document_id="long")
+    )
     assert second.reused_tokens >= second.prompt_tokens - 4  # the cut stays put while typing, so KV is reused
 
 
@@ -383,7 +405,6 @@ def test_apostrophes_in_words_do_not_count_as_strings():
     assert cut_fill("don't touch\nnext", code, True) == ("don't touch", True)
 
 
-
 class _Cuts:
     def __init__(self):
         self.calls = []
@@ -414,10 +435,12 @@ def test_document_sequences_cut_to_the_common_prefix_and_reuse_the_least_recentl
 @pytest.mark.slow
 def test_switching_between_documents_re_encodes_nothing(ar_backend):
     source = REAL_SOURCE.read_text()
-    first = source[:source.index("class Draft")] + "class Draft:\n    "
-    second = source[:source.index("class Timings")] + "class Timings:\n    "
-    requests = [InfillRequest(prefix=text, single_line=True, max_middle_tokens=4, document_id=name)
-                for name, text in (("switch-a.py", first), ("switch-b.py", second))]
+    first = source[: source.index("class Draft")] + "class Draft:\n    "
+    second = source[: source.index("class Timings")] + "class Timings:\n    "
+    requests = [
+        InfillRequest(prefix=text, single_line=True, max_middle_tokens=4, document_id=name)
+        for name, text in (("switch-a.py", first), ("switch-b.py", second))
+    ]
     cold = [ar_backend.infill(r) for r in requests]
     again = [ar_backend.infill(r) for r in requests]  # a, b, a, b: each document kept its own sequence
     assert all(r.reused_tokens == 0 for r in cold)
@@ -435,7 +458,7 @@ def test_a_cancelled_prefill_stops_early_and_keeps_what_it_encoded(ar_backend):
     ar_backend.settings = replace(original, fresh_prompt_tokens=448)  # a prompt of several chunks on any CPU
     try:
         source = REAL_SOURCE.read_text()
-        prefix = source[:source.index("class InfillResult")] + "class InfillResult:\n    "
+        prefix = source[: source.index("class InfillResult")] + "class InfillResult:\n    "
         request = InfillRequest(prefix=prefix, single_line=True, max_middle_tokens=4, document_id="cancel-cold")
         started = time.perf_counter()
         whole = ar_backend.warm(request)
@@ -445,8 +468,9 @@ def test_a_cancelled_prefill_stops_early_and_keeps_what_it_encoded(ar_backend):
         timer = threading.Timer(alone / 2, token.cancel, args=("typed on",))
         started = time.perf_counter()
         timer.start()
-        held = ar_backend.warm(InfillRequest(prefix=prefix, single_line=True, max_middle_tokens=4,
-                                             document_id="cancel-hot"), cancel=token)
+        held = ar_backend.warm(
+            InfillRequest(prefix=prefix, single_line=True, max_middle_tokens=4, document_id="cancel-hot"), cancel=token
+        )
         took = time.perf_counter() - started
         timer.join()
         assert 0 < held < whole and took < alone  # stopped part-way, keeping the work done

@@ -8,9 +8,9 @@ import asyncio
 
 import pytest
 import pytest_asyncio
+from lsp_helpers import log_text, open_doc, start, status, wait_ready
 from lsprotocol import types
 
-from lsp_helpers import log_text, open_doc, start, status, wait_ready
 from server.scheduling import GUARD_CAP_MS, GUARD_FACTOR, GUARD_FLOOR_MS, MIN_SAMPLES, TOO_SLOW_P50_MS, BudgetPolicy
 from server.settings import Settings, parse_settings
 
@@ -68,27 +68,36 @@ SLOW_ARGS = ["--denoising-steps", "256"]
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def slow_lsp(tiny_checkpoint):
-    client, _ = await start(["--model", str(tiny_checkpoint), *SLOW_ARGS],
-                            init_options={"enabledLanguages": ["plaintext"], "invokedBudgetMs": 120000,
-                                          "fallback": False})
+    client, _ = await start(
+        ["--model", str(tiny_checkpoint), *SLOW_ARGS],
+        init_options={"enabledLanguages": ["plaintext"], "invokedBudgetMs": 120000, "fallback": False},
+    )
     client.status_changes = []
     client.feature("infill/statusChanged")(lambda params: client.status_changes.append(params))
     ready = await wait_ready(client)
     assert ready["state"] == "ready", ready
     # One invoked fill (explicit budget) first: the first run's one-time costs are not what the tests are about.
     open_doc(client, "file:///warm.txt", "Warm up ", language="plaintext")
-    await client.text_document_inline_completion_async(types.InlineCompletionParams(
-        text_document=types.TextDocumentIdentifier(uri="file:///warm.txt"), position=types.Position(0, 8),
-        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)))
+    await client.text_document_inline_completion_async(
+        types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri="file:///warm.txt"),
+            position=types.Position(0, 8),
+            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
+        )
+    )
     yield client
     await client.shutdown_session()
     await client.stop()
 
 
 def _automatic(client, uri: str, position: types.Position):
-    return client.text_document_inline_completion_async(types.InlineCompletionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), position=position,
-        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic)))
+    return client.text_document_inline_completion_async(
+        types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=position,
+            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic),
+        )
+    )
 
 
 @pytest.mark.asyncio(loop_scope="module")
@@ -99,8 +108,10 @@ async def test_a_slow_model_still_shows_its_suggestion_with_default_settings(slo
         open_doc(slow_lsp, uri, text, language="plaintext")
         reply = await _automatic(slow_lsp, uri, types.Position(0, len(text)))
         if reply is None and (await status(slow_lsp))["budget"]["fillP95Ms"] >= 0.9 * GUARD_CAP_MS:
-            pytest.skip("this machine is loaded past the guard's cap: fills take longer than "
-                        f"{GUARD_CAP_MS / 1000:.0f} s (nothing can show then, by design)")
+            pytest.skip(
+                "this machine is loaded past the guard's cap: fills take longer than "
+                f"{GUARD_CAP_MS / 1000:.0f} s (nothing can show then, by design)"
+            )
         assert reply is not None and reply.items and reply.items[0].insert_text.strip(), log_text(slow_lsp)
         if index == 0:  # it ran under the cap: only the warm-up fill was timed before it
             first = (await status(slow_lsp))["budget"]
@@ -111,8 +122,10 @@ async def test_a_slow_model_still_shows_its_suggestion_with_default_settings(slo
     if budget["fillP50Ms"] <= 600:
         pytest.skip(f"fills took {budget['fillP50Ms']} ms here: not slower than the old 600 ms default")
     assert budget["source"]["inline"] == "measured"
-    assert budget["inlineMs"] == round(min(GUARD_CAP_MS, max(GUARD_FLOOR_MS, GUARD_FACTOR * budget["fillP95Ms"]))) \
-        or abs(budget["inlineMs"] - GUARD_FACTOR * budget["fillP95Ms"]) <= GUARD_FACTOR, budget
+    assert (
+        budget["inlineMs"] == round(min(GUARD_CAP_MS, max(GUARD_FLOOR_MS, GUARD_FACTOR * budget["fillP95Ms"])))
+        or abs(budget["inlineMs"] - GUARD_FACTOR * budget["fillP95Ms"]) <= GUARD_FACTOR
+    ), budget
     assert "cut_short" not in after["pipeline"]["rejected"], after["pipeline"]
 
 
@@ -125,14 +138,19 @@ async def test_status_says_when_the_machine_is_too_slow_for_automatic_suggestion
     assert current["tooSlowForTyping"] is slow
     if slow:  # the notification went out when the verdict flipped
         flags = [getattr(change, "budget", None) for change in slow_lsp.status_changes]
-        assert any(getattr(flag, "tooSlowForTyping", None) or (isinstance(flag, dict) and flag["tooSlowForTyping"])
-                   for flag in flags), flags
+        assert any(
+            getattr(flag, "tooSlowForTyping", None) or (isinstance(flag, dict) and flag["tooSlowForTyping"])
+            for flag in flags
+        ), flags
 
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_an_explicit_inline_budget_wins(slow_lsp):
-    slow_lsp.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-        settings={"infill": {"inlineBudgetMs": 200, "enabledLanguages": ["plaintext"]}}))
+    slow_lsp.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(
+            settings={"infill": {"inlineBudgetMs": 200, "enabledLanguages": ["plaintext"]}}
+        )
+    )
     current = await status(slow_lsp)
     assert current["budget"]["source"]["inline"] == "setting" and current["budget"]["inlineMs"] == 200
     uri = "file:///explicit.txt"
@@ -157,7 +175,7 @@ async def test_the_default_model_shows_ghost_text_with_default_settings():
         open_doc(client, uri, text)
         reply = await _automatic(client, uri, types.Position(1, 11))
         assert reply is not None and reply.items and reply.items[0].insert_text.strip(), log_text(client)
-        filled = text[:len("def area(width, height):\n    return ")] + reply.items[0].insert_text + "\n"
+        filled = text[: len("def area(width, height):\n    return ")] + reply.items[0].insert_text + "\n"
         compile(filled, "area.py", "exec")
         assert (await status(client))["budget"]["source"]["inline"] == "cap"  # the first fill: nothing timed yet
     finally:

@@ -12,7 +12,7 @@ from infill.context.builder import ContextBuilder, ContextSettings, find_placeho
 from infill.context.syntax import ParsedDocument, error_nodes, resolve_language
 from infill.types import InfillError
 
-PY = '''import os
+PY = """import os
 
 
 def first(a, b):
@@ -33,16 +33,21 @@ class Shape:
 
 def last():
     return 1
-'''
+"""
 
 
 def cut(source: str) -> tuple[str, int]:
     index = source.index("§")
-    return source[:index] + source[index + 1:], index
+    return source[:index] + source[index + 1 :], index
 
 
-def build(source: str, language: str | None, mode: str = "inline", settings: ContextSettings | None = None,
-          document_id: str | None = None):
+def build(
+    source: str,
+    language: str | None,
+    mode: str = "inline",
+    settings: ContextSettings | None = None,
+    document_id: str | None = None,
+):
     text, cursor = cut(source)
     builder = ContextBuilder(settings)
     doc = builder.document(text, language, document_id)
@@ -52,35 +57,53 @@ def build(source: str, language: str | None, mode: str = "inline", settings: Con
 def test_window_prefers_the_enclosing_class_when_it_fits():
     # Budget 25 tokens * 3.5 = 87 chars: the class (78 chars before the cursor) fits, the file does not.
     text, cursor, ctx = build(PY, "python", settings=ContextSettings(prefix_tokens=25, suffix_tokens=23))
-    prefix = text[ctx.prefix_start:cursor]
+    prefix = text[ctx.prefix_start : cursor]
     assert prefix.startswith("class Shape:\n")
-    suffix = text[cursor:ctx.suffix_end]
+    suffix = text[cursor : ctx.suffix_end]
     assert suffix.rstrip().endswith('return "shape"')  # the class ends; `def last` is not cut in half
     assert "def last" not in suffix
 
 
-@pytest.mark.parametrize("language,source,head,tail", [
-    ("javascript", "const a = 1;\nconst b = 2;\n\nfunction add(x, y) {\n  const s = x + y;\n  §\n}\n\n"
-     "function mul(x, y) {\n  return x * y;\n}\n", "function add(x, y) {\n", "}\n"),
-    ("go", "package main\n\nimport \"fmt\"\n\nfunc add(x, y int) int {\n\ts := x + y\n\t§\n}\n\n"
-     "func mul(x, y int) int {\n\treturn x * y\n}\n", "func add(x, y int) int {\n", "}\n"),
-    ("rust", "use std::fmt;\n\nfn add(x: i32, y: i32) -> i32 {\n    let s = x + y;\n    §\n}\n\n"
-     "fn mul(x: i32, y: i32) -> i32 {\n    x * y\n}\n", "fn add(x: i32, y: i32) -> i32 {\n", "}\n"),
-])
+@pytest.mark.parametrize(
+    "language,source,head,tail",
+    [
+        (
+            "javascript",
+            "const a = 1;\nconst b = 2;\n\nfunction add(x, y) {\n  const s = x + y;\n  §\n}\n\n"
+            "function mul(x, y) {\n  return x * y;\n}\n",
+            "function add(x, y) {\n",
+            "}\n",
+        ),
+        (
+            "go",
+            'package main\n\nimport "fmt"\n\nfunc add(x, y int) int {\n\ts := x + y\n\t§\n}\n\n'
+            "func mul(x, y int) int {\n\treturn x * y\n}\n",
+            "func add(x, y int) int {\n",
+            "}\n",
+        ),
+        (
+            "rust",
+            "use std::fmt;\n\nfn add(x: i32, y: i32) -> i32 {\n    let s = x + y;\n    §\n}\n\n"
+            "fn mul(x: i32, y: i32) -> i32 {\n    x * y\n}\n",
+            "fn add(x: i32, y: i32) -> i32 {\n",
+            "}\n",
+        ),
+    ],
+)
 def test_window_is_the_enclosing_function_when_only_it_fits(language, source, head, tail):
     text, cursor = cut(source)
     before = cursor - text.index(head)
     after = text.index(tail, cursor) + len(tail) - cursor
     settings = ContextSettings(prefix_tokens=int(before / 3.5) + 2, suffix_tokens=int(after / 3.5) + 2)
     _, _, ctx = build(source, language, settings=settings)
-    assert text[ctx.prefix_start:cursor].startswith(head)
-    assert text[cursor:ctx.suffix_end].endswith(tail) and "mul" not in text[cursor:ctx.suffix_end]
+    assert text[ctx.prefix_start : cursor].startswith(head)
+    assert text[cursor : ctx.suffix_end].endswith(tail) and "mul" not in text[cursor : ctx.suffix_end]
 
 
 def test_window_takes_whole_statements_when_the_function_is_too_big():
     text, cursor, ctx = build(PY, "python", settings=ContextSettings(prefix_tokens=8, suffix_tokens=4))
-    prefix = text[ctx.prefix_start:cursor]
-    assert prefix.startswith("        height = 4\n") or prefix.startswith("        width = 3\n")
+    prefix = text[ctx.prefix_start : cursor]
+    assert prefix.startswith(("        height = 4\n", "        width = 3\n"))
     assert cursor - ctx.prefix_start <= 8 * 3.5
 
 
@@ -89,32 +112,35 @@ def test_large_budget_takes_the_whole_file():
     assert ctx.prefix_start == 0 and ctx.suffix_end == len(text)
 
 
-@pytest.mark.parametrize("language,source,single", [
-    ("python", "def f(x):\n    y = x +§\n", True),  # after text on the line
-    ("python", "def f(x):§\n", False),  # after a colon
-    ("python", "def f(x):\n    y = 1\n    §\n", False),  # empty line in a block
-    ("python", "print(foo(§), 2)\n", True),  # text after the cursor
-    ("python", "x = [\n    1,\n    §\n]\n", True),  # one element per line
-    ("python", "# a comment about §\n", True),
-    ("python", "d = {\n    \"key\":§\n}\n", True),  # a dict key's colon opens no block
-    ("python", "f = lambda x:§\n", True),
-    ("python", "if x:\n    y = 1\nelse:§\n", False),
-    ("javascript", "function f(x) {§\n", False),
-    ("javascript", "function f(x) {\n  const y = x;\n  §\n}\n", False),
-    ("javascript", "const y = compute(§\n", False),
-    ("javascript", "const y = x +§\n", True),
-    ("typescript", "interface A {\n  x: number;\n}\nfunction g(a: A): number {\n  §\n}\n", False),
-    ("typescriptreact", "const C = () => <div>{§}</div>;\n", True),
-    ("go", "package main\n\nfunc f() int {\n\t§\n}\n", False),
-    ("go", "package main\n\nfunc f() int {\n\tx := 1 +§\n}\n", True),
-    ("rust", "fn f() -> i32 {\n    §\n}\n", False),
-    ("rust", "fn f() -> i32 {\n    let x = 1 +§\n}\n", True),
-    ("json", '{\n  "a": 1,\n  §\n}\n', True),
-    ("markdown", "# Title\n\nThe quick brown§\n", True),
-    ("markdown", "# Title\n\nSome text.\n\n§\n", False),
-    ("markdown", "| a | b |\n|---|---|\n| 1 §\n", True),
-    ("markdown", "| a | b |\n|---|---|\n§\n", True),
-])
+@pytest.mark.parametrize(
+    "language,source,single",
+    [
+        ("python", "def f(x):\n    y = x +§\n", True),  # after text on the line
+        ("python", "def f(x):§\n", False),  # after a colon
+        ("python", "def f(x):\n    y = 1\n    §\n", False),  # empty line in a block
+        ("python", "print(foo(§), 2)\n", True),  # text after the cursor
+        ("python", "x = [\n    1,\n    §\n]\n", True),  # one element per line
+        ("python", "# a comment about §\n", True),
+        ("python", 'd = {\n    "key":§\n}\n', True),  # a dict key's colon opens no block
+        ("python", "f = lambda x:§\n", True),
+        ("python", "if x:\n    y = 1\nelse:§\n", False),
+        ("javascript", "function f(x) {§\n", False),
+        ("javascript", "function f(x) {\n  const y = x;\n  §\n}\n", False),
+        ("javascript", "const y = compute(§\n", False),
+        ("javascript", "const y = x +§\n", True),
+        ("typescript", "interface A {\n  x: number;\n}\nfunction g(a: A): number {\n  §\n}\n", False),
+        ("typescriptreact", "const C = () => <div>{§}</div>;\n", True),
+        ("go", "package main\n\nfunc f() int {\n\t§\n}\n", False),
+        ("go", "package main\n\nfunc f() int {\n\tx := 1 +§\n}\n", True),
+        ("rust", "fn f() -> i32 {\n    §\n}\n", False),
+        ("rust", "fn f() -> i32 {\n    let x = 1 +§\n}\n", True),
+        ("json", '{\n  "a": 1,\n  §\n}\n', True),
+        ("markdown", "# Title\n\nThe quick brown§\n", True),
+        ("markdown", "# Title\n\nSome text.\n\n§\n", False),
+        ("markdown", "| a | b |\n|---|---|\n| 1 §\n", True),
+        ("markdown", "| a | b |\n|---|---|\n§\n", True),
+    ],
+)
 def test_single_or_multi_line_from_the_syntax(language, source, single):
     _, _, ctx = build(source, language)
     assert ctx.single_line is single
@@ -125,13 +151,16 @@ def ctx_settings() -> ContextSettings:
     return ContextSettings()
 
 
-@pytest.mark.parametrize("language,source,inside", [
-    ("python", "# a comment about §\n", True),
-    ("python", "x = 'some §text'\n", True),
-    ("python", "x = 'text'§\n", False),
-    ("javascript", "const a = 1; // note §\n", True),
-    ("rust", "let s = \"abc\";§\n", False),
-])
+@pytest.mark.parametrize(
+    "language,source,inside",
+    [
+        ("python", "# a comment about §\n", True),
+        ("python", "x = 'some §text'\n", True),
+        ("python", "x = 'text'§\n", False),
+        ("javascript", "const a = 1; // note §\n", True),
+        ("rust", 'let s = "abc";§\n', False),
+    ],
+)
 def test_comment_and_string_positions(language, source, inside):
     assert build(source, language)[2].in_comment is inside
 
@@ -148,7 +177,7 @@ def test_block_indentation_after_opener_and_inside_blocks():
 def test_markdown_window_snaps_to_the_section():
     doc = "# One\n\n" + "Filler sentence here. " * 20 + "\n\n## Two\n\nAlpha beta gamma.\n\n§\n\n## Three\n\nEnd.\n"
     text, cursor, ctx = build(doc, "markdown", settings=ContextSettings(prefix_tokens=20, suffix_tokens=20))
-    assert text[ctx.prefix_start:cursor].startswith("## Two\n")
+    assert text[ctx.prefix_start : cursor].startswith("## Two\n")
     assert ctx.unit == "section" and ctx.is_prose and not ctx.single_line
 
 
@@ -156,7 +185,7 @@ def test_unknown_language_falls_back_to_lines():
     source = "".join(f"line {i} of some config\n" for i in range(200)) + "key = §\n" + "tail\n" * 50
     text, cursor, ctx = build(source, "cobol", settings=ContextSettings(prefix_tokens=30, suffix_tokens=10))
     assert ctx.unit == "lines" and ctx.single_line
-    prefix = text[ctx.prefix_start:cursor]
+    prefix = text[ctx.prefix_start : cursor]
     assert prefix.startswith("line ") and len(prefix) <= 30 * 3.5 + len("key = ")
     assert text[ctx.prefix_start - 1] == "\n"  # whole lines only
     assert text[ctx.suffix_end - 1] == "\n" and ctx.suffix_end - cursor <= 10 * 3.5
@@ -203,7 +232,7 @@ def test_incremental_reparse_matches_a_fresh_parse():
 def test_non_ascii_text_keeps_str_offsets():
     source = 'def grüße(name):\n    """Grüße — ünïcödé."""\n    §\n'
     text, cursor, ctx = build(source, "python", document_id="u.py")
-    assert text[ctx.prefix_start:cursor].startswith("def grüße")
+    assert text[ctx.prefix_start : cursor].startswith("def grüße")
     assert not ctx.single_line
 
 
@@ -275,8 +304,9 @@ def test_edits_noted_for_a_later_version_wait_for_it():
     old = builder.document(v1, "python", uri, 1)  # a request still for version 1: the edit is not applied yet
     assert error_nodes(old.tree) == 0
     new = builder.document(v2, "python", uri, 2)
-    assert error_nodes(new.tree) > 0 and str(new.tree.root_node) == str(ParsedDocument("python").update(v2)
-                                                                         .tree.root_node)
+    assert error_nodes(new.tree) > 0 and str(new.tree.root_node) == str(
+        ParsedDocument("python").update(v2).tree.root_node
+    )
 
 
 def test_a_missed_edit_falls_back_to_comparing_texts():
@@ -354,8 +384,11 @@ def test_parse_filled_equals_a_fresh_parse_of_the_filled_text(monkeypatch):
     text, cursor = cut(PY)
     doc = ParsedDocument("python").update(text)
     later = text.index("return 1")
-    for spans, middles in ([[(cursor, cursor)], ["x = (1 +"]], [[(cursor, cursor + 1)], ["é = 2\n"]],
-                           [[(cursor, cursor), (later, later + 6)], ["total = 9", "yield"]]):
+    for spans, middles in (
+        [[(cursor, cursor)], ["x = (1 +"]],
+        [[(cursor, cursor + 1)], ["é = 2\n"]],
+        [[(cursor, cursor), (later, later + 6)], ["total = 9", "yield"]],
+    ):
         filled = doc.parse_filled(spans, middles)
         expected = text
         for (a, b), middle in reversed(list(zip(spans, middles))):
@@ -377,8 +410,9 @@ def test_window_start_stays_put_while_typing_so_the_prompt_start_is_stable(langu
         assert cursor - ctx.prefix_start <= 350 and (ctx.prefix_start == 0 or text[ctx.prefix_start - 1] == "\n")
         sticky_starts.append(ctx.prefix_start)
         fresh = ContextBuilder(settings)  # what a window without memory would do
-        fresh_starts.append(fresh.build(fresh.document(text, language, None), [(cursor, cursor)], "inline")
-                            .prefix_start)
+        fresh_starts.append(
+            fresh.build(fresh.document(text, language, None), [(cursor, cursor)], "inline").prefix_start
+        )
         builder.note_edit(uri, cursor, cursor, "1", version + 1)  # the next key
         text, cursor = text[:cursor] + "1" + text[cursor:], cursor + 1
     assert len(set(fresh_starts)) >= 8  # a window snapped afresh moves every line or so
@@ -394,6 +428,7 @@ def test_window_start_stays_put_while_typing_so_the_prompt_start_is_stable(langu
 def test_window_budgets_count_characters_not_bytes():
     """The same file with comments in Japanese instead of English (as many characters, three times the bytes) gets
     the same window."""
+
     def module(comment: str) -> str:
         return "".join(f"def f{i}(a):\n    # {comment}\n    return a + {i}\n\n" for i in range(40))
 
@@ -420,10 +455,13 @@ class _CountingBytes(bytes):
         return part
 
 
-@pytest.mark.parametrize("text", [
-    "x = [" + "'é', " * 330_000 + "]\r",  # one line of thousands of small nodes (a fuzzer's hang, issue 14)
-    "y = 'é'\r" * 200_000,  # CR-only line endings
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "x = [" + "'é', " * 330_000 + "]\r",  # one line of thousands of small nodes (a fuzzer's hang, issue 14)
+        "y = 'é'\r" * 200_000,  # CR-only line endings
+    ],
+)
 def test_a_window_costs_the_window_not_the_document(text):
     """Each candidate boundary used to cost the whole document (a decode from its start, a search back for a
     newline): 2.6 s for this one-line list, over 60 s in the fuzzer. Now the bytes decoded stay near the window."""

@@ -6,13 +6,13 @@ import time
 
 import pytest
 import torch
+from reference_sampler import reference_denoise
 
 from infill.engine.canvas import build_canvas
 from infill.engine.config import EngineConfig
 from infill.engine.denoise import CanvasFill, denoise, sample_step, sample_step_for
 from infill.engine.diffusion import PREFILL_CHUNK_TOKENS, DiffusionEngine
 from infill.types import CancelToken, InfillRequest
-from reference_sampler import reference_denoise
 
 DENOISERS = {"fast": denoise, "reference": reference_denoise}
 
@@ -51,7 +51,7 @@ def test_reference_loop_reproduces_generate(loaded):
     prompt = torch.tensor([engine.prompt_ids(prefix)])
     torch.manual_seed(1234)
     out = loaded.model.generate(prompt, max_new_tokens=64, max_denoising_steps=8)
-    theirs = until_stop(out.sequences[0, prompt.shape[1]:].tolist(), engine.stop_ids)
+    theirs = until_stop(out.sequences[0, prompt.shape[1] :].tolist(), engine.stop_ids)
     assert result.middle == engine._decode(theirs, single_line=False)
     assert len(theirs) > 0  # a random model still writes something: the comparison is not vacuous
 
@@ -75,8 +75,14 @@ def run_denoise(engine, prefix, fixed, lengths, on_step=None, cancel=None, deadl
     with torch.inference_mode():
         engine._encode_prompt("test-direct", ids)
         canvas = build_canvas(lengths, fixed, ids.numel(), engine.pad_id, engine.device)
-        return canvas, engine.denoiser(CanvasFill(canvas, ids, engine.runner), engine.config, gen, cancel=cancel,
-                                       deadline=deadline, on_step=on_step)
+        return canvas, engine.denoiser(
+            CanvasFill(canvas, ids, engine.runner),
+            engine.config,
+            gen,
+            cancel=cancel,
+            deadline=deadline,
+            on_step=on_step,
+        )
 
 
 @pytest.mark.parametrize("sampler", ["fast", "reference"])
@@ -85,8 +91,13 @@ def test_suffix_and_fixed_text_stay_clamped_every_step(loaded, sampler):
     between = engine.tokens.encode(", 'b': ")
     anchor = engine.tokens.encode("}\nprint(x)\n")
     seen = []
-    canvas, out = run_denoise(engine, "x = {'a': ", [between, anchor], [3, 6],
-                              on_step=lambda step, argmax, conf, score: seen.append(argmax.clone()))
+    canvas, out = run_denoise(
+        engine,
+        "x = {'a': ",
+        [between, anchor],
+        [3, 6],
+        on_step=lambda step, argmax, conf, score: seen.append(argmax.clone()),
+    )
     assert seen, "no step ran"
     clamped = canvas.anchor
     for argmax in seen + [out.tokens]:
@@ -246,8 +257,12 @@ def test_a_prompt_too_large_for_the_kv_store_is_said_once(loaded, caplog):
 
 def test_multi_gap_fills_every_gap(loaded):
     engine = engine_with(loaded)
-    request = InfillRequest(prefix="This Agreement is made between ", between=(" and ",),
-                            suffix=" on the first day of each month.\n", max_middle_tokens=8)
+    request = InfillRequest(
+        prefix="This Agreement is made between ",
+        between=(" and ",),
+        suffix=" on the first day of each month.\n",
+        max_middle_tokens=8,
+    )
     result = engine.infill(request)
     assert result.outcome == "ok", result.error
     assert len(result.middles) == 2 and all(result.middles)
@@ -266,7 +281,7 @@ def test_prompt_longer_than_context_keeps_the_near_end(loaded):
     ids = engine.prompt_ids(lines)
     assert len(ids) <= 64
     near = engine.tokens.encode("value_199 = 199\n")
-    assert ids[-len(near):] == near
+    assert ids[-len(near) :] == near
     assert engine.infill(InfillRequest(prefix=lines)).outcome in ("ok", "empty")
 
 
@@ -317,8 +332,8 @@ def test_suffix_in_prompt_goes_before_the_prefix_and_keeps_kv_reuse(loaded):
     engine = engine_with(loaded, suffix_in_prompt_tokens=24)
     ids = engine.prompt_ids(PREFIX, SUFFIX)
     framed = engine.tokens.encode(engine.config.suffix_frame[0]) + engine.tokens.encode_head(SUFFIX, 24)
-    assert ids[1:1 + len(framed)] == framed
-    assert ids[-len(engine.tokens.encode(PREFIX)):] == engine.tokens.encode(PREFIX)
+    assert ids[1 : 1 + len(framed)] == framed
+    assert ids[-len(engine.tokens.encode(PREFIX)) :] == engine.tokens.encode(PREFIX)
     engine.infill(InfillRequest(prefix=PREFIX, suffix=SUFFIX, document_id="framed"))
     typed = engine.infill(InfillRequest(prefix=PREFIX + "s", suffix=SUFFIX, document_id="framed"))
     assert typed.outcome == "ok" and typed.prompt_tokens - typed.reused_tokens <= 4
@@ -351,13 +366,11 @@ def test_long_prefill_stops_for_cancel_and_keeps_its_work(loaded):
     assert resumed.reused_tokens == engine_module.PREFILL_CHUNK_TOKENS
 
 
-
 def test_single_line_canvas_depends_on_the_device(loaded):
     assert EngineConfig().single_line_lengths_for("cpu") == (24,)
     assert EngineConfig().single_line_lengths_for("cuda:0") == (6, 12, 24)
     assert EngineConfig(single_line_lengths=(4, 8)).single_line_lengths_for("cpu") == (4, 8)
-    result = engine_with(loaded).infill(InfillRequest(prefix="x = compute(", suffix=")\nprint(x)\n",
-                                                     single_line=True))
+    result = engine_with(loaded).infill(InfillRequest(prefix="x = compute(", suffix=")\nprint(x)\n", single_line=True))
     assert result.versions["candidate_lengths"] == [24] and "\n" not in result.middle
 
 

@@ -34,17 +34,18 @@ TOLERANCE = 2e-5  # float32, the same weights, other kernels and reduction order
 
 @pytest.fixture(scope="module")
 def small_window(tmp_path_factory):
-    return load_diffusion_model(str(write_tiny_checkpoint(tmp_path_factory.mktemp("fwd"), sliding_window=WINDOW,
-                                                          canvas_length=24)), dtype="float32")
+    return load_diffusion_model(
+        str(write_tiny_checkpoint(tmp_path_factory.mktemp("fwd"), sliding_window=WINDOW, canvas_length=24)),
+        dtype="float32",
+    )
 
 
 def encoded(weights, prompt: torch.Tensor, chunk: int, capacity: int = 256) -> KVBuffers:
     kv = KVBuffers(weights.kv_shapes(), capacity, weights.dtype, "cpu")
     with torch.inference_mode():
         for start in range(0, prompt.numel(), chunk):
-            ids = prompt[start:start + chunk]
-            forward.encode(weights, kv, ids, start, forward.exact_spans(weights, start + ids.numel(), start),
-                           "grouped")
+            ids = prompt[start : start + chunk]
+            forward.encode(weights, kv, ids, start, forward.exact_spans(weights, start + ids.numel(), start), "grouped")
     kv.set_length(prompt.numel())
     return kv
 
@@ -109,18 +110,27 @@ def test_the_full_size_architecture_with_two_layers_equals_transformers():
     soft = torch.zeros(2, 12, weights.hidden)
     theirs = hf_canvas_logits(model, prompt, tokens, soft, valid)
     with torch.inference_mode():
-        ours = forward.decode(weights, kv, tokens, soft, 1030, valid, forward.exact_spans(weights, 1054, 1030),
-                              "grouped")
+        ours = forward.decode(
+            weights, kv, tokens, soft, 1030, valid, forward.exact_spans(weights, 1054, 1030), "grouped"
+        )
     scale = theirs[valid].abs().max()
     assert (ours - theirs)[valid].abs().max() <= 1e-4 * scale
 
 
-@pytest.mark.parametrize("request_", [
-    InfillRequest(prefix="def area(w, h):\n    return " * 12, suffix="\n\nprint(area(2, 3))\n", single_line=True),
-    InfillRequest(prefix="class Point:\n    def __init__(self, x, y):\n", suffix="\n    def norm(self):\n"),
-    InfillRequest(prefix="This Agreement is made between ", between=(" and ",), suffix=" on the first day.\n",
-                  max_middle_tokens=8),
-], ids=["single-line", "multi-line", "two-gaps"])
+@pytest.mark.parametrize(
+    "request_",
+    [
+        InfillRequest(prefix="def area(w, h):\n    return " * 12, suffix="\n\nprint(area(2, 3))\n", single_line=True),
+        InfillRequest(prefix="class Point:\n    def __init__(self, x, y):\n", suffix="\n    def norm(self):\n"),
+        InfillRequest(
+            prefix="This Agreement is made between ",
+            between=(" and ",),
+            suffix=" on the first day.\n",
+            max_middle_tokens=8,
+        ),
+    ],
+    ids=["single-line", "multi-line", "two-gaps"],
+)
 def test_bucketed_programs_give_the_unpadded_tokens(small_window, request_):
     """The CUDA path's programs (canvas padded to its bucket, prompt chunks to theirs, attention over the whole
     buffers under masks) run eagerly on CPU: the same tokens, steps and scores as the eager path."""
@@ -139,6 +149,7 @@ def test_bucketed_programs_give_the_unpadded_tokens(small_window, request_):
 
 
 # ---- FP8 -------------------------------------------------------------------------------------------------------
+
 
 def test_fp8_linear_is_the_scaled_matmul_of_quantized_rows():
     gen = torch.Generator().manual_seed(4)
@@ -162,7 +173,7 @@ def test_fp8_experts_equal_their_float_emulation(small_window):
     # emulation: activations quantized per token as the kernel does, weights dequantized, the float loop
     total = torch.zeros_like(x)
     for t in range(x.shape[0]):
-        xq, xs = quantize_rows(x[t:t + 1])
+        xq, xs = quantize_rows(x[t : t + 1])
         for k in range(ids.shape[1]):
             e = int(ids[t, k])
             gate_up = layer.experts.gate_up[e].float() * layer.experts.gate_up_scale[e, :, None]
@@ -180,16 +191,18 @@ def test_an_fp8_model_equals_its_float_emulation(small_window, tmp_path, monkeyp
     import infill.engine.experts as experts_module
     from infill.engine.fp8 import quantize_weights
 
-    grid = load_diffusion_model(str(write_tiny_checkpoint(tmp_path / "grid", sliding_window=WINDOW,
-                                                          canvas_length=24)), dtype="float32")
+    grid = load_diffusion_model(
+        str(write_tiny_checkpoint(tmp_path / "grid", sliding_window=WINDOW, canvas_length=24)), dtype="float32"
+    )
     with torch.no_grad():
         for name, param in grid.model.named_parameters():
             if param.dim() >= 2 and "proj" in name and "router" not in name and "self_conditioning" not in name:
                 q, s = quantize_rows_of(param)
                 param.copy_(q.float() * s[..., None])
     fp8 = quantize_weights(engine_weights(grid.model))
-    assert torch.equal(fp8.decoder[0].q.weight.float() * fp8.decoder[0].q.scale[:, None],
-                       grid.weights.decoder[0].q.weight)
+    assert torch.equal(
+        fp8.decoder[0].q.weight.float() * fp8.decoder[0].q.scale[:, None], grid.weights.decoder[0].q.weight
+    )
     gen = torch.Generator().manual_seed(6)
     prompt, tokens = torch.randint(3, 512, (30,), generator=gen), torch.randint(3, 512, (2, 24), generator=gen)
     valid, soft = torch.ones(2, 24, dtype=torch.bool), torch.zeros(2, 24, fp8.hidden)
@@ -204,7 +217,9 @@ def test_an_fp8_model_equals_its_float_emulation(small_window, tmp_path, monkeyp
         return (xq.float() * xs).view(x.shape)
 
     def emulated_linear(x, layer):
-        return x @ layer.weight.T if not layer.fp8 else fake_quantized(x) @ (layer.weight.float() * layer.scale[:, None]).T
+        return (
+            x @ layer.weight.T if not layer.fp8 else fake_quantized(x) @ (layer.weight.float() * layer.scale[:, None]).T
+        )
 
     def emulated_grouped(x, weight, scale, offsets, out_dtype):
         out, start = torch.empty(x.shape[0], weight.shape[1]), 0

@@ -16,9 +16,14 @@ from infill.engine.loading import load_diffusion_model
 from infill.testing.tiny_checkpoint import write_tiny_checkpoint
 from infill.types import InfillError, InfillRequest
 
-CHECKPOINT_SAMPLER = {"max_denoising_steps": 5, "t_min": 0.2, "t_max": 0.6, "stability_threshold": 2,
-                      "confidence_threshold": 0.01,
-                      "sampler_config": {"_cls_name": "EntropyBoundSamplerConfig", "entropy_bound": 0.3}}
+CHECKPOINT_SAMPLER = {
+    "max_denoising_steps": 5,
+    "t_min": 0.2,
+    "t_max": 0.6,
+    "stability_threshold": 2,
+    "confidence_threshold": 0.01,
+    "sampler_config": {"_cls_name": "EntropyBoundSamplerConfig", "entropy_bound": 0.3},
+}
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +40,15 @@ def test_the_checkpoints_generation_config_sets_the_engine(tuned_checkpoint, loa
     with caplog.at_level(logging.INFO, logger="infill.engine.diffusion"):
         engine = DiffusionEngine(load_diffusion_model(str(tuned_checkpoint), load_format=load_format))
     c = engine.config
-    assert (c.max_denoising_steps, c.t_min, c.t_max, c.stability_threshold, c.confidence_threshold,
-            c.entropy_bound, c.canvas_length) == (5, 0.2, 0.6, 2, 0.01, 0.3, 48)
+    assert (
+        c.max_denoising_steps,
+        c.t_min,
+        c.t_max,
+        c.stability_threshold,
+        c.confidence_threshold,
+        c.entropy_bound,
+        c.canvas_length,
+    ) == (5, 0.2, 0.6, 2, 0.01, 0.3, 48)
     assert engine.config_sources["max_denoising_steps"] == "generation_config.json"
     assert engine.config_sources["canvas_length"] == "config.json"
     assert "max_denoising_steps=5 (generation_config.json)" in caplog.text

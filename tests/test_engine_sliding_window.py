@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_stopping import NEAR_ZERO, after_eos_as_pad, denoise_rows, generate_rows
 from transformers import DynamicCache
 
 from infill.engine import forward
@@ -27,7 +28,6 @@ from infill.engine.loading import load_diffusion_model
 from infill.testing.hf_reference import decoder_cache_view, hf_decoder_logits, hf_prefill
 from infill.testing.sliding_window import per_slot_window_masks
 from infill.testing.tiny_checkpoint import write_tiny_checkpoint
-from test_stopping import NEAR_ZERO, after_eos_as_pad, denoise_rows, generate_rows
 
 WINDOW = 16
 WIDTH = 24  # the checkpoint's canvas: later slots sit more than W past the prompt's end
@@ -52,8 +52,9 @@ def engine(request, checkpoint):
 
 @pytest.fixture(scope="module")
 def prompt(engine):
-    ids = torch.randint(3, engine.model.config.text_config.vocab_size, (PROMPT_TOKENS,),
-                        generator=torch.Generator().manual_seed(11))
+    ids = torch.randint(
+        3, engine.model.config.text_config.vocab_size, (PROMPT_TOKENS,), generator=torch.Generator().manual_seed(11)
+    )
     assert PROMPT_TOKENS > WINDOW + 1  # the sliding layers' view is cut, and every canvas slot is past the window
     return ids
 
@@ -68,8 +69,9 @@ def transformers_cache(engine, prompt: torch.Tensor, rows: int) -> DynamicCache:
     model = engine.model
     cache = DynamicCache(config=model.config.get_text_config(decoder=True))
     with torch.inference_mode():
-        model.model.encoder(input_ids=prompt.expand(rows, -1), cache=cache,
-                            position_ids=torch.arange(prompt.numel())[None])
+        model.model.encoder(
+            input_ids=prompt.expand(rows, -1), cache=cache, position_ids=torch.arange(prompt.numel())[None]
+        )
     return cache
 
 
@@ -81,9 +83,13 @@ def transformers_logits(engine, prompt, canvas, tokens, self_conditioning=None) 
     if canvas.padded:
         padding = torch.cat([torch.ones(rows, prompt.numel(), dtype=torch.bool), canvas.valid], dim=1)
     with torch.inference_mode():
-        return engine.model(decoder_input_ids=tokens, cache=transformers_cache(engine, prompt, rows),
-                            decoder_position_ids=canvas.position_ids, decoder_attention_mask=padding,
-                            self_conditioning_logits=self_conditioning).logits
+        return engine.model(
+            decoder_input_ids=tokens,
+            cache=transformers_cache(engine, prompt, rows),
+            decoder_position_ids=canvas.position_ids,
+            decoder_attention_mask=padding,
+            self_conditioning_logits=self_conditioning,
+        ).logits
 
 
 def engine_logits(engine, prompt, canvas, tokens, self_conditioning=None) -> torch.Tensor:
@@ -102,8 +108,9 @@ def engine_logits(engine, prompt, canvas, tokens, self_conditioning=None) -> tor
 
 
 def random_tokens(engine, canvas, seed: int) -> torch.Tensor:
-    noise = torch.randint(3, engine.model.config.text_config.vocab_size, canvas.shape,
-                          generator=torch.Generator().manual_seed(seed))
+    noise = torch.randint(
+        3, engine.model.config.text_config.vocab_size, canvas.shape, generator=torch.Generator().manual_seed(seed)
+    )
     return torch.where(canvas.free, noise, canvas.fixed_tokens)
 
 
@@ -129,8 +136,12 @@ def test_one_row_past_the_window_equals_transformers_forward(engine, prompt):
     additive = model.config.text_config._attn_implementation == "eager"
     per_slot = per_slot_window_masks(view, layer_types, WINDOW, prompt.numel(), WIDTH, additive)
     with torch.inference_mode():
-        vllm_reading = softcapped(engine, hf_decoder_logits(model, tokens, torch.zeros(1, WIDTH, engine.weights.hidden),
-                                                            view, canvas.position_ids, per_slot))
+        vllm_reading = softcapped(
+            engine,
+            hf_decoder_logits(
+                model, tokens, torch.zeros(1, WIDTH, engine.weights.hidden), view, canvas.position_ids, per_slot
+            ),
+        )
     apart = (vllm_reading - theirs).abs().amax(-1)[0]  # per slot
     assert float(apart.min()) > 1000 * TOLERANCE  # every slot differs (past layer one, every slot mixes them all)
 

@@ -10,11 +10,11 @@ import time
 
 import httpx
 import pytest
+from lsp_helpers import refused_remote
 
 from infill.backends.choose import BackendSpec
 from infill.loader import NO_FALLBACK, FallbackChoice, fallback_from_args, fallback_spec, open_pipeline
 from infill.pipeline import CompletionRequest, PipelineSettings
-from lsp_helpers import refused_remote
 from server.backend_host import BackendHost, fallback_for
 from server.settings import Settings, parse_settings
 
@@ -63,15 +63,15 @@ def test_the_command_line_options_of_serve_and_fill_make_the_same_choice():
 
     assert fallback_from_args(_parse_args([])) == FallbackChoice()
     assert fallback_from_args(_parse_args(["--no-fallback"])) == NO_FALLBACK
-    fill = build_parser().parse_args(["f.py", "--at", "1:1", "--fallback-endpoint", ENDPOINT.endpoint,
-                                      "--fallback-model", "coder"])
+    fill = build_parser().parse_args(
+        ["f.py", "--at", "1:1", "--fallback-endpoint", ENDPOINT.endpoint, "--fallback-model", "coder"]
+    )
     assert fallback_from_args(fill) == ENDPOINT
 
 
 def test_a_fallback_that_cannot_load_leaves_the_primary_serving(tiny_checkpoint):
     """A fallback endpoint that is no URL fails to open (really: RemoteBackend refuses it); the checkpoint serves."""
-    opened = open_pipeline(BackendSpec(model=str(tiny_checkpoint)),
-                           fallback=FallbackChoice(endpoint="ftp://not-http"))
+    opened = open_pipeline(BackendSpec(model=str(tiny_checkpoint)), fallback=FallbackChoice(endpoint="ftp://not-http"))
     try:
         assert opened.pipeline.fallback is None and len(opened.backends) == 1
         assert "http(s) URL" in opened.fallback_error
@@ -140,8 +140,9 @@ def test_infill_ls_fill_answers_from_the_fallback_and_says_so(stutter_checkpoint
     answered = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert answered["route"] == "fallback" and answered["middle"].strip()
     assert answered["kind"] == "diffusion" and answered["answered_by"] == answered["fallback"]
-    assert answered["fallback"].startswith("gemma3-270m") and [answered["backend"], "repetition"] in \
-        answered["rejections"]
+    assert (
+        answered["fallback"].startswith("gemma3-270m") and [answered["backend"], "repetition"] in answered["rejections"]
+    )
     assert fill_main([*args, "--no-fallback"]) == 0
     alone = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert alone["route"] == "none" and alone["middle"] == "" and alone["fallback"] is None
@@ -160,8 +161,10 @@ def test_the_gateway_loads_the_fallback_and_its_response_names_the_backend_that_
         _load_in_background(server, BackendSpec(model=str(stutter_checkpoint)), fallback_from_args(args), backends)
         assert len(backends) == 2
         with httpx.Client(base_url=server.url, timeout=120) as http:
-            body = http.post("/v1/completions", json={"prompt": "def multiply(a, b):\n    return ",
-                                                      "suffix": "\n", "language": "python"}).json()
+            body = http.post(
+                "/v1/completions",
+                json={"prompt": "def multiply(a, b):\n    return ", "suffix": "\n", "language": "python"},
+            ).json()
         extension = body["infill"]
         assert extension["route"] == "fallback" and body["choices"][0]["text"].strip()
         assert extension["backend"] == backends[1].info.name != backends[0].info.name
@@ -196,8 +199,10 @@ def test_the_pilot_keeps_fallbacks_explicit_and_asks_the_one_decision_for_them(t
         assert [spec.kind for spec in opened] == ["diffusion", "autoregressive"]
         assert behind.describe()["fallback"] == ar.pipeline.backend.info.name
         label = "diffusion:/models/dg"
-        for target, said in ((alone, "- fallback: none, measured alone"),
-                             (behind, f"- fallback: {ar.pipeline.backend.info.name}")):
+        for target, said in (
+            (alone, "- fallback: none, measured alone"),
+            (behind, f"- fallback: {ar.pipeline.backend.info.name}"),
+        ):
             report = "\n".join(_backend_section(label, target.describe(), summarise_backend(label, [], [], None), {}))
             assert said in report
     finally:

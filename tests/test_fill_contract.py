@@ -32,8 +32,10 @@ def test_the_example_contract_has_several_placeholders():
 def test_all_gaps_with_the_tiny_engine_keeps_the_text_between(tmp_path, tiny_checkpoint, capsys):
     doc = tmp_path / "short.md"
     doc.write_text("# Lease\n\nThe tenant pays [[amount]] each month, due on the [[day]] of the month.\n")
-    assert fill_main([str(doc), "--all-gaps", "--model", str(tiny_checkpoint), "--steps", "4",
-                      "--max-middle-tokens", "6"]) == 0
+    assert (
+        fill_main([str(doc), "--all-gaps", "--model", str(tiny_checkpoint), "--steps", "4", "--max-middle-tokens", "6"])
+        == 0
+    )
     printed = capsys.readouterr().out
     assert printed.startswith("# Lease\n\nThe tenant pays ")
     assert_between_kept(doc.read_text(), printed)

@@ -15,10 +15,10 @@ import time
 
 import httpx
 import pytest
+from recording import Recording
 
 from infill.gateway.server import make_server
 from infill.pipeline import CompletionRequest, Pipeline
-from recording import Recording
 
 PROMPT = "def add(a, b):\n    return"
 SUFFIX = "\n\n\nprint(add(1, 2))\n"
@@ -30,8 +30,9 @@ TOKEN = "s3cret-team-token"
 
 
 def serve(server):
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="test-gateway",
-                              daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="test-gateway", daemon=True
+    )
     thread.start()
     return thread
 
@@ -64,14 +65,16 @@ def client(gateway):
 @pytest.fixture(scope="module")
 def expected(pipeline) -> str:
     """What an editor would be shown for the same gap, straight from the pipeline."""
-    result = pipeline.complete(CompletionRequest(text=PROMPT + SUFFIX, start=len(PROMPT), end=len(PROMPT),
-                                                 language=LANGUAGE))
+    result = pipeline.complete(
+        CompletionRequest(text=PROMPT + SUFFIX, start=len(PROMPT), end=len(PROMPT), language=LANGUAGE)
+    )
     return result.fills[0].text if result.fills else ""
 
 
 def complete(client, **fields) -> httpx.Response:
-    return client.post("/v1/completions", json={"prompt": PROMPT, "suffix": SUFFIX, "max_tokens": 64,
-                                                "language": LANGUAGE, **fields})
+    return client.post(
+        "/v1/completions", json={"prompt": PROMPT, "suffix": SUFFIX, "max_tokens": 64, "language": LANGUAGE, **fields}
+    )
 
 
 def assert_error(response: httpx.Response, status: int, fragment: str) -> None:
@@ -125,8 +128,15 @@ def test_stop_sequence_cuts_the_text(client):
 
 
 def test_prompt_as_a_one_element_list_and_explicit_defaults(client, expected):
-    body = {"prompt": [PROMPT], "suffix": SUFFIX, "n": 1, "temperature": 0, "model": "anything", "stream": False,
-            "language": LANGUAGE}
+    body = {
+        "prompt": [PROMPT],
+        "suffix": SUFFIX,
+        "n": 1,
+        "temperature": 0,
+        "model": "anything",
+        "stream": False,
+        "language": LANGUAGE,
+    }
     response = client.post("/v1/completions", json=body)
     assert response.status_code == 200 and response.json()["choices"][0]["text"] == expected
 
@@ -134,8 +144,9 @@ def test_prompt_as_a_one_element_list_and_explicit_defaults(client, expected):
 def test_language_reaches_the_pipeline(client, pipeline):
     """With a language the pipeline parses the code and checks the candidate: the gateway shows what it shows,
     including a rejection (the tiny model's random text is rarely valid Python)."""
-    direct = pipeline.complete(CompletionRequest(text=PROMPT + SUFFIX, start=len(PROMPT), end=len(PROMPT),
-                                                 language="python"))
+    direct = pipeline.complete(
+        CompletionRequest(text=PROMPT + SUFFIX, start=len(PROMPT), end=len(PROMPT), language="python")
+    )
     body = complete(client, language="python").json()
     assert body["choices"][0]["text"] == (direct.fills[0].text if direct.fills else "")
     assert body["infill"]["route"] == direct.route
@@ -146,7 +157,7 @@ def test_stream_sends_sse_chunks_ending_with_done(client):
     expected = complete(client).json()["choices"][0]["text"]
     response = complete(client, stream=True)
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
-    events = [line[len("data: "):] for line in response.text.split("\n\n") if line.startswith("data: ")]
+    events = [line[len("data: ") :] for line in response.text.split("\n\n") if line.startswith("data: ")]
     assert events[-1] == "[DONE]" and len(events) >= 2
     chunks = [json.loads(e) for e in events[:-1]]
     assert "".join(c["choices"][0]["text"] for c in chunks) == expected
@@ -154,27 +165,30 @@ def test_stream_sends_sse_chunks_ending_with_done(client):
     assert all(c["object"] == "text_completion" for c in chunks)
 
 
-@pytest.mark.parametrize("body, fragment", [
-    (b"{not json", "invalid JSON"),
-    (b"\xff\xfe garbage", "invalid JSON"),
-    (b"[1, 2]", "JSON object"),
-    (json.dumps({"suffix": "x"}).encode(), "prompt must be a string"),
-    (json.dumps({"prompt": 5}).encode(), "prompt must be a string"),
-    (json.dumps({"prompt": ["a", "b"]}).encode(), "prompt must be a string"),
-    (json.dumps({"prompt": "x", "suffix": 3}).encode(), "suffix must be"),
-    (json.dumps({"prompt": "x", "max_tokens": 0}).encode(), "max_tokens must be between"),
-    (json.dumps({"prompt": "x", "max_tokens": 10**9}).encode(), "max_tokens must be between"),
-    (json.dumps({"prompt": "x", "max_tokens": "5"}).encode(), "max_tokens must be an integer"),
-    (json.dumps({"prompt": "x", "max_tokens": True}).encode(), "max_tokens must be an integer"),
-    (json.dumps({"prompt": "x", "n": 3}).encode(), "n must be 1"),
-    (json.dumps({"prompt": "x", "temperature": -1}).encode(), "temperature must be between"),
-    (json.dumps({"prompt": "x", "stop": [1]}).encode(), "stop must be"),
-    (json.dumps({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}).encode(), "stop must be"),
-    (json.dumps({"prompt": "x", "stream": "yes"}).encode(), "stream must be"),
-    (json.dumps({"prompt": "x", "echo": True}).encode(), "echo is not supported"),
-    (json.dumps({"prompt": "x", "logprobs": 5}).encode(), "logprobs are not supported"),
-    (json.dumps({"prompt": "x", "mode": "gaps"}).encode(), "mode must be"),
-])
+@pytest.mark.parametrize(
+    "body, fragment",
+    [
+        (b"{not json", "invalid JSON"),
+        (b"\xff\xfe garbage", "invalid JSON"),
+        (b"[1, 2]", "JSON object"),
+        (json.dumps({"suffix": "x"}).encode(), "prompt must be a string"),
+        (json.dumps({"prompt": 5}).encode(), "prompt must be a string"),
+        (json.dumps({"prompt": ["a", "b"]}).encode(), "prompt must be a string"),
+        (json.dumps({"prompt": "x", "suffix": 3}).encode(), "suffix must be"),
+        (json.dumps({"prompt": "x", "max_tokens": 0}).encode(), "max_tokens must be between"),
+        (json.dumps({"prompt": "x", "max_tokens": 10**9}).encode(), "max_tokens must be between"),
+        (json.dumps({"prompt": "x", "max_tokens": "5"}).encode(), "max_tokens must be an integer"),
+        (json.dumps({"prompt": "x", "max_tokens": True}).encode(), "max_tokens must be an integer"),
+        (json.dumps({"prompt": "x", "n": 3}).encode(), "n must be 1"),
+        (json.dumps({"prompt": "x", "temperature": -1}).encode(), "temperature must be between"),
+        (json.dumps({"prompt": "x", "stop": [1]}).encode(), "stop must be"),
+        (json.dumps({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}).encode(), "stop must be"),
+        (json.dumps({"prompt": "x", "stream": "yes"}).encode(), "stream must be"),
+        (json.dumps({"prompt": "x", "echo": True}).encode(), "echo is not supported"),
+        (json.dumps({"prompt": "x", "logprobs": 5}).encode(), "logprobs are not supported"),
+        (json.dumps({"prompt": "x", "mode": "gaps"}).encode(), "mode must be"),
+    ],
+)
 def test_bad_completion_requests_get_400_and_the_server_keeps_working(client, expected, body, fragment):
     response = client.post("/v1/completions", content=body, headers={"content-type": "application/json"})
     assert_error(response, 400, fragment)
@@ -197,13 +211,16 @@ def test_body_without_length_gets_411(gateway, client):
     assert complete(client).status_code == 200
 
 
-@pytest.mark.parametrize("method, path, status, fragment", [
-    ("GET", "/v2/models", 404, "no route /v2/models"),
-    ("POST", "/v1/chat/completions", 404, "no route"),
-    ("GET", "/v1/completions", 405, "use POST"),
-    ("DELETE", "/v1/models", 405, "use GET"),
-    ("PUT", "/v1/completions", 405, "use POST"),
-])
+@pytest.mark.parametrize(
+    "method, path, status, fragment",
+    [
+        ("GET", "/v2/models", 404, "no route /v2/models"),
+        ("POST", "/v1/chat/completions", 404, "no route"),
+        ("GET", "/v1/completions", 405, "use POST"),
+        ("DELETE", "/v1/models", 405, "use GET"),
+        ("PUT", "/v1/completions", 405, "use POST"),
+    ],
+)
 def test_unknown_paths_and_wrong_methods(client, method, path, status, fragment):
     response = client.request(method, path, json={"prompt": "x"} if method != "GET" else None)
     assert_error(response, status, fragment)
@@ -220,13 +237,17 @@ def test_token_is_required_when_configured(pipeline, expected):
             missing = http.get("/v1/models")
             assert_error(missing, 401, "missing bearer token")
             assert missing.headers["www-authenticate"] == "Bearer"
-            assert_error(http.post("/v1/completions", json={"prompt": PROMPT},
-                                   headers={"Authorization": "Bearer wrong"}), 401, "invalid bearer token")
+            assert_error(
+                http.post("/v1/completions", json={"prompt": PROMPT}, headers={"Authorization": "Bearer wrong"}),
+                401,
+                "invalid bearer token",
+            )
             assert_error(http.get("/v1/models", headers={"Authorization": TOKEN}), 401, "missing bearer token")
             authorised = {"Authorization": f"Bearer {TOKEN}"}
             assert http.get("/v1/models", headers=authorised).status_code == 200
-            good = http.post("/v1/completions", json={"prompt": PROMPT, "suffix": SUFFIX, "language": LANGUAGE},
-                             headers=authorised)
+            good = http.post(
+                "/v1/completions", json={"prompt": PROMPT, "suffix": SUFFIX, "language": LANGUAGE}, headers=authorised
+            )
             assert good.status_code == 200 and good.json()["choices"][0]["text"] == expected
             assert http.get("/health").json()["status"] == "ready"  # health needs no token: it reveals no text
     finally:
@@ -270,9 +291,23 @@ def test_concurrent_requests_are_all_answered(client, expected):
 def test_cli_serve_loads_the_model_in_the_background(tiny_checkpoint):
     """`infill-ls serve --port 0 --model DIR` as a user runs it: logs its URL, answers once loaded."""
     env = dict(os.environ, INFILL_GATEWAY_TOKEN=TOKEN)
-    process = subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--port", "0", "--model",
-                                str(tiny_checkpoint), "--device", "cpu"], env=env, stderr=subprocess.PIPE,
-                               text=True)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "server.cli",
+            "serve",
+            "--port",
+            "0",
+            "--model",
+            str(tiny_checkpoint),
+            "--device",
+            "cpu",
+        ],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         url = None
         for line in process.stderr:
@@ -297,11 +332,14 @@ def test_cli_serve_loads_the_model_in_the_background(tiny_checkpoint):
         process.wait(timeout=10)
 
 
-@pytest.mark.parametrize("argv, fragment", [
-    (["--port", "99999"], "port must be 0-65535"),
-    (["--max-body-bytes", "5"], "max_body_bytes must be"),
-    (["--request-timeout-s", "0"], "request_timeout_s must be"),
-])
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["--port", "99999"], "port must be 0-65535"),
+        (["--max-body-bytes", "5"], "max_body_bytes must be"),
+        (["--request-timeout-s", "0"], "request_timeout_s must be"),
+    ],
+)
 def test_cli_refuses_bad_settings_with_a_message(argv, fragment, capsys):
     from infill.gateway.server import main
 
@@ -329,8 +367,11 @@ def test_a_newer_request_for_the_same_document_stops_the_older_one(tiny_engine):
         denoising.set()
         return denoise(*args, **kwargs)
 
-    slow = DiffusionEngine(tiny_engine.loaded, EngineConfig(max_denoising_steps=256, confidence_threshold=1e-9),
-                           denoiser=signalling_denoise)
+    slow = DiffusionEngine(
+        tiny_engine.loaded,
+        EngineConfig(max_denoising_steps=256, confidence_threshold=1e-9),
+        denoiser=signalling_denoise,
+    )
     # No deadline to cut a run short on a slow machine: only the newer request may stop the older one.
     server = make_server(Pipeline(slow), "127.0.0.1", 0, request_timeout_s=3600)
     thread = serve(server)
@@ -376,8 +417,9 @@ def test_a_request_whose_client_hung_up_stops_and_frees_the_model(tiny_engine):
     from infill.engine.config import EngineConfig
     from infill.engine.diffusion import DiffusionEngine
 
-    slow = Recording(DiffusionEngine(tiny_engine.loaded, EngineConfig(max_denoising_steps=256,
-                                                                      confidence_threshold=1e-9)))
+    slow = Recording(
+        DiffusionEngine(tiny_engine.loaded, EngineConfig(max_denoising_steps=256, confidence_threshold=1e-9))
+    )
     server = make_server(Pipeline(slow), "127.0.0.1", 0)
     thread = serve(server)
     try:
@@ -390,8 +432,10 @@ def test_a_request_whose_client_hung_up_stops_and_frees_the_model(tiny_engine):
             assert slow.results[-1].outcome == "ok"
             slow.started.clear()
             with socket.create_connection((server.server_name, server.server_port)) as sock:
-                sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                             b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+                sock.sendall(
+                    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+                )
                 assert slow.started.wait(alone_s * 10 + 30) is True  # the run is on the model
             # the client hung up; a newer request comes, and the abandoned run was cancelled, not finished
             assert http.post("/v1/completions", json=newer).status_code == 200

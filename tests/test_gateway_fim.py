@@ -17,25 +17,44 @@ from infill.gateway.openai_api import GatewaySettings, parse_completion_params
 from infill.gateway.server import make_server
 from infill.pipeline import CompletionRequest, Pipeline
 
-PREFIX = ("Dear team,\n\nThank you all for the work on the spring release. It went out on time, and the customers "
-          "noticed.\nThe meeting on Thursday")
-SUFFIX = (" so please bring your notes and one idea for the summer.\nWe will meet in the big room upstairs, and lunch "
-          "is on me.\n\nBest wishes,\nAnna\n")
+PREFIX = (
+    "Dear team,\n\nThank you all for the work on the spring release. It went out on time, and the customers "
+    "noticed.\nThe meeting on Thursday"
+)
+SUFFIX = (
+    " so please bring your notes and one idea for the summer.\nWe will meet in the big room upstairs, and lunch "
+    "is on me.\n\nBest wishes,\nAnna\n"
+)
 
 # (Zed's model name, the prompt exactly as fim.rs's format_fim_prompt writes it, fim.rs's stop tokens)
 ZED_REQUESTS = {
-    "qwen": ("qwen2.5-coder:7b", f"<|fim_prefix|>{PREFIX}<|fim_suffix|>{SUFFIX}<|fim_middle|>",
-             ["<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>"]),
-    "codegemma": ("codegemma", f"<|fim_prefix|>{PREFIX}<|fim_suffix|>{SUFFIX}<|fim_middle|>",
-                  ["<|file_separator|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>"]),
-    "starcoder": ("starcoder2:3b", f"<fim_prefix>{PREFIX}<fim_suffix>{SUFFIX}<fim_middle>",
-                  ["<|endoftext|>", "<fim_prefix>", "<fim_middle>", "<fim_suffix>"]),
+    "qwen": (
+        "qwen2.5-coder:7b",
+        f"<|fim_prefix|>{PREFIX}<|fim_suffix|>{SUFFIX}<|fim_middle|>",
+        ["<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>"],
+    ),
+    "codegemma": (
+        "codegemma",
+        f"<|fim_prefix|>{PREFIX}<|fim_suffix|>{SUFFIX}<|fim_middle|>",
+        ["<|file_separator|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>"],
+    ),
+    "starcoder": (
+        "starcoder2:3b",
+        f"<fim_prefix>{PREFIX}<fim_suffix>{SUFFIX}<fim_middle>",
+        ["<|endoftext|>", "<fim_prefix>", "<fim_middle>", "<fim_suffix>"],
+    ),
     "codellama": ("codellama:7b", f"<PRE> {PREFIX} <SUF>{SUFFIX} <MID>", ["<PRE>", "<SUF>", "<MID>"]),
-    "deepseek": ("deepseek-coder-v2:16b", f"<｜fim▁begin｜>{PREFIX}<｜fim▁hole｜>{SUFFIX}<｜fim▁end｜>",
-                 ["<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"]),
+    "deepseek": (
+        "deepseek-coder-v2:16b",
+        f"<｜fim▁begin｜>{PREFIX}<｜fim▁hole｜>{SUFFIX}<｜fim▁end｜>",
+        ["<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"],
+    ),
     "codestral": ("codestral:latest", f"[SUFFIX]{SUFFIX}[PREFIX]{PREFIX}", ["[PREFIX]", "[SUFFIX]"]),
-    "glm": ("glm-4:9b", f"<|code_prefix|>{PREFIX}<|code_suffix|>{SUFFIX}<|code_middle|>",
-            ["<|endoftext|>", "<|code_prefix|>", "<|code_suffix|>", "<|code_middle|>"]),
+    "glm": (
+        "glm-4:9b",
+        f"<|code_prefix|>{PREFIX}<|code_suffix|>{SUFFIX}<|code_middle|>",
+        ["<|endoftext|>", "<|code_prefix|>", "<|code_suffix|>", "<|code_middle|>"],
+    ),
     # SantaCoder's hyphenated spelling (not one of Zed's): the same shape
     "santacoder": ("santacoder", f"<fim-prefix>{PREFIX}<fim-suffix>{SUFFIX}<fim-middle>", []),
 }
@@ -61,8 +80,9 @@ def client(pipeline):
 @pytest.fixture(scope="module")
 def expected(pipeline) -> str:
     """The pipeline's own fill of PREFIX|SUFFIX: what an editor would be shown."""
-    result = pipeline.complete(CompletionRequest(text=PREFIX + SUFFIX, start=len(PREFIX), end=len(PREFIX),
-                                                 max_middle_tokens=16))
+    result = pipeline.complete(
+        CompletionRequest(text=PREFIX + SUFFIX, start=len(PREFIX), end=len(PREFIX), max_middle_tokens=16)
+    )
     return result.fills[0].text if result.fills else ""
 
 
@@ -104,13 +124,16 @@ def test_codellama_keeps_the_codes_own_spaces():
     assert split is not None and (split.prefix, split.suffix) == ("x = 1 \n ", " y\n")
 
 
-@pytest.mark.parametrize("prompt", [
-    "def add(a, b):\n    return",  # a plain prompt
-    "<|fim_prefix|>def f():<|fim_suffix|>\n",  # no closing marker: not the whole shape
-    "<|fim_prefix|>def f():<|fim_middle|>",  # no separating marker
-    "# <fim_prefix>x<fim_suffix>y<fim_middle>",  # markers not at the start
-    "[PREFIX]a[SUFFIX]b",  # Codestral's markers in the wrong order
-])
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        "def add(a, b):\n    return",  # a plain prompt
+        "<|fim_prefix|>def f():<|fim_suffix|>\n",  # no closing marker: not the whole shape
+        "<|fim_prefix|>def f():<|fim_middle|>",  # no separating marker
+        "# <fim_prefix>x<fim_suffix>y<fim_middle>",  # markers not at the start
+        "[PREFIX]a[SUFFIX]b",  # Codestral's markers in the wrong order
+    ],
+)
 def test_prompts_that_are_not_a_whole_fim_prompt_stay_plain(prompt):
     assert split_fim_prompt(prompt) is None
     params = parse_completion_params({"prompt": prompt}, GatewaySettings())

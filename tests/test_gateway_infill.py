@@ -12,34 +12,58 @@ import time
 
 import httpx
 import pytest
+from recording import Recording
 
-from infill.gateway.llama_infill import (ExtraChunk, InfillParams, build_document, cut_at_dedent,
-                                         parse_infill_params)
 from infill.gateway.language import detect_language
+from infill.gateway.llama_infill import ExtraChunk, InfillParams, build_document, cut_at_dedent, parse_infill_params
 from infill.gateway.openai_api import GatewaySettings
 from infill.gateway.server import make_server
 from infill.pipeline import CompletionRequest, Pipeline
-from recording import Recording
 
-PREFIX = ("Dear colleagues,\n\nThank you all for the work on the autumn release. It went out on time, and the "
-          "customers noticed.\n")
+PREFIX = (
+    "Dear colleagues,\n\nThank you all for the work on the autumn release. It went out on time, and the "
+    "customers noticed.\n"
+)
 LINE = "The meeting on Thursday"  # llama.vim's `prompt`: the cursor line before the cursor
-SUFFIX = ("\nWe will meet in the big room upstairs, and lunch is on me.\n\nBest wishes,\nAnna\n")
-TIMINGS = ["prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second", "predicted_n", "predicted_ms",
-           "predicted_per_token_ms", "predicted_per_second"]
+SUFFIX = "\nWe will meet in the big room upstairs, and lunch is on me.\n\nBest wishes,\nAnna\n"
+TIMINGS = [
+    "prompt_n",
+    "prompt_ms",
+    "prompt_per_token_ms",
+    "prompt_per_second",
+    "predicted_n",
+    "predicted_ms",
+    "predicted_per_token_ms",
+    "predicted_per_second",
+]
 TOKEN = "team-token"
-CODE = ("import math\n\n\ndef circle_area(radius):\n    return math.pi * radius ** 2\n\n\n"
-        "def describe_circle(radius):\n    \"\"\"Print the radius, the diameter and the area of a circle.\"\"\"\n")
+CODE = (
+    "import math\n\n\ndef circle_area(radius):\n    return math.pi * radius ** 2\n\n\n"
+    'def describe_circle(radius):\n    """Print the radius, the diameter and the area of a circle."""\n'
+)
 
 
 def llama_vim_request(**fields) -> dict:
     """The body llama.vim's llama#fim sends (its defaults; `prompt` is the current line's text before the cursor)."""
-    return {"id_slot": 0, "input_prefix": PREFIX, "input_suffix": SUFFIX, "input_extra": [], "prompt": LINE,
-            "n_predict": 16, "stop": [], "n_indent": 0, "top_k": 40, "top_p": 0.90,
-            "samplers": ["top_k", "top_p", "infill"], "stream": False, "cache_prompt": True,
-            "t_max_prompt_ms": 20000, "t_max_predict_ms": 20000,
-            "response_fields": ["content", *(f"timings/{name}" for name in TIMINGS), "truncated", "tokens_cached"],
-            **fields}
+    return {
+        "id_slot": 0,
+        "input_prefix": PREFIX,
+        "input_suffix": SUFFIX,
+        "input_extra": [],
+        "prompt": LINE,
+        "n_predict": 16,
+        "stop": [],
+        "n_indent": 0,
+        "top_k": 40,
+        "top_p": 0.90,
+        "samplers": ["top_k", "top_p", "infill"],
+        "stream": False,
+        "cache_prompt": True,
+        "t_max_prompt_ms": 20000,
+        "t_max_predict_ms": 20000,
+        "response_fields": ["content", *(f"timings/{name}" for name in TIMINGS), "truncated", "tokens_cached"],
+        **fields,
+    }
 
 
 def start(pipeline, **settings):
@@ -79,8 +103,15 @@ def client(server):
 
 
 def pipeline_fill(pipeline, text: str, cursor: int, tokens: int = 16) -> str:
-    result = pipeline.complete(CompletionRequest(text=text, start=cursor, end=cursor, max_middle_tokens=tokens,
-                                                 language=detect_language(text[:cursor], text[cursor:])))
+    result = pipeline.complete(
+        CompletionRequest(
+            text=text,
+            start=cursor,
+            end=cursor,
+            max_middle_tokens=tokens,
+            language=detect_language(text[:cursor], text[cursor:]),
+        )
+    )
     return result.fills[0].text if result.fills else ""
 
 
@@ -98,7 +129,8 @@ def test_llama_vims_request_gets_the_pipelines_fill_and_the_fields_it_reads(clie
     assert answer["timings/prompt_n"] > 0 and answer["timings/prompt_ms"] > 0
     assert answer["timings/predicted_n"] > 0 and answer["timings/predicted_ms"] > 0
     assert answer["timings/predicted_per_second"] == pytest.approx(
-        answer["timings/predicted_n"] * 1000 / answer["timings/predicted_ms"], rel=1e-2)
+        answer["timings/predicted_n"] * 1000 / answer["timings/predicted_ms"], rel=1e-2
+    )
     assert answer["truncated"] is False and answer["tokens_cached"] >= answer["timings/prompt_n"]
 
 
@@ -107,8 +139,20 @@ def test_the_whole_answer_has_llama_cpps_fields(client):
     del body["response_fields"]
     answer = client.post("/infill", json=body).json()
     assert set(TIMINGS) <= set(answer["timings"])
-    for name in ("content", "tokens_cached", "truncated", "stop", "stop_type", "stopping_word", "stopped_eos",
-                 "stopped_word", "stopped_limit", "tokens_predicted", "tokens_evaluated", "model"):
+    for name in (
+        "content",
+        "tokens_cached",
+        "truncated",
+        "stop",
+        "stop_type",
+        "stopping_word",
+        "stopped_eos",
+        "stopped_word",
+        "stopped_limit",
+        "tokens_predicted",
+        "tokens_evaluated",
+        "model",
+    ):
         assert name in answer, name
     assert answer["stop_type"] in ("eos", "limit") and answer["infill"]["backend"].startswith("diffusiongemma")
 
@@ -116,8 +160,9 @@ def test_the_whole_answer_has_llama_cpps_fields(client):
 def test_input_extra_reaches_the_model_ahead_of_the_prefix(client, backend):
     chunk = "    def greet(name):\n        return 'Hello ' + name\n"
     backend.infills.clear()
-    response = client.post("/infill", json=llama_vim_request(
-        input_extra=[{"filename": "greet.py", "text": chunk, "time": [1, 2]}]))
+    response = client.post(
+        "/infill", json=llama_vim_request(input_extra=[{"filename": "greet.py", "text": chunk, "time": [1, 2]}])
+    )
     assert response.status_code == 200, response.text
     seen = backend.infills[-1].prefix
     assert "def greet(name):\n    return 'Hello ' + name\n" in seen  # dedented, whole
@@ -130,21 +175,43 @@ def test_extra_context_is_bounded_newest_first(pipeline):
     window = int(min(s.prefix_chars, s.prefix_tokens * s.chars_per_token))
     big = ExtraChunk("big.txt", "x" * window)  # more than the extra context's share: left out
     old, new = ExtraChunk("a.txt", "oldest chunk\n"), ExtraChunk("b.txt", "newest chunk\n")
-    params = InfillParams(prefix="y\n" * window, suffix="", extra=(old, big, new), n_predict=None, budget_ms=None,
-                          n_indent=0, stop=(), response_fields=None, id_slot=0, document=None)
+    params = InfillParams(
+        prefix="y\n" * window,
+        suffix="",
+        extra=(old, big, new),
+        n_predict=None,
+        budget_ms=None,
+        n_indent=0,
+        stop=(),
+        response_fields=None,
+        id_slot=0,
+        document=None,
+    )
     doc = build_document(params, pipeline)
     assert doc.truncated and "x" * 100 not in doc.text
     assert doc.text.index("oldest chunk") < doc.text.index("newest chunk") < doc.cursor
-    assert doc.cursor <= window and doc.text[:doc.cursor].endswith("y\n")  # the local prefix made room, at a line
+    assert doc.cursor <= window and doc.text[: doc.cursor].endswith("y\n")  # the local prefix made room, at a line
 
 
 def test_n_predict_0_warms_the_cache_and_generates_nothing(client, backend):
     extra = [{"filename": "notes.txt", "text": "Minutes of the last meeting: budgets were approved.\n"}]
     backend.infills.clear(), backend.warms.clear()
     # llama.vim's ring-buffer warm-up: empty local context, only the extra chunks, 1 ms limits
-    warm = {"id_slot": 0, "input_prefix": "", "input_suffix": "", "input_extra": extra, "prompt": "",
-            "n_predict": 0, "temperature": 0.0, "samplers": [], "stream": False, "cache_prompt": True,
-            "t_max_prompt_ms": 1, "t_max_predict_ms": 1, "response_fields": [""]}
+    warm = {
+        "id_slot": 0,
+        "input_prefix": "",
+        "input_suffix": "",
+        "input_extra": extra,
+        "prompt": "",
+        "n_predict": 0,
+        "temperature": 0.0,
+        "samplers": [],
+        "stream": False,
+        "cache_prompt": True,
+        "t_max_prompt_ms": 1,
+        "t_max_predict_ms": 1,
+        "response_fields": [""],
+    }
     response = client.post("/infill", json=warm)
     assert response.status_code == 200 and response.json() == {}  # response_fields [""] picks nothing
     assert not backend.infills and len(backend.warms) == 1
@@ -186,8 +253,16 @@ def test_both_apis_count_the_offline_defaults_tokens_one_per_step_with_drafts_on
     try:
         with httpx.Client(base_url=server.url, timeout=120) as http:
             openai = http.post("/v1/completions", json={"prompt": prompt, "suffix": suffix, "max_tokens": 32}).json()
-            llama = http.post("/infill", json={"input_prefix": prompt, "input_suffix": suffix, "prompt": "",
-                                               "n_predict": 32, "response_fields": ["tokens_predicted"]}).json()
+            llama = http.post(
+                "/infill",
+                json={
+                    "input_prefix": prompt,
+                    "input_suffix": suffix,
+                    "prompt": "",
+                    "n_predict": 32,
+                    "response_fields": ["tokens_predicted"],
+                },
+            ).json()
     finally:
         stop(server, thread)
         ar_backend.settings = original
@@ -210,24 +285,27 @@ def test_stop_strings_cut_the_content(client):
     assert len(content) > 2
     stop = content[1:3]
     cut = client.post("/infill", json=llama_vim_request(response_fields=None, stop=[stop])).json()
-    assert cut["content"] == content[:content.find(stop)] and cut["stop_type"] == "word"
+    assert cut["content"] == content[: content.find(stop)] and cut["stop_type"] == "word"
     assert cut["stopping_word"] == stop
 
 
-@pytest.mark.parametrize("body, fragment", [
-    ([1, 2], "JSON object"),
-    ({"input_prefix": 3}, "input_prefix must be a string"),
-    ({"input_extra": "text"}, "input_extra must be a list"),
-    ({"input_extra": [{"filename": "a"}]}, "input_extra[0]"),
-    ({"n_predict": -2}, "n_predict"),
-    ({"n_predict": 10**6}, "n_predict"),
-    ({"t_max_predict_ms": -1}, "t_max_predict_ms"),
-    ({"n_indent": "4"}, "n_indent must be an integer"),
-    ({"stop": ["s"] * 17}, "up to 16"),
-    ({"stream": True}, "stream is not supported"),
-    ({"response_fields": "content"}, "response_fields"),
-    ({"samplers": "top_k"}, "samplers must be a list"),
-])
+@pytest.mark.parametrize(
+    "body, fragment",
+    [
+        ([1, 2], "JSON object"),
+        ({"input_prefix": 3}, "input_prefix must be a string"),
+        ({"input_extra": "text"}, "input_extra must be a list"),
+        ({"input_extra": [{"filename": "a"}]}, "input_extra[0]"),
+        ({"n_predict": -2}, "n_predict"),
+        ({"n_predict": 10**6}, "n_predict"),
+        ({"t_max_predict_ms": -1}, "t_max_predict_ms"),
+        ({"n_indent": "4"}, "n_indent must be an integer"),
+        ({"stop": ["s"] * 17}, "up to 16"),
+        ({"stream": True}, "stream is not supported"),
+        ({"response_fields": "content"}, "response_fields"),
+        ({"samplers": "top_k"}, "samplers must be a list"),
+    ],
+)
 def test_bad_requests_get_400_and_the_gateway_keeps_working(client, body, fragment):
     if isinstance(body, dict):
         body = {**llama_vim_request(), **body}
@@ -260,8 +338,9 @@ def test_a_request_whose_client_hung_up_is_cancelled(tiny_engine):
     from infill.engine.config import EngineConfig
     from infill.engine.diffusion import DiffusionEngine
 
-    slow = Recording(DiffusionEngine(tiny_engine.loaded, EngineConfig(max_denoising_steps=256,
-                                                                      confidence_threshold=1e-9)))
+    slow = Recording(
+        DiffusionEngine(tiny_engine.loaded, EngineConfig(max_denoising_steps=256, confidence_threshold=1e-9))
+    )
     server, thread = start(Pipeline(slow))
     try:
         body = json.dumps(llama_vim_request()).encode()
@@ -272,8 +351,10 @@ def test_a_request_whose_client_hung_up_is_cancelled(tiny_engine):
         assert slow.results[-1].outcome == "ok"
         slow.started.clear()
         with socket.create_connection((server.server_name, server.server_port)) as sock:
-            sock.sendall(b"POST /infill HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            sock.sendall(
+                b"POST /infill HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+            )
             assert slow.started.wait(alone_s * 10 + 30) is True  # the run is on the model
         hung_up = time.monotonic()
         deadline = hung_up + alone_s * 10 + 30

@@ -31,7 +31,7 @@ class Box:
         return '''
 PYTHON_AFTER = "\n\n\nprint(Box(2).volume())\n"
 
-TYPESCRIPT = '''interface Point {
+TYPESCRIPT = """interface Point {
   x: number;
   y: number;
 }
@@ -39,8 +39,8 @@ TYPESCRIPT = '''interface Point {
 export function distance(a: Point, b: Point): number {
   const dx: number = a.x - b.x;
   const dy: number = a.y - b.y;
-  return Math.sqrt('''
-GO = '''package main
+  return Math.sqrt("""
+GO = """package main
 
 import "fmt"
 
@@ -49,8 +49,8 @@ type Point struct {
 }
 
 func (p Point) String() string {
-	return fmt.Sprintf('''
-RUST = '''use std::collections::HashMap;
+	return fmt.Sprintf("""
+RUST = """use std::collections::HashMap;
 
 pub struct Counter {
     counts: HashMap<String, usize>,
@@ -62,13 +62,13 @@ impl Counter {
     }
 
     pub fn get(&self, word: &str) -> usize {
-        '''
-PROSE = '''Meeting notes, Tuesday
+        """
+PROSE = """Meeting notes, Tuesday
 
 We talked about the move to the new office. Everyone agreed that the kitchen needs a bigger fridge, and that
 the meeting rooms should be booked through the shared calendar rather than by shouting across the floor.
 Sam will ask the landlord about bicycle parking, and Priya will collect the questions people still have about
-the lease before the end of the month. The next meeting is on '''
+the lease before the end of the month. The next meeting is on """
 
 UNCLOSED = '''from __future__ import annotations
 
@@ -84,7 +84,7 @@ def as_text(
         raise TypeError(f"cannot read a {type(value).__name__}")
     if encoding or errors:
         return value.decode(encoding or "utf-8"'''
-UNCLOSED_AFTER = '''
+UNCLOSED_AFTER = """
     return value.decode()
 
 
@@ -98,24 +98,27 @@ def as_bytes(
     if encoding or errors:
         return value.encode(encoding or "utf-8", errors=errors or "strict")
     return value.encode()
-'''
-NOTES = '''## How the handler reads its settings
+"""
+NOTES = """## How the handler reads its settings
 
 The handler keeps its settings on `self.settings`, and every field defaults to None when the client sent
 nothing for it. When the server starts it reads the file, and if the file is missing it uses the defaults:
 nothing else is read from the disk before the first request arrives at the server. The values are checked
 in `__post_init__`, and a value that is not None and not of the right type is refused with a clear error:
-'''
+"""
 
 
-@pytest.mark.parametrize("prompt, suffix, expected", [
-    (PYTHON, PYTHON_AFTER, "python"),
-    (TYPESCRIPT, "\n}\n", "typescript"),
-    (GO, "\n}\n", "go"),
-    (RUST, "\n    }\n}\n", "rust"),
-    (PROSE, "\n", None),
-    ("", "", None),
-])
+@pytest.mark.parametrize(
+    "prompt, suffix, expected",
+    [
+        (PYTHON, PYTHON_AFTER, "python"),
+        (TYPESCRIPT, "\n}\n", "typescript"),
+        (GO, "\n}\n", "go"),
+        (RUST, "\n    }\n}\n", "rust"),
+        (PROSE, "\n", None),
+        ("", "", None),
+    ],
+)
 def test_language_is_detected_from_the_text_around_the_gap(prompt, suffix, expected):
     assert detect_language(prompt, suffix) == expected
 
@@ -137,8 +140,12 @@ def test_prose_that_names_python_constructs_stays_without_a_language():
 
 
 def _post(url: str, body: dict) -> dict:
-    request = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        url + "/v1/completions",
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=120) as response:
         return json.loads(response.read())
 

@@ -32,8 +32,9 @@ def test_200_simultaneous_connections_all_get_an_answer():
     try:
         outcomes: list = [None] * CONNECTIONS
         start = threading.Barrier(CONNECTIONS)
-        clients = [threading.Thread(target=_one, args=(server.server_port, start, outcomes, i))
-                   for i in range(CONNECTIONS)]
+        clients = [
+            threading.Thread(target=_one, args=(server.server_port, start, outcomes, i)) for i in range(CONNECTIONS)
+        ]
         for client in clients:
             client.start()
         for client in clients:

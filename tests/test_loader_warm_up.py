@@ -59,15 +59,16 @@ def wait_for(predicate, timeout: float = 30.0) -> None:
 
 def test_the_server_warms_the_engine_up_before_it_reports_ready(tiny_engine):
     log = WarmUpLog()
-    host = BackendHost(lambda state, message, fraction: log.note(state) if state != "loading" else None,
-                       opener=lambda spec, progress: engine_noting_to(log, tiny_engine.loaded))
+    host = BackendHost(
+        lambda state, message, fraction: log.note(state) if state != "loading" else None,
+        opener=lambda spec, progress: engine_noting_to(log, tiny_engine.loaded),
+    )
     try:
         host.load(Settings(model="tiny", fallback=False))  # (a fallback would be one more engine to warm)
         wait_for(lambda: "ready" in log.names())
         assert log.names() == ["warm_up", "ready"]
         assert log.events[0][1] == "infill-load"  # the loading thread, not a request's
-        future = host.worker.complete(host.pipeline, CompletionRequest(PROMPT, len(PROMPT)),
-                                      cancel=CancelToken())
+        future = host.worker.complete(host.pipeline, CompletionRequest(PROMPT, len(PROMPT)), cancel=CancelToken())
         result = future.result(timeout=60)
         assert result.result.outcome in ("ok", "empty"), result.result.error
         assert log.names() == ["warm_up", "ready", "infill"]  # the first fill warmed nothing up
@@ -83,8 +84,9 @@ def test_only_diffusion_backends_are_warmed_and_a_failed_warm_up_still_serves(ti
             log.note("warm_up")
             raise RuntimeError("no CUDA graph today")
 
-    pipeline = open_pipeline(None, fallback=NO_FALLBACK,
-                             opener=lambda spec, progress: FailingWarmUp(tiny_engine.loaded)).pipeline
+    pipeline = open_pipeline(
+        None, fallback=NO_FALLBACK, opener=lambda spec, progress: FailingWarmUp(tiny_engine.loaded)
+    ).pipeline
     assert log.names() == ["warm_up"] and "warming up" in caplog.text and "no CUDA graph today" in caplog.text
     assert pipeline.complete(CompletionRequest("x = ", 4)).result.outcome in ("ok", "empty")
 

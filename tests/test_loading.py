@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from infill.backends.choose import BackendSpec, open_backend
+from infill.cache.tokens import ChunkedTokenizer, split_chunks
 from infill.device import resolve_device, resolve_device_dtype, resolve_dtype
 from infill.engine.loading import load_diffusion_model
-from infill.cache.tokens import ChunkedTokenizer, split_chunks
 from infill.types import InfillError, InfillRequest
 
 
@@ -76,10 +76,17 @@ def test_unknown_dtype_is_refused():
 def test_a_torch_held_to_avx2_computes_in_float32_as_an_avx2_laptop_does():
     """ATEN_CPU_CAPABILITY=avx2 (how benchmarks measure an AVX2-only laptop on a bigger CPU) turns native bf16 off,
     so DiffusionGemma on such a CPU computes in float32, whatever the CPU under the hold."""
-    probe = "from infill.device import cpu_supports_bf16, resolve_dtype; print(cpu_supports_bf16(), " \
-            "resolve_dtype(None, 'cpu'))"
-    held = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "ATEN_CPU_CAPABILITY": "avx2"})
+    probe = (
+        "from infill.device import cpu_supports_bf16, resolve_dtype; print(cpu_supports_bf16(), "
+        "resolve_dtype(None, 'cpu'))"
+    )
+    held = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "ATEN_CPU_CAPABILITY": "avx2"},
+    )
     assert held.returncode == 0, held.stderr
     assert held.stdout.split() == ["False", "float32"]
 
@@ -118,16 +125,36 @@ def test_chunked_tokenisation_round_trips_and_memoises(tiny_checkpoint):
 def test_fill_cli_prints_json(tiny_checkpoint, tmp_path):
     source = tmp_path / "demo.py"
     source.write_text("def add(a, b):\n    return a + b\n\nprint(add(1, 2))\n")
-    run = subprocess.run([sys.executable, "-m", "server.cli", "fill", str(source), "--at", "2:12", "--json",
-                          "--model", str(tiny_checkpoint), "--steps", "4"], capture_output=True, text=True,
-                         timeout=120)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "server.cli",
+            "fill",
+            str(source),
+            "--at",
+            "2:12",
+            "--json",
+            "--model",
+            str(tiny_checkpoint),
+            "--steps",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
     out = json.loads(run.stdout.strip().splitlines()[-1])
     for key in ("middle", "latency_ms", "steps", "tokens_per_forward", "cut_short", "model"):
         assert key in out
     assert out["model"] == str(tiny_checkpoint) and 1 <= out["steps"] <= 4
-    bad = subprocess.run([sys.executable, "-m", "server.cli", "fill", str(source), "--at", "9:1", "--model",
-                          str(tiny_checkpoint)], capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "server.cli", "fill", str(source), "--at", "9:1", "--model", str(tiny_checkpoint)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and "past the end of the file" in bad.stderr
 
 
@@ -135,7 +162,7 @@ def test_fill_positions_count_lines_as_an_editor_does():
     from infill.fill_cli import offset_of
 
     text = 's = "a\u2028b"\x0c\ny = 2\r\nz = 3\rw'  # U+2028 and a form feed inside lines; CRLF and CR endings
-    assert text[offset_of(text, 2, 1):].startswith("y = 2")
-    assert text[offset_of(text, 3, 1):].startswith("z = 3") and text[offset_of(text, 4, 2):] == ""
+    assert text[offset_of(text, 2, 1) :].startswith("y = 2")
+    assert text[offset_of(text, 3, 1) :].startswith("z = 3") and text[offset_of(text, 4, 2) :] == ""
     with pytest.raises(InfillError, match="past the end"):
         offset_of(text, 5, 1)

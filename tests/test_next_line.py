@@ -10,9 +10,9 @@ import time
 
 import pytest
 import pytest_asyncio
+from lsp_helpers import log_text, open_doc, start, status, wait_ready
 from lsprotocol import types
 
-from lsp_helpers import log_text, open_doc, start, status, wait_ready
 from server.next_line import Ahead
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
@@ -49,15 +49,25 @@ class Editor:
         b = sum(len(x) + 1 for x in lines[:end_line]) + end
         self.text = self.text[:a] + new + self.text[b:]
         self.version += 1
-        self.client.text_document_did_change(types.DidChangeTextDocumentParams(
-            text_document=types.VersionedTextDocumentIdentifier(uri=self.uri, version=self.version),
-            content_changes=[types.TextDocumentContentChangePartial(
-                range=types.Range(types.Position(line, start), types.Position(end_line, end)), text=new)]))
+        self.client.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                text_document=types.VersionedTextDocumentIdentifier(uri=self.uri, version=self.version),
+                content_changes=[
+                    types.TextDocumentContentChangePartial(
+                        range=types.Range(types.Position(line, start), types.Position(end_line, end)), text=new
+                    )
+                ],
+            )
+        )
 
     async def ask(self, line: int, character: int):
-        return await self.client.text_document_inline_completion_async(types.InlineCompletionParams(
-            text_document=types.TextDocumentIdentifier(uri=self.uri), position=types.Position(line, character),
-            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic)))
+        return await self.client.text_document_inline_completion_async(
+            types.InlineCompletionParams(
+                text_document=types.TextDocumentIdentifier(uri=self.uri),
+                position=types.Position(line, character),
+                context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic),
+            )
+        )
 
 
 async def idle(client) -> dict:

@@ -4,9 +4,9 @@ exact match, edit similarity, syntax and acceptance are what a hand computation 
 
 from __future__ import annotations
 
+from infill.metrics import AcceptRule
 from infill.pilot.attempt import run_attempt
 from infill.pilot.holes import Hole
-from infill.metrics import AcceptRule
 from infill.pipeline import Pipeline
 from infill.types import BackendInfo, CancelToken, InfillResult
 
@@ -36,8 +36,17 @@ class ScriptedModel:
 
 def attempt(answer: str) -> tuple[dict, ScriptedModel]:
     model = ScriptedModel(answer)
-    hole = Hole(id="h1", path="geometry.py", language="python", kind="single-line", line=2, prefix=PREFIX,
-                middle=MIDDLE, suffix=SUFFIX, mode="inline")
+    hole = Hole(
+        id="h1",
+        path="geometry.py",
+        language="python",
+        kind="single-line",
+        line=2,
+        prefix=PREFIX,
+        middle=MIDDLE,
+        suffix=SUFFIX,
+        mode="inline",
+    )
     return run_attempt(Pipeline(model), hole, "geometry.py", AcceptRule(), CancelToken(), 30), model
 
 

@@ -6,8 +6,15 @@ import json
 
 import pytest
 
-from infill.metrics import (AcceptRule, cost_per_accepted, edit_similarity, exact_match, levenshtein, normalise,
-                                  throughput_per_hour)
+from infill.metrics import (
+    AcceptRule,
+    cost_per_accepted,
+    edit_similarity,
+    exact_match,
+    levenshtein,
+    normalise,
+    throughput_per_hour,
+)
 from infill.pilot.summary import summarise_backend
 from infill.pilot.syntax import syntax_valid
 from infill.stats import percentile
@@ -90,10 +97,24 @@ def approx4(value: float):
 
 
 def _attempt(**fields) -> dict:
-    base = {"backend": "b", "kind": "single-line", "cell": 0, "concurrency": 1, "latency_ms": 100.0,
-            "outcome": "ok", "shown": True, "exact_match": False, "edit_similarity": 0.5, "syntax_valid": True,
-            "accepted": False, "route": "primary", "rejections": [], "error": None, "stopped": False,
-            "tokens_per_forward": 0.0}
+    base = {
+        "backend": "b",
+        "kind": "single-line",
+        "cell": 0,
+        "concurrency": 1,
+        "latency_ms": 100.0,
+        "outcome": "ok",
+        "shown": True,
+        "exact_match": False,
+        "edit_similarity": 0.5,
+        "syntax_valid": True,
+        "accepted": False,
+        "route": "primary",
+        "rejections": [],
+        "error": None,
+        "stopped": False,
+        "tokens_per_forward": 0.0,
+    }
     return {**base, **fields}
 
 
@@ -101,15 +122,32 @@ def test_backend_summary_by_hand():
     attempts = [
         _attempt(latency_ms=100.0, accepted=True, exact_match=True, edit_similarity=1.0, tokens_per_forward=2.0),
         _attempt(latency_ms=200.0, route="fallback", accepted=True, edit_similarity=0.8, tokens_per_forward=4.0),
-        _attempt(latency_ms=300.0, shown=False, edit_similarity=0.0, syntax_valid=None, route="none",
-                 rejections=[["b", "syntax"], ["ar", "repetition"]], kind="multi-line"),
-        _attempt(latency_ms=5.0, shown=False, edit_similarity=0.0, syntax_valid=None, route="none",
-                 outcome="exception", error="ConnectError: refused", kind="multi-line"),
+        _attempt(
+            latency_ms=300.0,
+            shown=False,
+            edit_similarity=0.0,
+            syntax_valid=None,
+            route="none",
+            rejections=[["b", "syntax"], ["ar", "repetition"]],
+            kind="multi-line",
+        ),
+        _attempt(
+            latency_ms=5.0,
+            shown=False,
+            edit_similarity=0.0,
+            syntax_valid=None,
+            route="none",
+            outcome="exception",
+            error="ConnectError: refused",
+            kind="multi-line",
+        ),
         _attempt(latency_ms=900.0, stopped=True, accepted=True),  # cut by the time cap: left out
         _attempt(cell=1, concurrency=4, latency_ms=400.0, syntax_valid=False),
     ]
-    cells = [{"cell": 0, "backend": "b", "concurrency": 1, "wall_seconds": 36.0, "stopped_by": "time cap"},
-             {"cell": 1, "backend": "b", "concurrency": 4, "wall_seconds": 3.6, "stopped_by": "done"}]
+    cells = [
+        {"cell": 0, "backend": "b", "concurrency": 1, "wall_seconds": 36.0, "stopped_by": "time cap"},
+        {"cell": 1, "backend": "b", "concurrency": 4, "wall_seconds": 3.6, "stopped_by": "done"},
+    ]
     s = summarise_backend("b", attempts, cells, price=3.0)
     json.dumps(s)  # summary.json must be able to hold it
     assert s["attempts"] == 5 and s["stopped_attempts"] == 1

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from infill.pilot.cli import main as pilot_main
 from infill.metrics import retained_chars
+from infill.pilot.cli import main as pilot_main
 
 CODE = '''def mean(values):
     """The arithmetic mean of a non-empty list."""
@@ -25,8 +25,26 @@ def test_reports_and_logs_name_the_source_relative_to_what_was_given(tmp_path, m
     (tmp_path / "proj").mkdir()
     (tmp_path / "proj" / "stats.py").write_text(CODE)
     monkeypatch.chdir(tmp_path)
-    rc = pilot_main(["proj", "--out", "out", "--n", "2", "--seed", "1", "--backend", f"diffusion:{tiny_checkpoint}",
-                     "--concurrency", "1", "--diffusion-steps", "4", "--max-seconds", "120", "--quiet"])
+    rc = pilot_main(
+        [
+            "proj",
+            "--out",
+            "out",
+            "--n",
+            "2",
+            "--seed",
+            "1",
+            "--backend",
+            f"diffusion:{tiny_checkpoint}",
+            "--concurrency",
+            "1",
+            "--diffusion-steps",
+            "4",
+            "--max-seconds",
+            "120",
+            "--quiet",
+        ]
+    )
     assert rc == 0
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["meta"]["src"] == "proj"

@@ -50,11 +50,11 @@ class Counter:
         return self.total
 '''
 
-PROSE = '''# Notes
+PROSE = """# Notes
 
 The pilot cuts holes from real files and asks each backend to fill them. Results are written as JSON lines, one per
 attempt, so that a run stopped early keeps what it measured.
-'''
+"""
 
 
 @pytest.fixture()
@@ -90,9 +90,30 @@ def test_cli_run_with_the_tiny_engine_and_a_down_endpoint(tree, tmp_path, tiny_c
     out = tmp_path / "out"
     diffusion = f"diffusion:{tiny_checkpoint}"
     down = f"http://127.0.0.1:{_closed_port()}/v1"
-    rc = pilot_main([str(tree), "--out", str(out), "--n", "5", "--seed", "3", "--backend", diffusion,
-                     "--backend", down, "--concurrency", "1,2", "--max-seconds", "120", "--gpu-hour-price", "2.5",
-                     "--diffusion-steps", "8", "--quiet"])
+    rc = pilot_main(
+        [
+            str(tree),
+            "--out",
+            str(out),
+            "--n",
+            "5",
+            "--seed",
+            "3",
+            "--backend",
+            diffusion,
+            "--backend",
+            down,
+            "--concurrency",
+            "1,2",
+            "--max-seconds",
+            "120",
+            "--gpu-hour-price",
+            "2.5",
+            "--diffusion-steps",
+            "8",
+            "--quiet",
+        ]
+    )
     assert rc == 0
     holes = read_jsonl(out / "holes.jsonl")
     assert len(holes) == 5
@@ -115,9 +136,18 @@ def test_cli_run_with_the_tiny_engine_and_a_down_endpoint(tree, tmp_path, tiny_c
     assert document["meta"]["hardware"]["cpus"] >= 1
 
     report = (out / "report.md").read_text()
-    for heading in ("## Setup", "## Summary", "## Per kind, side by side", f"## Backend: `{diffusion}`", f"## Backend: `{down}`", "### Per kind",
-                    "### Latency, throughput and cost per concurrency", "### Errors", "## Plots",
-                    "## What was measured"):
+    for heading in (
+        "## Setup",
+        "## Summary",
+        "## Per kind, side by side",
+        f"## Backend: `{diffusion}`",
+        f"## Backend: `{down}`",
+        "### Per kind",
+        "### Latency, throughput and cost per concurrency",
+        "### Errors",
+        "## Plots",
+        "## What was measured",
+    ):
         assert heading in report
     assert "TINY RANDOM DIFFUSIONGEMMA" in report and "meaningless" in report
     assert "at 2.5/GPU-h" in report
@@ -156,8 +186,14 @@ def test_a_backend_failing_midway_is_recorded_per_attempt(tree, tmp_path, tiny_e
     out = tmp_path / "out"
     out.mkdir()
     flaky = BreaksAfter(tiny_engine, healthy=3)
-    run = run_pilot(holes, [parse_target("diffusion:flaky")], RunSettings(concurrency=(1,), warmup=False), out,
-                    Progress(enabled=False), pool=_pool_over(flaky))
+    run = run_pilot(
+        holes,
+        [parse_target("diffusion:flaky")],
+        RunSettings(concurrency=(1,), warmup=False),
+        out,
+        Progress(enabled=False),
+        pool=_pool_over(flaky),
+    )
     assert run.stopped_by == "done"
     attempts = read_jsonl(out / "attempts.jsonl")
     assert len(attempts) == 8
@@ -174,8 +210,9 @@ def test_gateway_endpoint_at_two_concurrency_levels(tree, tmp_path, tiny_engine)
         holes = cut_holes(discover(tree), CutSettings(n=4, seed=2))
         out = tmp_path / "out"
         out.mkdir()
-        run = run_pilot(holes, [parse_target(url)], RunSettings(concurrency=(1, 2), max_seconds=120), out,
-                        Progress(enabled=False))
+        run = run_pilot(
+            holes, [parse_target(url)], RunSettings(concurrency=(1, 2), max_seconds=120), out, Progress(enabled=False)
+        )
     finally:
         _stop(server)
     assert run.stopped_by == "done" and [c["concurrency"] for c in run.cells] == [1, 2]
@@ -195,8 +232,14 @@ def test_time_cap_keeps_partial_results_and_reports_them(tree, tmp_path, tiny_en
     out = tmp_path / "out"
     out.mkdir()
     spec = parse_target("diffusion:tiny")
-    run = run_pilot(holes, [spec], RunSettings(concurrency=(1,), max_seconds=1.0, warmup=False), out,
-                    Progress(enabled=False), pool=_pool_over(tiny_engine))
+    run = run_pilot(
+        holes,
+        [spec],
+        RunSettings(concurrency=(1,), max_seconds=1.0, warmup=False),
+        out,
+        Progress(enabled=False),
+        pool=_pool_over(tiny_engine),
+    )
     assert run.stopped_by == "time cap"
     attempts = read_jsonl(out / "attempts.jsonl")
     assert 0 < len(attempts) < len(holes)
@@ -227,9 +270,14 @@ def test_ctrl_c_keeps_partial_results(tree, tmp_path, tiny_engine):
     presser = threading.Thread(target=press_ctrl_c_after_the_first_attempt, daemon=True)
     presser.start()
     try:
-        run = run_pilot(holes, [parse_target("diffusion:tiny")],
-                        RunSettings(concurrency=(2,), max_seconds=120, warmup=False), out, Progress(enabled=False),
-                        pool=_pool_over(tiny_engine))
+        run = run_pilot(
+            holes,
+            [parse_target("diffusion:tiny")],
+            RunSettings(concurrency=(2,), max_seconds=120, warmup=False),
+            out,
+            Progress(enabled=False),
+            pool=_pool_over(tiny_engine),
+        )
     finally:
         finished.set()
         presser.join()
@@ -249,8 +297,14 @@ def test_raw_variant_shows_what_the_watchdog_would_have_held_back(tree, tmp_path
     out = tmp_path / "out"
     out.mkdir()
     specs = [parse_target("diffusion:tiny"), parse_target("diffusion:tiny+raw")]
-    run = run_pilot(holes, specs, RunSettings(concurrency=(1,), warmup=False), out, Progress(enabled=False),
-                    pool=_pool_over(tiny_engine))
+    run = run_pilot(
+        holes,
+        specs,
+        RunSettings(concurrency=(1,), warmup=False),
+        out,
+        Progress(enabled=False),
+        pool=_pool_over(tiny_engine),
+    )
     attempts = read_jsonl(out / "attempts.jsonl")
     piped = {a["hole_id"]: a for a in attempts if a["backend"] == "diffusion:tiny"}
     raw = {a["hole_id"]: a for a in attempts if a["backend"] == "diffusion:tiny+raw"}
@@ -259,7 +313,8 @@ def test_raw_variant_shows_what_the_watchdog_would_have_held_back(tree, tmp_path
     # The engine is seeded, so both saw the same middles: the pipeline shows a subset of what raw shows.
     assert {h for h, a in piped.items() if a["shown"]} <= {h for h, a in raw.items() if a["shown"]}
     assert sum(a["shown"] for a in raw.values()) > sum(a["shown"] for a in piped.values()) or all(
-        not a["rejections"] for a in piped.values())
+        not a["rejections"] for a in piped.values()
+    )
 
 
 @pytest.mark.slow
@@ -268,8 +323,14 @@ def test_diffusion_and_the_offline_default_side_by_side(tree, tmp_path, tiny_eng
     out = tmp_path / "out"
     out.mkdir()
     pool = TargetPool(PipelineSettings(), open_fn=lambda spec: ar_backend if spec.model is None else tiny_engine)
-    run = run_pilot(holes, [parse_target("diffusion:tiny"), parse_target("ar")],
-                    RunSettings(concurrency=(1,), warmup=False), out, Progress(enabled=False), pool=pool)
+    run = run_pilot(
+        holes,
+        [parse_target("diffusion:tiny"), parse_target("ar")],
+        RunSettings(concurrency=(1,), warmup=False),
+        out,
+        Progress(enabled=False),
+        pool=pool,
+    )
     attempts = read_jsonl(out / "attempts.jsonl")
     assert [a["backend"] for a in attempts] == ["diffusion:tiny"] * 2 + ["ar"] * 2
     assert [t["kind"] for t in run.targets] == ["diffusion", "autoregressive"]

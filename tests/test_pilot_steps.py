@@ -10,14 +10,14 @@ import pytest
 from infill.pilot.cli import main as pilot_main
 from infill.testing.tiny_checkpoint import write_tiny_checkpoint
 
-CODE = '''def area(width, height):
+CODE = """def area(width, height):
     return width * height
 
 
 def perimeter(width, height):
     total = 2 * (width + height)
     return total
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +34,26 @@ def pilot_meta(tmp_path, checkpoint, *options: str) -> tuple[dict, str]:
     src.mkdir()
     (src / "shapes.py").write_text(CODE)
     out = tmp_path / "out"
-    rc = pilot_main([str(src), "--out", str(out), "--n", "2", "--seed", "1", "--backend", f"diffusion:{checkpoint}",
-                     "--concurrency", "1", "--max-seconds", "60", "--no-warmup", "--quiet", *options])
+    rc = pilot_main(
+        [
+            str(src),
+            "--out",
+            str(out),
+            "--n",
+            "2",
+            "--seed",
+            "1",
+            "--backend",
+            f"diffusion:{checkpoint}",
+            "--concurrency",
+            "1",
+            "--max-seconds",
+            "60",
+            "--no-warmup",
+            "--quiet",
+            *options,
+        ]
+    )
     assert rc == 0
     return json.loads((out / "summary.json").read_text())["meta"], (out / "report.md").read_text()
 

@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from infill.pipeline import CompletionRequest, Pipeline, PipelineSettings, find_placeholders
 from infill.checks.postprocess import postprocess
 from infill.context.syntax import ParsedDocument, error_nodes
+from infill.pipeline import CompletionRequest, Pipeline, PipelineSettings, find_placeholders
 from infill.types import BackendInfo, CancelToken, InfillError, InfillResult
 
 NOTES = "Shopping list for the weekend trip and other things to remember:\nbring the "
@@ -161,8 +161,9 @@ def test_no_budget_left_skips_the_fallback():
 def test_markdown_gaps_fill_every_placeholder_span(warm_engine):
     text = "# Contract\n\nThe buyer [[name]] pays {{amount}} by the date ____ below.\n"
     spans = tuple(find_placeholders(text))
-    out = Pipeline(warm_engine).complete(CompletionRequest(text, 0, mode="gaps", spans=spans, language="markdown",
-                                                           document_id="c.md"))
+    out = Pipeline(warm_engine).complete(
+        CompletionRequest(text, 0, mode="gaps", spans=spans, language="markdown", document_id="c.md")
+    )
     assert out.result is not None and len(out.result.middles) == 3
     if out.fills:  # random weights may be refused; when shown, every placeholder is replaced as a whole
         assert [(f.start, f.end) for f in out.fills] == list(spans)
@@ -173,7 +174,8 @@ def test_table_placeholders_are_cleaned_cell_by_cell():
     text = "# Kit\n\n| item | weight |\n|------|--------|\n| [[item]] | {{weight}} |\n"
     spans = tuple(find_placeholders(text))
     out = Pipeline(StutterBackend("tent | 2 kg")).complete(
-        CompletionRequest(text, 0, mode="gaps", spans=spans, language="markdown", document_id="kit.md"))
+        CompletionRequest(text, 0, mode="gaps", spans=spans, language="markdown", document_id="kit.md")
+    )
     assert out.route == "primary" and [f.text for f in out.fills] == ["tent", "tent"]
     assert [(f.start, f.end) for f in out.fills] == list(spans)
 
@@ -181,8 +183,9 @@ def test_table_placeholders_are_cleaned_cell_by_cell():
 def test_gap_selection_of_whole_lines_is_replaced_by_whole_lines():
     text = "def f(x):\n    y = x\n    return y\n"
     start, end = text.index("    y = x"), text.index("    return")
-    out = Pipeline(StutterBackend("y = x * 2")).complete(CompletionRequest(text, start, end, mode="gap",
-                                                                           language="python"))
+    out = Pipeline(StutterBackend("y = x * 2")).complete(
+        CompletionRequest(text, start, end, mode="gap", language="python")
+    )
     assert out.route == "primary" and out.fills[0].text == "    y = x * 2\n"
 
 
@@ -200,8 +203,7 @@ def test_concurrent_requests_for_one_document_each_judge_their_own_version():
 
     def one(n: int):
         text = base + "def g():\n" + "    y = 2\n" * n + "    "
-        out = pipeline.complete(CompletionRequest(text, len(text), language="python", document_id="same.py",
-                                                  version=n))
+        out = pipeline.complete(CompletionRequest(text, len(text), language="python", document_id="same.py", version=n))
         return n, len(text), out
 
     with ThreadPoolExecutor(4) as pool:
@@ -229,12 +231,18 @@ def test_request_max_middle_tokens_caps_the_context_budget():
     backend = StutterBackend("2")
     pipeline = Pipeline(backend)
     text = "def f():\n    "
-    assert pipeline.complete(CompletionRequest(text, len(text), language="python", max_middle_tokens=5)) \
-        .max_middle_tokens == 5
+    assert (
+        pipeline.complete(CompletionRequest(text, len(text), language="python", max_middle_tokens=5)).max_middle_tokens
+        == 5
+    )
     assert backend.requests[-1][0].max_middle_tokens == 5  # what the backend was asked for
     # A cap above the context's own budget leaves that budget.
-    assert pipeline.complete(CompletionRequest(text, len(text), language="python", max_middle_tokens=1000)) \
-        .max_middle_tokens == 64
+    assert (
+        pipeline.complete(
+            CompletionRequest(text, len(text), language="python", max_middle_tokens=1000)
+        ).max_middle_tokens
+        == 64
+    )
     for bad in (0, -3, 2.5, True):
         with pytest.raises(InfillError):
             pipeline.complete(CompletionRequest(text, len(text), max_middle_tokens=bad))
@@ -259,8 +267,11 @@ def test_counters_carry_over_to_a_replacement_pipeline():
     old.complete(CompletionRequest("   ", 1))  # nothing before the cursor: empty_prefix
     new = Pipeline(StutterBackend("2"))
     new.carry_counters_from(old)
-    assert new.stats() == old.stats() == {"routes": {"none": 2}, "checked": 1,
-                                          "rejected": {"repetition": 1, "empty_prefix": 1}}
+    assert (
+        new.stats()
+        == old.stats()
+        == {"routes": {"none": 2}, "checked": 1, "rejected": {"repetition": 1, "empty_prefix": 1}}
+    )
     new.complete(CompletionRequest("x = 1\ny = ", 10, language="python"))
     assert new.stats()["routes"] == {"none": 2, "primary": 1} and new.stats()["checked"] == 2
 
@@ -282,14 +293,18 @@ def test_bad_requests_are_refused_clearly():
 
 @pytest.mark.slow
 def test_real_offline_model_never_returns_a_fill_that_breaks_the_parse(ar_backend):
-    source = ("import math\n\n\ndef area(radius):\n    \n\n\ndef perimeter(radius):\n    return 2 * math.pi * radius\n\n\n"
-              "def describe(shape, size):\n    if shape == 'circle':\n        return f'circle of {size}'\n    \n")
+    source = (
+        "import math\n\n\ndef area(radius):\n    \n\n\ndef perimeter(radius):\n    return 2 * math.pi * radius\n\n\n"
+        "def describe(shape, size):\n    if shape == 'circle':\n        return f'circle of {size}'\n    \n"
+    )
     cursors = [source.index("    \n\n\ndef perimeter") + 4, len(source) - 1, source.index("math.pi") + 4]
     pipeline = Pipeline(ar_backend)
     shown = 0
     for cursor in cursors:
-        out = pipeline.complete(CompletionRequest(source, cursor, language="python", document_id="shapes.py"),
-                                deadline=time.monotonic() + 60)
+        out = pipeline.complete(
+            CompletionRequest(source, cursor, language="python", document_id="shapes.py"),
+            deadline=time.monotonic() + 60,
+        )
         for fill in out.fills:
             assert_no_new_errors("python", source, fill.start, fill.end, fill.text)
             shown += 1

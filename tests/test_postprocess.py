@@ -4,28 +4,31 @@ from __future__ import annotations
 
 import pytest
 
-from infill.context.builder import ContextBuilder
 from infill.checks.postprocess import postprocess, trim_suffix_overlap
+from infill.context.builder import ContextBuilder
 
 
 def clean(source: str, language: str, middle: str) -> str:
     index = source.index("§")
-    text = source[:index] + source[index + 1:]
+    text = source[:index] + source[index + 1 :]
     builder = ContextBuilder()
     ctx = builder.build(builder.document(text, language, None), [(index, index)], "inline")
     return postprocess(middle, ctx, text[:index], text[index:])
 
 
-@pytest.mark.parametrize("source,language,middle,expected", [
-    # a closing bracket the suffix already has
-    ("print(foo(§))\n", "python", "a, b))", "a, b"),
-    # balanced brackets that merely look like the suffix stay
-    ("print(§)\n", "python", "f()", "f()"),
-    # a middle that runs into the suffix's next line
-    ("def f(x):\n    y = 1\n    §\n    return y\n", "python", "y += 2\n    return y\n", "y += 2"),
-    # exact character overlap with the suffix
-    ("const a = §;\nconst b = 2;\n", "javascript", "1;\nconst b = 2;", "1"),
-])
+@pytest.mark.parametrize(
+    "source,language,middle,expected",
+    [
+        # a closing bracket the suffix already has
+        ("print(foo(§))\n", "python", "a, b))", "a, b"),
+        # balanced brackets that merely look like the suffix stay
+        ("print(§)\n", "python", "f()", "f()"),
+        # a middle that runs into the suffix's next line
+        ("def f(x):\n    y = 1\n    §\n    return y\n", "python", "y += 2\n    return y\n", "y += 2"),
+        # exact character overlap with the suffix
+        ("const a = §;\nconst b = 2;\n", "javascript", "1;\nconst b = 2;", "1"),
+    ],
+)
 def test_suffix_overlap_is_trimmed(source, language, middle, expected):
     assert clean(source, language, middle) == expected
 
@@ -57,8 +60,7 @@ def test_indentation_from_column_zero_is_fitted_to_the_block():
 
 def test_indentation_after_opener_at_end_of_line():
     source = "def f(x):§\n"
-    assert clean(source, "python", "\nif x:\n    return 1\nreturn 0") == \
-        "\n    if x:\n        return 1\n    return 0"
+    assert clean(source, "python", "\nif x:\n    return 1\nreturn 0") == "\n    if x:\n        return 1\n    return 0"
 
 
 def test_spaces_become_tabs_in_a_tab_indented_file():
@@ -76,14 +78,17 @@ def test_extra_indentation_on_the_first_line_is_removed():
     assert clean(source, "python", "    return y") == "return y"
 
 
-@pytest.mark.parametrize("source,middle,expected", [
-    ("x = §\n", "\n42   ", "42"),  # stray leading newline and trailing spaces of a single-line fill
-    ("x = §\n", "compute()\ny = 2\n", "compute()"),  # single-line fills stop at the newline
-    ("x = §\n", "compute(\n    1, 2\n)\ny = 2\n", "compute(\n    1, 2\n)"),  # ... after a call they wrap
-    ("x = §\n", "compute(\n    1, 2\ny = 2\n", "compute("),  # ... and at the first one if it never closes
-    ("def f():\n    §\n", "a = 1   \nreturn a\n\n\n", "a = 1\n    return a"),  # trailing ws; fitted
-    ("def f():\n    §\n", "\n\nreturn 1", "return 1"),  # leading blank lines on an empty line
-])
+@pytest.mark.parametrize(
+    "source,middle,expected",
+    [
+        ("x = §\n", "\n42   ", "42"),  # stray leading newline and trailing spaces of a single-line fill
+        ("x = §\n", "compute()\ny = 2\n", "compute()"),  # single-line fills stop at the newline
+        ("x = §\n", "compute(\n    1, 2\n)\ny = 2\n", "compute(\n    1, 2\n)"),  # ... after a call they wrap
+        ("x = §\n", "compute(\n    1, 2\ny = 2\n", "compute("),  # ... and at the first one if it never closes
+        ("def f():\n    §\n", "a = 1   \nreturn a\n\n\n", "a = 1\n    return a"),  # trailing ws; fitted
+        ("def f():\n    §\n", "\n\nreturn 1", "return 1"),  # leading blank lines on an empty line
+    ],
+)
 def test_whitespace_artefacts(source, middle, expected):
     assert clean(source, "python", middle) == expected
 
@@ -141,13 +146,16 @@ def test_control_characters_and_replacement_chars_never_reach_a_fill():
     assert clean("x = §\n", "python", "\tvalue\x00") == "\tvalue"
 
 
-@pytest.mark.parametrize("source,language,middle,expected", [
-    # a model that only continues the prefix writes on into the rest of the line: cut where the gap ends
-    ("x = max(§)\nprint(x)\n", "python", "a, b)", "a, b"),
-    ("if ready§:\n    go()\n", "python", " and steady:", " and steady"),
-    # a one-line gap at the end of its line loses trailing spaces; one before fixed text keeps them
-    ("total = §\n", "python", "price * count  \n", "price * count"),
-])
+@pytest.mark.parametrize(
+    "source,language,middle,expected",
+    [
+        # a model that only continues the prefix writes on into the rest of the line: cut where the gap ends
+        ("x = max(§)\nprint(x)\n", "python", "a, b)", "a, b"),
+        ("if ready§:\n    go()\n", "python", " and steady:", " and steady"),
+        # a one-line gap at the end of its line loses trailing spaces; one before fixed text keeps them
+        ("total = §\n", "python", "price * count  \n", "price * count"),
+    ],
+)
 def test_an_echo_of_the_rest_of_the_line_is_trimmed_for_every_backend(source, language, middle, expected):
     assert clean(source, language, middle) == expected
 

@@ -18,8 +18,14 @@ MEAN_SUFFIX = "\n    return total / len(values)\n"
 
 
 def mean_request(candidates: int, document: str | None = None) -> InfillRequest:
-    return InfillRequest(prefix=MEAN_PREFIX, suffix=MEAN_SUFFIX, language="python", single_line=True,
-                         candidates=candidates, document_id=document)
+    return InfillRequest(
+        prefix=MEAN_PREFIX,
+        suffix=MEAN_SUFFIX,
+        language="python",
+        single_line=True,
+        candidates=candidates,
+        document_id=document,
+    )
 
 
 def test_the_fill_that_joins_the_suffix_wins_over_the_greedy_one(ar_backend):
@@ -44,16 +50,17 @@ def test_ranking_leaves_the_documents_prompt_cached_and_intact(ar_backend):
 
 
 def test_nothing_is_ranked_without_a_suffix_or_for_a_multi_line_gap(ar_backend):
-    no_suffix = ar_backend.infill(InfillRequest(prefix=MEAN_PREFIX, suffix="\n\n", language="python",
-                                                single_line=True, candidates=4))
-    multi_line = ar_backend.infill(InfillRequest(prefix=MEAN_PREFIX, suffix=MEAN_SUFFIX, language="python",
-                                                 candidates=4))
+    no_suffix = ar_backend.infill(
+        InfillRequest(prefix=MEAN_PREFIX, suffix="\n\n", language="python", single_line=True, candidates=4)
+    )
+    multi_line = ar_backend.infill(
+        InfillRequest(prefix=MEAN_PREFIX, suffix=MEAN_SUFFIX, language="python", candidates=4)
+    )
     assert no_suffix.versions["ranked_candidates"] == 0 and multi_line.versions["ranked_candidates"] == 0
 
 
 def test_branch_points_are_the_least_sure_positions():
-    seen = Followed(logprobs=[-0.1, -0.9, -0.2, -3.0],
-                    alternatives=[(7, 2.0), (8, 0.1), (9, float("inf")), (10, 0.5)])
+    seen = Followed(logprobs=[-0.1, -0.9, -0.2, -3.0], alternatives=[(7, 2.0), (8, 0.1), (9, float("inf")), (10, 0.5)])
     assert branch_points([1, 2, 3], seen, 2) == [(1, 8), (0, 7)]  # the suffix's positions are not branched on
     assert branch_points([1, 2, 3], seen, 5) == [(1, 8), (0, 7)]  # nor one whose second choice is impossible
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import random
 
+from infill.checks.watchdog import check_syntax
 from infill.context import regions
 from infill.context.builder import ContextBuilder
 from infill.context.edits import ChangedSpan, Edit
 from infill.context.regions import Cuts
 from infill.context.syntax import ParsedDocument
-from infill.checks.watchdog import check_syntax
 
 URI = "file:///big.py"
 
@@ -22,16 +22,22 @@ def big_source(blocks: int = 800) -> str:
     for i in range(blocks):
         kind = i % 4
         if kind == 0:
-            parts.append(f"def func_{i}(a, b=({i}, 2)):\n    total = a + b[0]\n    if total > {i}:\n"
-                         f"        return [x * 2 for x in range(total)]\n    return total\n\n\n")
+            parts.append(
+                f"def func_{i}(a, b=({i}, 2)):\n    total = a + b[0]\n    if total > {i}:\n"
+                f"        return [x * 2 for x in range(total)]\n    return total\n\n\n"
+            )
         elif kind == 1:
-            parts.append(f"class Shape{i}:\n    size = {i}\n\n    @property\n    def area(self):\n"
-                         f"        return self.size ** 2\n\n\n")
+            parts.append(
+                f"class Shape{i}:\n    size = {i}\n\n    @property\n    def area(self):\n"
+                f"        return self.size ** 2\n\n\n"
+            )
         elif kind == 2:
             parts.append(f"SQL_{i} = '''\nselect *\nfrom t{i}\ndef fake_{i}():\n'''\n\n")
         else:
-            parts.append(f"@decorator({i})\nasync def handler_{i}(request):\n    # comment {i}\n"
-                         f"    data = {{'k': {i}, 'v': [1, 2]}}\n    return await request.send(data)\n\n\n")
+            parts.append(
+                f"@decorator({i})\nasync def handler_{i}(request):\n    # comment {i}\n"
+                f"    data = {{'k': {i}, 'v': [1, 2]}}\n    return await request.send(data)\n\n\n"
+            )
     return "".join(parts)
 
 
@@ -56,7 +62,7 @@ def test_contexts_match_a_whole_parse_while_typing_and_jumping():
         if typed_here and rng.random() < 0.3:  # backspace over what was typed here
             last = typed_here.pop()
             builder.note_edit(URI, cursor - len(last), cursor, "", version + 1)
-            text, cursor = text[:cursor - len(last)] + text[cursor:], cursor - len(last)
+            text, cursor = text[: cursor - len(last)] + text[cursor:], cursor - len(last)
         else:
             typed = rng.choice([" + y", "\n    z = 2", " * (a)", " - 1"])
             typed_here.append(typed)
@@ -88,8 +94,9 @@ def test_watchdog_verdicts_match_a_whole_parse():
         snap, reference = builder.document(text, "python", URI, version, focus=(at, at)), whole(text)
         regional += snap.region is not None
         for middle in (" + value", "(", " if x else", "; y = 2", "'"):
-            assert _reason(check_syntax([middle], [(at, at)], snap)) == \
-                _reason(check_syntax([middle], [(at, at)], reference)), (at, middle)
+            assert _reason(check_syntax([middle], [(at, at)], snap)) == _reason(
+                check_syntax([middle], [(at, at)], reference)
+            ), (at, middle)
     assert regional >= 35
 
 
@@ -147,4 +154,4 @@ def test_changed_span_folds_edits_like_applying_them():
             span.add(Edit.replacing(a, b, new))
             text = text[:a] + new + text[b:]
         if span.changed:
-            assert old[:span.start] + text[span.start:span.new_end] + old[span.old_end:] == text
+            assert old[: span.start] + text[span.start : span.new_end] + old[span.old_end :] == text

@@ -38,16 +38,16 @@ def start_next_cycle(state):
     return state
 '''
 
-UNRELATED = '''def render_table(rows, widths):
+UNRELATED = """def render_table(rows, widths):
     return "\\n".join(str(r) for r in rows)
 
 
 class Palette:
     def darken(self, color):
         return color
-'''
+"""
 
-CONNECTION = '''from ._state import ConnectionState, start_next_cycle
+CONNECTION = """from ._state import ConnectionState, start_next_cycle
 
 import os
 
@@ -58,7 +58,7 @@ class Connection:
 
     def send(self, event):
         old = self._cstate.role
-        self._cstate.'''
+        self._cstate."""
 
 
 def test_an_outline_holds_definitions_signatures_and_attributes_not_bodies():
@@ -75,20 +75,31 @@ def test_an_outline_holds_definitions_signatures_and_attributes_not_bodies():
 
 
 def test_imports_name_their_modules_and_names_over_several_lines():
-    modules, names = imports_of("from ._state import (\n    ConnectionState,\n    start_next_cycle,\n)\n"
-                                "import os.path\nimport { Palette } from './palette'\n")
+    modules, names = imports_of(
+        "from ._state import (\n    ConnectionState,\n    start_next_cycle,\n)\n"
+        "import os.path\nimport { Palette } from './palette'\n"
+    )
     assert {"_state", "path", "palette"} <= modules
     assert {"ConnectionState", "start_next_cycle", "Palette"} <= names
 
 
 def _docs():
-    return (OpenDocument("file:///pkg/table.py", "pkg/table.py", UNRELATED),
-            OpenDocument("file:///pkg/_state.py", "pkg/_state.py", STATE))
+    return (
+        OpenDocument("file:///pkg/table.py", "pkg/table.py", UNRELATED),
+        OpenDocument("file:///pkg/_state.py", "pkg/_state.py", STATE),
+    )
 
 
 def test_the_choice_holds_the_imported_class_members_under_a_comment_naming_the_file():
-    extra = RelatedFiles().select(_docs(), CONNECTION, len(CONNECTION), len(CONNECTION), "python",
-                                  name="pkg/_connection.py", document_id="file:///pkg/_connection.py")
+    extra = RelatedFiles().select(
+        _docs(),
+        CONNECTION,
+        len(CONNECTION),
+        len(CONNECTION),
+        "python",
+        name="pkg/_connection.py",
+        document_id="file:///pkg/_connection.py",
+    )
     assert extra.startswith("# pkg/_state.py\n")
     assert "    def process_event(self, role, event_type, server_switch_event=None): ..." in extra
     assert "class ConnectionState: ..." in extra
@@ -117,35 +128,58 @@ def test_nothing_is_chosen_without_other_files_or_with_a_zero_budget():
 
 
 def test_the_budget_bounds_the_choice():
-    extra = RelatedFiles(RelatedSettings(max_chars=120)).select(_docs(), CONNECTION, len(CONNECTION),
-                                                                 len(CONNECTION), "python")
+    extra = RelatedFiles(RelatedSettings(max_chars=120)).select(
+        _docs(), CONNECTION, len(CONNECTION), len(CONNECTION), "python"
+    )
     assert 0 < len(extra) <= 120 + len("# \n")
 
 
 def test_the_pipeline_hands_the_choice_to_the_backend_for_code_and_never_for_prose(ar_backend):
     pipeline = Pipeline(ar_backend)
-    code = pipeline.prepare(CompletionRequest(text=CONNECTION, start=len(CONNECTION), language="python",
-                                              document_id="file:///pkg/_connection.py", name="pkg/_connection.py",
-                                              related=_docs()))
+    code = pipeline.prepare(
+        CompletionRequest(
+            text=CONNECTION,
+            start=len(CONNECTION),
+            language="python",
+            document_id="file:///pkg/_connection.py",
+            name="pkg/_connection.py",
+            related=_docs(),
+        )
+    )
     assert "def process_event(" in code.request.extra_context
     prose = "# Notes\n\nThe ConnectionState keeps the role and the "
-    note = pipeline.prepare(CompletionRequest(text=prose, start=len(prose), language="markdown",
-                                              document_id="file:///notes.md", related=_docs()))
+    note = pipeline.prepare(
+        CompletionRequest(
+            text=prose, start=len(prose), language="markdown", document_id="file:///notes.md", related=_docs()
+        )
+    )
     assert note.request.extra_context == ""
 
 
 def test_the_default_backend_puts_the_extra_context_ahead_and_keeps_it_encoded_while_typing(ar_backend):
-    extra = RelatedFiles().select(_docs(), CONNECTION, len(CONNECTION), len(CONNECTION), "python",
-                                  name="pkg/_connection.py")
-    plain = ar_backend.infill(InfillRequest(prefix=CONNECTION, single_line=True, language="python",
-                                            document_id="related-plain"))
-    first = ar_backend.infill(InfillRequest(prefix=CONNECTION, single_line=True, language="python",
-                                            document_id="related-extra", extra_context=extra))
+    extra = RelatedFiles().select(
+        _docs(), CONNECTION, len(CONNECTION), len(CONNECTION), "python", name="pkg/_connection.py"
+    )
+    plain = ar_backend.infill(
+        InfillRequest(prefix=CONNECTION, single_line=True, language="python", document_id="related-plain")
+    )
+    first = ar_backend.infill(
+        InfillRequest(
+            prefix=CONNECTION, single_line=True, language="python", document_id="related-extra", extra_context=extra
+        )
+    )
     extra_tokens = len(ar_backend.tokens.encode(extra))
     assert first.outcome in ("ok", "empty") and plain.outcome in ("ok", "empty")
     assert first.prompt_tokens == plain.prompt_tokens + extra_tokens
-    typed = ar_backend.infill(InfillRequest(prefix=CONNECTION + "pro", single_line=True, language="python",
-                                            document_id="related-extra", extra_context=extra))
+    typed = ar_backend.infill(
+        InfillRequest(
+            prefix=CONNECTION + "pro",
+            single_line=True,
+            language="python",
+            document_id="related-extra",
+            extra_context=extra,
+        )
+    )
     assert typed.reused_tokens >= extra_tokens + plain.prompt_tokens - 4  # only the typed tail is encoded
 
 
@@ -159,5 +193,5 @@ def test_the_diffusion_engine_puts_the_extra_context_after_bos_and_keeps_the_pre
     plain = tiny_engine.prompt_ids("x = compute(", "")
     with_extra = tiny_engine.prompt_ids("x = compute(", "", extra)
     extra_ids = tiny_engine.tokens.encode(extra)
-    assert with_extra[:1] == plain[:1] and with_extra[1:1 + len(extra_ids)] == extra_ids
-    assert with_extra[1 + len(extra_ids):] == plain[1:]
+    assert with_extra[:1] == plain[:1] and with_extra[1 : 1 + len(extra_ids)] == extra_ids
+    assert with_extra[1 + len(extra_ids) :] == plain[1:]

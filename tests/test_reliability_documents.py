@@ -8,18 +8,18 @@ from __future__ import annotations
 import time
 
 import pytest
+from fuzz.rpc import RawServer
 from lsprotocol import types
 
 from server.documents import DocumentStore, index_to_utf16, utf16_to_index
-
-from fuzz.rpc import RawServer
 
 LONE = "ab\ud800cd\nsecond line here\n"
 
 
 def _change(uri, version, *changes):
     return types.DidChangeTextDocumentParams(
-        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version), content_changes=list(changes))
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version), content_changes=list(changes)
+    )
 
 
 def _insert(line, character, text):
@@ -28,7 +28,7 @@ def _insert(line, character, text):
 
 
 def test_utf16_arithmetic_counts_a_lone_surrogate_as_one_unit():
-    line = "a\ud800b\U0001F600c"
+    line = "a\ud800b\U0001f600c"
     assert index_to_utf16(line, len(line)) == 6  # a, lone, b, pair (2), c
     assert [utf16_to_index(line, units) for units in range(7)] == [0, 1, 2, 3, 3, 4, 5]
 
@@ -44,8 +44,9 @@ def test_a_change_that_fails_distrusts_the_document_until_full_text():
     from server.documents import DocumentDistrusted
 
     store = DocumentStore()
-    document = store.open(types.TextDocumentItem(uri="file:///f.txt", language_id="plaintext", version=1,
-                                                 text="one\ntwo\n"))
+    document = store.open(
+        types.TextDocumentItem(uri="file:///f.txt", language_id="plaintext", version=1, text="one\ntwo\n")
+    )
     seen = []
 
     def on_edit(start, old_end, new_text):  # e.g. a bug in the pipeline's edit bookkeeping on the 2nd change
@@ -64,11 +65,16 @@ def test_a_change_that_fails_distrusts_the_document_until_full_text():
 
 @pytest.fixture(scope="module")
 def raw_server(tiny_checkpoint, tmp_path_factory):
-    server = RawServer(["--model", str(tiny_checkpoint), "--denoising-steps", "8"],
-                       configuration={"codeActionBudgetMs": 60000, "invokedBudgetMs": 60000,
-                                      "enabledLanguages": ["plaintext", "markdown"],
-                                      "fallback": False},  # the tiny engine's own fills and times
-                       stderr_path=str(tmp_path_factory.mktemp("stderr") / "server.log"))
+    server = RawServer(
+        ["--model", str(tiny_checkpoint), "--denoising-steps", "8"],
+        configuration={
+            "codeActionBudgetMs": 60000,
+            "invokedBudgetMs": 60000,
+            "enabledLanguages": ["plaintext", "markdown"],
+            "fallback": False,
+        },  # the tiny engine's own fills and times
+        stderr_path=str(tmp_path_factory.mktemp("stderr") / "server.log"),
+    )
     assert "result" in server.initialize()
     assert server.wait_ready(240)["state"] == "ready"
     yield server
@@ -76,8 +82,9 @@ def raw_server(tiny_checkpoint, tmp_path_factory):
 
 
 def _open(server, uri, text, version=1, language="plaintext"):
-    server.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": language, "version": version,
-                                                            "text": text}})
+    server.notify(
+        "textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": language, "version": version, "text": text}}
+    )
 
 
 def _rng(l1, c1, l2, c2):
@@ -85,8 +92,9 @@ def _rng(l1, c1, l2, c2):
 
 
 def _actions(server, uri, rng, timeout=60):
-    reply = server.call("textDocument/codeAction", {"textDocument": {"uri": uri}, "range": rng,
-                                                    "context": {"diagnostics": []}}, timeout)
+    reply = server.call(
+        "textDocument/codeAction", {"textDocument": {"uri": uri}, "range": rng, "context": {"diagnostics": []}}, timeout
+    )
     assert reply is not None and "error" not in reply, reply
     return reply["result"] or []
 
@@ -95,12 +103,15 @@ def test_lone_surrogate_does_not_make_the_text_drift(raw_server):
     """Issue 14, fault 1: the reproduction, over stdio."""
     uri = "file:///lone.txt"
     _open(raw_server, uri, LONE)
-    raw_server.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": 2},
-                                                 "contentChanges": [{"range": _rng(0, 1, 0, 1), "text": "Z"}]})
+    raw_server.notify(
+        "textDocument/didChange",
+        {"textDocument": {"uri": uri, "version": 2}, "contentChanges": [{"range": _rng(0, 1, 0, 1), "text": "Z"}]},
+    )
     (gap,) = [a for a in _actions(raw_server, uri, _rng(1, 0, 1, 6)) if a["title"] == "Fill gap"]
     assert gap["data"]["version"] == 2
-    reply = raw_server.call("workspace/executeCommand", {"command": "infill.fillGap",
-                                                         "arguments": [uri, _rng(0, 0, 0, 2)]}, 120)
+    reply = raw_server.call(
+        "workspace/executeCommand", {"command": "infill.fillGap", "arguments": [uri, _rng(0, 0, 0, 2)]}, 120
+    )
     assert reply is not None and "error" not in reply, reply
     for edit in raw_server.applied_edits:  # any edit it made is for version 2 and inside line 0's "aZ"
         (change,) = edit["documentChanges"]
@@ -134,8 +145,10 @@ def test_listing_actions_on_a_huge_markdown_never_blocks_status(raw_server, endi
     text = unit * (1_000_000 // len(unit))
     _open(raw_server, uri, text, language="markdown")
     last = text.count("\r")
-    listing = raw_server.request("textDocument/codeAction", {
-        "textDocument": {"uri": uri}, "range": _rng(last, 0, last, 0), "context": {"diagnostics": []}})
+    listing = raw_server.request(
+        "textDocument/codeAction",
+        {"textDocument": {"uri": uri}, "range": _rng(last, 0, last, 0), "context": {"diagnostics": []}},
+    )
     started = time.monotonic()
     status = raw_server.status(timeout=10)
     status_s = time.monotonic() - started

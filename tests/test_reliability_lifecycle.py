@@ -10,7 +10,6 @@ import sys
 import time
 
 import pytest
-
 from fuzz.rpc import RawServer
 
 TEXT = "The area of a circle is\n    given by pi * r * r\n\nwhich grows with the radius.\n"
@@ -18,17 +17,21 @@ WHOLE = {"start": {"line": 1, "character": 13}, "end": {"line": 1, "character": 
 
 
 def _server(checkpoint, tmp_path, *args: str) -> RawServer:
-    server = RawServer(["--model", str(checkpoint), *args], configuration={"codeActionBudgetMs": 60000,
-                                                                          "invokedBudgetMs": 60000},
-                       stderr_path=str(tmp_path / "stderr.log"))
+    server = RawServer(
+        ["--model", str(checkpoint), *args],
+        configuration={"codeActionBudgetMs": 60000, "invokedBudgetMs": 60000},
+        stderr_path=str(tmp_path / "stderr.log"),
+    )
     assert "result" in server.initialize()
     assert server.wait_ready(240)["state"] == "ready"
     return server
 
 
 def _open(server: RawServer, uri: str, text: str = TEXT, version: int = 1) -> None:
-    server.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "plaintext",
-                                                            "version": version, "text": text}})
+    server.notify(
+        "textDocument/didOpen",
+        {"textDocument": {"uri": uri, "languageId": "plaintext", "version": version, "text": text}},
+    )
 
 
 def test_exit_without_shutdown_while_working_ends_at_once_with_code_1(tiny_checkpoint, tmp_path):
@@ -37,11 +40,22 @@ def test_exit_without_shutdown_while_working_ends_at_once_with_code_1(tiny_check
         pending = []
         for n in range(4):
             _open(server, f"file:///work{n}.txt")
-            pending.append(server.request("workspace/executeCommand", {"command": "infill.fillGap",
-                                                                        "arguments": [f"file:///work{n}.txt", WHOLE]}))
-            pending.append(server.request("textDocument/inlineCompletion", {
-                "textDocument": {"uri": f"file:///work{n}.txt"}, "position": {"line": 3, "character": 5},
-                "context": {"triggerKind": 1}}))
+            pending.append(
+                server.request(
+                    "workspace/executeCommand",
+                    {"command": "infill.fillGap", "arguments": [f"file:///work{n}.txt", WHOLE]},
+                )
+            )
+            pending.append(
+                server.request(
+                    "textDocument/inlineCompletion",
+                    {
+                        "textDocument": {"uri": f"file:///work{n}.txt"},
+                        "position": {"line": 3, "character": 5},
+                        "context": {"triggerKind": 1},
+                    },
+                )
+            )
         time.sleep(1.0)
         assert server.status()["modelBusy"] or server.status()["running"], "no work was running"
         started = time.monotonic()
@@ -73,21 +87,63 @@ def test_shutdown_then_requests_get_invalid_request_then_exit_0(tiny_checkpoint,
 
 
 INVALID = [
-    ("textDocument/inlineCompletion", {"textDocument": {"uri": "file:///a.txt"}, "position": {"line": -1,
-                                       "character": 0}, "context": {"triggerKind": 1}}),
-    ("textDocument/inlineCompletion", {"textDocument": {"uri": "file:///a.txt"}, "position": {"line": 2 ** 31,
-                                       "character": 0}, "context": {"triggerKind": 1}}),
-    ("textDocument/inlineCompletion", {"textDocument": {"uri": "file:///a.txt"}, "position": {"line": "three",
-                                       "character": 0}, "context": {"triggerKind": 1}}),
-    ("textDocument/inlineCompletion", {"textDocument": {"uri": "file:///a.txt"}, "position": {"line": 0,
-                                       "character": 0}, "context": {"triggerKind": 7}}),
+    (
+        "textDocument/inlineCompletion",
+        {
+            "textDocument": {"uri": "file:///a.txt"},
+            "position": {"line": -1, "character": 0},
+            "context": {"triggerKind": 1},
+        },
+    ),
+    (
+        "textDocument/inlineCompletion",
+        {
+            "textDocument": {"uri": "file:///a.txt"},
+            "position": {"line": 2**31, "character": 0},
+            "context": {"triggerKind": 1},
+        },
+    ),
+    (
+        "textDocument/inlineCompletion",
+        {
+            "textDocument": {"uri": "file:///a.txt"},
+            "position": {"line": "three", "character": 0},
+            "context": {"triggerKind": 1},
+        },
+    ),
+    (
+        "textDocument/inlineCompletion",
+        {
+            "textDocument": {"uri": "file:///a.txt"},
+            "position": {"line": 0, "character": 0},
+            "context": {"triggerKind": 7},
+        },
+    ),
     # numbers pygls 2.1.1 alone reads as integers: int(1.5) == 1, int("3") == 3
-    ("textDocument/inlineCompletion", {"textDocument": {"uri": "file:///a.txt"}, "position": {"line": 1.5,
-                                       "character": 0}, "context": {"triggerKind": 1}}),
-    ("textDocument/inlineCompletion", {"textDocument": {"uri": "file:///a.txt"}, "position": {"line": "3",
-                                       "character": 0}, "context": {"triggerKind": 1}}),
-    ("textDocument/inlineCompletion", {"textDocument": {"uri": "file:///a.txt"}, "position": {"line": True,
-                                       "character": 0}, "context": {"triggerKind": 1}}),
+    (
+        "textDocument/inlineCompletion",
+        {
+            "textDocument": {"uri": "file:///a.txt"},
+            "position": {"line": 1.5, "character": 0},
+            "context": {"triggerKind": 1},
+        },
+    ),
+    (
+        "textDocument/inlineCompletion",
+        {
+            "textDocument": {"uri": "file:///a.txt"},
+            "position": {"line": "3", "character": 0},
+            "context": {"triggerKind": 1},
+        },
+    ),
+    (
+        "textDocument/inlineCompletion",
+        {
+            "textDocument": {"uri": "file:///a.txt"},
+            "position": {"line": True, "character": 0},
+            "context": {"triggerKind": 1},
+        },
+    ),
     ("codeAction/resolve", {"kind": "refactor.rewrite", "data": {}}),  # no title
     ("textDocument/hover", {}),
     ("textDocument/codeAction", {"textDocument": {"uri": "file:///a.txt"}}),
@@ -130,8 +186,11 @@ def test_a_did_change_whose_version_is_not_an_integer_is_ignored(tiny_checkpoint
     server = _server(tiny_checkpoint, tmp_path)
 
     def fill_gap_data() -> dict:
-        listing = server.call("textDocument/codeAction", {"textDocument": {"uri": "file:///a.txt"}, "range": WHOLE,
-                                                          "context": {"diagnostics": []}}, 30)
+        listing = server.call(
+            "textDocument/codeAction",
+            {"textDocument": {"uri": "file:///a.txt"}, "range": WHOLE, "context": {"diagnostics": []}},
+            30,
+        )
         assert listing is not None and "result" in listing, listing
         (data,) = [a["data"] for a in listing["result"] if a["data"]["infill"] == "gap"]
         return data
@@ -139,9 +198,13 @@ def test_a_did_change_whose_version_is_not_an_integer_is_ignored(tiny_checkpoint
     try:
         _open(server, "file:///a.txt")
         before = fill_gap_data()
-        server.notify("textDocument/didChange", raw_params='{"textDocument": {"uri": "file:///a.txt", "version": '
-                      + version + '}, "contentChanges": [{"range": {"start": {"line": 0, "character": 0}, '
-                                  '"end": {"line": 0, "character": 3}}, "text": "Its"}]}')
+        server.notify(
+            "textDocument/didChange",
+            raw_params='{"textDocument": {"uri": "file:///a.txt", "version": '
+            + version
+            + '}, "contentChanges": [{"range": {"start": {"line": 0, "character": 0}, '
+            '"end": {"line": 0, "character": 3}}, "text": "Its"}]}',
+        )
         after = fill_gap_data()
         assert server.status()["state"] == "ready"
     finally:

@@ -6,10 +6,9 @@ from __future__ import annotations
 import math
 
 import pytest
+from fuzz.rpc import RawServer
 
 from server.settings import Settings, clean_layer, parse_settings
-
-from fuzz.rpc import RawServer
 
 BAD_NUMBERS = [math.inf, -math.inf, math.nan]
 
@@ -27,9 +26,11 @@ def test_non_finite_number_is_one_bad_key_and_the_rest_apply(key, bad):
 @pytest.fixture(scope="module")
 def raw_server(tiny_checkpoint, tmp_path_factory):
     # The workspace/configuration reply carries NaN: the server must still load its model.
-    server = RawServer(["--model", str(tiny_checkpoint), "--denoising-steps", "4"],
-                       configuration={"debounceMs": math.nan, "codeActionBudgetMs": 30000},
-                       stderr_path=str(tmp_path_factory.mktemp("stderr") / "server.log"))
+    server = RawServer(
+        ["--model", str(tiny_checkpoint), "--denoising-steps", "4"],
+        configuration={"debounceMs": math.nan, "codeActionBudgetMs": 30000},
+        stderr_path=str(tmp_path_factory.mktemp("stderr") / "server.log"),
+    )
     reply = server.initialize(raw_init_options='{"debounceMs": 1e400, "inlineBudgetMs": -1e400, "maxMiddleTokens": 16}')
     server.init_reply = reply
     yield server
@@ -50,18 +51,23 @@ def test_nan_in_configuration_reply_still_loads_the_model(raw_server):
 
 
 def test_infinity_in_did_change_configuration_keeps_the_other_keys(raw_server):
-    raw_server.notify("workspace/didChangeConfiguration",
-                      raw_params='{"settings": {"infill": {"enabled": false, "debounceMs": -1e400}}}')
+    raw_server.notify(
+        "workspace/didChangeConfiguration",
+        raw_params='{"settings": {"infill": {"enabled": false, "debounceMs": -1e400}}}',
+    )
     assert raw_server.status()["enabled"] is False
     raw_server.notify("workspace/didChangeConfiguration", raw_params='{"settings": {"infill": {"enabled": true}}}')
     assert raw_server.status()["enabled"] is True
 
 
-@pytest.mark.parametrize("raw_data", [
-    '{"infill": "gap", "uri": "file:///x.txt", "version": 1, "range": [1e400, 0, 0, 1]}',
-    '{"infill": "gap", "uri": "file:///x.txt", "version": NaN, "range": [0, 0, 0, 1]}',
-    '{"infill": "gap", "uri": "file:///x.txt", "version": 1, "range": [-1e400, 0, "1", 1]}',
-])
+@pytest.mark.parametrize(
+    "raw_data",
+    [
+        '{"infill": "gap", "uri": "file:///x.txt", "version": 1, "range": [1e400, 0, 0, 1]}',
+        '{"infill": "gap", "uri": "file:///x.txt", "version": NaN, "range": [0, 0, 0, 1]}',
+        '{"infill": "gap", "uri": "file:///x.txt", "version": 1, "range": [-1e400, 0, "1", 1]}',
+    ],
+)
 def test_infinite_numbers_in_code_action_data_are_refused_with_a_message(raw_server, raw_data):
     msg_id = raw_server.request("codeAction/resolve", raw_params=f'{{"title": "Fill gap", "data": {raw_data}}}')
     reply = raw_server.wait(msg_id, 30)
@@ -70,14 +76,18 @@ def test_infinite_numbers_in_code_action_data_are_refused_with_a_message(raw_ser
     assert reply["result"].get("edit") is None
 
 
-@pytest.mark.parametrize("raw_args", [
-    '["file:///x.txt", {"start": {"line": 1e400, "character": 0}, "end": {"line": 0, "character": 1}}]',
-    '[{"uri": "file:///x.txt", "range": {"start": {"line": 0, "character": NaN}, '
-    '"end": {"line": 0, "character": -1e400}}}]',
-])
+@pytest.mark.parametrize(
+    "raw_args",
+    [
+        '["file:///x.txt", {"start": {"line": 1e400, "character": 0}, "end": {"line": 0, "character": 1}}]',
+        '[{"uri": "file:///x.txt", "range": {"start": {"line": 0, "character": NaN}, '
+        '"end": {"line": 0, "character": -1e400}}}]',
+    ],
+)
 def test_infinite_numbers_in_command_arguments_are_refused_with_a_message(raw_server, raw_args):
-    msg_id = raw_server.request("workspace/executeCommand",
-                                raw_params=f'{{"command": "infill.fillGap", "arguments": {raw_args}}}')
+    msg_id = raw_server.request(
+        "workspace/executeCommand", raw_params=f'{{"command": "infill.fillGap", "arguments": {raw_args}}}'
+    )
     reply = raw_server.wait(msg_id, 30)
     assert reply is not None, "no answer"
     assert "error" not in reply, reply

@@ -12,9 +12,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from infill.backends.choose import BackendSpec, open_backend
+from infill.backends.remote import RemoteBackend
 from infill.gateway.server import make_server
 from infill.pipeline import CompletionRequest, Pipeline
-from infill.backends.remote import RemoteBackend
 from infill.types import CancelToken, InfillError, InfillRequest, deadline_in
 
 PROMPT = "def add(a, b):\n    return"
@@ -26,6 +26,7 @@ LANGUAGE = "plaintext"
 
 
 # -- servers ----------------------------------------------------------------------------------------------------
+
 
 class ScriptedServer:
     """A real HTTP server whose answers come from `reply(method, path, body) -> (status, bytes)`; it records every
@@ -64,8 +65,7 @@ class ScriptedServer:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
-                                       daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
@@ -76,9 +76,15 @@ class ScriptedServer:
 
 
 def completion(text: str) -> bytes:
-    return json.dumps({"id": "cmpl-1", "object": "text_completion", "model": "team-model",
-                       "choices": [{"text": text, "index": 0, "finish_reason": "stop", "logprobs": None}],
-                       "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}}).encode()
+    return json.dumps(
+        {
+            "id": "cmpl-1",
+            "object": "text_completion",
+            "model": "team-model",
+            "choices": [{"text": text, "index": 0, "finish_reason": "stop", "logprobs": None}],
+            "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10},
+        }
+    ).encode()
 
 
 def models(*ids: str) -> bytes:
@@ -116,15 +122,24 @@ def gateway(pipeline):
 @pytest.fixture(scope="module")
 def expected(pipeline) -> str:
     """What the pipeline itself shows for the gap, called directly."""
-    result = pipeline.complete(CompletionRequest(text=PROMPT + SUFFIX, start=len(PROMPT), end=len(PROMPT),
-                                                 language=LANGUAGE))
+    result = pipeline.complete(
+        CompletionRequest(text=PROMPT + SUFFIX, start=len(PROMPT), end=len(PROMPT), language=LANGUAGE)
+    )
     return result.fills[0].text if result.fills else ""
 
 
 def gap_request(**overrides) -> InfillRequest:
     # What the pipeline builds for this cursor: text before it on its line, so one line only.
-    return InfillRequest(**{"prefix": PROMPT, "suffix": SUFFIX, "single_line": True, "max_middle_tokens": 64,
-                            "language": LANGUAGE, **overrides})
+    return InfillRequest(
+        **{
+            "prefix": PROMPT,
+            "suffix": SUFFIX,
+            "single_line": True,
+            "max_middle_tokens": 64,
+            "language": LANGUAGE,
+            **overrides,
+        }
+    )
 
 
 def dead_url() -> str:
@@ -160,6 +175,7 @@ def far(bound_s: float) -> float:
 
 # -- against the gateway over the real engine --------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("suffix", ["", "/", "/v1", "/v1/"])
 def test_remote_over_gateway_returns_what_the_pipeline_shows(gateway, expected, tiny_engine, suffix):
     backend = RemoteBackend(gateway.url + suffix, token=TOKEN)
@@ -177,11 +193,13 @@ def test_remote_over_gateway_returns_what_the_pipeline_shows(gateway, expected, 
 
 def test_multi_line_gap_over_gateway_matches_the_pipeline(gateway, pipeline):
     prompt, suffix = "def add(a, b):\n", "\n\nprint(add(1, 2))\n"
-    direct = pipeline.complete(CompletionRequest(text=prompt + suffix, start=len(prompt), end=len(prompt),
-                                                 mode="gap", language=LANGUAGE))
+    direct = pipeline.complete(
+        CompletionRequest(text=prompt + suffix, start=len(prompt), end=len(prompt), mode="gap", language=LANGUAGE)
+    )
     backend = RemoteBackend(gateway.url, token=TOKEN)
-    result = backend.infill(InfillRequest(prefix=prompt, suffix=suffix, max_middle_tokens=direct.max_middle_tokens,
-                                          language=LANGUAGE))
+    result = backend.infill(
+        InfillRequest(prefix=prompt, suffix=suffix, max_middle_tokens=direct.max_middle_tokens, language=LANGUAGE)
+    )
     assert result.outcome in ("ok", "empty"), result.error
     assert result.middle == (direct.fills[0].text if direct.fills else "")
 
@@ -207,8 +225,10 @@ def test_gateway_as_the_fallback_endpoint_of_another_pipeline(gateway, expected)
     text, labelled as coming from the fallback."""
     fallback = RemoteBackend(gateway.url, token=TOKEN)
     chained = Pipeline(RemoteBackend(dead_url()), fallback=fallback)
-    outcome = chained.complete(CompletionRequest(text=PROMPT + SUFFIX, start=len(PROMPT), end=len(PROMPT),
-                                                 language=LANGUAGE), deadline=deadline_in(30))
+    outcome = chained.complete(
+        CompletionRequest(text=PROMPT + SUFFIX, start=len(PROMPT), end=len(PROMPT), language=LANGUAGE),
+        deadline=deadline_in(30),
+    )
     if not expected:
         pytest.skip("the tiny model's completion is empty here; nothing to fall back to")
     assert outcome.route == "fallback", outcome
@@ -233,6 +253,7 @@ def test_a_gateway_whose_own_engine_is_down_passes_the_failure_on(bound_s):
 
 # -- request shape (a recording server) --------------------------------------------------------------------------
 
+
 def test_request_fields_model_discovery_and_gaps_left_to_right(scripted):
     def reply(server, method, path, body):
         if path == "/v1/models":
@@ -241,13 +262,17 @@ def test_request_fields_model_discovery_and_gaps_left_to_right(scripted):
 
     server = scripted(reply)
     backend = RemoteBackend(server.url + "/v1", token=TOKEN)
-    request = InfillRequest(prefix="A", between=("B",), suffix="C", single_line=True, max_middle_tokens=12,
-                            language="python")
+    request = InfillRequest(
+        prefix="A", between=("B",), suffix="C", single_line=True, max_middle_tokens=12, language="python"
+    )
     drafts = []
     result = backend.infill(request, deadline=deadline_in(5), on_draft=drafts.append)
     assert result.outcome == "ok" and result.middles == ("<2>", "<3>")  # cut at the line end despite the server
-    assert [(m, p) for m, p, _, _ in server.requests] == [("GET", "/v1/models"), ("POST", "/v1/completions"),
-                                                          ("POST", "/v1/completions")]
+    assert [(m, p) for m, p, _, _ in server.requests] == [
+        ("GET", "/v1/models"),
+        ("POST", "/v1/completions"),
+        ("POST", "/v1/completions"),
+    ]
     first, second = server.requests[1][3], server.requests[2][3]
     assert (first["prompt"], first["suffix"]) == ("A", "BC")
     assert (second["prompt"], second["suffix"]) == ("A<2>B", "C")  # the second gap sees the first middle
@@ -272,8 +297,9 @@ def test_the_document_travels_as_a_hash_so_the_gateway_can_supersede(scripted):
 
 
 def test_no_models_route_and_no_token_sends_neither(scripted):
-    server = scripted(lambda s, m, p, b: (404, b'{"error": "not found"}') if p == "/v1/models"
-                      else (200, completion("ok")))
+    server = scripted(
+        lambda s, m, p, b: (404, b'{"error": "not found"}') if p == "/v1/models" else (200, completion("ok"))
+    )
     result = RemoteBackend(server.url).infill(InfillRequest(prefix="x", suffix="y"))
     assert result.outcome == "ok" and result.middle == "ok"
     body, headers = server.requests[-1][3], server.requests[-1][2]
@@ -292,6 +318,7 @@ def test_configured_model_skips_discovery(scripted):
 def test_fim_template_for_servers_that_refuse_suffix(scripted):
     """Stock vLLM answers 400 "suffix is not currently supported": the error says what to do, and a FIM template
     sends the model's own infill prompt instead."""
+
     def reply(server, method, path, body):
         if "suffix" in body:
             return 400, b'{"error": {"message": "suffix is not currently supported", "type": "BadRequestError"}}'
@@ -330,6 +357,7 @@ def test_a_proxy_in_the_environment_never_sees_a_local_endpoints_code(scripted, 
 
 
 # -- failures, in bounded time -----------------------------------------------------------------------------------
+
 
 def test_dead_endpoint_is_an_error_result(caplog, bound_s):
     backend = RemoteBackend(dead_url(), model="m")
@@ -370,14 +398,17 @@ def test_passed_deadline_sends_nothing(scripted):
     assert result.outcome == "error" and "deadline passed" in result.error and server.requests == []
 
 
-@pytest.mark.parametrize("status, payload, fragment", [
-    (500, b'{"error": {"message": "CUDA out of memory", "type": "server_error"}}', "HTTP 500"),
-    (200, b"<html>this is not json{", "invalid JSON"),
-    (200, b'["a list"]', "expected an object"),
-    (200, b'{"choices": []}', "no choices"),
-    (200, b'{"choices": [{"text": 5}]}', "no text"),
-    (503, b"model loading", "HTTP 503"),
-])
+@pytest.mark.parametrize(
+    "status, payload, fragment",
+    [
+        (500, b'{"error": {"message": "CUDA out of memory", "type": "server_error"}}', "HTTP 500"),
+        (200, b"<html>this is not json{", "invalid JSON"),
+        (200, b'["a list"]', "expected an object"),
+        (200, b'{"choices": []}', "no choices"),
+        (200, b'{"choices": [{"text": 5}]}', "no text"),
+        (503, b"model loading", "HTTP 503"),
+    ],
+)
 def test_bad_answers_are_error_results(scripted, bound_s, status, payload, fragment):
     server = scripted(lambda s, m, p, b: (status, payload))
     result, elapsed = timed(RemoteBackend(server.url, model="m"), gap_request(), deadline=deadline_in(far(bound_s)))
@@ -398,8 +429,9 @@ def test_cancel_while_waiting_returns_at_once(scripted, bound_s):
             cancel.cancel("superseded")
 
     threading.Thread(target=cancel_once_held, daemon=True).start()
-    result, _ = timed(RemoteBackend(server.url, model="m"), gap_request(), cancel=cancel,
-                      deadline=deadline_in(2 * far(bound_s)))
+    result, _ = timed(
+        RemoteBackend(server.url, model="m"), gap_request(), cancel=cancel, deadline=deadline_in(2 * far(bound_s))
+    )
     returned_at = time.monotonic()
     assert result.outcome == "cancelled" and result.error == "superseded"
     assert returned_at - cancelled_at[0] < bound_s and len(server.requests) == 1

@@ -8,10 +8,10 @@ import json
 import logging
 
 import pytest
+from test_remote import ScriptedServer
 
 from infill.backends.remote import RemoteBackend
 from infill.types import InfillRequest, deadline_in
-from test_remote import ScriptedServer
 
 VOCAB, CANVAS = 300, 32
 PAD, EOS, BOS = 0, 1, 2
@@ -32,8 +32,9 @@ class StandInVLLM:
     `middle`: what the model writes into the gap (then EOS); `likes`: the canvas width whose anchor it scores
     best. `refused` collects every body vLLM would refuse."""
 
-    def __init__(self, exact_pins: bool = True, middle: str = "x + 1", likes: int | None = None,
-                 canvas: int | None = CANVAS) -> None:
+    def __init__(
+        self, exact_pins: bool = True, middle: str = "x + 1", likes: int | None = None, canvas: int | None = CANVAS
+    ) -> None:
         self.exact_pins, self.middle, self.likes = exact_pins, middle, likes
         self.served_canvas = canvas  # None: started without --diffusion-config (validation cannot check widths)
         self.completions: list[dict] = []
@@ -62,8 +63,10 @@ class StandInVLLM:
         if "suffix" in body:
             return "suffix is only supported for models with FIM completion rendering"
         if any(k in body for k in ("temperature", "seed", "min_tokens", "logit_bias")):
-            return ("The temperature, min_p, seed, min_tokens, logit_bias, bad_words, and allowed_token_ids "
-                    "sampling parameters are not yet supported with diffusion models.")
+            return (
+                "The temperature, min_p, seed, min_tokens, logit_bias, bad_words, and allowed_token_ids "
+                "sampling parameters are not yet supported with diffusion models."
+            )
         extra = body.get("vllm_xargs") or {}
         width = extra.get("diffusion_canvas_length")
         served = self.served_canvas
@@ -92,8 +95,17 @@ class StandInVLLM:
             tokens[max(pins)] = 3
         score = -0.5 if len(seed) == self.likes else -3.0
         top = [{f"token_id:{seed[p] if p in pins else t}": score} for p, t in enumerate(tokens)]
-        return {"choices": [{"text": text_of(tokens), "token_ids": tokens, "finish_reason": "length",
-                             "logprobs": {"top_logprobs": top}}], "usage": {"prompt_tokens": 9}}
+        return {
+            "choices": [
+                {
+                    "text": text_of(tokens),
+                    "token_ids": tokens,
+                    "finish_reason": "length",
+                    "logprobs": {"top_logprobs": top},
+                }
+            ],
+            "usage": {"prompt_tokens": 9},
+        }
 
     def close(self) -> None:
         self.server.close()
@@ -115,8 +127,10 @@ def vllm():
 def test_native_route_pins_the_suffix_and_sends_nothing_a_diffusion_server_refuses(vllm):
     server = vllm(likes=8 + 14)  # the 8-slot middle before the 14-token suffix
     backend = RemoteBackend(server.url)
-    result = backend.infill(InfillRequest(prefix="def f(x):\n    return ", suffix="\n\nprint(f(2))\n",
-                                          max_middle_tokens=16), deadline=deadline_in(10))
+    result = backend.infill(
+        InfillRequest(prefix="def f(x):\n    return ", suffix="\n\nprint(f(2))\n", max_middle_tokens=16),
+        deadline=deadline_in(10),
+    )
     assert result.outcome == "ok", result.error
     assert result.middle == "x + 1"  # cut at the end token: the suffix never leaks into the answer
     assert result.versions["protocol"] == "vllm-diffusion" and result.versions["canvas"]["suffix_held"]
@@ -128,11 +142,11 @@ def test_native_route_pins_the_suffix_and_sends_nothing_a_diffusion_server_refus
         extra = body["vllm_xargs"]
         seed, pins = extra["diffusion_seed_canvas"], extra["diffusion_pinned"]
         assert extra["diffusion_read_only"] == 1 and extra["diffusion_canvas_length"] == len(seed) <= CANVAS
-        assert [seed[p] for p in pins] == anchor[: len(pins)] and pins == list(range(len(seed) - len(pins),
-                                                                                      len(seed)))
+        assert [seed[p] for p in pins] == anchor[: len(pins)] and pins == list(range(len(seed) - len(pins), len(seed)))
         assert body["prompt"] == "def f(x):\n    return " and body["logprob_token_ids"] == sorted(set(anchor))
-    assert sorted(len(b["vllm_xargs"]["diffusion_seed_canvas"]) - len(b["vllm_xargs"]["diffusion_pinned"])
-                  for b in bodies) == [4, 8, 16]
+    assert sorted(
+        len(b["vllm_xargs"]["diffusion_seed_canvas"]) - len(b["vllm_xargs"]["diffusion_pinned"]) for b in bodies
+    ) == [4, 8, 16]
     # the prompt is cut from the left so prompt + the widest canvas fit the server's max_model_len
     assert {b["truncate_prompt_tokens"] for b in bodies} == {512 - (16 + 14) - 1}
 
@@ -147,8 +161,9 @@ def test_the_candidate_that_best_joins_the_suffix_wins(vllm):
 
 def test_several_gaps_fill_jointly_in_one_canvas_with_the_text_between_pinned(vllm):
     server = vllm(middle="A")
-    result = RemoteBackend(server.url).infill(InfillRequest(prefix="Pay ", between=(" on the ",),
-                                                            suffix=" day.", max_middle_tokens=4))
+    result = RemoteBackend(server.url).infill(
+        InfillRequest(prefix="Pay ", between=(" on the ",), suffix=" day.", max_middle_tokens=4)
+    )
     assert result.outcome == "ok" and result.middles == ("A", "A")
     body = server.completions[0]
     seed, pins = body["vllm_xargs"]["diffusion_seed_canvas"], body["vllm_xargs"]["diffusion_pinned"]
@@ -196,9 +211,13 @@ def test_long_gaps_and_long_suffixes_fit_the_servers_canvas(vllm):
 
 
 def test_an_explicit_protocol_against_a_server_that_is_not_diffusion_says_so(scripted=None):
-    plain = ScriptedServer(lambda s, m, p, b: (200, json.dumps(
-        {"data": [{"id": "m", "owned_by": "vllm"}]}).encode()) if p == "/v1/models" else (200, json.dumps(
-            {"choices": [{"text": "x", "finish_reason": "length"}]}).encode()))
+    plain = ScriptedServer(
+        lambda s, m, p, b: (
+            (200, json.dumps({"data": [{"id": "m", "owned_by": "vllm"}]}).encode())
+            if p == "/v1/models"
+            else (200, json.dumps({"choices": [{"text": "x", "finish_reason": "length"}]}).encode())
+        )
+    )
     try:
         result = RemoteBackend(plain.url, protocol="vllm-diffusion").infill(InfillRequest(prefix="a", suffix="b"))
         assert result.outcome == "error" and "does not answer like vLLM serving a diffusion model" in result.error

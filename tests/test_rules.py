@@ -11,8 +11,8 @@ import threading
 
 import pytest
 
-from infill.backends.offline.stops import cut_fill, read_gap
 from infill import languages
+from infill.backends.offline.stops import cut_fill, read_gap
 from infill.checks.postprocess import trim_unbalanced_closer
 from infill.checks.watchdog import Watchdog
 from infill.context.builder import ContextBuilder
@@ -30,16 +30,19 @@ def watchdog_verdict(source: str, language: str, middle: str):
     return Watchdog().judge([middle], [(start, start)], doc, builder.build(doc, [(start, start)], "inline"))
 
 
-@pytest.mark.parametrize("language,source,middle,dropped", [
-    ("lua", "function f(x)\n  §\nend\n", "-- not yet", True),  # the watchdog let this through: it knew no `--`
-    ("sql", "SELECT *\nFROM t\n§\n", "-- filter later", True),
-    ("ruby", "def f(x)\n  §\nend\n", "# TODO", True),
-    ("python", "def f(x):\n    §\n", "# step one\n    # step two", True),
-    ("go", "package main\n\nfunc f() {\n\t§\n}\n", "// later", True),
-    ("python", "x = 1  §\n", "# one", False),  # a note after code on its line: Gemma kept it, the watchdog did not
-    ("javascript", "const a = 1;  §\n", "// the first", False),
-    ("python", "def f(x):\n    §\n", "return x  # done", False),
-])
+@pytest.mark.parametrize(
+    "language,source,middle,dropped",
+    [
+        ("lua", "function f(x)\n  §\nend\n", "-- not yet", True),  # the watchdog let this through: it knew no `--`
+        ("sql", "SELECT *\nFROM t\n§\n", "-- filter later", True),
+        ("ruby", "def f(x)\n  §\nend\n", "# TODO", True),
+        ("python", "def f(x):\n    §\n", "# step one\n    # step two", True),
+        ("go", "package main\n\nfunc f() {\n\t§\n}\n", "// later", True),
+        ("python", "x = 1  §\n", "# one", False),  # a note after code on its line: Gemma kept it, the watchdog did not
+        ("javascript", "const a = 1;  §\n", "// the first", False),
+        ("python", "def f(x):\n    §\n", "return x  # done", False),
+    ],
+)
 def test_the_watchdog_alone_judges_comment_only_fills(language, source, middle, dropped):
     # Gemma's backend dropped these itself once, with its own copy of the rule; now it returns what it wrote.
     assert (watchdog_verdict(source, language, middle).reason == "comment_only") == dropped

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import pytest
 import torch
+from reference_sampler import reference_step
+from transformers.models.diffusion_gemma.generation_diffusion_gemma import (
+    EntropyBoundSampler,
+    EntropyBoundSamplerConfig,
+)
 
 from infill.engine import forward
 from infill.engine.canvas import build_canvas
-from infill.testing.hf_reference import decoder_cache_view, hf_prefill
 from infill.engine.sampler import entropy_bound_accept, fast_step, logit_scale, sample_inverse_cdf
-from reference_sampler import reference_step
-from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSampler, EntropyBoundSamplerConfig
+from infill.testing.hf_reference import decoder_cache_view, hf_prefill
 
 
 @pytest.mark.parametrize("vocab", [1024, 1000])  # two-level path (1024 = 32 blocks of 32) and single cumsum path
@@ -27,7 +30,7 @@ def test_inverse_cdf_sampling_follows_the_distribution(vocab):
     se = (probs[top].double() * (1 - probs[top].double()) / draws).sqrt()
     assert torch.all((freq[top] - probs[top].double()).abs() < 5 * se + 1e-4)
     zero = probs.clone()
-    zero[:vocab // 2] = 0
+    zero[: vocab // 2] = 0
     zero /= zero.sum()
     picked = sample_inverse_cdf(zero.expand(5000, vocab).contiguous(), torch.rand(5000, generator=gen))
     assert bool((picked >= vocab // 2).all())  # never a zero-probability token
@@ -70,8 +73,9 @@ def test_fast_decoder_forward_equals_stock_forward(tiny_engine):
     prev_logits = torch.randn(1, 24, 512, generator=gen) * 5
     free = torch.ones(1, 24, dtype=torch.bool)
     with torch.inference_mode():
-        stock = model(decoder_input_ids=canvas, cache=view, self_conditioning_logits=prev_logits,
-                      decoder_position_ids=positions).logits
+        stock = model(
+            decoder_input_ids=canvas, cache=view, self_conditioning_logits=prev_logits, decoder_position_ids=positions
+        ).logits
         soft = forward.soft_embeddings(torch.softmax(prev_logits, -1), engine.weights, torch.zeros(1, 24, 64), free)
         ours = ours_forward(canvas, soft)
         cap = model.config.text_config.final_logit_softcapping
@@ -104,14 +108,19 @@ def test_clamped_slots_self_conditioning_equals_one_hot_logits_through_the_stock
     positions = ids.numel() + torch.arange(24)[None]
     prev_logits = torch.randn(1, 24, 512, generator=gen) * 5
     with torch.inference_mode():
-        stock = model(decoder_input_ids=canvas, cache=view, decoder_position_ids=positions,
-                      self_conditioning_logits=one_hot_logits(prev_logits, canvas, free)).logits
+        stock = model(
+            decoder_input_ids=canvas,
+            cache=view,
+            decoder_position_ids=positions,
+            self_conditioning_logits=one_hot_logits(prev_logits, canvas, free),
+        ).logits
         clamp = model.model.decoder.embed_tokens(canvas)
         soft = forward.soft_embeddings(torch.softmax(prev_logits, -1), engine.weights, clamp, free)
         ours = ours_forward(canvas, soft)
         cap = model.config.text_config.final_logit_softcapping
         ours = torch.tanh(ours / cap) * cap
-        free_only = model(decoder_input_ids=canvas, cache=view, decoder_position_ids=positions,
-                          self_conditioning_logits=prev_logits).logits
+        free_only = model(
+            decoder_input_ids=canvas, cache=view, decoder_position_ids=positions, self_conditioning_logits=prev_logits
+        ).logits
     assert torch.allclose(ours, stock, atol=1e-4)
     assert not torch.allclose(free_only, stock, atol=1e-2)  # the pinned slots' input does change the output

@@ -9,11 +9,20 @@ from __future__ import annotations
 
 import pytest
 import pytest_asyncio
+from lsp_helpers import (
+    CONFIG,
+    INIT_OPTIONS,
+    SERVER_ARGS,
+    apply_edits,
+    code_actions,
+    log_text,
+    open_doc,
+    start,
+    status,
+    wait_ready,
+)
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
-
-from lsp_helpers import CONFIG, INIT_OPTIONS, SERVER_ARGS, apply_edits, code_actions, log_text, open_doc, start, \
-    status, wait_ready
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -42,9 +51,13 @@ async def test_code_action_kinds_filter(lsp):
     rng = types.Range(start=types.Position(0, 4), end=types.Position(0, 7))
 
     async def titles(only):
-        actions = await lsp.text_document_code_action_async(types.CodeActionParams(
-            text_document=types.TextDocumentIdentifier(uri=uri), range=rng,
-            context=types.CodeActionContext(diagnostics=[], only=only)))
+        actions = await lsp.text_document_code_action_async(
+            types.CodeActionParams(
+                text_document=types.TextDocumentIdentifier(uri=uri),
+                range=rng,
+                context=types.CodeActionContext(diagnostics=[], only=only),
+            )
+        )
         return [a.title for a in actions or []]
 
     assert await titles([types.CodeActionKind.Refactor]) == ["Fill gap"]
@@ -63,8 +76,9 @@ async def test_markdown_fill_all_gaps(lsp):
     assert resolved.edit is not None, log_text(lsp)[-2000:]
     (change,) = resolved.edit.document_changes
     assert change.text_document.version == 3
-    ranges = [(e.range.start.line, e.range.start.character, e.range.end.line, e.range.end.character)
-              for e in change.edits]
+    ranges = [
+        (e.range.start.line, e.range.start.character, e.range.end.line, e.range.end.character) for e in change.edits
+    ]
     assert ranges == [(2, 5, 2, 13), (4, 11, 4, 19), (4, 23, 4, 26)]
     applied = apply_edits(text, change.edits)
     assert applied.startswith("# Letter\n\nDear ") and applied.endswith(" sharp.\n")
@@ -76,9 +90,12 @@ async def test_fill_gap_command_applies_via_workspace_edit(lsp):
     text = "one two\nthree four\nfive six\n"
     open_doc(lsp, uri, text, language="plaintext", version=4)
     before = len(lsp.applied_edits)
-    reply = await lsp.workspace_execute_command_async(types.ExecuteCommandParams(
-        command="infill.fillGap", arguments=[uri, {"start": {"line": 1, "character": 4},
-                                                   "end": {"line": 1, "character": 5}}]))
+    reply = await lsp.workspace_execute_command_async(
+        types.ExecuteCommandParams(
+            command="infill.fillGap",
+            arguments=[uri, {"start": {"line": 1, "character": 4}, "end": {"line": 1, "character": 5}}],
+        )
+    )
     assert reply["applied"] is True, reply
     (edit,) = lsp.applied_edits[before:]
     assert edit.document_changes[0].text_document.version == 4
@@ -89,13 +106,21 @@ async def test_toggle_disables_and_enables(lsp):
     open_doc(lsp, uri, "Some text here\n", language="plaintext")
     off = await lsp.workspace_execute_command_async(types.ExecuteCommandParams(command="infill.toggle"))
     assert off["enabled"] is False
-    assert await lsp.text_document_inline_completion_async(types.InlineCompletionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(0, 9),
-        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked))) is None
+    assert (
+        await lsp.text_document_inline_completion_async(
+            types.InlineCompletionParams(
+                text_document=types.TextDocumentIdentifier(uri=uri),
+                position=types.Position(0, 9),
+                context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
+            )
+        )
+        is None
+    )
     assert "completions are disabled" in log_text(lsp)  # refused, and the log says why
     assert any(getattr(c, "enabled", None) is False for c in lsp.status_changes)
-    on = await lsp.workspace_execute_command_async(types.ExecuteCommandParams(command="infill.toggle",
-                                                                              arguments=[True]))
+    on = await lsp.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="infill.toggle", arguments=[True])
+    )
     assert on["enabled"] is True
 
 
@@ -108,11 +133,16 @@ async def test_unknown_command_is_an_error(lsp):
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def unresolving(tiny_checkpoint):
     """A second real server, for a client without codeAction resolveSupport (the shared `lsp` client has it)."""
-    client, _ = await start(["--model", str(tiny_checkpoint), *SERVER_ARGS], init_options=INIT_OPTIONS,
-                            configuration=CONFIG, resolve_edit=False)
+    client, _ = await start(
+        ["--model", str(tiny_checkpoint), *SERVER_ARGS],
+        init_options=INIT_OPTIONS,
+        configuration=CONFIG,
+        resolve_edit=False,
+    )
     client.applied_edits = []
     client.feature(types.WORKSPACE_APPLY_EDIT)(
-        lambda params: client.applied_edits.append(params.edit) or types.ApplyWorkspaceEditResult(applied=True))
+        lambda params: client.applied_edits.append(params.edit) or types.ApplyWorkspaceEditResult(applied=True)
+    )
     client.feature("infill/statusChanged")(lambda params: None)
     assert (await wait_ready(client))["state"] == "ready"
     yield client
@@ -135,19 +165,24 @@ async def test_listing_never_runs_the_model_for_a_client_that_cannot_resolve(unr
     assert (await status(unresolving))["pipeline"] == before  # no fill ran
 
     fill = commands[0]
-    reply = await unresolving.workspace_execute_command_async(types.ExecuteCommandParams(
-        command=fill.command, arguments=fill.arguments))
+    reply = await unresolving.workspace_execute_command_async(
+        types.ExecuteCommandParams(command=fill.command, arguments=fill.arguments)
+    )
     assert reply["applied"] is True, (reply, log_text(unresolving)[-2000:])
     (edit,) = unresolving.applied_edits
     (change,) = edit.document_changes
     assert change.text_document.version == 9 and [e.range for e in change.edits] == [selection]
     assert (await status(unresolving))["pipeline"] != before  # the counters do see a fill
 
-    unresolving.text_document_did_change(types.DidChangeTextDocumentParams(
-        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=10),
-        content_changes=[types.TextDocumentContentChangeWholeDocument(text=text + "More.\n")]))
+    unresolving.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=10),
+            content_changes=[types.TextDocumentContentChangeWholeDocument(text=text + "More.\n")],
+        )
+    )
     fill_all = commands[1]  # listed for version 9: executing it now must not edit version 10
-    stale = await unresolving.workspace_execute_command_async(types.ExecuteCommandParams(
-        command=fill_all.command, arguments=fill_all.arguments))
+    stale = await unresolving.workspace_execute_command_async(
+        types.ExecuteCommandParams(command=fill_all.command, arguments=fill_all.arguments)
+    )
     assert stale["applied"] is False and stale["reason"], stale
     assert len(unresolving.applied_edits) == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from lsp_helpers import refused_remote
+
 from server.settings import Settings
 
 

@@ -4,20 +4,22 @@ actions carry their edit directly."""
 
 from __future__ import annotations
 
-
 import pytest
 import pytest_asyncio
-from lsprotocol import types
-
 from lsp_helpers import code_actions, open_doc, start, status, wait_ready
+from lsprotocol import types
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def plain(tiny_checkpoint):
-    client, _ = await start(["--model", str(tiny_checkpoint), "--denoising-steps", "8"], resolve_edit=False,
-                            progress=False, init_options={"codeActionBudgetMs": 30000})
+    client, _ = await start(
+        ["--model", str(tiny_checkpoint), "--denoising-steps", "8"],
+        resolve_edit=False,
+        progress=False,
+        init_options={"codeActionBudgetMs": 30000},
+    )
     client.feature("infill/statusChanged")(lambda params: None)
     yield client
     await client.shutdown_session()
@@ -28,9 +30,13 @@ async def test_requests_while_loading_return_empty_at_once(plain):
     uri = "file:///early.txt"
     open_doc(plain, uri, "Early words here\n", language="plaintext")
     assert (await status(plain))["state"] == "loading"  # torch import + load take seconds; we ask right away
-    reply = await plain.text_document_inline_completion_async(types.InlineCompletionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(0, 11),
-        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)))
+    reply = await plain.text_document_inline_completion_async(
+        types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=types.Position(0, 11),
+            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
+        )
+    )
     assert reply is None
     assert (await status(plain))["state"] == "loading"  # answered without waiting for the load
     assert (await wait_ready(plain))["state"] == "ready"

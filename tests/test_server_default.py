@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from lsprotocol import types
-
 from lsp_helpers import apply_edits, code_actions, log_text, open_doc, start, utf16_offset, wait_ready
+from lsprotocol import types
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
@@ -42,9 +41,13 @@ async def test_inline_suggestion_from_the_default_model(default):
     text = "# somme des entrées 😀\ndef add(a, b):\n    return \n"
     open_doc(default, uri, text)
     position = types.Position(line=2, character=11)
-    reply = await default.text_document_inline_completion_async(types.InlineCompletionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), position=position,
-        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)))
+    reply = await default.text_document_inline_completion_async(
+        types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=position,
+            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
+        )
+    )
     assert reply is not None and reply.items, log_text(default)
     item = reply.items[0]
     assert item.range.start == position and item.insert_text.strip()
@@ -55,9 +58,13 @@ async def test_inline_suggestion_from_the_default_model(default):
 
 
 async def _invoke(client, uri: str, position: types.Position):
-    return await client.text_document_inline_completion_async(types.InlineCompletionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), position=position,
-        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)))
+    return await client.text_document_inline_completion_async(
+        types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=position,
+            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
+        )
+    )
 
 
 async def _completion_of(client, version: int, patience_s: float, uri: str | None = None) -> dict:
@@ -86,11 +93,19 @@ async def test_a_jump_to_another_line_encodes_its_prompt_before_the_first_reques
     await _invoke(default, uri, types.Position(line=len(lines) - 2, character=0))
     cold_s = time.monotonic() - started  # a whole cold prompt encoded and filled, on this machine now
     far = 40
-    default.text_document_did_change(types.DidChangeTextDocumentParams(
-        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
-        content_changes=[types.TextDocumentContentChangePartial(
-            range=types.Range(start=types.Position(line=far, character=0), end=types.Position(line=far, character=0)),
-            text="x")]))
+    default.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+            content_changes=[
+                types.TextDocumentContentChangePartial(
+                    range=types.Range(
+                        start=types.Position(line=far, character=0), end=types.Position(line=far, character=0)
+                    ),
+                    text="x",
+                )
+            ],
+        )
+    )
     await asyncio.sleep(2 * cold_s + 0.5)  # no request meanwhile: only the jump itself can have encoded anything
     await _invoke(default, uri, types.Position(line=far, character=1))
     record = await _completion_of(default, 2, patience_s=10 * cold_s + 10)
@@ -98,14 +113,14 @@ async def test_a_jump_to_another_line_encodes_its_prompt_before_the_first_reques
     assert record["reused_tokens"] >= record["prompt_tokens"] - 2, record
 
 
-STATE_PY = '''class ConnectionState:
+STATE_PY = """class ConnectionState:
     def __init__(self, role):
         self.role = role
 
     def process_event(self, role, event_type, server_switch_event=None):
         return role
-'''
-CONNECTION_PY = '''from ._state import ConnectionState
+"""
+CONNECTION_PY = """from ._state import ConnectionState
 
 
 class Connection:
@@ -113,7 +128,7 @@ class Connection:
         self._cstate = ConnectionState(role)
 
     def send(self, event):
-        self._cstate.'''
+        self._cstate."""
 
 
 async def test_other_open_files_reach_the_prompt_only_when_asked_and_a_closed_one_leaves_it(default):
@@ -131,8 +146,9 @@ async def test_other_open_files_reach_the_prompt_only_when_asked_and_a_closed_on
     _configure(default, {"relatedFiles": True})
     with_state = await _fill_after_edit(default, connection, end, 2, "return ")
     assert with_state["related_chars"] > len("# pkg/_state.py\n"), with_state
-    default.text_document_did_close(types.DidCloseTextDocumentParams(
-        text_document=types.TextDocumentIdentifier(uri=state)))
+    default.text_document_did_close(
+        types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=state))
+    )
     without = await _fill_after_edit(default, connection, end, 3, "value = ")
     _configure(default, {})
     assert without["related_chars"] < with_state["related_chars"], (with_state, without)
@@ -141,9 +157,12 @@ async def test_other_open_files_reach_the_prompt_only_when_asked_and_a_closed_on
 async def _fill_after_edit(client, uri: str, end: types.Position, version: int, written: str) -> dict:
     """The logged fill after `written` goes before the cursor's `self._cstate.` (a new text: not typed through)."""
     edited = CONNECTION_PY.replace("        self._cstate.", "        " + written + "self._cstate.")
-    client.text_document_did_change(types.DidChangeTextDocumentParams(
-        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
-        content_changes=[types.TextDocumentContentChangeWholeDocument(text=edited)]))
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+            content_changes=[types.TextDocumentContentChangeWholeDocument(text=edited)],
+        )
+    )
     await _invoke(client, uri, types.Position(line=end.line, character=end.character + len(written)))
     return await _completion_of(client, version, patience_s=60, uri=uri)
 

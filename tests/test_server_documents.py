@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import random
 
+from lsp_helpers import refused_remote, utf16_offset
 from lsprotocol import types
 
-from lsp_helpers import refused_remote, utf16_offset
 from server.documents import Clamp, Document, split_lines
 from server.settings import Settings
 
@@ -126,8 +126,8 @@ def _notify(server, method: str, params) -> None:
 
 
 def test_did_close_drops_the_pipelines_syntax_tree():
-    from infill.pipeline import CompletionRequest, Pipeline
     from infill.loader import Opened
+    from infill.pipeline import CompletionRequest, Pipeline
     from server.main import create_server
 
     server = create_server(Settings(debounce_ms=0))
@@ -136,12 +136,20 @@ def test_did_close_drops_the_pipelines_syntax_tree():
     server.host._loaded = Opened(pipeline, (backend,))
     server.host.state = "ready"
     uri, text = "file:///closed.py", "def f():\n    return 1\n"
-    _notify(server, "lsp_text_document__did_open", types.DidOpenTextDocumentParams(
-        text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
+    _notify(
+        server,
+        "lsp_text_document__did_open",
+        types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)
+        ),
+    )
     pipeline.prepare(CompletionRequest(text, 9, document_id=uri, language="python", version=1))
     assert [key[0] for key in pipeline.contexts._documents] == [uri]
-    _notify(server, "lsp_text_document__did_close",
-            types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
+    _notify(
+        server,
+        "lsp_text_document__did_close",
+        types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)),
+    )
     assert not pipeline.contexts._documents and server.documents.get(uri) is None
     assert server.status()["pipeline"] == {"routes": {}, "checked": 0, "rejected": {}}
     server.host.close()
@@ -149,8 +157,8 @@ def test_did_close_drops_the_pipelines_syntax_tree():
 
 def test_did_change_notes_edits_so_the_pipeline_reparses_without_comparing_texts(monkeypatch):
     from infill.context import syntax
-    from infill.pipeline import CompletionRequest, Pipeline
     from infill.loader import Opened
+    from infill.pipeline import CompletionRequest, Pipeline
     from server.main import create_server
 
     server = create_server(Settings(debounce_ms=0))
@@ -159,9 +167,15 @@ def test_did_change_notes_edits_so_the_pipeline_reparses_without_comparing_texts
     server.host._loaded = Opened(pipeline, (backend,))
     server.host.state = "ready"
     uri = "file:///typed.py"
-    _notify(server, "lsp_text_document__did_open", types.DidOpenTextDocumentParams(
-        text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1,
-                                             text="def f(x):\r\n    return x\r\n\r\nprint(f(1))\n")))
+    _notify(
+        server,
+        "lsp_text_document__did_open",
+        types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(
+                uri=uri, language_id="python", version=1, text="def f(x):\r\n    return x\r\n\r\nprint(f(1))\n"
+            )
+        ),
+    )
     document = server.documents.get(uri)
     pipeline.prepare(CompletionRequest(document.text, 0, document_id=uri, language="python", version=1))
 
@@ -169,17 +183,25 @@ def test_did_change_notes_edits_so_the_pipeline_reparses_without_comparing_texts
         raise AssertionError("didChange must hand the pipeline its edits")
 
     monkeypatch.setattr(syntax, "diff_edit", no_text_comparison)
-    edits = [(P(1, 12), P(1, 12), " + 😀"), (P(0, 0), P(0, 0), "# é\n"), (P(2, 0), P(3, 4), "y = ("),
-             (P(3, 1), P(3, 1), "\r\n    z")]
+    edits = [
+        (P(1, 12), P(1, 12), " + 😀"),
+        (P(0, 0), P(0, 0), "# é\n"),
+        (P(2, 0), P(3, 4), "y = ("),
+        (P(3, 1), P(3, 1), "\r\n    z"),
+    ]
     for version, (start, end, new) in enumerate(edits, start=2):
-        _notify(server, "lsp_text_document__did_change", types.DidChangeTextDocumentParams(
-            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
-            content_changes=[_change("", start, end, new)]))
+        _notify(
+            server,
+            "lsp_text_document__did_change",
+            types.DidChangeTextDocumentParams(
+                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+                content_changes=[_change("", start, end, new)],
+            ),
+        )
         if version % 2:
             continue  # two versions fold into one re-parse
         text = document.text
-        prep = pipeline.prepare(CompletionRequest(text, len(text), document_id=uri, language="python",
-                                                  version=version))
+        prep = pipeline.prepare(CompletionRequest(text, len(text), document_id=uri, language="python", version=version))
         fresh = syntax.ParsedDocument("python").update(text)
         assert prep.doc.text == text and str(prep.doc.tree.root_node) == str(fresh.tree.root_node)
     server.host.close()

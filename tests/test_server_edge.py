@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from fuzz.rpc import RawServer
 
 NON_OBJECTS = ['"a string"', "[1, 2]", "[]", "42", "1.5", "true", "false"]
@@ -27,9 +26,11 @@ def registered_methods() -> list[str]:
 @pytest.fixture(scope="module")
 def edge_server(tiny_checkpoint, tmp_path_factory):
     stderr = tmp_path_factory.mktemp("edge") / "server.log"
-    server = RawServer(["--model", str(tiny_checkpoint), "--denoising-steps", "2"],
-                       configuration={"enabledLanguages": ["plaintext"], "codeActionBudgetMs": 30000},
-                       stderr_path=str(stderr))
+    server = RawServer(
+        ["--model", str(tiny_checkpoint), "--denoising-steps", "2"],
+        configuration={"enabledLanguages": ["plaintext"], "codeActionBudgetMs": 30000},
+        stderr_path=str(stderr),
+    )
     assert "result" in server.initialize()
     assert server.wait_ready(240)["state"] == "ready"
     server.stderr_path = stderr
@@ -50,8 +51,14 @@ def assert_alive(server: RawServer) -> None:
 
 def test_registered_methods_cover_what_the_issue_names():
     methods = registered_methods()
-    assert {"textDocument/inlineCompletion", "codeAction/resolve", "workspace/executeCommand", "shutdown",
-            "infill/telemetry", "initialize"} <= set(methods)
+    assert {
+        "textDocument/inlineCompletion",
+        "codeAction/resolve",
+        "workspace/executeCommand",
+        "shutdown",
+        "infill/telemetry",
+        "initialize",
+    } <= set(methods)
 
 
 @pytest.mark.parametrize("method", registered_methods())
@@ -64,8 +71,9 @@ def test_non_object_params_are_refused_on_every_method(edge_server, method):
     assert_alive(edge_server)  # shutdown with non-object params did not shut it down
 
 
-@pytest.mark.parametrize("method", ["initialized", "textDocument/didOpen", "$/cancelRequest",
-                                    "workspace/didChangeConfiguration"])
+@pytest.mark.parametrize(
+    "method", ["initialized", "textDocument/didOpen", "$/cancelRequest", "workspace/didChangeConfiguration"]
+)
 def test_a_notification_sent_as_a_request_is_answered(edge_server, method):
     error = ask(edge_server, method, "{}").get("error")
     assert error is not None and error["code"] == -32600 and "notification" in error["message"], error
@@ -102,26 +110,51 @@ RESOLVE_DATA = [
     '{"infill": "gap", "uri": "file:///edge.txt", "range": [0, 0, 0, 1], "generation": {"a": 1}}',
     '{"infill": "gap", "uri": "file:///edge.txt", "range": [0, 0, 0, 1], "text": 7}',
     '{"infill": "nope", "uri": "file:///edge.txt", "range": [0, 0, 0, 1]}',
-    '[1, 2]', '"gap"', "42", "true", "null", "{}",
+    "[1, 2]",
+    '"gap"',
+    "42",
+    "true",
+    "null",
+    "{}",
 ]
 
 
 @pytest.mark.parametrize("data", RESOLVE_DATA)
 def test_resolve_data_the_server_did_not_produce_comes_back_without_an_edit(edge_server, data):
-    edge_server.notify("textDocument/didOpen", {"textDocument": {"uri": "file:///edge.txt", "languageId": "plaintext",
-                                                                 "version": 1, "text": "one two three\n"}})
-    reply = ask(edge_server, "codeAction/resolve", f'{{"title": "Fill gap", "kind": "refactor.rewrite", '
-                                                   f'"data": {data}}}')
+    edge_server.notify(
+        "textDocument/didOpen",
+        {
+            "textDocument": {
+                "uri": "file:///edge.txt",
+                "languageId": "plaintext",
+                "version": 1,
+                "text": "one two three\n",
+            }
+        },
+    )
+    reply = ask(
+        edge_server, "codeAction/resolve", f'{{"title": "Fill gap", "kind": "refactor.rewrite", "data": {data}}}'
+    )
     assert "error" not in reply, reply
     assert reply["result"].get("edit") is None and reply["result"]["title"] == "Fill gap"
 
 
-COMMAND_ARGUMENTS = ['[{"a": 1}]', "[[1]]", "[null, null]", "[1.5]", '[{"uri": {"a": 1}}]',
-                     '[{"uri": "file:///edge.txt", "range": [1]}]', '["file:///edge.txt", "x"]', "[]", "null"]
+COMMAND_ARGUMENTS = [
+    '[{"a": 1}]',
+    "[[1]]",
+    "[null, null]",
+    "[1.5]",
+    '[{"uri": {"a": 1}}]',
+    '[{"uri": "file:///edge.txt", "range": [1]}]',
+    '["file:///edge.txt", "x"]',
+    "[]",
+    "null",
+]
 
 
-@pytest.mark.parametrize("command", ["infill.fillGap", "infill.fillAllGaps", "infill.toggle", "infill.status",
-                                     "infill.didAcceptCompletion"])
+@pytest.mark.parametrize(
+    "command", ["infill.fillGap", "infill.fillAllGaps", "infill.toggle", "infill.status", "infill.didAcceptCompletion"]
+)
 def test_command_arguments_of_every_shape_are_answered(edge_server, command):
     for arguments in COMMAND_ARGUMENTS:
         reply = ask(edge_server, "workspace/executeCommand", f'{{"command": "{command}", "arguments": {arguments}}}')
@@ -130,12 +163,15 @@ def test_command_arguments_of_every_shape_are_answered(edge_server, command):
     assert_alive(edge_server)
 
 
-@pytest.mark.parametrize("params, fragment", [
-    ('{"command": {"a": 1}}', "$.params.command"),
-    ('{"command": "infill.status", "arguments": {"a": 1}}', "$.params.arguments"),
-    ('{"command": "infill.status", "arguments": "ab"}', "$.params.arguments"),
-    ('{"command": "infill.nope", "arguments": [{"a": 1}]}', "unknown command"),
-])
+@pytest.mark.parametrize(
+    "params, fragment",
+    [
+        ('{"command": {"a": 1}}', "$.params.command"),
+        ('{"command": "infill.status", "arguments": {"a": 1}}', "$.params.arguments"),
+        ('{"command": "infill.status", "arguments": "ab"}', "$.params.arguments"),
+        ('{"command": "infill.nope", "arguments": [{"a": 1}]}', "unknown command"),
+    ],
+)
 def test_malformed_execute_command_params_get_32602(edge_server, params, fragment):
     error = ask(edge_server, "workspace/executeCommand", params).get("error")
     assert error is not None and error["code"] == -32602 and fragment in error["message"], error
@@ -150,24 +186,38 @@ def test_cancel_and_progress_ids_that_are_not_ids_are_ignored(edge_server):
 
 def test_a_client_with_literals_but_no_resolve_gets_actions_that_fill_by_command(tiny_checkpoint):
     """Issue 26: listing runs no model for such a client either; the action's command fills when executed."""
-    server = RawServer(["--model", str(tiny_checkpoint), "--denoising-steps", "2"],
-                       configuration={"enabledLanguages": ["plaintext"], "codeActionBudgetMs": 30000})
+    server = RawServer(
+        ["--model", str(tiny_checkpoint), "--denoising-steps", "2"],
+        configuration={"enabledLanguages": ["plaintext"], "codeActionBudgetMs": 30000},
+    )
     try:
         literals = {"codeActionLiteralSupport": {"codeActionKind": {"valueSet": ["refactor"]}}, "dataSupport": True}
-        server.initialize(capabilities={"workspace": {"applyEdit": True, "workspaceEdit": {"documentChanges": True}},
-                                        "textDocument": {"codeAction": literals}})
+        server.initialize(
+            capabilities={
+                "workspace": {"applyEdit": True, "workspaceEdit": {"documentChanges": True}},
+                "textDocument": {"codeAction": literals},
+            }
+        )
         assert server.wait_ready(240)["state"] == "ready"
         uri = "file:///literal.txt"
         selection = {"start": {"line": 0, "character": 4}, "end": {"line": 0, "character": 7}}
-        server.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "plaintext", "version": 3,
-                                                                "text": "one two three\n"}})
-        listed = server.call("textDocument/codeAction", {"textDocument": {"uri": uri}, "range": selection,
-                                                         "context": {"diagnostics": []}}, ANSWER_S)
+        server.notify(
+            "textDocument/didOpen",
+            {"textDocument": {"uri": uri, "languageId": "plaintext", "version": 3, "text": "one two three\n"}},
+        )
+        listed = server.call(
+            "textDocument/codeAction",
+            {"textDocument": {"uri": uri}, "range": selection, "context": {"diagnostics": []}},
+            ANSWER_S,
+        )
         (action,) = listed["result"]
         assert action["kind"] == "refactor.rewrite" and "edit" not in action
         assert action["command"]["command"] == "infill.fillGap"
-        reply = server.call("workspace/executeCommand", {"command": action["command"]["command"],
-                                                         "arguments": action["command"]["arguments"]}, ANSWER_S)
+        reply = server.call(
+            "workspace/executeCommand",
+            {"command": action["command"]["command"], "arguments": action["command"]["arguments"]},
+            ANSWER_S,
+        )
         assert reply["result"]["applied"] is True, reply
         (edit,) = server.applied_edits
         (change,) = edit["documentChanges"]

@@ -12,9 +12,8 @@ import time
 
 import pytest
 import pytest_asyncio
-from lsprotocol import types
-
 from lsp_helpers import apply_edits, log_records, log_text, open_doc, start, status, utf16_offset, wait_ready
+from lsprotocol import types
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
@@ -35,14 +34,19 @@ async def server(stutter_checkpoint, tmp_path_factory):
 
 
 async def _invoke(client, uri: str):
-    return await client.text_document_inline_completion_async(types.InlineCompletionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), position=POSITION,
-        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)))
+    return await client.text_document_inline_completion_async(
+        types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=POSITION,
+            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
+        )
+    )
 
 
 async def _record(client, uri: str) -> dict:
-    records = await log_records(client.completion_log, lambda found: any(r.get("uri") == uri for r in found),
-                                timeout=30)
+    records = await log_records(
+        client.completion_log, lambda found: any(r.get("uri") == uri for r in found), timeout=30
+    )
     found = [r for r in records if r.get("uri") == uri and r.get("pipeline")]
     assert found, f"no completion logged for {uri}"
     return found[-1]
@@ -79,8 +83,9 @@ async def test_a_rejected_fill_is_answered_by_the_offline_default_behind_the_che
 
 async def test_with_the_fallback_turned_off_the_same_request_shows_nothing(server):
     await wait_ready(server, timeout=240)
-    server.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-        settings={"infill": {"fallback": False}}))
+    server.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"infill": {"fallback": False}})
+    )
     before = await status(server)
     turned_off = await _until(server, lambda s: s["state"] == "ready" and s["fallback"] is None)
     assert turned_off["fallback"] is None and turned_off["fallbackError"] is None, turned_off

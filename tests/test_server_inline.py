@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from lsp_helpers import CONFIG, apply_edits, log_records, log_text, open_doc, status, utf16_offset
 from lsprotocol import types
 
-from lsp_helpers import CONFIG, apply_edits, log_records, log_text, open_doc, status, utf16_offset
 from server.settings import Settings
 
 P = types.Position
@@ -22,35 +22,43 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 async def test_inline_item_range_on_line_with_surrogate_pairs_and_crlf(lsp):
     uri = "file:///inline_utf16.txt"
-    text = "Notes café 🎉🎉\r\ns = \"😀😀\" + x\r\nThe plan is\r\nsimple.\r\n"
+    text = 'Notes café 🎉🎉\r\ns = "😀😀" + x\r\nThe plan is\r\nsimple.\r\n'
     open_doc(lsp, uri, text, language="plaintext")
     # Line 1, after the two emoji and the closing quote: UTF-16 column 10 (each emoji is 2 units).
     position = types.Position(line=1, character=10)
     assert text[utf16_offset(text, position) - 1] == '"'
-    reply = await lsp.text_document_inline_completion_async(types.InlineCompletionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), position=position,
-        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)))
+    reply = await lsp.text_document_inline_completion_async(
+        types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=position,
+            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
+        )
+    )
     assert reply is not None and reply.items, log_text(lsp)[-2000:]
     item = reply.items[0]
     assert item.range.start == position and item.range.end == position
     assert item.insert_text.strip()
     # The server's UTF-16 range round-trips: inserting at it keeps the surrounding text intact.
     applied = apply_edits(text, [types.TextEdit(range=item.range, new_text=item.insert_text)])
-    assert applied.startswith(text[:utf16_offset(text, position)]) and applied.endswith(text[utf16_offset(text,
-                                                                                                        position):])
+    assert applied.startswith(text[: utf16_offset(text, position)]) and applied.endswith(
+        text[utf16_offset(text, position) :]
+    )
 
 
 async def test_newer_automatic_request_supersedes_older(lsp):
     uri = "file:///burst.py"
     open_doc(lsp, uri, "total = 0\nfor i in range(10):\n    total += \n")
     params = types.InlineCompletionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(2, 13),
-        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic))
+        text_document=types.TextDocumentIdentifier(uri=uri),
+        position=types.Position(2, 13),
+        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic),
+    )
 
     # A debounce no stall of a loaded machine outlasts, so the second request always comes within the first's
     # (pushed settings apply before the messages after them are handled).
-    lsp.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-        settings={"infill": {**CONFIG, "debounceMs": 2000}}))
+    lsp.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"infill": {**CONFIG, "debounceMs": 2000}})
+    )
     try:
         before = (await status(lsp))["telemetry"]["completions"]
         first = asyncio.wrap_future(lsp.protocol.send_request(types.TEXT_DOCUMENT_INLINE_COMPLETION, params))
@@ -67,12 +75,18 @@ async def test_automatic_request_builds_its_context_and_encodes_its_prompt_durin
     lsp.set_configuration({**CONFIG, "completionLog": str(log_path)}, section="infill")
     lsp.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
     await asyncio.sleep(0.3)
-    for uri, kind in (("file:///ahead.txt", types.InlineCompletionTriggerKind.Automatic),
-                      ("file:///invoked.txt", types.InlineCompletionTriggerKind.Invoked)):
+    for uri, kind in (
+        ("file:///ahead.txt", types.InlineCompletionTriggerKind.Automatic),
+        ("file:///invoked.txt", types.InlineCompletionTriggerKind.Invoked),
+    ):
         open_doc(lsp, uri, "Dear team,\n    thanks for the notes on the plan; we will\n", language="plaintext")
-        await lsp.text_document_inline_completion_async(types.InlineCompletionParams(
-            text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(1, 47),
-            context=types.InlineCompletionContext(trigger_kind=kind)))
+        await lsp.text_document_inline_completion_async(
+            types.InlineCompletionParams(
+                text_document=types.TextDocumentIdentifier(uri=uri),
+                position=types.Position(1, 47),
+                context=types.InlineCompletionContext(trigger_kind=kind),
+            )
+        )
     logged = await log_records(log_path, lambda rs: sum(r["type"] == "completion" for r in rs) >= 2)
     records = {r["uri"]: r["pipeline"] for r in logged if r["type"] == "completion"}
     ahead, invoked = records["file:///ahead.txt"], records["file:///invoked.txt"]
@@ -90,22 +104,36 @@ async def test_typing_in_a_large_file_parses_a_region_and_answers_every_request(
     lsp.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
     await asyncio.sleep(0.3)
     uri = "file:///big_module.py"
-    lines = [line for i in range(1250) for line in (f"def f{i}(a, b):", f"    total = a + b * {i}", "    return total",
-                                                    "")]
+    lines = [
+        line for i in range(1250) for line in (f"def f{i}(a, b):", f"    total = a + b * {i}", "    return total", "")
+    ]
     open_doc(lsp, uri, "\n".join(lines) + "\n")
     row, column = 2501, len(lines[2501])
     automatic = types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic)
     for version in range(2, 8):
-        lsp.text_document_did_change(types.DidChangeTextDocumentParams(
-            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
-            content_changes=[types.TextDocumentContentChangePartial(
-                range=types.Range(start=types.Position(row, column), end=types.Position(row, column)), text="x")]))
+        lsp.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+                content_changes=[
+                    types.TextDocumentContentChangePartial(
+                        range=types.Range(start=types.Position(row, column), end=types.Position(row, column)), text="x"
+                    )
+                ],
+            )
+        )
         column += 1
-        await lsp.text_document_inline_completion_async(types.InlineCompletionParams(
-            text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(row, column),
-            context=automatic))
-    records = [r for r in await log_records(log_path, lambda rs: sum(r.get("uri") == uri for r in rs) >= 6)
-               if r["type"] == "completion" and r["uri"] == uri]
+        await lsp.text_document_inline_completion_async(
+            types.InlineCompletionParams(
+                text_document=types.TextDocumentIdentifier(uri=uri),
+                position=types.Position(row, column),
+                context=automatic,
+            )
+        )
+    records = [
+        r
+        for r in await log_records(log_path, lambda rs: sum(r.get("uri") == uri for r in rs) >= 6)
+        if r["type"] == "completion" and r["uri"] == uri
+    ]
     assert [r["version"] for r in records] == list(range(2, 8))
     assert all(r["outcome"] != "discarded" for r in records)
     size = len("\n".join(lines)) + 1
@@ -137,8 +165,8 @@ class _OutOfMemoryBackend:
 
 
 async def test_backend_out_of_memory_is_caught_and_the_server_keeps_serving():
-    from infill.pipeline import Pipeline
     from infill.loader import Opened
+    from infill.pipeline import Pipeline
     from server.handlers_inline import complete_inline
     from server.main import create_server
 
@@ -146,11 +174,14 @@ async def test_backend_out_of_memory_is_caught_and_the_server_keeps_serving():
     backend = _OutOfMemoryBackend()
     server.host._loaded = Opened(Pipeline(backend), (backend,))
     server.host.state = "ready"
-    server.documents.open(types.TextDocumentItem(uri="file:///m.txt", language_id="plaintext", version=1,
-                                                 text="Some words to go on\n"))
+    server.documents.open(
+        types.TextDocumentItem(uri="file:///m.txt", language_id="plaintext", version=1, text="Some words to go on\n")
+    )
     params = types.InlineCompletionParams(
-        text_document=types.TextDocumentIdentifier(uri="file:///m.txt"), position=P(0, 19),
-        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked))
+        text_document=types.TextDocumentIdentifier(uri="file:///m.txt"),
+        position=P(0, 19),
+        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
+    )
     for _ in range(2):  # and again: still serving
         assert await complete_inline(server, params) is None
     assert backend.calls == 2 and server.status()["ready"] is True

@@ -12,9 +12,8 @@ import asyncio
 import time
 
 import pytest
-from lsprotocol import types
-
 from lsp_helpers import CONFIG, log_records, log_text, open_doc, status, wait_ready
+from lsprotocol import types
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -26,8 +25,13 @@ async def test_capabilities(lsp):
     assert getattr(sync, "change", sync) == types.TextDocumentSyncKind.Incremental
     assert caps.code_action_provider.resolve_provider is True
     assert list(caps.code_action_provider.code_action_kinds) == [types.CodeActionKind.RefactorRewrite]
-    assert set(caps.execute_command_provider.commands) == {"infill.status", "infill.fillGap", "infill.fillAllGaps",
-                                                           "infill.toggle", "infill.didAcceptCompletion"}
+    assert set(caps.execute_command_provider.commands) == {
+        "infill.status",
+        "infill.fillGap",
+        "infill.fillAllGaps",
+        "infill.toggle",
+        "infill.didAcceptCompletion",
+    }
 
 
 async def test_startup_progress_and_status(lsp):
@@ -48,11 +52,11 @@ async def test_unknown_and_ill_typed_settings_are_logged(lsp):
     assert "unknown setting infill.bogusKey" in text
     assert "infill.enabled must be true or false" in text
     # Pushed settings (Neovim style: settings.infill) are applied as they are, ill-typed keys logged.
-    lsp.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-        settings={"infill": {**CONFIG, "debounceMs": "slow"}}))
+    lsp.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"infill": {**CONFIG, "debounceMs": "slow"}})
+    )
     await status(lsp)  # a round trip: the notification before it has been handled
-    assert "infill.debounceMs must be an integer, got 'slow'; kept 40 (from didChangeConfiguration)" in \
-        log_text(lsp)
+    assert "infill.debounceMs must be an integer, got 'slow'; kept 40 (from didChangeConfiguration)" in log_text(lsp)
 
 
 async def test_bad_input_does_not_kill_the_server(lsp):
@@ -60,31 +64,50 @@ async def test_bad_input_does_not_kill_the_server(lsp):
     open_doc(lsp, uri, "a = 1\n")
     invoked = types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)
     # A position far beyond the document: clamped (logged), never an exception.
-    await lsp.text_document_inline_completion_async(types.InlineCompletionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(999, 999), context=invoked))
+    await lsp.text_document_inline_completion_async(
+        types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(999, 999), context=invoked
+        )
+    )
     assert "clamped" in log_text(lsp)
     # A document that was never opened.
-    assert await lsp.text_document_inline_completion_async(types.InlineCompletionParams(
-        text_document=types.TextDocumentIdentifier(uri="file:///never.py"), position=types.Position(0, 0),
-        context=invoked)) is None
+    assert (
+        await lsp.text_document_inline_completion_async(
+            types.InlineCompletionParams(
+                text_document=types.TextDocumentIdentifier(uri="file:///never.py"),
+                position=types.Position(0, 0),
+                context=invoked,
+            )
+        )
+        is None
+    )
     # Binary content and a 10 MB document: refused politely.
     open_doc(lsp, "file:///binary.py", "abc\x00def\n")
     open_doc(lsp, "file:///huge.py", "x = 1\n" * (10 * 2**20 // 6))
     for big in ("file:///binary.py", "file:///huge.py"):
-        assert await lsp.text_document_inline_completion_async(types.InlineCompletionParams(
-            text_document=types.TextDocumentIdentifier(uri=big), position=types.Position(0, 1),
-            context=invoked)) is None
+        assert (
+            await lsp.text_document_inline_completion_async(
+                types.InlineCompletionParams(
+                    text_document=types.TextDocumentIdentifier(uri=big), position=types.Position(0, 1), context=invoked
+                )
+            )
+            is None
+        )
     text = log_text(lsp)
     assert "NUL bytes" in text and "maxDocumentChars" in text
     # A selection spanning the whole file: no "Fill gap" (nothing around it), and the server answers.
-    actions = await lsp.text_document_code_action_async(types.CodeActionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri),
-        range=types.Range(start=types.Position(0, 0), end=types.Position(1, 0)),
-        context=types.CodeActionContext(diagnostics=[])))
+    actions = await lsp.text_document_code_action_async(
+        types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            range=types.Range(start=types.Position(0, 0), end=types.Position(1, 0)),
+            context=types.CodeActionContext(diagnostics=[]),
+        )
+    )
     assert not actions
     # A malformed command argument gets a clear answer.
-    reply = await lsp.workspace_execute_command_async(types.ExecuteCommandParams(command="infill.fillGap",
-                                                                                 arguments=[42]))
+    reply = await lsp.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="infill.fillGap", arguments=[42])
+    )
     assert reply["applied"] is False and "arguments" in reply["reason"]
     # Still serving.
     assert (await status(lsp))["ready"] is True
@@ -96,16 +119,28 @@ async def test_telemetry_counted_and_logged(lsp, tmp_path):
     lsp.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
     await asyncio.sleep(0.3)
     before = (await status(lsp))["telemetry"]
-    for event in ({"event": "shown", "uri": "file:///t.py", "version": 1},
-                  {"event": "accepted", "uri": "file:///t.py", "version": 1, "acceptedChars": 3, "totalChars": 9,
-                   "partial": True},
-                  {"event": "rejected", "uri": "file:///t.py", "version": 1}):
+    for event in (
+        {"event": "shown", "uri": "file:///t.py", "version": 1},
+        {
+            "event": "accepted",
+            "uri": "file:///t.py",
+            "version": 1,
+            "acceptedChars": 3,
+            "totalChars": 9,
+            "partial": True,
+        },
+        {"event": "rejected", "uri": "file:///t.py", "version": 1},
+    ):
         lsp.protocol.notify("infill/telemetry", event)
     uri = "file:///logged.txt"
     open_doc(lsp, uri, "Dear h,\n    thanks for 4\n", language="plaintext")
-    await lsp.text_document_inline_completion_async(types.InlineCompletionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(1, 12),
-        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)))
+    await lsp.text_document_inline_completion_async(
+        types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=types.Position(1, 12),
+            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
+        )
+    )
     after = (await status(lsp))["telemetry"]
     assert after["shown"] == before["shown"] + 1 and after["rejected"] == before["rejected"] + 1
     assert after["accepted_partial"] == before["accepted_partial"] + 1
@@ -131,9 +166,16 @@ async def test_bad_model_puts_server_in_error_state_and_it_recovers(lsp, tiny_ch
     uri = "file:///while_broken.py"
     open_doc(lsp, uri, "a = 1\n")
     started = time.monotonic()
-    assert await lsp.text_document_inline_completion_async(types.InlineCompletionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(0, 5),
-        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked))) is None
+    assert (
+        await lsp.text_document_inline_completion_async(
+            types.InlineCompletionParams(
+                text_document=types.TextDocumentIdentifier(uri=uri),
+                position=types.Position(0, 5),
+                context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
+            )
+        )
+        is None
+    )
     assert time.monotonic() - started < 1.0  # empty at once, no model
     lsp.set_configuration({**CONFIG, "model": str(tiny_checkpoint)}, section="infill")
     lsp.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))

@@ -13,23 +13,29 @@ import time
 
 import pytest
 import pytest_asyncio
+from lsp_helpers import code_actions, log_text, open_doc, start, status, wait_ready
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
-
-from lsp_helpers import code_actions, log_text, open_doc, start, status, wait_ready
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def lsp(tiny_checkpoint):
-    client, _ = await start(["--model", str(tiny_checkpoint), "--denoising-steps", "512"],
-                            init_options={"invokedBudgetMs": 120000, "codeActionBudgetMs": 120000,
-                                          "inlineBudgetMs": 120000, "debounceMs": 40})
+    client, _ = await start(
+        ["--model", str(tiny_checkpoint), "--denoising-steps", "512"],
+        init_options={
+            "invokedBudgetMs": 120000,
+            "codeActionBudgetMs": 120000,
+            "inlineBudgetMs": 120000,
+            "debounceMs": 40,
+        },
+    )
     client.feature("infill/statusChanged")(lambda params: None)
     client.applied_edits = []
     client.feature(types.WORKSPACE_APPLY_EDIT)(
-        lambda params: client.applied_edits.append(params.edit) or types.ApplyWorkspaceEditResult(applied=True))
+        lambda params: client.applied_edits.append(params.edit) or types.ApplyWorkspaceEditResult(applied=True)
+    )
     assert (await wait_ready(client))["state"] == "ready"
     yield client
     await client.shutdown_session()
@@ -44,9 +50,13 @@ async def full_run_s(lsp):
     open_doc(lsp, uri, "Weekly notes\nThe team", language="plaintext")
     await engine_idle(lsp)
     started = time.monotonic()
-    await lsp.text_document_inline_completion_async(types.InlineCompletionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(1, 8),
-        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)))
+    await lsp.text_document_inline_completion_async(
+        types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=types.Position(1, 8),
+            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
+        )
+    )
     return time.monotonic() - started
 
 
@@ -95,10 +105,16 @@ async def test_edit_while_resolving_yields_no_edit(lsp, full_run_s):
     await engine_idle(lsp)
     pending = asyncio.ensure_future(lsp.code_action_resolve_async(fill))
     await engine_busy(lsp)
-    lsp.text_document_did_change(types.DidChangeTextDocumentParams(
-        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
-        content_changes=[types.TextDocumentContentChangePartial(
-            range=types.Range(start=types.Position(0, 0), end=types.Position(0, 0)), text="# edited\n")]))
+    lsp.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+            content_changes=[
+                types.TextDocumentContentChangePartial(
+                    range=types.Range(start=types.Position(0, 0), end=types.Position(0, 0)), text="# edited\n"
+                )
+            ],
+        )
+    )
     changed_at = time.monotonic()
     resolved = await asyncio.wait_for(pending, patience(full_run_s))
     assert resolved.edit is None
@@ -112,10 +128,15 @@ async def test_cancel_request_is_answered_promptly(lsp, full_run_s):
     open_doc(lsp, uri, "def g(a, b):\n    return a\n")
     await engine_idle(lsp)
     msg_id = "cancel-me"
-    future = lsp.protocol.send_request(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(1, 12),
-        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)),
-        msg_id=msg_id)
+    future = lsp.protocol.send_request(
+        types.TEXT_DOCUMENT_INLINE_COMPLETION,
+        types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=types.Position(1, 12),
+            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
+        ),
+        msg_id=msg_id,
+    )
     await engine_busy(lsp)
     cancelled_at = time.monotonic()
     lsp.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id=msg_id))
@@ -135,8 +156,13 @@ async def test_newer_request_stops_a_running_one_within_a_step(lsp, full_run_s):
     invoked = types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)
 
     def ask():
-        return asyncio.ensure_future(lsp.text_document_inline_completion_async(types.InlineCompletionParams(
-            text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(1, 30), context=invoked)))
+        return asyncio.ensure_future(
+            lsp.text_document_inline_completion_async(
+                types.InlineCompletionParams(
+                    text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(1, 30), context=invoked
+                )
+            )
+        )
 
     await engine_idle(lsp)
     older = ask()
@@ -147,10 +173,16 @@ async def test_newer_request_stops_a_running_one_within_a_step(lsp, full_run_s):
     waited_s = time.monotonic() - newer_sent  # the engine stopped at its next step, not after 512 steps
     assert waited_s < stopped_bound(full_run_s), f"superseded after {waited_s:.2f} s (a run: {full_run_s:.2f})"
     # An edit stops the newer one too (its result would be for version 1).
-    lsp.text_document_did_change(types.DidChangeTextDocumentParams(
-        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
-        content_changes=[types.TextDocumentContentChangePartial(
-            range=types.Range(start=types.Position(1, 30), end=types.Position(1, 30)), text=" we")]))
+    lsp.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+            content_changes=[
+                types.TextDocumentContentChangePartial(
+                    range=types.Range(start=types.Position(1, 30), end=types.Position(1, 30)), text=" we"
+                )
+            ],
+        )
+    )
     edited = time.monotonic()
     assert await asyncio.wait_for(newer, patience(full_run_s)) is None
     waited_s = time.monotonic() - edited
@@ -163,10 +195,16 @@ async def test_cancelled_fill_command_applies_nothing(lsp, full_run_s):
     open_doc(lsp, uri, "alpha beta gamma\ndelta\n", language="plaintext")
     await engine_idle(lsp)
     before = len(lsp.applied_edits)
-    future = lsp.protocol.send_request(types.WORKSPACE_EXECUTE_COMMAND, types.ExecuteCommandParams(
-        command="infill.fillGap", arguments=[{"uri": uri, "range": {"start": {"line": 0, "character": 6},
-                                                                    "end": {"line": 0, "character": 10}}}]),
-        msg_id="cancel-command")
+    future = lsp.protocol.send_request(
+        types.WORKSPACE_EXECUTE_COMMAND,
+        types.ExecuteCommandParams(
+            command="infill.fillGap",
+            arguments=[
+                {"uri": uri, "range": {"start": {"line": 0, "character": 6}, "end": {"line": 0, "character": 10}}}
+            ],
+        ),
+        msg_id="cancel-command",
+    )
     await engine_busy(lsp)
     cancelled_at = time.monotonic()
     lsp.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id="cancel-command"))

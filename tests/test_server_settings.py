@@ -6,8 +6,17 @@ from server.settings import Settings, parse_settings
 
 
 def test_settings_unknown_and_ill_typed_keys_are_problems_not_failures():
-    settings, problems = parse_settings({"debounceMs": 30, "enabled": "yes", "mystery": 1, "inlineBudgetMs": -5,
-                                         "enabledLanguages": ["python"], "model": ""}, Settings())
+    settings, problems = parse_settings(
+        {
+            "debounceMs": 30,
+            "enabled": "yes",
+            "mystery": 1,
+            "inlineBudgetMs": -5,
+            "enabledLanguages": ["python"],
+            "model": "",
+        },
+        Settings(),
+    )
     assert settings.debounce_ms == 30 and settings.enabled is True and settings.enabled_languages == ("python",)
     assert settings.inline_budget_ms == Settings().inline_budget_ms and settings.model is None
     text = "\n".join(problems)
@@ -19,8 +28,9 @@ def test_clean_layer_keeps_only_good_keys():
     from server.settings import clean_layer
 
     current = Settings(debounce_ms=40)
-    layer, problems = clean_layer({"infill": {"debounceMs": "slow", "maxMiddleTokens": 0, "model": "m", "x": 1}},
-                                  current)
+    layer, problems = clean_layer(
+        {"infill": {"debounceMs": "slow", "maxMiddleTokens": 0, "model": "m", "x": 1}}, current
+    )
     assert layer == {"model": "m"}
     assert [p.split(";")[-1].strip() for p in problems] == ["kept 40", "kept 64", "ignored"]
 

@@ -8,8 +8,7 @@ import time
 
 import pytest
 
-from infill.backends.offline.stops import (HEADER_WORDS, cut_fill, leaves_open, line_held_open, read_gap,
-                                          trim_unfinished)
+from infill.backends.offline.stops import HEADER_WORDS, cut_fill, leaves_open, line_held_open, read_gap, trim_unfinished
 from infill.checks.watchdog import Watchdog
 from infill.context.builder import ContextBuilder
 from infill.pipeline import CompletionRequest, Pipeline, PipelineSettings
@@ -39,7 +38,7 @@ def test_brackets_the_lines_below_close_are_the_fills_to_open():
 
 def test_brackets_opened_before_the_gap_or_inside_strings_and_comments_are_not_the_fills():
     assert shape("def f(x):\n    foo(\n        a,\n        |\n    )\n").must_open == ""  # the call is open already
-    assert shape("|\n    ')',  # a )\n    \"\"\"(\"\"\",\n)\n").must_open == "("
+    assert shape('|\n    \')\',  # a )\n    """(""",\n)\n').must_open == "("
     assert shape("x = 1\n|\ny = (2)\n").must_open == ""  # the next statement's own brackets
     assert shape("def f(x):\n    y = g(1)\n    |\n    return y\n").must_open == ""
 
@@ -69,8 +68,14 @@ def test_a_gap_in_a_string_that_goes_on_below_stays_in_it():
 
 def test_stop_rules_read_the_shape():
     def facts(**shape_fields) -> GapFacts:
-        return GapFacts(line_before="    ", line_after="", next_line="a,", body_indent=4, is_prose=False,
-                        shape=GapShape(**shape_fields))
+        return GapFacts(
+            line_before="    ",
+            line_after="",
+            next_line="a,",
+            body_indent=4,
+            is_prose=False,
+            shape=GapShape(**shape_fields),
+        )
 
     in_string = facts(string_end='"""')
     assert cut_fill('Args:"""\n', in_string, True) == ("Args:", True)
@@ -174,8 +179,7 @@ def test_other_fills_are_not_asked_for_when_the_first_stands_or_nothing_may_be_t
 
 def test_the_offline_default_writes_other_first_tokens_and_keeps_the_prompt(ar_backend):
     prefix, suffix = "def mean(values):\n    total = ", "\n    return total / len(values)\n"
-    request = InfillRequest(prefix=prefix, suffix=suffix, language="python", single_line=True,
-                            document_id="others-doc")
+    request = InfillRequest(prefix=prefix, suffix=suffix, language="python", single_line=True, document_id="others-doc")
     greedy = ar_backend.infill(request)
     others = ar_backend.alternatives(request, 4)
     assert 1 <= len(others) <= 4 and len(set(others)) == len(others) and all(o.strip() for o in others)

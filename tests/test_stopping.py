@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from reference_sampler import reference_denoise
 
 from infill.engine.canvas import build_canvas
 from infill.engine.config import EngineConfig
@@ -21,7 +22,6 @@ from infill.engine.diffusion import DiffusionEngine
 from infill.engine.loading import load_diffusion_model
 from infill.testing.tiny_checkpoint import write_tiny_checkpoint
 from infill.types import InfillRequest
-from reference_sampler import reference_denoise
 
 PREFIX = "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = "
 SUFFIX = "\n\n    def norm(self):\n        return (self.x ** 2 + self.y ** 2) ** 0.5\n"
@@ -29,7 +29,7 @@ WINNERS = (100, 200)  # ordinary tokens of the tiny tokenizer (not pad/eos/bos)
 # Near zero: at 1e-4 a slot whose top two logits differ by ~1e-4 still has entropy ~0.6, is not accepted, and is
 # renoised, and the renoise token comes from differently ordered draws in the two samplers (seen: they part at
 # step 5 of 8). At 1e-6 every entropy here is 0.
-NEAR_ZERO = dict(t_min=1e-6, t_max=2e-6)
+NEAR_ZERO = {"t_min": 1e-6, "t_max": 2e-6}
 
 
 @pytest.fixture(scope="module")
@@ -51,15 +51,16 @@ def generate_rows(loaded, prompt: list[int], rows: int, seed: int, **settings) -
     torch.manual_seed(seed)
     with torch.inference_mode():
         out = loaded.model.generate(ids, max_new_tokens=width, **settings)
-    tokens = out.sequences[:, ids.shape[1]:]
+    tokens = out.sequences[:, ids.shape[1] :]
     valid = (tokens != loaded.model.generation_config.pad_token_id).sum(-1)
     assert bool((valid > 0).all()), "a row with no valid token has no forward count"
     forwards = [round(float(v) / float(t)) for v, t in zip(valid, out.tokens_per_forward)]
     return tokens, forwards
 
 
-def denoise_rows(loaded, denoiser, config: EngineConfig, prompt: list[int], lengths: list[int],
-                 fixed: list[list[int]], seed: int):
+def denoise_rows(
+    loaded, denoiser, config: EngineConfig, prompt: list[int], lengths: list[int], fixed: list[list[int]], seed: int
+):
     """One of the engine's denoisers on a canvas built as the engine builds it (rows = candidate lengths)."""
     engine = DiffusionEngine(loaded, config)
     ids = torch.tensor(prompt)

@@ -10,9 +10,8 @@ import os
 
 import pytest
 import pytest_asyncio
-from lsprotocol import types
-
 from lsp_helpers import apply_edits, log_records, log_text, open_doc, start, status, utf16_offset, wait_ready
+from lsprotocol import types
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -47,9 +46,12 @@ class Doc:
     def edit(self, range_: types.Range, new_text: str) -> None:
         self.text = apply_edits(self.text, [types.TextEdit(range=range_, new_text=new_text)])
         self.version += 1
-        self.lsp.text_document_did_change(types.DidChangeTextDocumentParams(
-            text_document=types.VersionedTextDocumentIdentifier(uri=self.uri, version=self.version),
-            content_changes=[types.TextDocumentContentChangePartial(range=range_, text=new_text)]))
+        self.lsp.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                text_document=types.VersionedTextDocumentIdentifier(uri=self.uri, version=self.version),
+                content_changes=[types.TextDocumentContentChangePartial(range=range_, text=new_text)],
+            )
+        )
 
     def insert(self, position: types.Position, new_text: str) -> None:
         self.edit(types.Range(start=position, end=position), new_text)
@@ -57,9 +59,13 @@ class Doc:
     async def suggestion(self, position: types.Position, min_chars: int = 1) -> types.InlineCompletionItem:
         """An item of at least `min_chars` characters (random weights write what they write: ask again)."""
         for _ in range(8):
-            reply = await self.lsp.text_document_inline_completion_async(types.InlineCompletionParams(
-                text_document=types.TextDocumentIdentifier(uri=self.uri), position=position,
-                context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)))
+            reply = await self.lsp.text_document_inline_completion_async(
+                types.InlineCompletionParams(
+                    text_document=types.TextDocumentIdentifier(uri=self.uri),
+                    position=position,
+                    context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
+                )
+            )
             if reply and reply.items and len(reply.items[0].insert_text) >= min_chars:
                 return reply.items[0]
         raise AssertionError(f"no suggestion of {min_chars}+ characters: {log_text(self.lsp)[-1500:]}")
@@ -67,10 +73,14 @@ class Doc:
 
 def wire(item: types.InlineCompletionItem) -> dict:
     """The item as a client sends it back (JSON)."""
-    return {"insertText": item.insert_text, "command": {"title": item.command.title, "command": item.command.command,
-                                                        "arguments": item.command.arguments},
-            "range": {"start": {"line": item.range.start.line, "character": item.range.start.character},
-                      "end": {"line": item.range.end.line, "character": item.range.end.character}}}
+    return {
+        "insertText": item.insert_text,
+        "command": {"title": item.command.title, "command": item.command.command, "arguments": item.command.arguments},
+        "range": {
+            "start": {"line": item.range.start.line, "character": item.range.start.character},
+            "end": {"line": item.range.end.line, "character": item.range.end.character},
+        },
+    }
 
 
 def utf16_length(text: str) -> int:
@@ -98,18 +108,24 @@ async def test_copilot_notifications_and_accept_command_are_counted(lsp):
     lsp.protocol.notify("textDocument/didShowCompletion", {"item": wire(item)})
     lsp.protocol.notify("textDocument/didShowCompletion", {"item": wire(item)})  # shown again: one suggestion
     # Two characters accepted, said in UTF-16 units (an emoji would count 2 here and 1 character in the count).
-    lsp.protocol.notify("textDocument/didPartiallyAcceptCompletion",
-                        {"item": wire(item), "acceptedLength": utf16_length(item.insert_text[:2])})
+    lsp.protocol.notify(
+        "textDocument/didPartiallyAcceptCompletion",
+        {"item": wire(item), "acceptedLength": utf16_length(item.insert_text[:2])},
+    )
     doc.insert(at, item.insert_text[:2])  # the client's own edit for it: the same accept, not a second one
     after_partial = await counts(lsp)
     assert gained(before, after_partial) == {"shown": 1, "accepted": 1, "accepted_partial": 1, "accepted_chars": 2}
     # The rest through the item's command (what the client runs on accept), then the edit it made.
-    await lsp.workspace_execute_command_async(types.ExecuteCommandParams(command=ACCEPT,
-                                                                         arguments=item.command.arguments))
+    await lsp.workspace_execute_command_async(
+        types.ExecuteCommandParams(command=ACCEPT, arguments=item.command.arguments)
+    )
     doc.insert(plus(1, 16), item.insert_text[2:])
     after = await counts(lsp)
-    assert gained(after_partial, after) == {"accepted": 1, "accepted_full": 1,
-                                            "accepted_chars": len(item.insert_text) - 2}
+    assert gained(after_partial, after) == {
+        "accepted": 1,
+        "accepted_full": 1,
+        "accepted_chars": len(item.insert_text) - 2,
+    }
 
 
 async def settle() -> None:
@@ -129,8 +145,11 @@ async def test_accept_by_plain_edit_is_inferred_and_retained_is_reported(lsp):
     # Still there after the retain delay: every accepted character retained.
     await asyncio.sleep(RETAIN_SECONDS + 0.5)
     retained = await counts(lsp)
-    assert gained(after, retained) == {"retained_measured": 1, "retained_of_chars": len(item.insert_text),
-                                       "retained_chars": len(item.insert_text)}
+    assert gained(after, retained) == {
+        "retained_measured": 1,
+        "retained_of_chars": len(item.insert_text),
+        "retained_chars": len(item.insert_text),
+    }
     records = await log_records(lsp.log_path, lambda rs: any(r.get("event") == "retained" for r in rs))
     mine = [r for r in records if r["type"] == "telemetry" and r.get("uri") == doc.uri]
     assert [(r["event"], r["source"]) for r in mine] == [("accepted", "edit"), ("retained", "timer")]
@@ -145,12 +164,17 @@ async def test_accept_undone_before_the_delay_is_not_retained(lsp):
     before = await counts(lsp)
     doc.edit(item.range, item.insert_text)
     end = utf16_offset(doc.text, at) + len(item.insert_text)
-    assert doc.text[utf16_offset(doc.text, at):end] == item.insert_text
+    assert doc.text[utf16_offset(doc.text, at) : end] == item.insert_text
     doc.edit(types.Range(start=at, end=plus(1, 7 + utf16_length(item.insert_text))), "")  # undone at once
     await asyncio.sleep(RETAIN_SECONDS + 0.5)
     after = await counts(lsp)
-    assert gained(before, after) == {"accepted": 1, "accepted_full": 1, "accepted_chars": len(item.insert_text),
-                                     "retained_measured": 1, "retained_of_chars": len(item.insert_text)}
+    assert gained(before, after) == {
+        "accepted": 1,
+        "accepted_full": 1,
+        "accepted_chars": len(item.insert_text),
+        "retained_measured": 1,
+        "retained_of_chars": len(item.insert_text),
+    }
 
 
 async def test_partial_accept_and_rejection_are_inferred(lsp):
@@ -192,8 +216,9 @@ async def test_superseded_reply_is_not_rejected_and_bad_params_are_logged(lsp):
     before = await counts(lsp)
     await doc.suggestion(at)  # a newer reply while the older one still matched
     assert gained(before, await counts(lsp)) == {"offered": 1, "completions": 1}
-    lsp.protocol.notify("textDocument/didPartiallyAcceptCompletion", {"item": {"insertText": "x"},
-                                                                      "acceptedLength": -1})
+    lsp.protocol.notify(
+        "textDocument/didPartiallyAcceptCompletion", {"item": {"insertText": "x"}, "acceptedLength": -1}
+    )
     lsp.protocol.notify("textDocument/didShowCompletion", {"nothing": 1})
     await lsp.workspace_execute_command_async(types.ExecuteCommandParams(command=ACCEPT, arguments=["no-such"]))
     text = log_text(lsp)

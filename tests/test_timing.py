@@ -38,8 +38,9 @@ def test_off_by_default_keeps_nothing():
 
     probe = "from infill import timing; print(timing.enabled(), timing.trace() is timing.OFF)"
     env = {k: v for k, v in __import__("os").environ.items() if k != timing.ENV}
-    assert subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
-                          check=True).stdout.split() == ["False", "True"]
+    assert subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+    ).stdout.split() == ["False", "True"]
     timing.enable(False)
     trace = timing.trace()
     assert trace is timing.OFF

@@ -9,9 +9,10 @@ import time
 
 import pytest
 import pytest_asyncio
-from lsprotocol import types
-
 from lsp_helpers import log_text, open_doc, start, status, wait_ready
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException
+
 from server.typed_through import TypedThrough
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -19,9 +20,15 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def lsp(tiny_checkpoint):
-    client, _ = await start(["--model", str(tiny_checkpoint), "--denoising-steps", "8"],
-                            init_options={"enabledLanguages": ["plaintext"], "debounceMs": 40,
-                                          "invokedBudgetMs": 60000, "inlineBudgetMs": 60000})
+    client, _ = await start(
+        ["--model", str(tiny_checkpoint), "--denoising-steps", "8"],
+        init_options={
+            "enabledLanguages": ["plaintext"],
+            "debounceMs": 40,
+            "invokedBudgetMs": 60000,
+            "inlineBudgetMs": 60000,
+        },
+    )
     client.feature("infill/statusChanged")(lambda params: None)
     ready = await wait_ready(client)
     assert ready["state"] == "ready", ready
@@ -32,8 +39,11 @@ async def lsp(tiny_checkpoint):
 
 def _params(uri: str, position: types.Position, invoked: bool) -> types.InlineCompletionParams:
     kind = types.InlineCompletionTriggerKind.Invoked if invoked else types.InlineCompletionTriggerKind.Automatic
-    return types.InlineCompletionParams(text_document=types.TextDocumentIdentifier(uri=uri), position=position,
-                                        context=types.InlineCompletionContext(trigger_kind=kind))
+    return types.InlineCompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri),
+        position=position,
+        context=types.InlineCompletionContext(trigger_kind=kind),
+    )
 
 
 def _ask(client, uri: str, position: types.Position, invoked: bool = False):
@@ -41,9 +51,12 @@ def _ask(client, uri: str, position: types.Position, invoked: bool = False):
 
 
 def _type(client, uri: str, version: int, position: types.Position, char: str) -> None:
-    client.text_document_did_change(types.DidChangeTextDocumentParams(
-        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
-        content_changes=[types.TextDocumentContentChangePartial(range=types.Range(position, position), text=char)]))
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+            content_changes=[types.TextDocumentContentChangePartial(range=types.Range(position, position), text=char)],
+        )
+    )
 
 
 IDLE_TIMEOUT_S = 120.0  # only how long to wait before failing: a run here ends far sooner, even on a loaded CPU
@@ -87,7 +100,7 @@ async def test_typing_through_a_suggestion_is_answered_without_the_model(lsp):
         reply = await _ask(lsp, uri, types.Position(0, column))
         assert reply is not None and reply.items, log_text(lsp)
         item = reply.items[0]
-        assert item.insert_text == suggestion[column - len(text):]
+        assert item.insert_text == suggestion[column - len(text) :]
         assert item.range.start == item.range.end == types.Position(0, column)
     current = await status(lsp)
     assert sum(current["pipeline"]["routes"].values()) == runs  # no model run for either keystroke
@@ -111,8 +124,11 @@ async def test_an_identical_request_after_a_cancel_joins_the_run_in_flight(lsp):
     open_doc(lsp, uri, text, language="plaintext")
     runs = await _model_runs(lsp)
     position = types.Position(0, len(text))
-    first = asyncio.wrap_future(lsp.protocol.send_request(types.TEXT_DOCUMENT_INLINE_COMPLETION,
-                                                          _params(uri, position, True), msg_id="join-first"))
+    first = asyncio.wrap_future(
+        lsp.protocol.send_request(
+            types.TEXT_DOCUMENT_INLINE_COMPLETION, _params(uri, position, True), msg_id="join-first"
+        )
+    )
     first.add_done_callback(lambda f: f.exception())  # answered "cancelled": expected
     await status(lsp)  # answered after the first request was taken up (messages are handled in order)
     lsp.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id="join-first"))
@@ -125,12 +141,16 @@ async def test_an_identical_request_after_a_cancel_joins_the_run_in_flight(lsp):
 async def test_a_cancelled_request_nobody_rejoins_stops_the_model(lsp):
     uri, text = "file:///abandon.txt", "Please send the invoice to "
     open_doc(lsp, uri, text, language="plaintext")
-    future = asyncio.wrap_future(lsp.protocol.send_request(
-        types.TEXT_DOCUMENT_INLINE_COMPLETION, _params(uri, types.Position(0, len(text)), True), msg_id="abandon"))
+    future = asyncio.wrap_future(
+        lsp.protocol.send_request(
+            types.TEXT_DOCUMENT_INLINE_COMPLETION, _params(uri, types.Position(0, len(text)), True), msg_id="abandon"
+        )
+    )
     future.add_done_callback(lambda f: f.exception())
     lsp.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id="abandon"))
-    with pytest.raises(Exception):
+    with pytest.raises(JsonRpcException) as caught:
         await future
+    assert caught.value.code == types.LSPErrorCodes.RequestCancelled.value
     await _idle(lsp)
 
 
@@ -157,8 +177,9 @@ async def test_an_identical_request_without_a_cancel_takes_the_run_over(lsp):
     open_doc(lsp, uri, text, language="plaintext")
     runs = await _model_runs(lsp)
     position = types.Position(0, len(text))
-    older = asyncio.wrap_future(lsp.protocol.send_request(types.TEXT_DOCUMENT_INLINE_COMPLETION,
-                                                          _params(uri, position, True)))  # sent now
+    older = asyncio.wrap_future(
+        lsp.protocol.send_request(types.TEXT_DOCUMENT_INLINE_COMPLETION, _params(uri, position, True))
+    )  # sent now
     await status(lsp)  # answered after the older request was taken up (messages are handled in order)
     newer = await _ask(lsp, uri, position, invoked=True)
     assert await older is None

@@ -7,13 +7,19 @@ import time
 
 import pytest
 
+from infill.checks.watchdog import Watchdog, WatchdogSettings
 from infill.context.builder import ContextBuilder
 from infill.types import InfillError
-from infill.checks.watchdog import Watchdog, WatchdogSettings
 
 
-def judge(source: str, language: str | None, middle: str, watchdog: Watchdog | None = None, deadline=None,
-          end_marker: str | None = None):
+def judge(
+    source: str,
+    language: str | None,
+    middle: str,
+    watchdog: Watchdog | None = None,
+    deadline=None,
+    end_marker: str | None = None,
+):
     """Verdict on filling the gap at "§" (or the span "§...¤") of `source` with `middle`."""
     start = source.index("§")
     text = source.replace("§", "", 1)
@@ -27,25 +33,31 @@ def judge(source: str, language: str | None, middle: str, watchdog: Watchdog | N
     return (watchdog or Watchdog()).check([middle], [(start, end)], doc, ctx, deadline=deadline, backend="test")
 
 
-@pytest.mark.parametrize("middle", [
-    "foo foo foo",
-    "return x return x return x",
-    "value = 1\nvalue = 1",  # the same line twice in a row
-    "a.append(1)\nb = 2\na.append(1)\nc = 3\na.append(1)",  # the same line three times
-    "total = a + b",  # a copy of the line above
-    "rows = [0, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2]",  # a numeric stutter (seen from Gemma 3 270M)
-])
+@pytest.mark.parametrize(
+    "middle",
+    [
+        "foo foo foo",
+        "return x return x return x",
+        "value = 1\nvalue = 1",  # the same line twice in a row
+        "a.append(1)\nb = 2\na.append(1)\nc = 3\na.append(1)",  # the same line three times
+        "total = a + b",  # a copy of the line above
+        "rows = [0, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2]",  # a numeric stutter (seen from Gemma 3 270M)
+    ],
+)
 def test_repetition_is_rejected(middle):
     source = "def f(a, b):\n    total = a + b\n    §\n"
     assert judge(source, "python", middle).reason == "repetition"
 
 
-@pytest.mark.parametrize("middle", [
-    "grid = [0, 0, 0, 0, 0]",
-    "a, b, c = None, None, None",
-    "x = 1\ny = 2\nreturn x + y",
-    "if a:\n        pass\n    if b:\n        pass",  # short repeated lines are structure, not stutter
-])
+@pytest.mark.parametrize(
+    "middle",
+    [
+        "grid = [0, 0, 0, 0, 0]",
+        "a, b, c = None, None, None",
+        "x = 1\ny = 2\nreturn x + y",
+        "if a:\n        pass\n    if b:\n        pass",  # short repeated lines are structure, not stutter
+    ],
+)
 def test_ordinary_code_passes_the_repetition_check(middle):
     source = "def f(a, b):\n    total = a + b\n    §\n"
     assert judge(source, "python", middle).ok
@@ -72,15 +84,18 @@ def test_length_limits():
     assert judge("# x = §\n", "python", "f(\n    1\n)", watchdog).reason == "too_many_lines"  # in a comment
 
 
-@pytest.mark.parametrize("language,source,good,bad", [
-    ("python", "def f(x):\n    §\n", "return x + 1", "return (x + "),
-    ("javascript", "function f(x) {\n  §\n}\n", "return x + 1;", "return (x + ;"),
-    ("typescript", "function f(x: number): number {\n  §\n}\n", "return x * 2;", "return x: * 2;"),
-    ("typescriptreact", "const C = () => <div>§</div>;\n", "{1 + 2}", "{1 + }"),
-    ("go", "package main\n\nfunc f(x int) int {\n\t§\n}\n", "return x + 1", "return x +"),
-    ("rust", "fn f(x: i32) -> i32 {\n    §\n}\n", "x + 1", "x + }"),
-    ("json", '{\n  "a": 1,\n  §\n}\n', '"b": 2', '"b": 2,,'),
-])
+@pytest.mark.parametrize(
+    "language,source,good,bad",
+    [
+        ("python", "def f(x):\n    §\n", "return x + 1", "return (x + "),
+        ("javascript", "function f(x) {\n  §\n}\n", "return x + 1;", "return (x + ;"),
+        ("typescript", "function f(x: number): number {\n  §\n}\n", "return x * 2;", "return x: * 2;"),
+        ("typescriptreact", "const C = () => <div>§</div>;\n", "{1 + 2}", "{1 + }"),
+        ("go", "package main\n\nfunc f(x int) int {\n\t§\n}\n", "return x + 1", "return x +"),
+        ("rust", "fn f(x: i32) -> i32 {\n    §\n}\n", "x + 1", "x + }"),
+        ("json", '{\n  "a": 1,\n  §\n}\n', '"b": 2', '"b": 2,,'),
+    ],
+)
 def test_syntax_check_per_language(language, source, good, bad):
     assert judge(source, language, good).ok
     verdict = judge(source, language, bad)
@@ -106,12 +121,15 @@ def test_file_with_errors_is_judged_relative_to_them():
     assert judge(broken_elsewhere, "python", "return x +").reason == "syntax"
 
 
-@pytest.mark.parametrize("language,source,middle", [
-    ("python", "def f(x):\n    §\n", "# TODO: implement"),
-    ("python", "def f(x):\n    §\n", "# step one\n    # step two"),
-    ("javascript", "function f() {\n  §\n}\n", "// not yet"),
-    ("go", "package main\n\nfunc f() {\n\t§\n}\n", "/* later */"),
-])
+@pytest.mark.parametrize(
+    "language,source,middle",
+    [
+        ("python", "def f(x):\n    §\n", "# TODO: implement"),
+        ("python", "def f(x):\n    §\n", "# step one\n    # step two"),
+        ("javascript", "function f() {\n  §\n}\n", "// not yet"),
+        ("go", "package main\n\nfunc f() {\n\t§\n}\n", "/* later */"),
+    ],
+)
 def test_comment_only_code_fill_is_rejected(language, source, middle):
     assert judge(source, language, middle).reason == "comment_only"
 
@@ -165,13 +183,16 @@ def test_bad_settings_are_refused():
         WatchdogSettings(ngram_repeats=1)
 
 
-@pytest.mark.parametrize("middle,only_cpython", [
-    ("if ready:\n        # nothing yet\n", True),  # a block of only comments: tree-sitter accepts it, CPython not
-    ("elif ready:\n        pass\n", False),  # an elif with no if
-])
+@pytest.mark.parametrize(
+    "middle,only_cpython",
+    [
+        ("if ready:\n        # nothing yet\n", True),  # a block of only comments: tree-sitter accepts it, CPython not
+        ("elif ready:\n        pass\n", False),  # an elif with no if
+    ],
+)
 def test_python_fills_must_compile_when_the_document_did(middle, only_cpython):
-    from infill.context.syntax import ParsedDocument
     from infill.checks.watchdog import check_syntax
+    from infill.context.syntax import ParsedDocument
 
     text = "def f(ready):\n    \n    return ready\n"
     gap = text.index("    \n") + 4
@@ -183,8 +204,8 @@ def test_python_fills_must_compile_when_the_document_did(middle, only_cpython):
 
 
 def test_python_compile_check_is_relative_to_a_broken_document():
-    from infill.context.syntax import ParsedDocument, error_nodes
     from infill.checks.watchdog import check_python_compiles
+    from infill.context.syntax import ParsedDocument, error_nodes
 
     broken = "def f(:\n    \n"
     gap = broken.index("    \n") + 4
@@ -197,8 +218,8 @@ def test_python_compile_check_reads_only_the_statements_around_the_fill():
 
     text = "import os\n\n@wrap\ndef f(x):\n    if x:\n        pass\n    else:\n        return 1\n\nbroken = (\n"
     inside = text.index("return 1")
-    assert text[_statement_start(text, inside):].startswith("def f(x):")
-    assert text[:_statement_end(text, inside)].endswith("return 1\n\n")
+    assert text[_statement_start(text, inside) :].startswith("def f(x):")
+    assert text[: _statement_end(text, inside)].endswith("return 1\n\n")
     # the unterminated `broken = (` further down does not hide a fill that breaks f
     assert check_python_compiles(text, [(inside, inside + len("return 1"))], ["elif:"]) is not None
     assert check_python_compiles(text, [(inside, inside + len("return 1"))], ["return 2"]) is None

@@ -157,14 +157,20 @@ def test_superseding_a_running_engine_job_stops_it_within_a_step(worker, tiny_en
         time.sleep(0.02)  # a slow step, so the newer request lands while this one runs
 
     older_token = CancelToken()
-    older = worker.submit(lambda: engine.infill(InfillRequest(prefix=PREFIX, document_id="doc"), cancel=older_token,
-                                                on_draft=on_draft),
-                          key="doc", cancel=older_token, kind="inline")
+    older = worker.submit(
+        lambda: engine.infill(InfillRequest(prefix=PREFIX, document_id="doc"), cancel=older_token, on_draft=on_draft),
+        key="doc",
+        cancel=older_token,
+        kind="inline",
+    )
     assert first_step.wait(30)
     newer_token = CancelToken()
-    newer = worker.submit(lambda: engine.infill(InfillRequest(prefix=PREFIX + "z", document_id="doc"),
-                                                cancel=newer_token),
-                          key="doc", cancel=newer_token, kind="inline")
+    newer = worker.submit(
+        lambda: engine.infill(InfillRequest(prefix=PREFIX + "z", document_id="doc"), cancel=newer_token),
+        key="doc",
+        cancel=newer_token,
+        kind="inline",
+    )
     steps_when_cancelled = len(drafts)
     old = older.result(30)
     assert old.outcome == "cancelled" and "superseded" in old.error
@@ -177,13 +183,28 @@ def test_newer_request_for_the_same_document_supersedes_the_older_gemma(worker, 
     """The offline Gemma backend holds no lock: the worker serialises and supersedes for it."""
     started = threading.Event()
     older_token, newer_token = CancelToken(), CancelToken()
-    older = worker.submit(lambda: ar_backend.infill(
-        InfillRequest(prefix="def parse(text):\n", max_middle_tokens=48, document_id="doc://s"), cancel=older_token,
-        on_draft=lambda d: started.set()), key="doc://s", cancel=older_token, kind="inline")
+    older = worker.submit(
+        lambda: ar_backend.infill(
+            InfillRequest(prefix="def parse(text):\n", max_middle_tokens=48, document_id="doc://s"),
+            cancel=older_token,
+            on_draft=lambda d: started.set(),
+        ),
+        key="doc://s",
+        cancel=older_token,
+        kind="inline",
+    )
     assert started.wait(60)
-    newer = worker.submit(lambda: ar_backend.infill(
-        InfillRequest(prefix="def parse(text):\n    return ", single_line=True, max_middle_tokens=6,
-                      document_id="doc://s"), cancel=newer_token), key="doc://s", cancel=newer_token, kind="inline")
+    newer = worker.submit(
+        lambda: ar_backend.infill(
+            InfillRequest(
+                prefix="def parse(text):\n    return ", single_line=True, max_middle_tokens=6, document_id="doc://s"
+            ),
+            cancel=newer_token,
+        ),
+        key="doc://s",
+        cancel=newer_token,
+        kind="inline",
+    )
     assert older.result(60).outcome == "cancelled" and "superseded" in older.result().error
     assert newer.result(60).outcome == "ok"
 

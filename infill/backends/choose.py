@@ -31,8 +31,9 @@ class BackendSpec:
     threads: int | None = None  # CPU threads (env INFILL_THREADS): torch's, process-wide, or llama.cpp's; None: default
 
     @classmethod
-    def from_env(cls, *, denoising_steps: int | None = None, kv_store_mib: int | None = None,
-                 **overrides) -> "BackendSpec":
+    def from_env(
+        cls, *, denoising_steps: int | None = None, kv_store_mib: int | None = None, **overrides
+    ) -> BackendSpec:
         """The spec `overrides` name (None: not set), env INFILL_MODEL / INFILL_THREADS filling gaps. The engine
         settings callers choose: `denoising_steps` caps DiffusionGemma's steps, `kv_store_mib` bounds its prompt
         cache; each one set is explicit and wins over the checkpoint's generation_config, even when it equals the
@@ -41,7 +42,8 @@ class BackendSpec:
         values.update({k: v for k, v in overrides.items() if v is not None})
         values["engine"] = EngineOverrides(
             max_denoising_steps=denoising_steps,
-            kv_store_bytes=kv_store_mib * 2**20 if kv_store_mib is not None else None)
+            kv_store_bytes=kv_store_mib * 2**20 if kv_store_mib is not None else None,
+        )
         return cls(**values)
 
     @property
@@ -55,23 +57,34 @@ def open_backend(spec: BackendSpec, progress: ProgressCallback | None = None) ->
     if spec.kind == "remote":
         from infill.backends.remote import RemoteBackend
 
-        return RemoteBackend(spec.endpoint, model=spec.endpoint_model, token=spec.endpoint_token,
-                             fim_template=spec.endpoint_fim_template, protocol=spec.endpoint_protocol)
+        return RemoteBackend(
+            spec.endpoint,
+            model=spec.endpoint_model,
+            token=spec.endpoint_token,
+            fim_template=spec.endpoint_fim_template,
+            protocol=spec.endpoint_protocol,
+        )
     if spec.kind == "diffusion":
         from infill.engine.diffusion import DiffusionEngine
         from infill.engine.loading import load_diffusion_model
 
         if progress:
             progress(f"loading DiffusionGemma from {spec.model}", None)
-        loaded = load_diffusion_model(spec.model, revision=spec.revision, device=spec.device, dtype=spec.dtype,
-                                      load_format=spec.load_format,  # type: ignore[arg-type]
-                                      quantization=spec.quantization)  # type: ignore[arg-type]
+        loaded = load_diffusion_model(
+            spec.model,
+            revision=spec.revision,
+            device=spec.device,
+            dtype=spec.dtype,
+            load_format=spec.load_format,  # type: ignore[arg-type]
+            quantization=spec.quantization,
+        )  # type: ignore[arg-type]
         return DiffusionEngine(loaded, spec.engine)
     from infill.backends.offline.backend import load_default_backend
     from infill.backends.offline.settings import ARSettings
 
-    return load_default_backend(device=spec.device, dtype=spec.dtype, progress=progress,
-                                settings=ARSettings(num_threads=spec.threads))
+    return load_default_backend(
+        device=spec.device, dtype=spec.dtype, progress=progress, settings=ARSettings(num_threads=spec.threads)
+    )
 
 
 def add_model_options(parser: argparse.ArgumentParser, *, choose_model: bool = True) -> None:
@@ -79,25 +92,45 @@ def add_model_options(parser: argparse.ArgumentParser, *, choose_model: bool = T
     `choose_model=False` leaves out which model (the pilot names its backends with --backend)."""
     group = parser.add_argument_group("model")
     if choose_model:
-        group.add_argument("--model", help="DiffusionGemma checkpoint directory or hub id (default: env INFILL_MODEL, "
-                                           "else the offline Gemma 3 270M fallback)")
-        group.add_argument("--load-format", default="auto", choices=("auto", "dummy"),
-                           help="dummy: the checkpoint's architecture with random weights")
+        group.add_argument(
+            "--model",
+            help="DiffusionGemma checkpoint directory or hub id (default: env INFILL_MODEL, "
+            "else the offline Gemma 3 270M fallback)",
+        )
+        group.add_argument(
+            "--load-format",
+            default="auto",
+            choices=("auto", "dummy"),
+            help="dummy: the checkpoint's architecture with random weights",
+        )
         group.add_argument("--endpoint", help="remote OpenAI-compatible engine URL instead of an in-process model")
     group.add_argument("--device", help="auto, cpu, cuda, cuda:N")
     group.add_argument("--dtype", help="auto, float32, bfloat16, float16")
-    group.add_argument("--quantization", default="none", choices=("none", "fp8"),
-                       help="fp8: DiffusionGemma's projections and experts in FP8 (E4M3, one scale per output channel, "
-                            "activations per token), quantized at load; a compressed-tensors FP8 checkpoint is FP8 "
-                            "whatever this says")
-    group.add_argument("--denoising-steps", "--steps", "--diffusion-steps", dest="denoising_steps", type=int,
-                       help=f"cap on DiffusionGemma denoising steps per request (default: the checkpoint's "
-                            f"generation_config.json max_denoising_steps, else transformers' default "
-                            f"{EngineConfig().max_denoising_steps}; the log and each result's versions name which "
-                            f"applied)")
-    group.add_argument("--threads", type=int,
-                       help="CPU threads (default: env INFILL_THREADS, else torch's choice for DiffusionGemma and "
-                            "the physical cores for the offline default)")
+    group.add_argument(
+        "--quantization",
+        default="none",
+        choices=("none", "fp8"),
+        help="fp8: DiffusionGemma's projections and experts in FP8 (E4M3, one scale per output channel, "
+        "activations per token), quantized at load; a compressed-tensors FP8 checkpoint is FP8 "
+        "whatever this says",
+    )
+    group.add_argument(
+        "--denoising-steps",
+        "--steps",
+        "--diffusion-steps",
+        dest="denoising_steps",
+        type=int,
+        help=f"cap on DiffusionGemma denoising steps per request (default: the checkpoint's "
+        f"generation_config.json max_denoising_steps, else transformers' default "
+        f"{EngineConfig().max_denoising_steps}; the log and each result's versions name which "
+        f"applied)",
+    )
+    group.add_argument(
+        "--threads",
+        type=int,
+        help="CPU threads (default: env INFILL_THREADS, else torch's choice for DiffusionGemma and "
+        "the physical cores for the offline default)",
+    )
 
 
 def spec_from_args(args: argparse.Namespace) -> BackendSpec:
@@ -107,7 +140,13 @@ def spec_from_args(args: argparse.Namespace) -> BackendSpec:
         raise InfillError(f"--denoising-steps must be a positive integer, got {steps}")
     if threads is not None and threads < 1:
         raise InfillError(f"--threads must be a positive integer, got {threads}")
-    return BackendSpec.from_env(model=getattr(args, "model", None), load_format=getattr(args, "load_format", None),
-                                endpoint=getattr(args, "endpoint", None), device=args.device, dtype=args.dtype,
-                                quantization=getattr(args, "quantization", None),
-                                denoising_steps=steps, threads=threads)
+    return BackendSpec.from_env(
+        model=getattr(args, "model", None),
+        load_format=getattr(args, "load_format", None),
+        endpoint=getattr(args, "endpoint", None),
+        device=args.device,
+        dtype=args.dtype,
+        quantization=getattr(args, "quantization", None),
+        denoising_steps=steps,
+        threads=threads,
+    )

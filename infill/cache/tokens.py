@@ -4,8 +4,9 @@ Text is split into chunks after each line break (runs of blank lines stay with t
 ends a chunk, never the form feeds and other separators `str.splitlines` breaks at), and each chunk is tokenised
 on its own and memoised by content. A one-character edit re-tokenises only the chunk it touches, and every token
 before that chunk is unchanged, so the engine's prompt cache (infill/engine/kv.py) and llama.cpp's sequences keep
-their keys and values. Chunk-wise ids are a valid tokenisation that decodes back to exactly the same text, just not always the one the tokenizer would
-pick for the whole text. Both in-process backends (DiffusionGemma and the Gemma 3 270M default) use this module.
+their keys and values. Chunk-wise ids are a valid tokenisation that decodes back to exactly the same text, just not
+always the one the tokenizer would pick for the whole text. Both in-process backends (DiffusionGemma and the Gemma 3
+270M default) use this module.
 """
 
 from __future__ import annotations
@@ -78,8 +79,14 @@ class FittedPrompt:
     anchor: str  # the first kept chunks, to keep the same start on the next keystroke (KV reuse)
 
 
-def fit_prompt(chunks: list[Chunk], head: Sequence[int], budget: int, anchor: str = "",
-               refit_fraction: float = 0.75, keep_anchor: bool = False) -> FittedPrompt:
+def fit_prompt(
+    chunks: list[Chunk],
+    head: Sequence[int],
+    budget: int,
+    anchor: str = "",
+    refit_fraction: float = 0.75,
+    keep_anchor: bool = False,
+) -> FittedPrompt:
     """`head` (e.g. BOS) + the near end of the text within `budget` tokens, dropping whole leading chunks.
 
     When it must cut, it first tries the previous cut (`anchor`, the first kept chunks last time) so that the prompt
@@ -95,14 +102,13 @@ def fit_prompt(chunks: list[Chunk], head: Sequence[int], budget: int, anchor: st
         return FittedPrompt(head + [i for _, ids in chunks for i in ids], 0, "")
     room = budget - len(head)
     if room <= 0:
-        return FittedPrompt(head[:max(0, budget)], sum(len(text) for text, _ in chunks), "")
+        return FittedPrompt(head[: max(0, budget)], sum(len(text) for text, _ in chunks), "")
     tails = [0] * (len(chunks) + 1)  # tails[k]: tokens of chunks[k:]
     for k in range(len(chunks) - 1, -1, -1):
         tails[k] = tails[k + 1] + counts[k]
     start = None
     if anchor:
-        start = next((k for k in range(1, len(chunks)) if tails[k] <= room and _starts_with(chunks, k, anchor)),
-                     None)
+        start = next((k for k in range(1, len(chunks)) if tails[k] <= room and _starts_with(chunks, k, anchor)), None)
     if start is None and fits:
         return FittedPrompt(head + [i for _, ids in chunks for i in ids], 0, "")
     if start is None:
@@ -110,12 +116,12 @@ def fit_prompt(chunks: list[Chunk], head: Sequence[int], budget: int, anchor: st
         start = next((k for k in range(1, len(chunks)) if tails[k] <= target), len(chunks) - 1)
     kept = [i for _, ids in chunks[start:] for i in ids][-room:]  # one chunk longer than the budget: its end
     dropped = sum(len(text) for text, _ in chunks[:start])
-    return FittedPrompt(head + kept, dropped, "".join(text for text, _ in chunks[start:start + 3]))
+    return FittedPrompt(head + kept, dropped, "".join(text for text, _ in chunks[start : start + 3]))
 
 
 def _starts_with(chunks: list[Chunk], k: int, anchor: str) -> bool:
     joined = ""
-    for text, _ in chunks[k:k + 3]:
+    for text, _ in chunks[k : k + 3]:
         joined += text
         if len(joined) >= len(anchor):
             break

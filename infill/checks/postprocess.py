@@ -1,5 +1,6 @@
-"""Clean a raw middle before the watchdog sees it, whichever backend wrote it: cut what repeats the suffix, stop at the end of the enclosing
-block, fit indentation to the surrounding code, strip whitespace artefacts, keep Markdown structure intact.
+"""Clean a raw middle before the watchdog sees it, whichever backend wrote it: cut what repeats the suffix, stop at the
+end of the enclosing block, fit indentation to the surrounding code, strip whitespace artefacts, keep Markdown structure
+intact.
 
 Every function takes the middle and returns a (possibly shorter) middle; none invents content beyond
 indentation, list markers and nothing else.
@@ -10,8 +11,8 @@ from __future__ import annotations
 import re
 
 from infill import languages
-from infill.languages import INDENT_LANGUAGES, opens_block
 from infill.context.builder import GapContext
+from infill.languages import INDENT_LANGUAGES, opens_block
 
 _CLOSERS = {")": "(", "]": "[", "}": "{"}
 _OPENERS = {v: k for k, v in _CLOSERS.items()}
@@ -56,8 +57,11 @@ def trim_line_echo(middle: str, ctx: GapContext) -> str:
     one_line = ctx.single_line or bool(after_line)
     middle = middle.rstrip("\n") if one_line else middle.rstrip()
     written = middle.rstrip()
-    if after_line and written.endswith(after_line) and \
-            (len(after_line) >= 3 or _unbalanced_closers(written, after_line)):
+    if (
+        after_line
+        and written.endswith(after_line)
+        and (len(after_line) >= 3 or _unbalanced_closers(written, after_line))
+    ):
         middle = written[: -len(after_line)]
     return middle.rstrip() if one_line and not after_line else middle
 
@@ -158,9 +162,9 @@ def _convert_unit(line: str, unit: str) -> str:
     if not ws:
         return line
     if unit == "\t" and "\t" not in ws and len(ws) >= 4:
-        return "\t" * (len(ws) // 4) + " " * (len(ws) % 4) + line[len(ws):]
+        return "\t" * (len(ws) // 4) + " " * (len(ws) % 4) + line[len(ws) :]
     if unit != "\t" and "\t" in ws:
-        return ws.replace("\t", unit) + line[len(ws):]
+        return ws.replace("\t", unit) + line[len(ws) :]
     return line
 
 
@@ -216,7 +220,7 @@ def _previous_line(text: str, line_start: int) -> str | None:
     if line_start <= 0:
         return None
     start = text.rfind("\n", 0, line_start - 1) + 1
-    return text[start:line_start - 1]
+    return text[start : line_start - 1]
 
 
 def fit_list_markers(middle: str, ctx: GapContext, prefix: str) -> str:
@@ -238,7 +242,7 @@ def fit_list_markers(middle: str, ctx: GapContext, prefix: str) -> str:
         else:
             number += 1
             new_marker = f"{number}{marker[-1]}"
-        lines[i] = item.group(1) + new_marker + item.group(3) + line[item.end():]
+        lines[i] = item.group(1) + new_marker + item.group(3) + line[item.end() :]
     return "\n".join(lines)
 
 
@@ -265,7 +269,7 @@ def end_sentence(middle: str, ctx: GapContext) -> str:
     if re.search(r"[.!?:][\"')\]]*$", stripped):
         return middle
     ends = list(_SENTENCE_END.finditer(stripped))
-    if not ends or not re.search(r"[^\W\d_]{2}", stripped[ends[-1].end():]):
+    if not ends or not re.search(r"[^\W\d_]{2}", stripped[ends[-1].end() :]):
         return middle  # no sentence end, or only markup after it (a closing `-->`, `**`): nothing dangles
     return stripped[: ends[-1].end()]
 

@@ -12,13 +12,29 @@ from dataclasses import dataclass
 
 from infill import languages
 from infill.context.builder import GapContext
-from infill.context.syntax import DocumentSnapshot, ParsedDocument, apply_fills, error_nodes, errors_inside, load_language  # noqa: F401
+from infill.context.syntax import (
+    DocumentSnapshot,
+    ParsedDocument,
+    apply_fills,
+    error_nodes,
+    errors_inside,
+    load_language,
+)  # noqa: F401
 from infill.types import GapShape, InfillError
 
 log = logging.getLogger(__name__)
 
-REASONS = ("empty_prefix", "timeout", "empty", "too_long", "too_many_lines", "repetition", "comment_only",
-           "syntax", "structure")
+REASONS = (
+    "empty_prefix",
+    "timeout",
+    "empty",
+    "too_long",
+    "too_many_lines",
+    "repetition",
+    "comment_only",
+    "syntax",
+    "structure",
+)
 _WORD = re.compile(r"^\w+$")
 
 
@@ -36,8 +52,16 @@ class WatchdogSettings:
     check_syntax: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("max_chars", "max_lines", "max_single_line_chars", "max_ngram", "ngram_repeats", "plain_repeats",
-                     "line_repeats", "consecutive_line_chars"):
+        for name in (
+            "max_chars",
+            "max_lines",
+            "max_single_line_chars",
+            "max_ngram",
+            "ngram_repeats",
+            "plain_repeats",
+            "line_repeats",
+            "consecutive_line_chars",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise InfillError(f"watchdog setting {name} must be a positive integer, got {value!r}")
@@ -80,14 +104,29 @@ class Watchdog:
         with self._lock:
             return {"checked": self.checked, "rejected": dict(self.counts)}
 
-    def check(self, middles: list[str], spans: list[tuple[int, int]], doc: DocumentSnapshot,
-              ctx: GapContext | list[GapContext], *, deadline: float | None = None, backend: str = "") -> Verdict:
+    def check(
+        self,
+        middles: list[str],
+        spans: list[tuple[int, int]],
+        doc: DocumentSnapshot,
+        ctx: GapContext | list[GapContext],
+        *,
+        deadline: float | None = None,
+        backend: str = "",
+    ) -> Verdict:
         with self._lock:
             self.checked += 1
         return self.record(self.judge(middles, spans, doc, ctx, deadline=deadline), backend)
 
-    def judge(self, middles: list[str], spans: list[tuple[int, int]], doc: DocumentSnapshot,
-              ctx: GapContext | list[GapContext], *, deadline: float | None = None) -> Verdict:
+    def judge(
+        self,
+        middles: list[str],
+        spans: list[tuple[int, int]],
+        doc: DocumentSnapshot,
+        ctx: GapContext | list[GapContext],
+        *,
+        deadline: float | None = None,
+    ) -> Verdict:
         """The first failed check, cheapest first (the parse comes last). `ctx` is one context for all gaps or
         one per gap."""
         contexts = ctx if isinstance(ctx, list) else [ctx] * len(middles)
@@ -97,8 +136,11 @@ class Watchdog:
         if not any(m.strip() for m in middles):
             return Verdict("empty", "nothing left after post-processing")
         for middle, gap, (a, _) in zip(middles, contexts, spans):
-            verdict = (check_length(middle, gap, s) or check_repetition(middle, s, _line_above(doc.text, a))
-                       or check_comment_only(middle, gap))
+            verdict = (
+                check_length(middle, gap, s)
+                or check_repetition(middle, s, _line_above(doc.text, a))
+                or check_comment_only(middle, gap)
+            )
             if verdict:
                 return verdict
         if contexts[0].is_prose:
@@ -111,7 +153,11 @@ class Watchdog:
 
 
 def check_length(middle: str, ctx: GapContext, s: WatchdogSettings) -> Verdict | None:
-    if ctx.single_line and "\n" in middle and (ctx.is_prose or ctx.in_comment or not languages.one_logical_line(middle)):
+    if (
+        ctx.single_line
+        and "\n" in middle
+        and (ctx.is_prose or ctx.in_comment or not languages.one_logical_line(middle))
+    ):
         return Verdict("too_many_lines", "a single-line fill spans lines (other than to wrap a call it opens)")
     limit = s.max_single_line_chars if ctx.single_line else s.max_chars
     if len(middle) > limit:
@@ -132,10 +178,10 @@ def check_repetition(middle: str, s: WatchdogSettings, line_above: str = "") -> 
     for n in range(1, s.max_ngram + 1):
         span = n * s.ngram_repeats
         for i in range(len(words) - span + 1):
-            gram = words[i:i + n]
+            gram = words[i : i + n]
             if not _meaningful(gram):
                 continue
-            if all(words[i + k * n:i + (k + 1) * n] == gram for k in range(1, s.ngram_repeats)):
+            if all(words[i + k * n : i + (k + 1) * n] == gram for k in range(1, s.ngram_repeats)):
                 return Verdict("repetition", f"{' '.join(gram)!r} repeated {s.ngram_repeats} times")
     lines = [line.strip() for line in middle.split("\n")]
     seen: Counter[str] = Counter(line for line in lines if len(line) >= 4 and languages.has_words(line))
@@ -162,7 +208,7 @@ def _line_above(text: str, index: int) -> str:
     if text[line_start:index].strip():
         return ""  # the fill continues a line: compare nothing
     start = text.rfind("\n", 0, max(0, line_start - 1)) + 1
-    return text[start:max(start, line_start - 1)]
+    return text[start : max(start, line_start - 1)]
 
 
 def check_comment_only(middle: str, ctx: GapContext) -> Verdict | None:
@@ -174,8 +220,12 @@ def check_comment_only(middle: str, ctx: GapContext) -> Verdict | None:
     return None
 
 
-def check_syntax(middles: list[str], spans: list[tuple[int, int]], doc: DocumentSnapshot,
-                 shape: GapShape = GapShape()) -> Verdict | None:
+NO_SHAPE = GapShape()  # a gap whose text after it says nothing of its shape
+
+
+def check_syntax(
+    middles: list[str], spans: list[tuple[int, int]], doc: DocumentSnapshot, shape: GapShape = NO_SHAPE
+) -> Verdict | None:
     """The filled document may not have more ERROR/MISSING nodes than the document before the edit (a file that
     already has errors is judged relative to them), and no ERROR node may lie wholly inside a fill. `shape`: what
     the text after the gap says the fill must look like (Python's line check reads it)."""
@@ -188,8 +238,9 @@ def check_syntax(middles: list[str], spans: list[tuple[int, int]], doc: Document
         if errors_inside(after_tree, start, end):
             return Verdict("syntax", "the fill itself does not parse")
     if doc.language == "python":
-        return check_python_compiles(doc.text, spans, middles) or \
-            check_python_line_finished(doc.text, spans, middles, shape)
+        return check_python_compiles(doc.text, spans, middles) or check_python_line_finished(
+            doc.text, spans, middles, shape
+        )
     return None
 
 
@@ -201,7 +252,7 @@ def _statement_start(text: str, index: int) -> int:
     continue a statement). A heuristic: where it errs (e.g. a column-0 line inside a string), the region fails to
     compile before the fill too, and the check stands aside."""
     line = text.rfind("\n", 0, index) + 1
-    while line > 0 and (not text[line:line + 1] or _CONTINUES_STATEMENT.match(text, line)):
+    while line > 0 and (not text[line : line + 1] or _CONTINUES_STATEMENT.match(text, line)):
         line = text.rfind("\n", 0, line - 1) + 1
     return line
 
@@ -222,7 +273,7 @@ def _statement_end(text: str, index: int, decorated: bool = False) -> int:
 def _decorates(text: str, spans: list[tuple[int, int]], middles: list[str]) -> bool:
     """The last fill's line, filled, is a decorator: the statement goes on to the definition below it."""
     line_start = text.rfind("\n", 0, spans[-1][0]) + 1
-    return (text[line_start:spans[-1][0]] + middles[-1]).lstrip().startswith("@")
+    return (text[line_start : spans[-1][0]] + middles[-1]).lstrip().startswith("@")
 
 
 def check_python_compiles(text: str, spans: list[tuple[int, int]], middles: list[str]) -> Verdict | None:
@@ -230,7 +281,10 @@ def check_python_compiles(text: str, spans: list[tuple[int, int]], middles: list
     gone): when the top-level statements around the fill compiled before it, they must compile after it. Only
     those statements are compiled (a whole large file costs tens of milliseconds), and the original only when the
     filled region fails, so a good fill costs one small parse."""
-    start, end = _statement_start(text, spans[0][0]), _statement_end(text, spans[-1][1], _decorates(text, spans, middles))
+    start, end = (
+        _statement_start(text, spans[0][0]),
+        _statement_end(text, spans[-1][1], _decorates(text, spans, middles)),
+    )
     region = text[start:end]
     local = [(a - start, b - start) for a, b in spans]
     error = languages.python_error(apply_fills(region, local, middles))
@@ -239,8 +293,9 @@ def check_python_compiles(text: str, spans: list[tuple[int, int]], middles: list
     return Verdict("syntax", f"Python would not compile it: {error}")
 
 
-def check_python_line_finished(text: str, spans: list[tuple[int, int]], middles: list[str],
-                               shape: GapShape = GapShape()) -> Verdict | None:
+def check_python_line_finished(
+    text: str, spans: list[tuple[int, int]], middles: list[str], shape: GapShape = NO_SHAPE
+) -> Verdict | None:
     """A cursor fill must leave its line's statement finished: when the code around compiles with the cursor's line
     replaced by a stand-in statement, it must compile with the fill. This catches what a relative check lets
     through while the line is still being typed (the file does not compile before the fill either): a fill that
@@ -258,10 +313,12 @@ def check_python_line_finished(text: str, spans: list[tuple[int, int]], middles:
     line_start = text.rfind("\n", 0, cursor) + 1
     line_end = text.find("\n", cursor)
     line_end = end if line_end < 0 or line_end > end else line_end
-    indent = text[line_start:cursor][:len(text[line_start:cursor]) - len(text[line_start:cursor].lstrip())]
+    indent = text[line_start:cursor][: len(text[line_start:cursor]) - len(text[line_start:cursor].lstrip())]
     after = re.search(r"\n([ \t]*)\S", text[line_end:end])  # the next non-blank line: a body under this one?
-    if not any(languages.python_error(text[start:line_start] + indent + stand_in + text[line_end:end]) is None
-               for stand_in in _stand_ins(shape, bool(after) and len(after.group(1)) > len(indent))):
+    if not any(
+        languages.python_error(text[start:line_start] + indent + stand_in + text[line_end:end]) is None
+        for stand_in in _stand_ins(shape, bool(after) and len(after.group(1)) > len(indent))
+    ):
         return None
     return Verdict("syntax", f"the fill leaves its statement unfinished: {error}")
 
@@ -281,8 +338,7 @@ def _stand_ins(shape: GapShape, body_below: bool) -> list[str]:
     return ["pass", "@_"] if shape.before_definition else ["pass"]
 
 
-def check_fence_syntax(middles: list[str], spans: list[tuple[int, int]], text: str,
-                       ctx: GapContext) -> Verdict | None:
+def check_fence_syntax(middles: list[str], spans: list[tuple[int, int]], text: str, ctx: GapContext) -> Verdict | None:
     """Code in a Markdown fence is checked with the grammar of the fence's language (when there is one)."""
     start, end = ctx.fence  # type: ignore[misc]
     if load_language(ctx.language) is None or not all(start <= a <= b <= end for a, b in spans):
@@ -312,7 +368,7 @@ def check_table_rows(middles: list[str], spans: list[tuple[int, int]], text: str
         if not text[line_start:a].lstrip().startswith("|") or line_start == 0:
             continue
         above_start = text.rfind("\n", 0, line_start - 1) + 1
-        above = text[above_start:line_start - 1]
+        above = text[above_start : line_start - 1]
         if not above.lstrip().startswith("|"):
             continue
         # Only the pipes the fill adds count: a row may hold more already (a `|` in a code span).

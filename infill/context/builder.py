@@ -14,24 +14,58 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from infill.languages import PROSE_LANGUAGES, opens_block
+from infill.cache.tokens import clean_text
 from infill.context.edits import Edit
 from infill.context.indentation import block_indent, indent_unit
-from infill.context.syntax import DocumentSnapshot, ParsedDocument, resolve_language
-from infill.cache.tokens import clean_text
 from infill.context.shape import read_shape
+from infill.context.syntax import DocumentSnapshot, ParsedDocument, resolve_language
+from infill.context.windows import (
+    WINDOW_HEADROOM,
+    byte_offset,
+    char_index,
+    line_end,
+    line_window,
+    sticky_start,
+    syntactic_window,
+)
+from infill.languages import PROSE_LANGUAGES, opens_block
 from infill.types import GapShape, InfillError
-from infill.context.windows import (WINDOW_HEADROOM, byte_offset, char_index, line_end, line_window, sticky_start,
-                      syntactic_window)
 
 # Nodes whose children sit one per line (call arguments, literals): an empty line there gets one more element.
-_ONE_PER_LINE = frozenset({
-    "argument_list", "arguments", "list", "dictionary", "set", "tuple", "array", "object", "parameters",
-    "formal_parameters", "parameter_list", "field_declaration_list", "object_type", "enum_body",
-    "enum_variant_list", "literal_value", "import_spec_list", "use_list", "named_imports",
-})
-_IN_LINE_NODES = ("comment", "string", "template_string", "line_comment", "block_comment", "raw_string_literal",
-                  "interpreted_string_literal", "string_content", "string_literal")
+_ONE_PER_LINE = frozenset(
+    {
+        "argument_list",
+        "arguments",
+        "list",
+        "dictionary",
+        "set",
+        "tuple",
+        "array",
+        "object",
+        "parameters",
+        "formal_parameters",
+        "parameter_list",
+        "field_declaration_list",
+        "object_type",
+        "enum_body",
+        "enum_variant_list",
+        "literal_value",
+        "import_spec_list",
+        "use_list",
+        "named_imports",
+    }
+)
+_IN_LINE_NODES = (
+    "comment",
+    "string",
+    "template_string",
+    "line_comment",
+    "block_comment",
+    "raw_string_literal",
+    "interpreted_string_literal",
+    "string_content",
+    "string_literal",
+)
 # A placeholder sits on one line (any LSP line ending) and is short: a match never scans far.
 _PLACEHOLDER = re.compile(r"\[\[[^\[\]\r\n]{0,1000}\]\]|\{\{[^{}\r\n]{0,1000}\}\}|_{3,}")
 _NOT_RULE = re.compile(r"[^ \t_]")
@@ -83,8 +117,9 @@ class GapContext:
         return not self.is_prose and self.language not in (None, "json")
 
 
-def find_placeholders(text: str, start: int = 0, end: int | None = None,
-                      limit: int | None = None) -> list[tuple[int, int]]:
+def find_placeholders(
+    text: str, start: int = 0, end: int | None = None, limit: int | None = None
+) -> list[tuple[int, int]]:
     """Spans of `[[...]]`, `{{...}}` and runs of 3+ underscores in text[start:end]; each whole span is a gap (at
     most `limit` of them). Work is proportional to the window, whatever the line endings: matches are bounded, and
     telling a Markdown rule line from a blank looks at the match's neighbours, or measures one run once."""
@@ -136,8 +171,7 @@ def _rule_run(text: str, index: int) -> tuple[int, int, bool]:
         run_start, step = chunk_start + kept, step * 4
         if kept:
             break
-    whole_line = (run_start == 0 or text[run_start - 1] in "\r\n") and \
-        (run_end == len(text) or text[run_end] in "\r\n")
+    whole_line = (run_start == 0 or text[run_start - 1] in "\r\n") and (run_end == len(text) or text[run_end] in "\r\n")
     return run_start, run_end, whole_line
 
 
@@ -152,8 +186,14 @@ class ContextBuilder:
         # an edit noted from the event loop never waits for a parse running on a worker thread.
         self._lock = threading.Lock()
 
-    def document(self, text: str, language: str | None, document_id: str | None,
-                 version: int | None = None, focus: tuple[int, int] | None = None) -> DocumentSnapshot:
+    def document(
+        self,
+        text: str,
+        language: str | None,
+        document_id: str | None,
+        version: int | None = None,
+        focus: tuple[int, int] | None = None,
+    ) -> DocumentSnapshot:
         """A snapshot of this text parsed: the cached tree re-parsed incrementally (from the noted edits up to
         `version`, or by comparing texts), or a fresh parse. With a `focus` (the span of the gaps), a large
         document's tree may cover only the part a context for that focus can reach."""
@@ -172,8 +212,7 @@ class ContextBuilder:
         with doc.lock:
             return doc.update(text, version, focus, reach)
 
-    def note_edit(self, document_id: str, start: int, old_end: int, new_text: str,
-                  version: int | None = None) -> None:
+    def note_edit(self, document_id: str, start: int, old_end: int, new_text: str, version: int | None = None) -> None:
         """The editor changed text[start:old_end] (str offsets, before this change) to `new_text`. O(1): the
         tree is brought up to date only when a context is next built. Unknown documents are ignored (their
         first request parses them whole)."""
@@ -190,8 +229,9 @@ class ContextBuilder:
             for key in [k for k in self._documents if k[0] == document_id]:
                 del self._documents[key]
 
-    def build(self, doc: DocumentSnapshot, spans: list[tuple[int, int]], mode: str,
-              keep_window: bool = True) -> GapContext:
+    def build(
+        self, doc: DocumentSnapshot, spans: list[tuple[int, int]], mode: str, keep_window: bool = True
+    ) -> GapContext:
         """The context for `spans`. With `keep_window`, its window start is kept (in the document's memo) for the
         next request; per-gap contexts of a multi-gap request pass False."""
         text, s = doc.text, self.settings
@@ -200,8 +240,9 @@ class ContextBuilder:
         gap_line_end = line_end(text, last)
         line_before, line_after = text[line_start:first], text[last:gap_line_end]
         language = doc.language
-        is_prose = language in PROSE_LANGUAGES or (language is None and
-                                                   _looks_like_prose(text[line_start:gap_line_end]))
+        is_prose = language in PROSE_LANGUAGES or (
+            language is None and _looks_like_prose(text[line_start:gap_line_end])
+        )
         prefix_budget = int(s.prefix_tokens * s.chars_per_token)
         suffix_budget = int(s.suffix_tokens * s.chars_per_token)
         # The window keeps its start while that still fits, so typing on does not change the start of the prompt
@@ -217,26 +258,45 @@ class ContextBuilder:
         if sticky is not None:
             prefix_start = sticky
         if doc.memo is not None and keep_window:
-            doc.memo["window_start"] = (prefix_start, text[prefix_start:line_end(text, prefix_start)])
+            doc.memo["window_start"] = (prefix_start, text[prefix_start : line_end(text, prefix_start)])
         in_comment = node is not None and _inside_inline_node(doc, byte_offset(doc, first))
         fence = None
         if is_prose and node is not None and _inside(node, ("fenced_code_block", "indented_code_block")):
             is_prose = False  # code in a Markdown fence follows code rules, of the fence's language if named
             language = _fence_language(doc, node) or language
             fence = _fence_content(doc, node)
-        shape = GapShape() if is_prose or fence is not None else \
-            read_shape(doc, node, prefix_start, first, last, line_before, line_after, in_comment)
-        single = _single_line(mode, text, spans, line_before, line_after, node, is_prose, in_comment, language) \
-            or (mode == "inline" and shape.one_line)
+        shape = (
+            GapShape()
+            if is_prose or fence is not None
+            else read_shape(doc, node, prefix_start, first, last, line_before, line_after, in_comment)
+        )
+        single = _single_line(mode, text, spans, line_before, line_after, node, is_prose, in_comment, language) or (
+            mode == "inline" and shape.one_line
+        )
         # The indentation step is read near the gap (enough lines to find it; the whole window costs 3x more).
-        sample_start = prefix_start if first - INDENT_SAMPLE_CHARS <= prefix_start else \
-            text.find("\n", first - INDENT_SAMPLE_CHARS, first) + 1 or prefix_start
+        sample_start = (
+            prefix_start
+            if first - INDENT_SAMPLE_CHARS <= prefix_start
+            else text.find("\n", first - INDENT_SAMPLE_CHARS, first) + 1 or prefix_start
+        )
         unit_indent = indent_unit(text, sample_start, min(suffix_end, last + INDENT_SAMPLE_CHARS // 2), language)
         indent = block_indent(text, line_start, line_before, unit_indent, language)
-        return GapContext(language=language, prefix_start=prefix_start, suffix_end=suffix_end, single_line=single,
-                          max_middle_tokens=self._middle_budget(mode, single, text, spans), indent=indent,
-                          indent_unit=unit_indent, line_before=line_before, line_after=line_after,
-                          in_comment=in_comment, is_prose=is_prose, unit=unit, fence=fence, shape=shape)
+        return GapContext(
+            language=language,
+            prefix_start=prefix_start,
+            suffix_end=suffix_end,
+            single_line=single,
+            max_middle_tokens=self._middle_budget(mode, single, text, spans),
+            indent=indent,
+            indent_unit=unit_indent,
+            line_before=line_before,
+            line_after=line_after,
+            in_comment=in_comment,
+            is_prose=is_prose,
+            unit=unit,
+            fence=fence,
+            shape=shape,
+        )
 
     def _middle_budget(self, mode: str, single: bool, text: str, spans: list[tuple[int, int]]) -> int:
         s = self.settings
@@ -272,8 +332,12 @@ def _inside_inline_node(doc: DocumentSnapshot, offset: int) -> bool:
                 if offset < node.end_byte:
                     return True
                 gap = doc.byte_slice(node.end_byte, offset)
-                if "comment" in node.type and not gap.strip() and b"\n" not in gap \
-                        and not doc.byte_slice(node.start_byte, node.end_byte).endswith(b"*/"):
+                if (
+                    "comment" in node.type
+                    and not gap.strip()
+                    and b"\n" not in gap
+                    and not doc.byte_slice(node.start_byte, node.end_byte).endswith(b"*/")
+                ):
                     return True
             node = node.parent
     return False
@@ -310,8 +374,17 @@ def _inside(node, types) -> bool:
     return False
 
 
-def _single_line(mode: str, text: str, spans, line_before: str, line_after: str, node, is_prose: bool,
-                 in_comment: bool, language: str | None) -> bool:
+def _single_line(
+    mode: str,
+    text: str,
+    spans,
+    line_before: str,
+    line_after: str,
+    node,
+    is_prose: bool,
+    in_comment: bool,
+    language: str | None,
+) -> bool:
     if mode != "inline":
         # A gap inside a line (a placeholder in a sentence, a selected expression) is filled in that line.
         return all("\n" not in text[a:b] for a, b in spans) and bool(line_before.strip() or line_after.strip())

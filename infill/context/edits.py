@@ -17,7 +17,7 @@ class Edit:
     new_end: int
 
     @classmethod
-    def replacing(cls, start: int, old_end: int, new_text: str) -> "Edit":
+    def replacing(cls, start: int, old_end: int, new_text: str) -> Edit:
         """text[start:old_end] replaced by `new_text`."""
         return cls(start, old_end, start + len(new_text))
 
@@ -51,8 +51,11 @@ class ChangedSpan:
         if self.start < 0:
             first, end = start, edit.new_end
         else:
-            mapped_end = self.new_end + delta if self.new_end >= old_end else (
-                self.new_end if self.new_end <= start else edit.new_end)
+            mapped_end = (
+                self.new_end + delta
+                if self.new_end >= old_end
+                else (self.new_end if self.new_end <= start else edit.new_end)
+            )
             first, end = min(self.start, start), max(mapped_end, edit.new_end)
         self.length += delta
         self.start, self.new_end = first, end

@@ -39,8 +39,13 @@ def indent_unit(text: str, start: int, end: int, language: str | None) -> str:
 
 
 def _default_indent(language: str | None) -> str:
-    return "  " if language in ("javascript", "typescript", "typescriptreact", "json") else "    " \
-        if language != "go" else "\t"
+    return (
+        "  "
+        if language in ("javascript", "typescript", "typescriptreact", "json")
+        else "    "
+        if language != "go"
+        else "\t"
+    )
 
 
 def block_indent(text: str, line_start: int, line_before: str, unit: str, language: str | None) -> str:

@@ -17,7 +17,7 @@ def split_lines(text: str) -> list[str]:
         return [part + "\n" for part in parts] + [last]
     lines, start = [], 0
     for match in _EOL.finditer(text):
-        lines.append(text[start:match.end()])
+        lines.append(text[start : match.end()])
         start = match.end()
     lines.append(text[start:])
     return lines

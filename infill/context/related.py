@@ -43,17 +43,23 @@ _DEFINITION = re.compile(
     r"^(?P<indent>[ \t]*)(?:(?:export\s+)?(?:default\s+)?(?:pub(?:\([^)]*\))?\s+)?(?:async\s+)?"
     r"(?P<kind>def|class|function|fn|func|struct|enum|trait|interface|type)\s+(?P<name>[A-Za-z_]\w*)"
     r"|(?:self|this)\.(?P<attr>[A-Za-z_]\w*)\s*(?::[^=\n]*)?=(?!=)"
-    r"|(?:(?:export\s+)?(?:const|let|var)\s+)?(?P<var>[A-Za-z_]\w*)\s*(?:(?::[^=\n]*)?=(?!=)|:[^=\n]+$))")
+    r"|(?:(?:export\s+)?(?:const|let|var)\s+)?(?P<var>[A-Za-z_]\w*)\s*(?:(?::[^=\n]*)?=(?!=)|:[^=\n]+$))"
+)
 _NOT_NAMES = frozenset({"default", "case", "else", "return", "export", "public", "private", "protected", "static"})
-_IMPORTS = re.compile(r"^\s*(?:from\s+([.\w]+)\s+import|import\s+([.\w]+)|.*\bfrom\s+['\"]([^'\"]+)['\"]|"
-                      r".*\brequire\(['\"]([^'\"]+)['\"]\))", re.MULTILINE)
-_COMMON = frozenset("""
+_IMPORTS = re.compile(
+    r"^\s*(?:from\s+([.\w]+)\s+import|import\s+([.\w]+)|.*\bfrom\s+['\"]([^'\"]+)['\"]|"
+    r".*\brequire\(['\"]([^'\"]+)['\"]\))",
+    re.MULTILINE,
+)
+_COMMON = frozenset(
+    """
 self this cls None True False none true false null undefined return def class import from async await yield pass
 else elif while for with try except finally raise lambda not and the function const let var new typeof instanceof
 str int float bool list dict set tuple bytes object type len range print isinstance super args kwargs value values
 key keys items name data result string number void any fn pub impl mut use struct enum match case Optional Any
 require
-""".split())
+""".split()
+)
 
 
 @dataclass(frozen=True)
@@ -100,14 +106,17 @@ class _Outline:
     class_line: dict[str, int]  # a class's own line, shown above its members
 
     @classmethod
-    def of(cls, name: str, text: str) -> "_Outline":
+    def of(cls, name: str, text: str) -> _Outline:
         lines = outline(text)
         holding: dict[str, list[int]] = {}
         for i, line in enumerate(lines):
             for n in line.names | {line.defines, line.member_of} - {""}:
                 holding.setdefault(n, []).append(i)
-        classes = {line.defines: i for i, line in enumerate(lines) if line.depth == 0 and
-                   line.text.startswith(("class ", "struct ", "interface ", "trait ", "export class "))}
+        classes = {
+            line.defines: i
+            for i, line in enumerate(lines)
+            if line.depth == 0 and line.text.startswith(("class ", "struct ", "interface ", "trait ", "export class "))
+        }
         return cls(_module_of(name), lines, {n: tuple(ids) for n, ids in holding.items()}, classes)
 
 
@@ -151,7 +160,7 @@ def outline(text: str) -> tuple[_Line, ...]:
 def _signature(lines: list[str], i: int) -> str:
     """A definition's head as one line: up to its first `:` or `{` outside brackets, then a stub body."""
     head, depth = "", 0
-    for line in lines[i:i + 8]:
+    for line in lines[i : i + 8]:
         for char in line.strip():
             if char in "([":
                 depth += 1
@@ -183,8 +192,8 @@ def imports_of(text: str) -> tuple[set[str], set[str]]:
             if match.group(3) or match.group(4):  # `import {A} from 'm'`, `const {A} = require('m')`
                 names |= names_in(match.group(0).rsplit(spec, 1)[0])
                 continue
-            rest = text[match.end():match.end() + 2000]
-            names |= names_in(rest[:rest.find(")") + 1] if rest.lstrip().startswith("(") else rest.split("\n", 1)[0])
+            rest = text[match.end() : match.end() + 2000]
+            names |= names_in(rest[: rest.find(")") + 1] if rest.lstrip().startswith("(") else rest.split("\n", 1)[0])
     return modules, names
 
 
@@ -219,7 +228,7 @@ class RelatedFiles:
 
     def _imports_before(self, text: str, start: int, document_id: str | None) -> tuple[set[str], set[str]]:
         """What the text imports above the gap, cached per document by the hash of the text scanned."""
-        head = text[:min(start, IMPORTS_SCAN_CHARS)]
+        head = text[: min(start, IMPORTS_SCAN_CHARS)]
         key, digest = document_id or "", hash(head)
         with self._lock:
             cached = self._imports.get(key)
@@ -232,11 +241,19 @@ class RelatedFiles:
                 self._imports.popitem(last=False)
         return found
 
-    def select(self, others: Sequence[OpenDocument], text: str, start: int, end: int, language: str | None,
-               name: str | None = None, document_id: str | None = None) -> str:
+    def select(
+        self,
+        others: Sequence[OpenDocument],
+        text: str,
+        start: int,
+        end: int,
+        language: str | None,
+        name: str | None = None,
+        document_id: str | None = None,
+    ) -> str:
         """The extra context for the gap text[start:end] ("" when nothing relevant is open)."""
         s = self.settings
-        others = [d for d in others if d.document_id != document_id and d.text.strip()][:s.max_documents]
+        others = [d for d in others if d.document_id != document_id and d.text.strip()][: s.max_documents]
         if not others or s.max_chars == 0 or s.max_lines == 0:
             return ""
         modules, imported = self._imports_before(text, start, document_id)
@@ -254,10 +271,12 @@ class RelatedFiles:
                 weight = math.log(1 + total / len(holders)) * boost if holders else 0.0
                 for i in holders:
                     line = o.lines[i]
-                    gain = (DEFINES_IMPORTED if n == line.defines and n in imported else 0.0) + \
-                        (DEFINES_NEARBY if n == line.defines and n in query else 0.0) + \
-                        (MEMBER_OF_NEARBY if n == line.member_of else 0.0) + \
-                        (USES_NEARBY if n in line.names and n != line.defines and n in query else 0.0)
+                    gain = (
+                        (DEFINES_IMPORTED if n == line.defines and n in imported else 0.0)
+                        + (DEFINES_NEARBY if n == line.defines and n in query else 0.0)
+                        + (MEMBER_OF_NEARBY if n == line.member_of else 0.0)
+                        + (USES_NEARBY if n in line.names and n != line.defines and n in query else 0.0)
+                    )
                     scores[(d, i)] = scores.get((d, i), 0.0) + gain * weight
         ranked = sorted((key for key, score in scores.items() if score > 0), key=lambda k: (-scores[k], k))
         return self._render(others, outlines, ranked, language, name)

@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 
 from infill.context.syntax import DocumentSnapshot
-from infill.languages import INDENT_LANGUAGES
 from infill.context.windows import byte_offset
+from infill.languages import INDENT_LANGUAGES
 from infill.types import GapShape
 
 SCAN_CHARS = 4000  # text after the gap read for the brackets it closes (a statement rarely runs longer)
@@ -25,8 +25,16 @@ _DEFINITION = re.compile(r"(async\s+def|def|class)\b|@")
 _HASH_COMMENTS = frozenset({"python", "ruby", "bash", "shell", "toml", "yaml"})
 
 
-def read_shape(doc: DocumentSnapshot, node, window_start: int, start: int, end: int, line_before: str,
-               line_after: str, in_comment: bool) -> GapShape:
+def read_shape(
+    doc: DocumentSnapshot,
+    node,
+    window_start: int,
+    start: int,
+    end: int,
+    line_before: str,
+    line_after: str,
+    in_comment: bool,
+) -> GapShape:
     """The shape of the gap text[start:end] (`node`: the syntax node at `start`, None without a grammar;
     `window_start`: where the context's window starts, a statement boundary the bracket scan may start from)."""
     text = doc.text
@@ -37,25 +45,34 @@ def read_shape(doc: DocumentSnapshot, node, window_start: int, start: int, end: 
     if in_comment or doc.language is None:
         return GapShape()
     python = doc.language in _HASH_COMMENTS
-    indent = _width(line_before[:len(line_before) - len(line_before.lstrip())])
+    indent = _width(line_before[: len(line_before) - len(line_before.lstrip())])
     closers = _unopened_closers(text, end, indent, python)
     # (the scan of the window for what is open at the gap, only where an answer depends on it)
     opened = _open_at(text, window_start, start, python) if closers else None
-    matched = [_OPENERS[o] for o in reversed(opened or [])][:len(closers)]
-    must_open = "".join(_CLOSERS[c] for c in closers[len(matched):])[::-1] \
-        if list(closers[:len(matched)]) == matched else ""
+    matched = [_OPENERS[o] for o in reversed(opened or [])][: len(closers)]
+    must_open = (
+        "".join(_CLOSERS[c] for c in closers[len(matched) :])[::-1] if list(closers[: len(matched)]) == matched else ""
+    )
     if line_before.strip() or line_after.strip():
         return GapShape(must_open=must_open)
     line_end = text.find("\n", end)
     below_end = text.find("\n", line_end + 1) if line_end >= 0 else -1
-    below = text[line_end + 1:below_end if below_end >= 0 else len(text)] if line_end >= 0 else ""
-    if not below.strip() or _width(below[:len(below) - len(below.lstrip())]) < indent:
+    below = text[line_end + 1 : below_end if below_end >= 0 else len(text)] if line_end >= 0 else ""
+    if not below.strip() or _width(below[: len(below) - len(below.lstrip())]) < indent:
         return GapShape(must_open=must_open)  # a blank line or the block's end below: the fill may be a block
-    deeper = _width(below[:len(below) - len(below.lstrip())]) > indent
-    header = deeper and not must_open and doc.language in INDENT_LANGUAGES and \
-        not (opened if opened is not None else _open_at(text, window_start, start, python))
-    return GapShape(must_open=must_open, one_line=True, header=header,
-                    before_definition=not deeper and bool(_DEFINITION.match(below.lstrip())))
+    deeper = _width(below[: len(below) - len(below.lstrip())]) > indent
+    header = (
+        deeper
+        and not must_open
+        and doc.language in INDENT_LANGUAGES
+        and not (opened if opened is not None else _open_at(text, window_start, start, python))
+    )
+    return GapShape(
+        must_open=must_open,
+        one_line=True,
+        header=header,
+        before_definition=not deeper and bool(_DEFINITION.match(below.lstrip())),
+    )
 
 
 def _width(indentation: str) -> int:

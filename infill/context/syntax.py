@@ -11,7 +11,7 @@ import logging
 import os
 import threading
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import cache, cached_property
 
 from infill.context.edits import ChangedSpan, Edit
 from infill.context.regions import REGION_MIN_CHARS, Cuts, covers, region_for, shift_region
@@ -31,13 +31,35 @@ _GRAMMARS: dict[str, tuple[str, str]] = {
     "markdown": ("tree_sitter_markdown", "language"),
 }
 _ALIASES = {
-    "py": "python", "python3": "python", "javascriptreact": "javascript", "js": "javascript", "jsx": "javascript",
-    "ts": "typescript", "tsx": "typescriptreact", "golang": "go", "rs": "rust", "jsonc": "json", "md": "markdown",
+    "py": "python",
+    "python3": "python",
+    "javascriptreact": "javascript",
+    "js": "javascript",
+    "jsx": "javascript",
+    "ts": "typescript",
+    "tsx": "typescriptreact",
+    "golang": "go",
+    "rs": "rust",
+    "jsonc": "json",
+    "md": "markdown",
 }
 _EXTENSIONS = {
-    ".py": "python", ".pyi": "python", ".js": "javascript", ".mjs": "javascript", ".cjs": "javascript",
-    ".jsx": "javascript", ".ts": "typescript", ".mts": "typescript", ".cts": "typescript", ".tsx": "typescriptreact",
-    ".go": "go", ".rs": "rust", ".json": "json", ".jsonc": "json", ".md": "markdown", ".markdown": "markdown",
+    ".py": "python",
+    ".pyi": "python",
+    ".js": "javascript",
+    ".mjs": "javascript",
+    ".cjs": "javascript",
+    ".jsx": "javascript",
+    ".ts": "typescript",
+    ".mts": "typescript",
+    ".cts": "typescript",
+    ".tsx": "typescriptreact",
+    ".go": "go",
+    ".rs": "rust",
+    ".json": "json",
+    ".jsonc": "json",
+    ".md": "markdown",
+    ".markdown": "markdown",
 }
 # Notes kept for a document nobody asks a context for (completions disabled, language refused): past this many,
 # they are dropped and the next context compares texts instead, so memory stays bounded.
@@ -59,7 +81,7 @@ def resolve_language(language: str | None, document_id: str | None = None) -> st
     return language.strip().lower() if language else None
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_language(key: str | None):
     """The tree-sitter Language for a grammar key, or None (unknown language, or a grammar that failed to load)."""
     if key not in _GRAMMARS:
@@ -178,8 +200,13 @@ class ParsedDocument:
                 return
             self._notes.append((version, edit))
 
-    def update(self, text: str, version: int | None = None, focus: tuple[int, int] | None = None,
-               reach: tuple[int, int] = (0, 0)) -> "DocumentSnapshot":
+    def update(
+        self,
+        text: str,
+        version: int | None = None,
+        focus: tuple[int, int] | None = None,
+        reach: tuple[int, int] = (0, 0),
+    ) -> DocumentSnapshot:
         """Bring the tree up to `text` (version `version`). With a `focus` (the gap) and the `reach` of its context
         (chars before and after), a large ASCII document is parsed only in a region that holds that context."""
         notes = self._take_notes(version)
@@ -189,8 +216,13 @@ class ParsedDocument:
             self.text = text
             return self.snapshot()
         use_region = focus is not None and len(text) >= REGION_MIN_CHARS and text.isascii()
-        if self.tree is not None and not notes and not dropped and text == self.text and (
-                self.region is None or (focus is not None and covers(self.region, focus, reach, len(text)))):
+        if (
+            self.tree is not None
+            and not notes
+            and not dropped
+            and text == self.text
+            and (self.region is None or (focus is not None and covers(self.region, focus, reach, len(text))))
+        ):
             return self.snapshot()
         old_tree, span = None, None
         if self.tree is not None:
@@ -218,7 +250,7 @@ class ParsedDocument:
         self.text = text
         return self.snapshot()
 
-    def _choose_region(self, text: str, span: "ChangedSpan | None", focus, reach) -> tuple[int, int] | None:
+    def _choose_region(self, text: str, span: ChangedSpan | None, focus, reach) -> tuple[int, int] | None:
         """The current region moved with the edits when it still holds the gap's context, else a new one from the
         cuts (None: parse the whole document, which also renews the cuts)."""
         if self.region is not None and span is not None:
@@ -229,7 +261,7 @@ class ParsedDocument:
             return None
         return region_for(self._cuts, len(text), focus, reach)
 
-    def _edit(self, tree, text: str, notes: list[tuple[int | None, Edit]] | None) -> "ChangedSpan | None":
+    def _edit(self, tree, text: str, notes: list[tuple[int | None, Edit]] | None) -> ChangedSpan | None:
         """Tell `tree` (of self.text) what changed to make `text`: from the notes, or by comparing the texts. The
         change as a str span, or None when only a byte range is known (non-ASCII text compared)."""
         span = self._fold(notes, len(text)) if notes else None
@@ -240,8 +272,11 @@ class ParsedDocument:
         with self._notes_lock:
             self._notes.clear()  # later notes may be relative to another text than this one
         ascii_text = self.text.isascii() and text.isascii()
-        old_data, data = (self.text.encode("ascii"), text.encode("ascii")) if ascii_text else \
-            (self.text.encode("utf-8"), text.encode("utf-8"))
+        old_data, data = (
+            (self.text.encode("ascii"), text.encode("ascii"))
+            if ascii_text
+            else (self.text.encode("utf-8"), text.encode("utf-8"))
+        )
         edit = diff_edit(old_data, data)
         if edit is None:
             return ChangedSpan(len(text))  # nothing changed
@@ -276,8 +311,7 @@ class ParsedDocument:
                 return None
             span.add(edit)
         if span.length != new_length:  # an edit was missed: the notes do not lead to this text
-            log.debug("noted edits give %d chars, the text has %d; comparing texts instead", span.length,
-                      new_length)
+            log.debug("noted edits give %d chars, the text has %d; comparing texts instead", span.length, new_length)
             return None
         return span
 
@@ -287,8 +321,11 @@ class ParsedDocument:
 
 def _line_start_children(tree, text: str) -> list[int]:
     """Starts of the root's children that begin a line (a statement after `;` is no place to start parsing)."""
-    return [c.start_byte for c in tree.root_node.children
-            if c.start_byte == 0 or text[c.start_byte - 1:c.start_byte] == "\n"]
+    return [
+        c.start_byte
+        for c in tree.root_node.children
+        if c.start_byte == 0 or text[c.start_byte - 1 : c.start_byte] == "\n"
+    ]
 
 
 def error_nodes(tree, start_byte: int = 0, end_byte: int | None = None) -> int:

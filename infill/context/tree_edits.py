@@ -33,7 +33,7 @@ def common_affixes(old: bytes, new: bytes) -> tuple[int, int]:
     lo, hi = 0, limit - head
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if old[len(old) - mid:] == new[len(new) - mid:]:
+        if old[len(old) - mid :] == new[len(new) - mid :]:
             lo = mid
         else:
             hi = mid - 1
@@ -51,9 +51,14 @@ def diff_edit(old: bytes, new: bytes) -> Edit | None:
 def apply_edit(tree, old: bytes, new: bytes, edit: Edit) -> None:
     """Tell `tree` (parsed from `old`) about an edit in byte offsets, so the next parse with it as old tree is
     incremental."""
-    tree.edit(start_byte=edit.start, old_end_byte=edit.old_end, new_end_byte=edit.new_end,
-              start_point=_point(old, edit.start), old_end_point=_point(old, edit.old_end),
-              new_end_point=_point(new, edit.new_end))
+    tree.edit(
+        start_byte=edit.start,
+        old_end_byte=edit.old_end,
+        new_end_byte=edit.new_end,
+        start_point=_point(old, edit.start),
+        old_end_point=_point(old, edit.old_end),
+        new_end_point=_point(new, edit.new_end),
+    )
 
 
 def edit_tree(tree, old: str, new: str, region: Edit) -> None:
@@ -63,22 +68,26 @@ def edit_tree(tree, old: str, new: str, region: Edit) -> None:
     if ascii_old and ascii_new:
         start_byte, old_end_byte, new_end_byte = region.start, region.old_end, region.new_end
     else:
-        start_byte = len(old[:region.start].encode("utf-8"))
-        old_end_byte = start_byte + len(old[region.start:region.old_end].encode("utf-8"))
-        new_end_byte = start_byte + len(new[region.start:region.new_end].encode("utf-8"))
+        start_byte = len(old[: region.start].encode("utf-8"))
+        old_end_byte = start_byte + len(old[region.start : region.old_end].encode("utf-8"))
+        new_end_byte = start_byte + len(new[region.start : region.new_end].encode("utf-8"))
     # Rows are counted from the document start once; the edit's other points count only across the edit.
     start_point = _point_at(old, region.start, ascii_old)
-    tree.edit(start_byte=start_byte, old_end_byte=old_end_byte, new_end_byte=new_end_byte,
-              start_point=start_point,
-              old_end_point=_point_at(old, region.old_end, ascii_old, (region.start, start_point[0])),
-              new_end_point=_point_at(new, region.new_end, ascii_new, (region.start, start_point[0])))
+    tree.edit(
+        start_byte=start_byte,
+        old_end_byte=old_end_byte,
+        new_end_byte=new_end_byte,
+        start_point=start_point,
+        old_end_point=_point_at(old, region.old_end, ascii_old, (region.start, start_point[0])),
+        new_end_point=_point_at(new, region.new_end, ascii_new, (region.start, start_point[0])),
+    )
 
 
 def parse_text(parser, text: str, old_tree=None):
     if text.isascii():
         # Read what the parser asks for: an incremental parse reads little beyond the edit, so the whole
         # document is never encoded.
-        source = lambda offset, _point: text[offset:offset + _READ_CHUNK].encode("ascii")  # noqa: E731
+        source = lambda offset, _point: text[offset : offset + _READ_CHUNK].encode("ascii")  # noqa: E731
     else:
         source = text.encode("utf-8")
     return parser.parse(source) if old_tree is None else parser.parse(source, old_tree)

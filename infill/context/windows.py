@@ -32,8 +32,9 @@ def char_index(doc: DocumentSnapshot, offset: int) -> int:
     return offset if doc.is_ascii else len(doc.data[:offset].decode("utf-8", "ignore"))
 
 
-def syntactic_window(doc: DocumentSnapshot, node, first: int, last: int, prefix_budget: int,
-                     suffix_budget: int) -> tuple[int, int, str]:
+def syntactic_window(
+    doc: DocumentSnapshot, node, first: int, last: int, prefix_budget: int, suffix_budget: int
+) -> tuple[int, int, str]:
     """Prefer the farthest start / end of a whole unit (an enclosing node or one of its children) in budget.
     Work is proportional to the window, whatever the line endings or the characters (one line of megabytes,
     CR-only text and non-ASCII text once cost the whole document per candidate boundary)."""
@@ -48,8 +49,13 @@ def syntactic_window(doc: DocumentSnapshot, node, first: int, last: int, prefix_
         if ancestor.start_byte <= begin:
             starts.append(ancestor.start_byte)
         ends.append(ancestor.end_byte)
-        if ancestor.parent is not None and unit == "document" and ancestor.end_byte - ancestor.start_byte > 1 \
-                and ancestor.is_named and ancestor.start_byte < begin:
+        if (
+            ancestor.parent is not None
+            and unit == "document"
+            and ancestor.end_byte - ancestor.start_byte > 1
+            and ancestor.is_named
+            and ancestor.start_byte < begin
+        ):
             unit = ancestor.type
         for child in _children_near(ancestor, low, high):
             if child.start_byte <= begin:
@@ -102,7 +108,7 @@ def _blank_before(text: str, index: int, low: int) -> bool:
     newline = text.rfind("\n", floor, index)
     if newline < 0 and floor > 0:
         return False
-    return text[newline + 1:index].strip() == ""
+    return text[newline + 1 : index].strip() == ""
 
 
 def _blank_after(text: str, index: int, high: int) -> bool:
@@ -111,7 +117,7 @@ def _blank_after(text: str, index: int, high: int) -> bool:
     newline = text.find("\n", index, ceiling)
     if newline < 0 and ceiling < len(text):
         return False
-    return text[index:newline if newline >= 0 else ceiling].strip() == ""
+    return text[index : newline if newline >= 0 else ceiling].strip() == ""
 
 
 def _children_near(node, low: int, high: int):

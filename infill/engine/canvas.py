@@ -41,8 +41,9 @@ def fit_lengths(candidates: list[int], gaps: int, fixed_total: int, width: int) 
     return [n for n in candidates if gaps * n + fixed_total <= width]
 
 
-def build_canvas(lengths: list[int], fixed: list[list[int]], prompt_length: int, pad_id: int,
-                 device: torch.device) -> Canvas:
+def build_canvas(
+    lengths: list[int], fixed: list[list[int]], prompt_length: int, pad_id: int, device: torch.device
+) -> Canvas:
     """`fixed[g]` is the clamped text after gap g (between texts, then the suffix anchor last)."""
     if not lengths:
         raise InfillError("no candidate middle length fits the canvas")
@@ -56,18 +57,24 @@ def build_canvas(lengths: list[int], fixed: list[list[int]], prompt_length: int,
     for r, n in enumerate(lengths):
         at = 0
         for g, clamp in enumerate(fixed):
-            free[r, at:at + n] = True
-            gap_of[r, at:at + n] = g
+            free[r, at : at + n] = True
+            gap_of[r, at : at + n] = g
             at += n
             if clamp:
-                tokens[r, at:at + len(clamp)] = torch.tensor(clamp, dtype=torch.long)
-                anchor[r, at:at + len(clamp)] = True
+                tokens[r, at : at + len(clamp)] = torch.tensor(clamp, dtype=torch.long)
+                anchor[r, at : at + len(clamp)] = True
                 at += len(clamp)
     valid = free | anchor
     positions = prompt_length + torch.arange(width, dtype=torch.long).expand(rows, width)
-    return Canvas(tuple(lengths), tokens.to(device), free.to(device), anchor.to(device), valid.to(device),
-                  gap_of.to(device), positions.contiguous().to(device))
-
+    return Canvas(
+        tuple(lengths),
+        tokens.to(device),
+        free.to(device),
+        anchor.to(device),
+        valid.to(device),
+        gap_of.to(device),
+        positions.contiguous().to(device),
+    )
 
 
 def padded_to(canvas: Canvas, rows: int, width: int, pad_id: int) -> Canvas:
@@ -83,6 +90,12 @@ def padded_to(canvas: Canvas, rows: int, width: int, pad_id: int) -> Canvas:
         return out
 
     positions = canvas.position_ids[0, 0] + torch.arange(width, device=canvas.position_ids.device).expand(rows, width)
-    return Canvas(canvas.lengths, grown(canvas.fixed_tokens, pad_id), grown(canvas.free, False),
-                  grown(canvas.anchor, False), grown(canvas.valid, False), grown(canvas.gap_of, -1),
-                  positions.contiguous())
+    return Canvas(
+        canvas.lengths,
+        grown(canvas.fixed_tokens, pad_id),
+        grown(canvas.free, False),
+        grown(canvas.anchor, False),
+        grown(canvas.valid, False),
+        grown(canvas.gap_of, -1),
+        positions.contiguous(),
+    )

@@ -10,6 +10,7 @@ from typing import Any
 
 from infill.types import InfillError
 
+
 @dataclass(frozen=True)
 class EngineConfig:
     max_denoising_steps: int = 48
@@ -50,30 +51,49 @@ class EngineConfig:
             if not ok:
                 raise InfillError(f"invalid engine config: {message}")
 
-        need(isinstance(self.max_denoising_steps, int) and self.max_denoising_steps > 0,
-             f"max_denoising_steps must be a positive integer, got {self.max_denoising_steps!r}")
+        need(
+            isinstance(self.max_denoising_steps, int) and self.max_denoising_steps > 0,
+            f"max_denoising_steps must be a positive integer, got {self.max_denoising_steps!r}",
+        )
         need(0 <= self.t_min < self.t_max, f"need 0 <= t_min < t_max, got {self.t_min}, {self.t_max}")
         need(self.entropy_bound > 0, f"entropy_bound must be > 0, got {self.entropy_bound}")
-        need(isinstance(self.stability_threshold, int) and self.stability_threshold >= 0,
-             f"stability_threshold must be an integer >= 0, got {self.stability_threshold!r}")
+        need(
+            isinstance(self.stability_threshold, int) and self.stability_threshold >= 0,
+            f"stability_threshold must be an integer >= 0, got {self.stability_threshold!r}",
+        )
         need(self.confidence_threshold > 0, f"confidence_threshold must be > 0, got {self.confidence_threshold}")
         need(self.canvas_length is None or self.canvas_length >= 2, "canvas_length must be >= 2")
-        need(len(self.candidate_lengths) > 0 and all(isinstance(n, int) and n > 0 for n in self.candidate_lengths),
-             "candidate_lengths must be positive integers")
+        need(
+            len(self.candidate_lengths) > 0 and all(isinstance(n, int) and n > 0 for n in self.candidate_lengths),
+            "candidate_lengths must be positive integers",
+        )
         need(self.suffix_anchor_tokens >= 0 and self.single_line_anchor_tokens >= 0, "anchor tokens must be >= 0")
-        need(self.single_line_lengths is None or (len(self.single_line_lengths) > 0 and all(
-            isinstance(n, int) and n > 0 for n in self.single_line_lengths)), "single_line_lengths must be positive "
-             "integers (or None: by device)")
+        need(
+            self.single_line_lengths is None
+            or (
+                len(self.single_line_lengths) > 0
+                and all(isinstance(n, int) and n > 0 for n in self.single_line_lengths)
+            ),
+            "single_line_lengths must be positive integers (or None: by device)",
+        )
         need(self.max_prompt_tokens >= 16, "max_prompt_tokens must be >= 16")
-        need(0 <= self.suffix_in_prompt_tokens < self.max_prompt_tokens // 2,
-             "suffix_in_prompt_tokens must be >= 0 and below half of max_prompt_tokens")
+        need(
+            0 <= self.suffix_in_prompt_tokens < self.max_prompt_tokens // 2,
+            "suffix_in_prompt_tokens must be >= 0 and below half of max_prompt_tokens",
+        )
         need(len(self.suffix_frame) == 2, "suffix_frame is (text before the suffix, text after it)")
-        need(isinstance(self.cuda_graphs, bool) and isinstance(self.compile, bool),
-             "cuda_graphs and compile must be true or false")
-        need(self.expert_kernel in ("auto", "grouped", "pairs", "loop"),
-             f"expert_kernel must be auto, grouped, pairs or loop, got {self.expert_kernel!r}")
-        need(self.kv_store_bytes is None or (isinstance(self.kv_store_bytes, int) and self.kv_store_bytes >= 0),
-             "kv_store_bytes must be an integer >= 0 (or None: sized from the model and device)")
+        need(
+            isinstance(self.cuda_graphs, bool) and isinstance(self.compile, bool),
+            "cuda_graphs and compile must be true or false",
+        )
+        need(
+            self.expert_kernel in ("auto", "grouped", "pairs", "loop"),
+            f"expert_kernel must be auto, grouped, pairs or loop, got {self.expert_kernel!r}",
+        )
+        need(
+            self.kv_store_bytes is None or (isinstance(self.kv_store_bytes, int) and self.kv_store_bytes >= 0),
+            "kv_store_bytes must be an integer >= 0 (or None: sized from the model and device)",
+        )
 
     def single_line_lengths_for(self, device: str) -> tuple[int, ...]:
         if self.single_line_lengths is not None:
@@ -96,7 +116,8 @@ class EngineOverrides:
 
     def __post_init__(self) -> None:
         if self.max_denoising_steps is not None and not (
-                isinstance(self.max_denoising_steps, int) and self.max_denoising_steps > 0):
+            isinstance(self.max_denoising_steps, int) and self.max_denoising_steps > 0
+        ):
             raise InfillError(f"max_denoising_steps must be a positive integer, got {self.max_denoising_steps!r}")
         if self.kv_store_bytes is not None and not (isinstance(self.kv_store_bytes, int) and self.kv_store_bytes >= 0):
             raise InfillError(f"kv_store_bytes must be an integer >= 0, got {self.kv_store_bytes!r}")
@@ -106,13 +127,22 @@ class EngineOverrides:
 
 
 # EngineConfig field -> where transformers' DiffusionGemmaGenerationConfig keeps it (generation_config.json).
-GENERATION_FIELDS = {"max_denoising_steps": "max_denoising_steps", "t_min": "t_min", "t_max": "t_max",
-                     "stability_threshold": "stability_threshold", "confidence_threshold": "confidence_threshold",
-                     "entropy_bound": "sampler_config.entropy_bound"}
+GENERATION_FIELDS = {
+    "max_denoising_steps": "max_denoising_steps",
+    "t_min": "t_min",
+    "t_max": "t_max",
+    "stability_threshold": "stability_threshold",
+    "confidence_threshold": "confidence_threshold",
+    "entropy_bound": "sampler_config.entropy_bound",
+}
 # The canvas length is the model's (DiffusionGemmaConfig.canvas_length, config.json), not a generation setting.
 MODEL_FIELDS = {"canvas_length": "canvas_length"}
-EXPLICIT, CHECKPOINT_GENERATION, CHECKPOINT_MODEL, DEFAULT = ("explicit", "generation_config.json", "config.json",
-                                                              "default")
+EXPLICIT, CHECKPOINT_GENERATION, CHECKPOINT_MODEL, DEFAULT = (
+    "explicit",
+    "generation_config.json",
+    "config.json",
+    "default",
+)
 
 
 @dataclass(frozen=True)
@@ -140,7 +170,9 @@ def explicit_settings(config: EngineSettings) -> dict[str, Any]:
     if isinstance(config, Mapping):
         return dict(config)
     default = EngineConfig()
-    return {f.name: getattr(config, f.name) for f in fields(config) if getattr(config, f.name) != getattr(default, f.name)}
+    return {
+        f.name: getattr(config, f.name) for f in fields(config) if getattr(config, f.name) != getattr(default, f.name)
+    }
 
 
 def _lookup(source, dotted: str) -> Any:
@@ -163,8 +195,10 @@ def resolve_engine_config(generation_config, model_config, explicit: EngineSetti
         raise InfillError(f"unknown engine settings: {', '.join(sorted(unknown))}")
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
-    for origin, table, where in ((CHECKPOINT_GENERATION, GENERATION_FIELDS, generation_config),
-                                 (CHECKPOINT_MODEL, MODEL_FIELDS, model_config)):
+    for origin, table, where in (
+        (CHECKPOINT_GENERATION, GENERATION_FIELDS, generation_config),
+        (CHECKPOINT_MODEL, MODEL_FIELDS, model_config),
+    ):
         for name, dotted in table.items():
             if name in chosen:
                 values[name], sources[name] = chosen[name], EXPLICIT

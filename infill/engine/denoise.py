@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
-from typing import Callable, Protocol
+from typing import Protocol
 
 import torch
 
@@ -76,12 +77,19 @@ class StepState:
 def join_score(probs_at_tokens: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
     logp = probs_at_tokens.clamp_min(1e-30).log()
     count = anchor.sum(-1)
-    return torch.where(count > 0, (logp * anchor).sum(-1) / count.clamp_min(1),
-                       torch.zeros_like(count, dtype=logp.dtype))
+    return torch.where(
+        count > 0, (logp * anchor).sum(-1) / count.clamp_min(1), torch.zeros_like(count, dtype=logp.dtype)
+    )
 
 
-def sample_step(logits: torch.Tensor, state: StepState, inputs: StepInputs, scale: torch.Tensor,
-                uniform: torch.Tensor, noise: torch.Tensor) -> StepState:
+def sample_step(
+    logits: torch.Tensor,
+    state: StepState,
+    inputs: StepInputs,
+    scale: torch.Tensor,
+    uniform: torch.Tensor,
+    noise: torch.Tensor,
+) -> StepState:
     """Everything after the forward, on plain tensors (what torch.compile sees)."""
     free, fixed = inputs.free, inputs.fixed
     out = fast_step(logits, inputs.softcap, scale, uniform)
@@ -100,12 +108,27 @@ def sample_step(logits: torch.Tensor, state: StepState, inputs: StepInputs, scal
     stopped, history = stable_and_confident(state.history, new_argmax, entropy, free, inputs.confidence)
     soft = torch.matmul(out.probs.to(inputs.embed.dtype), inputs.embed) * inputs.embed_scale
     soft = torch.where(free[..., None], soft, inputs.clamp_embeddings)
-    return StepState(nxt, new_argmax, new_score, soft, finished | stopped, history, out.max_prob,
-                     state.row_steps + (~finished).to(state.row_steps.dtype))
+    return StepState(
+        nxt,
+        new_argmax,
+        new_score,
+        soft,
+        finished | stopped,
+        history,
+        out.max_prob,
+        state.row_steps + (~finished).to(state.row_steps.dtype),
+    )
 
 
-def denoise_step(forward: Forward, inputs: StepInputs, state: StepState, scale: torch.Tensor, uniform: torch.Tensor,
-                 noise: torch.Tensor, sample: Callable = sample_step) -> StepState:
+def denoise_step(
+    forward: Forward,
+    inputs: StepInputs,
+    state: StepState,
+    scale: torch.Tensor,
+    uniform: torch.Tensor,
+    noise: torch.Tensor,
+    sample: Callable = sample_step,
+) -> StepState:
     """One denoising step. `scale` (0-d) is the step's logit scale (softcap and temperature), `uniform` (B, W)
     draws the samples, `noise` (B, W) renoises the slots not accepted."""
     return sample(forward(state.current, state.soft), state, inputs, scale, uniform, noise)
@@ -127,8 +150,9 @@ def sample_step_for(device_type: str) -> Callable:
     return run
 
 
-def first_state(inputs: StepInputs, config: EngineConfig, vocab: int, generator: torch.Generator,
-                start: torch.Tensor | None = None) -> StepState:
+def first_state(
+    inputs: StepInputs, config: EngineConfig, vocab: int, generator: torch.Generator, start: torch.Tensor | None = None
+) -> StepState:
     """`start` (B, W): the free slots' first tokens (a seed canvas shared with another implementation); None: drawn
     uniformly from `generator`."""
     rows, width = inputs.free.shape
@@ -137,18 +161,29 @@ def first_state(inputs: StepInputs, config: EngineConfig, vocab: int, generator:
         start = torch.randint(0, vocab, (rows, width), generator=generator, device=device)
     current = torch.where(inputs.free, start.to(device), inputs.fixed)
     history = torch.full((config.stability_threshold, rows, width), -1, dtype=current.dtype, device=device)
-    return StepState(current=current, argmax=current, score=torch.zeros(rows, device=device),
-                     soft=torch.zeros_like(inputs.clamp_embeddings),
-                     finished=torch.zeros(rows, dtype=torch.bool, device=device), history=history,
-                     max_prob=torch.zeros(rows, width, device=device),
-                     row_steps=torch.zeros(rows, dtype=torch.int32, device=device))
+    return StepState(
+        current=current,
+        argmax=current,
+        score=torch.zeros(rows, device=device),
+        soft=torch.zeros_like(inputs.clamp_embeddings),
+        finished=torch.zeros(rows, dtype=torch.bool, device=device),
+        history=history,
+        max_prob=torch.zeros(rows, width, device=device),
+        row_steps=torch.zeros(rows, dtype=torch.int32, device=device),
+    )
 
 
 def step_scales(config: EngineConfig, softcap: float | None, device: torch.device) -> torch.Tensor:
     """Each step's logit scale (the linear temperature schedule, fused with the softcap), made once per canvas."""
     n = config.max_denoising_steps
-    return torch.tensor([logit_scale(softcap, 1.0 / temperature(remaining, n, config.t_min, config.t_max))
-                         for remaining in range(n, 0, -1)], dtype=torch.float32, device=device)
+    return torch.tensor(
+        [
+            logit_scale(softcap, 1.0 / temperature(remaining, n, config.t_min, config.t_max))
+            for remaining in range(n, 0, -1)
+        ],
+        dtype=torch.float32,
+        device=device,
+    )
 
 
 class Stepper(Protocol):
@@ -185,9 +220,16 @@ class CanvasFill:
     runner: object
 
 
-def denoise(fill: CanvasFill, config: EngineConfig, generator: torch.Generator, *,
-            cancel: CancelToken | None = None, deadline: float | None = None,
-            on_step: StepCallback | None = None, start: torch.Tensor | None = None) -> DenoiseOutput:
+def denoise(
+    fill: CanvasFill,
+    config: EngineConfig,
+    generator: torch.Generator,
+    *,
+    cancel: CancelToken | None = None,
+    deadline: float | None = None,
+    on_step: StepCallback | None = None,
+    start: torch.Tensor | None = None,
+) -> DenoiseOutput:
     canvas, runner = fill.canvas, fill.runner
     rows, width = canvas.shape
     device = canvas.free.device
@@ -217,8 +259,7 @@ def denoise(fill: CanvasFill, config: EngineConfig, generator: torch.Generator, 
             finished_late.post(state.finished)
         elif bool(state.finished.all()):  # the step's one host sync
             break
-    state = replace(state, argmax=state.argmax.clone(), score=state.score.clone(),
-                    row_steps=state.row_steps.clone())
+    state = replace(state, argmax=state.argmax.clone(), score=state.score.clone(), row_steps=state.row_steps.clone())
     return DenoiseOutput(state.argmax, state.score, steps, outcome, state.row_steps)
 
 

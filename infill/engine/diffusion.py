@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import transformers
@@ -25,8 +25,16 @@ from infill.engine.kv import PromptCache, stash_budget
 from infill.engine.loading import LoadedModel
 from infill.engine.model import model_limits
 from infill.engine.runner import ModelRunner
-from infill.types import (BackendInfo, CancelToken, Draft, DraftCallback, InfillError, InfillRequest, InfillResult,
-                          Timings)
+from infill.types import (
+    BackendInfo,
+    CancelToken,
+    Draft,
+    DraftCallback,
+    InfillError,
+    InfillRequest,
+    InfillResult,
+    Timings,
+)
 
 log = logging.getLogger(__name__)
 
@@ -39,16 +47,25 @@ def _should_stop(cancel: CancelToken | None, deadline: float | None) -> bool:
 
 
 class DiffusionEngine:
-    def __init__(self, loaded: LoadedModel, config: EngineSettings | ResolvedEngineConfig = None, *,
-                 denoiser: Callable[..., DenoiseOutput] = denoise, static: bool | None = None) -> None:
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        config: EngineSettings | ResolvedEngineConfig = None,
+        *,
+        denoiser: Callable[..., DenoiseOutput] = denoise,
+        static: bool | None = None,
+    ) -> None:
         """`config`: a ResolvedEngineConfig is used as it is; EngineOverrides' given fields, a mapping's fields, or
         an EngineConfig's non-default fields (None: none) override the checkpoint's own sampler settings
         (config.resolve_engine_config). `static`: run the bucketed programs (None: on CUDA with cuda_graphs)."""
         self.loaded = loaded
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
-        resolved = config if isinstance(config, ResolvedEngineConfig) else resolve_engine_config(
-            loaded.generation_config, loaded.config, config)
+        resolved = (
+            config
+            if isinstance(config, ResolvedEngineConfig)
+            else resolve_engine_config(loaded.generation_config, loaded.config, config)
+        )
         self.config, self.config_sources = resolved.config, resolved.sources
         log.info("DiffusionGemma engine settings for %s: %s", loaded.model_id, resolved.describe())
         self.denoiser = denoiser  # tests swap in transformers' exact sampler (tests/reference_sampler.py)
@@ -63,21 +80,37 @@ class DiffusionEngine:
         self.device = self.weights.device
         self.tokens = ChunkedTokenizer(self.tokenizer)
         rows = max(len(self.config.candidate_lengths), len(self.config.single_line_lengths_for(str(self.device))))
-        self.runner = ModelRunner(self.weights, self.config, max_prompt=self.max_prompt,
-                                  max_canvas_slots=rows * self.width, pad_id=self.pad_id, model=self.model,
-                                  static=static)
+        self.runner = ModelRunner(
+            self.weights,
+            self.config,
+            max_prompt=self.max_prompt,
+            max_canvas_slots=rows * self.width,
+            pad_id=self.pad_id,
+            model=self.model,
+            static=static,
+        )
         per_token = self.runner.kv.bytes_per_token()
         explicit = self.config.kv_store_bytes is not None
-        self.prompts = PromptCache(self.runner.kv, self.config.kv_store_bytes if explicit else
-                                   stash_budget(per_token, self.device, self.max_prompt))
-        log.info("prompt KV: live buffers %.0f MiB, other documents up to %.0f MiB (%s), %d bytes a token",
-                 self.runner.kv.nbytes / 2**20, self.prompts.stash_bytes / 2**20, "explicit" if explicit else
-                 "by device", per_token)
+        self.prompts = PromptCache(
+            self.runner.kv,
+            self.config.kv_store_bytes if explicit else stash_budget(per_token, self.device, self.max_prompt),
+        )
+        log.info(
+            "prompt KV: live buffers %.0f MiB, other documents up to %.0f MiB (%s), %d bytes a token",
+            self.runner.kv.nbytes / 2**20,
+            self.prompts.stash_bytes / 2**20,
+            "explicit" if explicit else "by device",
+            per_token,
+        )
         self.programs: dict = {}  # what warm_up captured (CUDA)
-        self._info = BackendInfo(name=f"diffusiongemma:{loaded.model_id}", kind="diffusion", model=loaded.model_id,
-                                 device=loaded.device, dtype=loaded.dtype,
-                                 label=f"DiffusionGemma {loaded.model_id} ({loaded.device}, "
-                                       f"{self.weights.weight_format})")
+        self._info = BackendInfo(
+            name=f"diffusiongemma:{loaded.model_id}",
+            kind="diffusion",
+            model=loaded.model_id,
+            device=loaded.device,
+            dtype=loaded.dtype,
+            label=f"DiffusionGemma {loaded.model_id} ({loaded.device}, {self.weights.weight_format})",
+        )
 
     @property
     def info(self) -> BackendInfo:
@@ -87,17 +120,32 @@ class DiffusionEngine:
         self.prompts.clear()
 
     def versions(self) -> dict:
-        return {"backend": "diffusion", "model": self.loaded.model_id, "revision": self.loaded.revision,
-                "dtype": self.loaded.dtype, "device": self.loaded.device, "canvas_width": self.width,
-                "weights": self.weights.weight_format, "experts_kernel": self.runner.kernel,
-                "static_programs": self.runner.static, "transformers": transformers.__version__,
-                **self.config.describe(), "settings_from": dict(self.config_sources),
-                "kv_store_bytes": self.prompts.stash_bytes}
+        return {
+            "backend": "diffusion",
+            "model": self.loaded.model_id,
+            "revision": self.loaded.revision,
+            "dtype": self.loaded.dtype,
+            "device": self.loaded.device,
+            "canvas_width": self.width,
+            "weights": self.weights.weight_format,
+            "experts_kernel": self.runner.kernel,
+            "static_programs": self.runner.static,
+            "transformers": transformers.__version__,
+            **self.config.describe(),
+            "settings_from": dict(self.config_sources),
+            "kv_store_bytes": self.prompts.stash_bytes,
+        }
 
     # ---- public entry point -------------------------------------------------------------------------------------
 
-    def infill(self, request: InfillRequest, *, cancel: CancelToken | None = None, deadline: float | None = None,
-               on_draft: DraftCallback | None = None) -> InfillResult:
+    def infill(
+        self,
+        request: InfillRequest,
+        *,
+        cancel: CancelToken | None = None,
+        deadline: float | None = None,
+        on_draft: DraftCallback | None = None,
+    ) -> InfillResult:
         started = time.perf_counter()
         cancel = cancel or CancelToken()
         try:
@@ -118,8 +166,7 @@ class DiffusionEngine:
         if cancel.cancelled:
             return 0
         try:
-            ids = torch.tensor(self.prompt_ids(request.prefix, request.suffix, request.extra_context),
-                               dtype=torch.long)
+            ids = torch.tensor(self.prompt_ids(request.prefix, request.suffix, request.extra_context), dtype=torch.long)
             with torch.inference_mode():
                 _, done = self._encode_prompt(request.document_id or _ANONYMOUS, ids, cancel)
             return done
@@ -139,15 +186,25 @@ class DiffusionEngine:
         with torch.inference_mode():
             self.programs = self.runner.capture_all()
         self.prompts.clear()  # the captures wrote into the buffers
-        log.info("captured %d of %d programs in %.1f s%s", self.programs["captured"], self.programs["programs"],
-                 self.programs["seconds"], f" (eager: {', '.join(self.programs['failed'])})"
-                 if self.programs["failed"] else "")
+        log.info(
+            "captured %d of %d programs in %.1f s%s",
+            self.programs["captured"],
+            self.programs["programs"],
+            self.programs["seconds"],
+            f" (eager: {', '.join(self.programs['failed'])})" if self.programs["failed"] else "",
+        )
         return time.perf_counter() - started
 
     def _empty(self, request: InfillRequest, outcome: str, started: float, error: str | None) -> InfillResult:
-        return InfillResult(middles=tuple("" for _ in range(request.gap_count)), outcome=outcome,  # type: ignore
-                            backend=self._info.name, version=request.version, versions=self.versions(), error=error,
-                            timings=Timings(total_ms=(time.perf_counter() - started) * 1000))
+        return InfillResult(
+            middles=tuple("" for _ in range(request.gap_count)),
+            outcome=outcome,  # type: ignore
+            backend=self._info.name,
+            version=request.version,
+            versions=self.versions(),
+            error=error,
+            timings=Timings(total_ms=(time.perf_counter() - started) * 1000),
+        )
 
     # ---- one request ---------------------------------------------------------------------------------------------
 
@@ -161,8 +218,7 @@ class DiffusionEngine:
         budget = self.config.suffix_in_prompt_tokens
         if budget and suffix.strip():
             opening, closing = self.config.suffix_frame
-            head += (self.tokens.encode(opening) + self.tokens.encode_head(suffix, budget)
-                     + self.tokens.encode(closing))
+            head += self.tokens.encode(opening) + self.tokens.encode_head(suffix, budget) + self.tokens.encode(closing)
         return head + self.tokens.encode_tail(prefix, self.max_prompt - len(head))
 
     def _fixed_segments(self, request: InfillRequest) -> list[list[int]]:
@@ -173,13 +229,18 @@ class DiffusionEngine:
 
     def _candidate_lengths(self, request: InfillRequest, fixed: list[list[int]]) -> tuple[list[int], list[list[int]]]:
         cap = min(request.max_middle_tokens, self.width)
-        candidates = (self.config.single_line_lengths_for(str(self.device)) if request.single_line
-                      else self.config.candidate_lengths)
+        candidates = (
+            self.config.single_line_lengths_for(str(self.device))
+            if request.single_line
+            else self.config.candidate_lengths
+        )
         lengths = sorted({min(n, cap) for n in candidates})
         gaps, between_total = len(fixed), sum(len(f) for f in fixed[:-1])
         if between_total + gaps > self.width:
-            raise InfillError(f"the fixed text between {gaps} gaps needs {between_total} tokens plus one per gap; "
-                              f"the canvas holds {self.width}")
+            raise InfillError(
+                f"the fixed text between {gaps} gaps needs {between_total} tokens plus one per gap; "
+                f"the canvas holds {self.width}"
+            )
         anchor = fixed[-1][: max(0, self.width - between_total - gaps * lengths[0])]
         fixed = fixed[:-1] + [anchor]
         if not anchor and gaps == 1:
@@ -187,8 +248,9 @@ class DiffusionEngine:
         fitting = fit_lengths(lengths, gaps, between_total + len(anchor), self.width)
         return fitting or [(self.width - between_total - len(anchor)) // gaps], fixed
 
-    def _encode_prompt(self, key: str, ids: torch.Tensor, cancel: CancelToken | None = None,
-                       deadline: float | None = None) -> tuple[int, int]:
+    def _encode_prompt(
+        self, key: str, ids: torch.Tensor, cancel: CancelToken | None = None, deadline: float | None = None
+    ) -> tuple[int, int]:
         """Make the buffers hold `ids` for document `key`: what they (or the document's stash) hold of it is kept,
         the rest encoded in chunks so a long prefill still stops for a cancel or the deadline. Returns (reused,
         encoded_up_to); a stopped prefill keeps what it encoded, so the next keystroke resumes it."""
@@ -203,8 +265,14 @@ class DiffusionEngine:
             self.prompts.extend(ids, done)
         return reused, done
 
-    def _infill(self, request: InfillRequest, cancel: CancelToken, deadline: float | None,
-                       on_draft: DraftCallback | None, started: float) -> InfillResult:
+    def _infill(
+        self,
+        request: InfillRequest,
+        cancel: CancelToken,
+        deadline: float | None,
+        on_draft: DraftCallback | None,
+        started: float,
+    ) -> InfillResult:
         if cancel.cancelled:
             return self._empty(request, "cancelled", started, cancel.reason)
         ids = torch.tensor(self.prompt_ids(request.prefix, request.suffix, request.extra_context), dtype=torch.long)
@@ -214,8 +282,12 @@ class DiffusionEngine:
             reused, encoded_to = self._encode_prompt(key, ids, cancel, deadline)
             if encoded_to < ids.numel():
                 outcome = "cancelled" if cancel.cancelled else "cut_short"
-                return self._empty(request, outcome, started, f"stopped during the prefill ({encoded_to} of "
-                                                              f"{ids.numel()} prompt tokens encoded and kept)")
+                return self._empty(
+                    request,
+                    outcome,
+                    started,
+                    f"stopped during the prefill ({encoded_to} of {ids.numel()} prompt tokens encoded and kept)",
+                )
             encoded = time.perf_counter()
             canvas = build_canvas(lengths, fixed, ids.numel(), self.pad_id, self.device)
             seed = request.seed if request.seed is not None else self.config.seed
@@ -225,8 +297,14 @@ class DiffusionEngine:
             else:
                 generator.manual_seed(seed)
             on_step = self._draft_emitter(canvas, on_draft, request) if on_draft else None
-            out = self.denoiser(CanvasFill(canvas, ids, self.runner), self.config, generator, cancel=cancel,
-                                deadline=deadline, on_step=on_step)
+            out = self.denoiser(
+                CanvasFill(canvas, ids, self.runner),
+                self.config,
+                generator,
+                cancel=cancel,
+                deadline=deadline,
+                on_step=on_step,
+            )
         done = time.perf_counter()
         if out.outcome == "cancelled":
             return self._empty(request, "cancelled", started, cancel.reason or "cancelled")
@@ -267,18 +345,42 @@ class DiffusionEngine:
                 on_draft(Draft(step=step, middles=tuple(middles), confidence=confidence))
             except Exception:  # a broken callback must not break the request
                 log.exception("draft callback failed")
+
         return emit
 
-    def _result(self, request: InfillRequest, canvas, out: DenoiseOutput, prompt_tokens: int, reused: int,
-                started: float, encoded: float, done: float) -> InfillResult:
+    def _result(
+        self,
+        request: InfillRequest,
+        canvas,
+        out: DenoiseOutput,
+        prompt_tokens: int,
+        reused: int,
+        started: float,
+        encoded: float,
+        done: float,
+    ) -> InfillResult:
         row = self._best_row(canvas, out.join_score)
         middles, produced = self._middles(canvas, out.tokens, row, request)
-        versions = self.versions() | {"middle_length": canvas.lengths[row], "candidate_lengths": list(canvas.lengths),
-                                      "join_score": round(float(out.join_score[row]), 4)}
+        versions = self.versions() | {
+            "middle_length": canvas.lengths[row],
+            "candidate_lengths": list(canvas.lengths),
+            "join_score": round(float(out.join_score[row]), 4),
+        }
         outcome = out.outcome if any(middles) or out.outcome != "ok" else "empty"
         return InfillResult(
-            middles=tuple(middles), outcome=outcome, backend=self._info.name, steps=out.steps,  # type: ignore
-            tokens_per_forward=produced / max(out.steps, 1), generated_tokens=produced,
-            timings=Timings(encode_ms=(encoded - started) * 1000, denoise_ms=(done - encoded) * 1000,
-                            total_ms=(time.perf_counter() - started) * 1000),
-            prompt_tokens=prompt_tokens, reused_tokens=reused, version=request.version, versions=versions)
+            middles=tuple(middles),
+            outcome=outcome,
+            backend=self._info.name,
+            steps=out.steps,  # type: ignore
+            tokens_per_forward=produced / max(out.steps, 1),
+            generated_tokens=produced,
+            timings=Timings(
+                encode_ms=(encoded - started) * 1000,
+                denoise_ms=(done - encoded) * 1000,
+                total_ms=(time.perf_counter() - started) * 1000,
+            ),
+            prompt_tokens=prompt_tokens,
+            reused_tokens=reused,
+            version=request.version,
+            versions=versions,
+        )

@@ -14,7 +14,7 @@ The weighted sum over a token's experts is taken in float32, as transformers' gr
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -34,22 +34,29 @@ def route(x: torch.Tensor, layer: Layer, top_k: int, eps: float) -> tuple[torch.
     return weights * layer.expert_scale[ids], ids
 
 
-def _grouped_matmul(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None, offsets: torch.Tensor,
-                    out_dtype: torch.dtype) -> torch.Tensor:
+def _grouped_matmul(
+    x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None, offsets: torch.Tensor, out_dtype: torch.dtype
+) -> torch.Tensor:
     """Rows of x (sorted by group) times their group's weight.T; weight (G, out, in)."""
     if scale is None:
         return F.grouped_mm(x, weight.transpose(-2, -1), offs=offsets)
     xq, xs = quantize_rows(x)
     if x.is_cuda:
-        return torch._scaled_grouped_mm(xq, weight.transpose(-2, -1), scale_a=xs.view(-1), scale_b=scale,
-                                        offs=offsets, out_dtype=out_dtype)
+        return torch._scaled_grouped_mm(
+            xq, weight.transpose(-2, -1), scale_a=xs.view(-1), scale_b=scale, offs=offsets, out_dtype=out_dtype
+        )
     # No grouped FP8 kernel on CPU: the same arithmetic one group at a time (tests and CPU runs only).
     out = torch.empty(x.shape[0], weight.shape[1], dtype=out_dtype)
     start = 0
     for group, end in enumerate(offsets.tolist()):
         if end > start:
-            out[start:end] = torch._scaled_mm(xq[start:end], weight[group].t(), scale_a=xs[start:end],
-                                              scale_b=scale[group].view(1, -1), out_dtype=out_dtype)
+            out[start:end] = torch._scaled_mm(
+                xq[start:end],
+                weight[group].t(),
+                scale_a=xs[start:end],
+                scale_b=scale[group].view(1, -1),
+                out_dtype=out_dtype,
+            )
         start = end
     return out
 
@@ -60,8 +67,9 @@ def grouped(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, experts: 
     sorted_ids, order = torch.sort(flat, stable=True)
     rows = x[order // top_k]
     # histc, not bincount: its output size does not depend on the values, so no host sync (CUDA graphs)
-    counts = torch.histc(sorted_ids.float() if not x.is_cuda else sorted_ids.int(), bins=experts.count, min=0,
-                         max=experts.count - 1)
+    counts = torch.histc(
+        sorted_ids.float() if not x.is_cuda else sorted_ids.int(), bins=experts.count, min=0, max=experts.count - 1
+    )
     offsets = torch.cumsum(counts, dim=0, dtype=torch.int32)
     gate, up = _grouped_matmul(rows, experts.gate_up, experts.gate_up_scale, offsets, x.dtype).chunk(2, dim=-1)
     out = _grouped_matmul(act(gate) * up, experts.down, experts.down_scale, offsets, x.dtype)
@@ -78,8 +86,9 @@ def pairs(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, experts: Ex
     tokens, top_k = ids.shape
     flat = ids.reshape(-1)
     rows = x.repeat_interleave(top_k, dim=0)
-    gate_up = _dequantized(experts.gate_up[flat], None if experts.gate_up_scale is None else
-                           experts.gate_up_scale[flat], x.dtype)
+    gate_up = _dequantized(
+        experts.gate_up[flat], None if experts.gate_up_scale is None else experts.gate_up_scale[flat], x.dtype
+    )
     gate, up = torch.bmm(gate_up, rows[..., None]).squeeze(-1).chunk(2, dim=-1)
     down = _dequantized(experts.down[flat], None if experts.down_scale is None else experts.down_scale[flat], x.dtype)
     out = torch.bmm(down, (act(gate) * up)[..., None]).squeeze(-1)
@@ -91,11 +100,13 @@ def loop(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, experts: Exp
     total = torch.zeros(tokens, x.shape[-1], dtype=torch.float32, device=x.device)
     for expert in torch.unique(ids).tolist():
         token, slot = torch.nonzero(ids == expert, as_tuple=True)
-        gate_up = _dequantized(experts.gate_up[expert], None if experts.gate_up_scale is None else
-                               experts.gate_up_scale[expert], x.dtype)
+        gate_up = _dequantized(
+            experts.gate_up[expert], None if experts.gate_up_scale is None else experts.gate_up_scale[expert], x.dtype
+        )
         gate, up = F.linear(x[token], gate_up).chunk(2, dim=-1)
-        down = _dequantized(experts.down[expert], None if experts.down_scale is None else
-                            experts.down_scale[expert], x.dtype)
+        down = _dequantized(
+            experts.down[expert], None if experts.down_scale is None else experts.down_scale[expert], x.dtype
+        )
         out = F.linear(act(gate) * up, down)
         total.index_add_(0, token, out.float() * weights[token, slot, None])
     return total.to(x.dtype)

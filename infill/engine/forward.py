@@ -16,8 +16,8 @@ graphs). The visibility masks make the two compute the same thing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -65,8 +65,9 @@ def encoder_masks(weights: EngineWeights, spans: dict[str, KeySpan], positions: 
     return out
 
 
-def canvas_masks(weights: EngineWeights, spans: dict[str, KeySpan], prompt_length: torch.Tensor | int,
-                 valid: torch.Tensor) -> dict:
+def canvas_masks(
+    weights: EngineWeights, spans: dict[str, KeySpan], prompt_length: torch.Tensor | int, valid: torch.Tensor
+) -> dict:
     """(R*W, S) per layer kind for canvas slots written at prompt_length.. (row-major): the prompt (sliding: its
     last W - 1 tokens) and the valid slots of the slot's own row."""
     rows, width = valid.shape
@@ -86,9 +87,23 @@ def canvas_masks(weights: EngineWeights, spans: dict[str, KeySpan], prompt_lengt
     return out
 
 
-def layer_forward(layer: Layer, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, write_at: torch.Tensor,
-                  cos: torch.Tensor, sin: torch.Tensor, lo: int, hi: int, mask: torch.Tensor, eps: float,
-                  act: str, top_k: int, kernel: str, keys_only: bool = False) -> torch.Tensor | None:
+def layer_forward(
+    layer: Layer,
+    x: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    write_at: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    lo: int,
+    hi: int,
+    mask: torch.Tensor,
+    eps: float,
+    act: str,
+    top_k: int,
+    kernel: str,
+    keys_only: bool = False,
+) -> torch.Tensor | None:
     """One layer over tokens x (T, H) at buffer positions `write_at` (T,): transformers' DiffusionGemma layer, its
     keys and values written into `keys`/`values` (this layer's buffers) before attention reads [lo, hi) of them.
     Tensors and plain values only, so torch.compile can take it whole (runner.py does, on CUDA)."""
@@ -102,27 +117,53 @@ def layer_forward(layer: Layer, x: torch.Tensor, keys: torch.Tensor, values: tor
     if keys_only:
         return None
     q = apply_rope(rms_norm(linear(h, layer.q).view(tokens, layer.heads, layer.head_dim), layer.q_norm, eps), cos, sin)
-    x = x + rms_norm(linear(attend(q, keys[:, lo:hi], values[:, lo:hi], mask), layer.o), layer.norms.post_attention,
-                     eps)
+    x = x + rms_norm(
+        linear(attend(q, keys[:, lo:hi], values[:, lo:hi], mask), layer.o), layer.norms.post_attention, eps
+    )
     dense_in = rms_norm(x, layer.norms.pre_feedforward, eps)
     dense = linear(fn(linear(dense_in, layer.gate)) * linear(dense_in, layer.up), layer.down)
     route_weights, ids = route(x, layer, top_k, eps)
     routed = KERNELS[kernel](rms_norm(x, layer.norms.pre_feedforward_2, eps), ids, route_weights, layer.experts, fn)
-    mixed = rms_norm(dense, layer.norms.post_feedforward_1, eps) + rms_norm(routed, layer.norms.post_feedforward_2,
-                                                                           eps)
+    mixed = rms_norm(dense, layer.norms.post_feedforward_1, eps) + rms_norm(routed, layer.norms.post_feedforward_2, eps)
     return (x + rms_norm(mixed, layer.norms.post_feedforward, eps)) * layer.scalar
 
 
 LayerForward = Callable[..., "torch.Tensor | None"]  # layer_forward, or a compiled copy of it
 
 
-def _run_layer(weights: EngineWeights, layer_fn: LayerForward, layer: Layer, index: int, x: torch.Tensor,
-               kv: KVBuffers, write_at: torch.Tensor, ropes: dict, spans: dict, masks: dict, kernel: str,
-               keys_only: bool = False):
+def _run_layer(
+    weights: EngineWeights,
+    layer_fn: LayerForward,
+    layer: Layer,
+    index: int,
+    x: torch.Tensor,
+    kv: KVBuffers,
+    write_at: torch.Tensor,
+    ropes: dict,
+    spans: dict,
+    masks: dict,
+    kernel: str,
+    keys_only: bool = False,
+):
     cos, sin = ropes[layer.kind]
     span = spans[layer.kind]
-    return layer_fn(layer, x, kv.keys[index], kv.values[index], write_at, cos, sin, span.lo, span.hi,
-                    masks[layer.kind], weights.eps, weights.activation, weights.top_k, kernel, keys_only)
+    return layer_fn(
+        layer,
+        x,
+        kv.keys[index],
+        kv.values[index],
+        write_at,
+        cos,
+        sin,
+        span.lo,
+        span.hi,
+        masks[layer.kind],
+        weights.eps,
+        weights.activation,
+        weights.top_k,
+        kernel,
+        keys_only,
+    )
 
 
 def _ropes(weights: EngineWeights, positions: torch.Tensor, dtype: torch.dtype) -> dict:
@@ -135,8 +176,15 @@ def _folded(weights: EngineWeights, visible: dict, dtype: torch.dtype) -> dict:
     return {kind: fold_mask(mask, groups[kind], dtype) for kind, mask in visible.items() if kind in groups}
 
 
-def encode(weights: EngineWeights, kv: KVBuffers, tokens: torch.Tensor, start: torch.Tensor | int,
-           spans: dict[str, KeySpan], kernel: str, layer_fn: LayerForward = layer_forward) -> None:
+def encode(
+    weights: EngineWeights,
+    kv: KVBuffers,
+    tokens: torch.Tensor,
+    start: torch.Tensor | int,
+    spans: dict[str, KeySpan],
+    kernel: str,
+    layer_fn: LayerForward = layer_forward,
+) -> None:
     """Write the keys and values of `tokens` (T,) at positions start.. into `kv`. Tokens after the real ones may be
     padding (a fixed-size graph): causal attention keeps them out of every real token's sight."""
     positions = start + torch.arange(tokens.shape[0], device=tokens.device)
@@ -158,15 +206,25 @@ def self_conditioned(weights: EngineWeights, tokens: torch.Tensor, soft: torch.T
     return rms_norm(x + signal, None, weights.eps)
 
 
-def decode_masks(weights: EngineWeights, spans: dict[str, KeySpan], prompt_length: torch.Tensor | int,
-                 valid: torch.Tensor) -> dict:
+def decode_masks(
+    weights: EngineWeights, spans: dict[str, KeySpan], prompt_length: torch.Tensor | int, valid: torch.Tensor
+) -> dict:
     """The attention masks of a canvas (`canvas_masks`, folded): the same for every step of one fill."""
     return _folded(weights, canvas_masks(weights, spans, prompt_length, valid), weights.dtype)
 
 
-def decode(weights: EngineWeights, kv: KVBuffers, tokens: torch.Tensor, soft: torch.Tensor,
-           prompt_length: torch.Tensor | int, valid: torch.Tensor, spans: dict[str, KeySpan],
-           kernel: str, layer_fn: LayerForward = layer_forward, masks: dict | None = None) -> torch.Tensor:
+def decode(
+    weights: EngineWeights,
+    kv: KVBuffers,
+    tokens: torch.Tensor,
+    soft: torch.Tensor,
+    prompt_length: torch.Tensor | int,
+    valid: torch.Tensor,
+    spans: dict[str, KeySpan],
+    kernel: str,
+    layer_fn: LayerForward = layer_forward,
+    masks: dict | None = None,
+) -> torch.Tensor:
     """Raw LM-head logits (R, W, V) float32 for canvas rows `tokens` (R, W) after a prompt of `prompt_length`
     tokens; `valid` (R, W) marks real slots (padding is neither seen nor scored). `masks`: `decode_masks` of the
     same arguments, when the caller keeps them across steps."""
@@ -182,8 +240,9 @@ def decode(weights: EngineWeights, kv: KVBuffers, tokens: torch.Tensor, soft: to
     return F.linear(hidden, weights.head).float().view(rows, width, -1)
 
 
-def soft_embeddings(probs: torch.Tensor, weights: EngineWeights, clamp_embeddings: torch.Tensor,
-                    free: torch.Tensor) -> torch.Tensor:
+def soft_embeddings(
+    probs: torch.Tensor, weights: EngineWeights, clamp_embeddings: torch.Tensor, free: torch.Tensor
+) -> torch.Tensor:
     """The next step's self-conditioning input: softmax(previous logits) @ embeddings x sqrt(H), as transformers'
     decoder computes it, with clamped slots one-hot (their own embedding). Pure tensor math (the compiled step)."""
     soft = torch.matmul(probs.to(weights.dtype), weights.embed) * weights.embed_scale

@@ -85,36 +85,63 @@ class _Quantizer:
 
     def layer(self, layer: Layer) -> Layer:
         n = layer.norms
-        return Layer(kind=layer.kind, heads=layer.heads, kv_heads=layer.kv_heads, head_dim=layer.head_dim,
-                     norms=Norms(*(self.keep(getattr(n, f)) for f in n.__dataclass_fields__)),
-                     q=self.linear(layer.q), k=self.linear(layer.k), v=self.linear(layer.v), o=self.linear(layer.o),
-                     q_norm=self.keep(layer.q_norm), k_norm=self.keep(layer.k_norm), gate=self.linear(layer.gate),
-                     up=self.linear(layer.up), down=self.linear(layer.down), router=self.keep(layer.router),
-                     router_scale=self.keep(layer.router_scale), expert_scale=self.keep(layer.expert_scale),
-                     experts=self.experts(layer.experts), scalar=self.keep(layer.scalar))
+        return Layer(
+            kind=layer.kind,
+            heads=layer.heads,
+            kv_heads=layer.kv_heads,
+            head_dim=layer.head_dim,
+            norms=Norms(*(self.keep(getattr(n, f)) for f in n.__dataclass_fields__)),
+            q=self.linear(layer.q),
+            k=self.linear(layer.k),
+            v=self.linear(layer.v),
+            o=self.linear(layer.o),
+            q_norm=self.keep(layer.q_norm),
+            k_norm=self.keep(layer.k_norm),
+            gate=self.linear(layer.gate),
+            up=self.linear(layer.up),
+            down=self.linear(layer.down),
+            router=self.keep(layer.router),
+            router_scale=self.keep(layer.router_scale),
+            expert_scale=self.keep(layer.expert_scale),
+            experts=self.experts(layer.experts),
+            scalar=self.keep(layer.scalar),
+        )
 
 
-def quantize_weights(weights: EngineWeights, device: torch.device | str | None = None, *,
-                     release: bool = False) -> EngineWeights:
+def quantize_weights(
+    weights: EngineWeights, device: torch.device | str | None = None, *, release: bool = False
+) -> EngineWeights:
     """`weights` with their projections in FP8, on `device` (default: where they are). Quantizing on the target
     device one tensor at a time keeps the peak there at the FP8 model plus one bf16 tensor when the bf16 weights
     sit elsewhere (the CPU) or are released as they go (`release`, see _Quantizer)."""
     q = _Quantizer(torch.device(device) if device is not None else weights.device, release)
     pre_norm, gate, up, down = weights.self_conditioning
     return EngineWeights(
-        embed=q.keep(weights.embed), encoder_embed=q.keep(weights.encoder_embed),
-        embed_scale=q.keep(weights.embed_scale), head=q.keep(weights.head),
-        self_conditioning=(q.keep(pre_norm), Linear(q.keep(gate.weight)), Linear(q.keep(up.weight)),
-                           Linear(q.keep(down.weight))),
-        final_norm=q.keep(weights.final_norm), encoder=tuple(q.layer(layer) for layer in weights.encoder),
+        embed=q.keep(weights.embed),
+        encoder_embed=q.keep(weights.encoder_embed),
+        embed_scale=q.keep(weights.embed_scale),
+        head=q.keep(weights.head),
+        self_conditioning=(
+            q.keep(pre_norm),
+            Linear(q.keep(gate.weight)),
+            Linear(q.keep(up.weight)),
+            Linear(q.keep(down.weight)),
+        ),
+        final_norm=q.keep(weights.final_norm),
+        encoder=tuple(q.layer(layer) for layer in weights.encoder),
         decoder=tuple(q.layer(layer) for layer in weights.decoder),
         rope={kind: Rope(table.inv_freq.to(q.device), table.scaling) for kind, table in weights.rope.items()},
-        eps=weights.eps, top_k=weights.top_k,
-        sliding_window=weights.sliding_window, softcap=weights.softcap, activation=weights.activation,
-        weight_format=f"fp8 (E4M3 per channel, quantized at load from {weights.weight_format})")
+        eps=weights.eps,
+        top_k=weights.top_k,
+        sliding_window=weights.sliding_window,
+        softcap=weights.softcap,
+        activation=weights.activation,
+        weight_format=f"fp8 (E4M3 per channel, quantized at load from {weights.weight_format})",
+    )
 
 
 # ---- the compressed-tensors checkpoint format ------------------------------------------------------------------
+
 
 def compressed_fp8_scheme(config) -> dict | None:
     """The FP8-dynamic scheme of a checkpoint's `quantization_config` (None: not quantized). Raises InfillError for
@@ -125,16 +152,27 @@ def compressed_fp8_scheme(config) -> dict | None:
     qc = qc if isinstance(qc, dict) else qc.to_dict()
     method = qc.get("quant_method")
     if method != "compressed-tensors":
-        raise InfillError(f"the checkpoint is quantized with {method!r}; infill-ls loads compressed-tensors FP8 "
-                          "(FP8-dynamic) checkpoints or unquantized ones (use --quantization fp8 on those)")
+        raise InfillError(
+            f"the checkpoint is quantized with {method!r}; infill-ls loads compressed-tensors FP8 "
+            "(FP8-dynamic) checkpoints or unquantized ones (use --quantization fp8 on those)"
+        )
     for name, group in (qc.get("config_groups") or {}).items():
         w, a = group.get("weights") or {}, group.get("input_activations") or {}
         fmt = group.get("format") or qc.get("format")
-        if not (fmt == "float-quantized" and w.get("num_bits") == 8 and w.get("type") == "float"
-                and w.get("strategy") == "channel" and a.get("num_bits") == 8 and a.get("type") == "float"
-                and a.get("strategy") == "token" and a.get("dynamic") is True):
-            raise InfillError(f"compressed-tensors group {name!r} is not FP8 per-channel weights with dynamic "
-                              f"per-token activations (format {fmt!r}, weights {w}, activations {a}): not supported")
+        if not (
+            fmt == "float-quantized"
+            and w.get("num_bits") == 8
+            and w.get("type") == "float"
+            and w.get("strategy") == "channel"
+            and a.get("num_bits") == 8
+            and a.get("type") == "float"
+            and a.get("strategy") == "token"
+            and a.get("dynamic") is True
+        ):
+            raise InfillError(
+                f"compressed-tensors group {name!r} is not FP8 per-channel weights with dynamic "
+                f"per-token activations (format {fmt!r}, weights {w}, activations {a}): not supported"
+            )
     return qc
 
 
@@ -146,8 +184,11 @@ class _Tensors:
 
         self.device = device
         index = directory / "model.safetensors.index.json"
-        files = sorted({directory / f for f in json.loads(index.read_text())["weight_map"].values()}) \
-            if index.exists() else sorted(directory.glob("*.safetensors"))
+        files = (
+            sorted({directory / f for f in json.loads(index.read_text())["weight_map"].values()})
+            if index.exists()
+            else sorted(directory.glob("*.safetensors"))
+        )
         if not files:
             raise InfillError(f"{directory} has no *.safetensors weights")
         self.handles = [safe_open(str(f), framework="pt") for f in files]
@@ -191,40 +232,76 @@ def load_compressed_tensors(directory: str | Path, config, device: torch.device,
 
     def layer(i: int, kind: str, scalar_prefix: str, shared: Layer | None) -> Layer:
         p = f"model.decoder.layers.{i}"
-        scalar = t.get(f"{scalar_prefix}.layers.{i}.layer_scalar").to(dtype) \
-            if t.has(f"{scalar_prefix}.layers.{i}.layer_scalar") else t.get(f"{p}.layer_scalar").to(dtype)
+        scalar = (
+            t.get(f"{scalar_prefix}.layers.{i}.layer_scalar").to(dtype)
+            if t.has(f"{scalar_prefix}.layers.{i}.layer_scalar")
+            else t.get(f"{p}.layer_scalar").to(dtype)
+        )
         if shared is not None:
             return replace(shared, scalar=scalar)
         q = t.linear(f"{p}.self_attn.q_proj", dtype)
         k = t.linear(f"{p}.self_attn.k_proj", dtype)
         head_dim = t.get(f"{p}.self_attn.q_norm.weight").numel()
         return Layer(
-            kind=kind, heads=q.out_features // head_dim, kv_heads=k.out_features // head_dim, head_dim=head_dim,
-            norms=Norms(*(t.get(f"{p}.{n}.weight").to(dtype) for n in (
-                "input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
-                "post_feedforward_layernorm_1", "pre_feedforward_layernorm_2", "post_feedforward_layernorm_2",
-                "post_feedforward_layernorm"))),
-            q=q, k=k, v=t.linear(f"{p}.self_attn.v_proj", dtype) if t.has(f"{p}.self_attn.v_proj.weight") else None,
-            o=t.linear(f"{p}.self_attn.o_proj", dtype), q_norm=t.get(f"{p}.self_attn.q_norm.weight").to(dtype),
-            k_norm=t.get(f"{p}.self_attn.k_norm.weight").to(dtype), gate=t.linear(f"{p}.mlp.gate_proj", dtype),
-            up=t.linear(f"{p}.mlp.up_proj", dtype), down=t.linear(f"{p}.mlp.down_proj", dtype),
-            router=t.get(f"{p}.router.proj.weight").to(dtype), router_scale=t.get(f"{p}.router.scale").to(dtype),
+            kind=kind,
+            heads=q.out_features // head_dim,
+            kv_heads=k.out_features // head_dim,
+            head_dim=head_dim,
+            norms=Norms(
+                *(
+                    t.get(f"{p}.{n}.weight").to(dtype)
+                    for n in (
+                        "input_layernorm",
+                        "post_attention_layernorm",
+                        "pre_feedforward_layernorm",
+                        "post_feedforward_layernorm_1",
+                        "pre_feedforward_layernorm_2",
+                        "post_feedforward_layernorm_2",
+                        "post_feedforward_layernorm",
+                    )
+                )
+            ),
+            q=q,
+            k=k,
+            v=t.linear(f"{p}.self_attn.v_proj", dtype) if t.has(f"{p}.self_attn.v_proj.weight") else None,
+            o=t.linear(f"{p}.self_attn.o_proj", dtype),
+            q_norm=t.get(f"{p}.self_attn.q_norm.weight").to(dtype),
+            k_norm=t.get(f"{p}.self_attn.k_norm.weight").to(dtype),
+            gate=t.linear(f"{p}.mlp.gate_proj", dtype),
+            up=t.linear(f"{p}.mlp.up_proj", dtype),
+            down=t.linear(f"{p}.mlp.down_proj", dtype),
+            router=t.get(f"{p}.router.proj.weight").to(dtype),
+            router_scale=t.get(f"{p}.router.scale").to(dtype),
             expert_scale=t.get(f"{p}.router.per_expert_scale").to(dtype),
-            experts=_experts(t, f"{p}.experts", text.num_experts, dtype), scalar=scalar)
+            experts=_experts(t, f"{p}.experts", text.num_experts, dtype),
+            scalar=scalar,
+        )
 
     decoder = tuple(layer(i, kind, "model.decoder", None) for i, kind in enumerate(kinds))
     encoder = tuple(layer(i, kind, "model.encoder.language_model", decoder[i]) for i, kind in enumerate(kinds))
     embed = t.get("model.decoder.embed_tokens.weight").to(dtype)
     sc = "model.decoder.self_conditioning"
-    scale = torch.tensor(text.hidden_size ** 0.5).to(dtype).to(device)
+    scale = torch.tensor(text.hidden_size**0.5).to(dtype).to(device)
     log.info("loaded compressed-tensors FP8 weights from %s", directory)
     return EngineWeights(
-        embed=embed, encoder_embed=embed, embed_scale=scale,
+        embed=embed,
+        encoder_embed=embed,
+        embed_scale=scale,
         head=t.get("lm_head.weight").to(dtype) if t.has("lm_head.weight") else embed,
-        self_conditioning=(t.get(f"{sc}.pre_norm.weight").to(dtype), t.linear(f"{sc}.gate_proj", dtype),
-                           t.linear(f"{sc}.up_proj", dtype), t.linear(f"{sc}.down_proj", dtype)),
-        final_norm=t.get("model.decoder.norm.weight").to(dtype), encoder=encoder, decoder=decoder,
+        self_conditioning=(
+            t.get(f"{sc}.pre_norm.weight").to(dtype),
+            t.linear(f"{sc}.gate_proj", dtype),
+            t.linear(f"{sc}.up_proj", dtype),
+            t.linear(f"{sc}.down_proj", dtype),
+        ),
+        final_norm=t.get("model.decoder.norm.weight").to(dtype),
+        encoder=encoder,
+        decoder=decoder,
         rope={kind: Rope(table.inv_freq.to(device), table.scaling) for kind, table in rope_of_config(text).items()},
-        eps=text.rms_norm_eps, top_k=text.top_k_experts,
-        sliding_window=text.sliding_window, softcap=text.final_logit_softcapping, activation=text.hidden_activation,
-        weight_format="fp8 (compressed-tensors FP8-dynamic checkpoint)")
+        eps=text.rms_norm_eps,
+        top_k=text.top_k_experts,
+        sliding_window=text.sliding_window,
+        softcap=text.final_logit_softcapping,
+        activation=text.hidden_activation,
+        weight_format="fp8 (compressed-tensors FP8-dynamic checkpoint)",
+    )

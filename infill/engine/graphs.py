@@ -15,7 +15,7 @@ All programs of an engine share one memory pool: they never run at the same time
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -55,8 +55,7 @@ class StaticProgram:
                 self.body()
         except Exception:  # noqa: BLE001 - any capture failure means: this program runs eagerly
             self.failed = True
-            log.warning("the %s program cannot be captured as a CUDA graph; it runs eagerly", self.name,
-                        exc_info=True)
+            log.warning("the %s program cannot be captured as a CUDA graph; it runs eagerly", self.name, exc_info=True)
             return False
         self.graph = graph
         return True

@@ -23,8 +23,9 @@ log = logging.getLogger(__name__)
 
 
 class KVBuffers:
-    def __init__(self, shapes: Sequence[tuple[int, int]], capacity: int, dtype: torch.dtype,
-                 device: torch.device | str) -> None:
+    def __init__(
+        self, shapes: Sequence[tuple[int, int]], capacity: int, dtype: torch.dtype, device: torch.device | str
+    ) -> None:
         self.capacity = capacity
         self.keys = [torch.zeros(heads, capacity, dim, dtype=dtype, device=device) for heads, dim in shapes]
         self.values = [torch.zeros(heads, capacity, dim, dtype=dtype, device=device) for heads, dim in shapes]
@@ -133,12 +134,21 @@ class PromptCache:
         if nbytes > self.stash_bytes:
             if self.owner not in self._warned:
                 self._warned.add(self.owner)
-                log.warning("prompt cache for %s not kept when another document took the buffers: %d tokens need "
-                            "%.0f MiB, over kv_store_bytes (%.0f MiB); it is encoded again when it returns",
-                            self.owner, n, nbytes / 2**20, self.stash_bytes / 2**20)
+                log.warning(
+                    "prompt cache for %s not kept when another document took the buffers: %d tokens need "
+                    "%.0f MiB, over kv_store_bytes (%.0f MiB); it is encoded again when it returns",
+                    self.owner,
+                    n,
+                    nbytes / 2**20,
+                    self.stash_bytes / 2**20,
+                )
             return
-        self._stash[self.owner] = _Stashed(self.ids.clone(), [k[:, :n].clone() for k in self.buffers.keys],
-                                           [v[:, :n].clone() for v in self.buffers.values], nbytes)
+        self._stash[self.owner] = _Stashed(
+            self.ids.clone(),
+            [k[:, :n].clone() for k in self.buffers.keys],
+            [v[:, :n].clone() for v in self.buffers.values],
+            nbytes,
+        )
         while self.stashed_bytes > self.stash_bytes:
             self._stash.popitem(last=False)
 
@@ -183,7 +193,13 @@ def stash_budget(per_token: int, device: torch.device | str, max_prompt_tokens: 
         wanted = max(MIN_STASH_BYTES, CPU_PROMPTS * max_prompt_tokens * per_token)
         budget = min(wanted, int(physical_memory_bytes() * CPU_RAM_SHARE))
     if budget < max_prompt_tokens * per_token:
-        log.warning("other documents' prompts are kept up to %d tokens (%.0f MiB at %d bytes a token), fewer than "
-                    "one full prompt (%d): a long document is encoded again when it returns; set kv_store_bytes to "
-                    "change it", budget // max(per_token, 1), budget / 2**20, per_token, max_prompt_tokens)
+        log.warning(
+            "other documents' prompts are kept up to %d tokens (%.0f MiB at %d bytes a token), fewer than "
+            "one full prompt (%d): a long document is encoded again when it returns; set kv_store_bytes to "
+            "change it",
+            budget // max(per_token, 1),
+            budget / 2**20,
+            per_token,
+            max_prompt_tokens,
+        )
     return budget

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from infill.device import resolve_device_dtype, torch_dtype as to_torch_dtype
+from infill.device import resolve_device_dtype
+from infill.device import torch_dtype as to_torch_dtype
 from infill.engine.weights import EngineWeights
 from infill.types import InfillError
 
@@ -45,8 +46,10 @@ def _read_config(model: str, revision: str | None):
     except (OSError, ValueError, json.JSONDecodeError) as exc:
         raise InfillError(f"cannot read a model config from {model!r}: {exc}") from exc
     if getattr(config, "model_type", None) != "diffusion_gemma":
-        raise InfillError(f"{model!r} is a {getattr(config, 'model_type', 'unknown')!r} checkpoint, not DiffusionGemma "
-                          "(model_type 'diffusion_gemma')")
+        raise InfillError(
+            f"{model!r} is a {getattr(config, 'model_type', 'unknown')!r} checkpoint, not DiffusionGemma "
+            "(model_type 'diffusion_gemma')"
+        )
     return config
 
 
@@ -57,9 +60,15 @@ def _check_local_weights(path: Path) -> None:
         raise InfillError(f"{path} has no *.safetensors weights")
 
 
-def load_diffusion_model(model: str, *, revision: str | None = None, device: str | None = None,
-                         dtype: str | None = None, load_format: LoadFormat = "auto",
-                         quantization: Quantization = "none") -> LoadedModel:
+def load_diffusion_model(
+    model: str,
+    *,
+    revision: str | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
+    load_format: LoadFormat = "auto",
+    quantization: Quantization = "none",
+) -> LoadedModel:
     """Load model, tokenizer, generation config and the engine's weights. `load_format="dummy"` builds the
     architecture from the config with random weights (like vLLM's `--load-format dummy`): real shapes and costs,
     meaningless text. `quantization="fp8"`: projections and experts in FP8 (fp8.quantize_weights); a
@@ -74,8 +83,9 @@ def load_diffusion_model(model: str, *, revision: str | None = None, device: str
     if quantization not in ("none", "fp8"):
         raise InfillError(f"unknown quantization {quantization!r} (none or fp8)")
     # DiffusionGemma on a CPU is the test and development path, checked in float32: bf16 only when asked for.
-    device, dtype_name = resolve_device_dtype(device, dtype, supported=("float32", "bfloat16", "float16"),
-                                              bf16_on_cpu=False)
+    device, dtype_name = resolve_device_dtype(
+        device, dtype, supported=("float32", "bfloat16", "float16"), bf16_on_cpu=False
+    )
     torch_dtype = to_torch_dtype(dtype_name)
     config = _read_config(model, revision)
     prequantized = compressed_fp8_scheme(config) is not None
@@ -99,8 +109,13 @@ def load_diffusion_model(model: str, *, revision: str | None = None, device: str
                 _check_local_weights(local)
             try:
                 net = DiffusionGemmaForBlockDiffusion.from_pretrained(
-                    model, revision=revision, dtype=torch_dtype, use_safetensors=True, trust_remote_code=False,
-                    device_map=load_device if load_device.startswith("cuda") else None)
+                    model,
+                    revision=revision,
+                    dtype=torch_dtype,
+                    use_safetensors=True,
+                    trust_remote_code=False,
+                    device_map=load_device if load_device.startswith("cuda") else None,
+                )
             except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
                 raise InfillError(f"cannot load DiffusionGemma weights from {model!r}: {exc}") from exc
             if not load_device.startswith("cuda"):
@@ -163,6 +178,11 @@ def _fill_special_ids(gen, config, tokenizer):
         gen = DiffusionGemmaGenerationConfig()
     for name in ("eos_token_id", "pad_token_id", "bos_token_id"):
         if getattr(gen, name, None) is None:
-            setattr(gen, name, getattr(tokenizer, name, None) if getattr(tokenizer, name, None) is not None
-                    else getattr(config.text_config, name, None))
+            setattr(
+                gen,
+                name,
+                getattr(tokenizer, name, None)
+                if getattr(tokenizer, name, None) is not None
+                else getattr(config.text_config, name, None),
+            )
     return gen

@@ -42,26 +42,43 @@ def _layer(module, kind: str) -> Layer:
     heads = attn.q_proj.out_features // attn.head_dim
     kv_heads = attn.k_proj.out_features // attn.head_dim
     return Layer(
-        kind=kind, heads=heads, kv_heads=kv_heads, head_dim=attn.head_dim,
-        norms=Norms(input=module.input_layernorm.weight.detach(),
-                    post_attention=module.post_attention_layernorm.weight.detach(),
-                    pre_feedforward=module.pre_feedforward_layernorm.weight.detach(),
-                    post_feedforward_1=module.post_feedforward_layernorm_1.weight.detach(),
-                    pre_feedforward_2=module.pre_feedforward_layernorm_2.weight.detach(),
-                    post_feedforward_2=module.post_feedforward_layernorm_2.weight.detach(),
-                    post_feedforward=module.post_feedforward_layernorm.weight.detach()),
-        q=_linear(attn.q_proj), k=_linear(attn.k_proj), v=_linear(attn.v_proj) if attn.v_proj is not None else None,
-        o=_linear(attn.o_proj), q_norm=attn.q_norm.weight.detach(), k_norm=attn.k_norm.weight.detach(),
-        gate=_linear(module.mlp.gate_proj), up=_linear(module.mlp.up_proj), down=_linear(module.mlp.down_proj),
-        router=module.router.proj.weight.detach(), router_scale=module.router.scale.detach(),
+        kind=kind,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=attn.head_dim,
+        norms=Norms(
+            input=module.input_layernorm.weight.detach(),
+            post_attention=module.post_attention_layernorm.weight.detach(),
+            pre_feedforward=module.pre_feedforward_layernorm.weight.detach(),
+            post_feedforward_1=module.post_feedforward_layernorm_1.weight.detach(),
+            pre_feedforward_2=module.pre_feedforward_layernorm_2.weight.detach(),
+            post_feedforward_2=module.post_feedforward_layernorm_2.weight.detach(),
+            post_feedforward=module.post_feedforward_layernorm.weight.detach(),
+        ),
+        q=_linear(attn.q_proj),
+        k=_linear(attn.k_proj),
+        v=_linear(attn.v_proj) if attn.v_proj is not None else None,
+        o=_linear(attn.o_proj),
+        q_norm=attn.q_norm.weight.detach(),
+        k_norm=attn.k_norm.weight.detach(),
+        gate=_linear(module.mlp.gate_proj),
+        up=_linear(module.mlp.up_proj),
+        down=_linear(module.mlp.down_proj),
+        router=module.router.proj.weight.detach(),
+        router_scale=module.router.scale.detach(),
         expert_scale=module.router.per_expert_scale.detach(),
         experts=Experts(module.experts.gate_up_proj.detach(), module.experts.down_proj.detach()),
-        scalar=module.layer_scalar.detach())
+        scalar=module.layer_scalar.detach(),
+    )
 
 
 def _rope(rotary, kinds) -> dict[str, Rope]:
-    return {kind: Rope(getattr(rotary, f"{kind}_inv_freq").detach().float(),
-                       float(getattr(rotary, f"{kind}_attention_scaling"))) for kind in kinds}
+    return {
+        kind: Rope(
+            getattr(rotary, f"{kind}_inv_freq").detach().float(), float(getattr(rotary, f"{kind}_attention_scaling"))
+        )
+        for kind in kinds
+    }
 
 
 def rope_of_config(text) -> dict[str, Rope]:
@@ -90,14 +107,24 @@ def engine_weights(model) -> EngineWeights:
         if not torch.equal(table.inv_freq.to(device), rope[kind].inv_freq):
             raise InfillError("the encoder's and decoder's rotary tables differ")
     return EngineWeights(
-        embed=decoder.embed_tokens.weight.detach(), encoder_embed=encoder.embed_tokens.weight.detach(),
+        embed=decoder.embed_tokens.weight.detach(),
+        encoder_embed=encoder.embed_tokens.weight.detach(),
         embed_scale=decoder.embed_tokens.embed_scale.to(dtype),
         head=model.lm_head.weight.detach(),
-        self_conditioning=(sc.pre_norm.weight.detach(), _linear(sc.gate_proj), _linear(sc.up_proj),
-                           _linear(sc.down_proj)),
+        self_conditioning=(
+            sc.pre_norm.weight.detach(),
+            _linear(sc.gate_proj),
+            _linear(sc.up_proj),
+            _linear(sc.down_proj),
+        ),
         final_norm=decoder.norm.weight.detach(),
         encoder=tuple(_layer(layer, kind) for layer, kind in zip(encoder.layers, kinds)),
         decoder=tuple(_layer(layer, kind) for layer, kind in zip(decoder.layers, kinds)),
-        rope=rope, eps=text.rms_norm_eps, top_k=text.top_k_experts, sliding_window=text.sliding_window,
-        softcap=text.final_logit_softcapping, activation=text.hidden_activation, weight_format=str(dtype).removeprefix("torch."))
-
+        rope=rope,
+        eps=text.rms_norm_eps,
+        top_k=text.top_k_experts,
+        sliding_window=text.sliding_window,
+        softcap=text.final_logit_softcapping,
+        activation=text.hidden_activation,
+        weight_format=str(dtype).removeprefix("torch."),
+    )

@@ -21,8 +21,7 @@ import torch
 from infill.engine import forward
 from infill.engine.canvas import Canvas, build_canvas, padded_to
 from infill.engine.config import EngineConfig
-from infill.engine.denoise import (EagerStepper, Forward, StepInputs, StepState, Stepper, sample_step,
-                                   sample_step_for)
+from infill.engine.denoise import EagerStepper, Forward, StepInputs, Stepper, StepState, sample_step, sample_step_for
 from infill.engine.graphs import StaticProgram, bucket
 from infill.engine.kv import KVBuffers
 from infill.engine.weights import EngineWeights
@@ -46,8 +45,17 @@ def expert_kernel(config: EngineConfig, weights: EngineWeights) -> str:
 
 
 class ModelRunner:
-    def __init__(self, weights: EngineWeights, config: EngineConfig, *, max_prompt: int, max_canvas_slots: int,
-                 pad_id: int, model=None, static: bool | None = None) -> None:
+    def __init__(
+        self,
+        weights: EngineWeights,
+        config: EngineConfig,
+        *,
+        max_prompt: int,
+        max_canvas_slots: int,
+        pad_id: int,
+        model=None,
+        static: bool | None = None,
+    ) -> None:
         self.weights = weights
         self.pad_id = pad_id
         self.model = model  # transformers' module, when the weights came from one (tests and references read it)
@@ -63,8 +71,13 @@ class ModelRunner:
         self._encoders: dict[int, _EncodeProgram] = {}
         self._steps: dict[tuple[int, int], _StepProgram] = {}
         self._pool = torch.cuda.graph_pool_handle() if self.device.type == "cuda" and self.static else None
-        log.info("KV buffers: %d tokens, %.0f MiB; experts kernel %s; %s", capacity, self.kv.nbytes / 2**20,
-                 self.kernel, "static programs (CUDA graphs)" if self.static else "eager")
+        log.info(
+            "KV buffers: %d tokens, %.0f MiB; experts kernel %s; %s",
+            capacity,
+            self.kv.nbytes / 2**20,
+            self.kernel,
+            "static programs (CUDA graphs)" if self.static else "eager",
+        )
 
     # ---- prompt -------------------------------------------------------------------------------------------------
 
@@ -72,12 +85,19 @@ class ModelRunner:
         """Write the keys and values of `ids` (on the device) at positions start.. into the buffers."""
         size = bucket(ids.numel(), ENCODE_BUCKETS) if self.static else None
         if size is None:
-            forward.encode(self.weights, self.kv, ids, start, forward.exact_spans(self.weights, start + ids.numel(),
-                                                                                 start), self.kernel, self.layer_fn)
+            forward.encode(
+                self.weights,
+                self.kv,
+                ids,
+                start,
+                forward.exact_spans(self.weights, start + ids.numel(), start),
+                self.kernel,
+                self.layer_fn,
+            )
             return
         self._encoder(size).run(ids, start)
 
-    def _encoder(self, size: int) -> "_EncodeProgram":
+    def _encoder(self, size: int) -> _EncodeProgram:
         if size not in self._encoders:
             self._encoders[size] = _EncodeProgram(self, size)
         return self._encoders[size]
@@ -86,10 +106,17 @@ class ModelRunner:
 
     def step_inputs(self, canvas: Canvas, config: EngineConfig) -> StepInputs:
         w = self.weights
-        return StepInputs(free=canvas.free, fixed=canvas.fixed_tokens, anchor=canvas.anchor,
-                          clamp_embeddings=forward.embed(w, canvas.fixed_tokens), embed=w.embed,
-                          embed_scale=w.embed_scale, softcap=w.softcap, entropy_bound=config.entropy_bound,
-                          confidence=config.confidence_threshold)
+        return StepInputs(
+            free=canvas.free,
+            fixed=canvas.fixed_tokens,
+            anchor=canvas.anchor,
+            clamp_embeddings=forward.embed(w, canvas.fixed_tokens),
+            embed=w.embed,
+            embed_scale=w.embed_scale,
+            softcap=w.softcap,
+            entropy_bound=config.entropy_bound,
+            confidence=config.confidence_threshold,
+        )
 
     def forward_for(self, canvas: Canvas) -> Forward:
         """The decoder forward of `canvas` after the prompt the buffers hold now, on exact slices (eager)."""
@@ -97,8 +124,9 @@ class ModelRunner:
         rows, width = canvas.shape
         spans = forward.exact_spans(self.weights, length + rows * width, length)
         masks = forward.decode_masks(self.weights, spans, length, canvas.valid)
-        return lambda tokens, soft: forward.decode(self.weights, self.kv, tokens, soft, length, canvas.valid, spans,
-                                                   self.kernel, self.layer_fn, masks)
+        return lambda tokens, soft: forward.decode(
+            self.weights, self.kv, tokens, soft, length, canvas.valid, spans, self.kernel, self.layer_fn, masks
+        )
 
     def stepper(self, canvas: Canvas, inputs: StepInputs) -> Stepper:
         rows, width = canvas.shape
@@ -131,8 +159,12 @@ class ModelRunner:
                 program.capture()
         programs = [p.program for p in self._encoders.values()] + [p.program for p in self._steps.values()]
         self.kv.set_length(0)  # the warm-up runs wrote nothing anyone reads, and hold no prompt
-        return {"captured": sum(p.captured for p in programs), "programs": len(programs),
-                "failed": [p.name for p in programs if p.failed], "seconds": round(time.perf_counter() - started, 2)}
+        return {
+            "captured": sum(p.captured for p in programs),
+            "programs": len(programs),
+            "failed": [p.name for p in programs if p.failed],
+            "seconds": round(time.perf_counter() - started, 2),
+        }
 
 
 class _EncodeProgram:
@@ -141,8 +173,13 @@ class _EncodeProgram:
         self.tokens = torch.zeros(size, dtype=torch.long, device=runner.device)
         self.start = torch.zeros((), dtype=torch.long, device=runner.device)
         spans = forward.whole_spans(runner.kv)
-        self.program = StaticProgram(f"encode {size}", lambda: forward.encode(
-            runner.weights, runner.kv, self.tokens, self.start, spans, runner.kernel, runner.layer_fn), runner.device)
+        self.program = StaticProgram(
+            f"encode {size}",
+            lambda: forward.encode(
+                runner.weights, runner.kv, self.tokens, self.start, spans, runner.kernel, runner.layer_fn
+            ),
+            runner.device,
+        )
 
     def run(self, ids: torch.Tensor, start: int) -> None:
         self.tokens[: ids.numel()].copy_(ids)  # the rest: earlier tokens, now pads nobody sees
@@ -161,16 +198,27 @@ class _StepProgram:
             return torch.zeros(shape, dtype=dtype, device=device)
 
         self.valid = zeros(rows, width, dtype=torch.bool)
-        self.inputs = StepInputs(free=zeros(rows, width, dtype=torch.bool), fixed=zeros(rows, width),
-                                 anchor=zeros(rows, width, dtype=torch.bool),
-                                 clamp_embeddings=zeros(rows, width, w.hidden, dtype=w.dtype), embed=w.embed,
-                                 embed_scale=w.embed_scale, softcap=w.softcap, entropy_bound=config.entropy_bound,
-                                 confidence=config.confidence_threshold)
-        self.state = StepState(current=zeros(rows, width), argmax=zeros(rows, width),
-                               score=zeros(rows, dtype=torch.float32), soft=zeros(rows, width, w.hidden, dtype=w.dtype),
-                               finished=zeros(rows, dtype=torch.bool),
-                               history=zeros(config.stability_threshold, rows, width),
-                               max_prob=zeros(rows, width, dtype=torch.float32), row_steps=zeros(rows, dtype=torch.int32))
+        self.inputs = StepInputs(
+            free=zeros(rows, width, dtype=torch.bool),
+            fixed=zeros(rows, width),
+            anchor=zeros(rows, width, dtype=torch.bool),
+            clamp_embeddings=zeros(rows, width, w.hidden, dtype=w.dtype),
+            embed=w.embed,
+            embed_scale=w.embed_scale,
+            softcap=w.softcap,
+            entropy_bound=config.entropy_bound,
+            confidence=config.confidence_threshold,
+        )
+        self.state = StepState(
+            current=zeros(rows, width),
+            argmax=zeros(rows, width),
+            score=zeros(rows, dtype=torch.float32),
+            soft=zeros(rows, width, w.hidden, dtype=w.dtype),
+            finished=zeros(rows, dtype=torch.bool),
+            history=zeros(config.stability_threshold, rows, width),
+            max_prob=zeros(rows, width, dtype=torch.float32),
+            row_steps=zeros(rows, dtype=torch.int32),
+        )
         self.scale = zeros(dtype=torch.float32)
         self.uniform = zeros(rows, width, dtype=torch.float32)
         self.noise = zeros(rows, width)
@@ -179,16 +227,29 @@ class _StepProgram:
 
     def _body(self) -> None:
         runner, state = self.runner, self.state
-        logits = forward.decode(runner.weights, runner.kv, state.current, state.soft, runner.kv.length_tensor,
-                                self.valid, forward.whole_spans(runner.kv), runner.kernel, runner.layer_fn)
+        logits = forward.decode(
+            runner.weights,
+            runner.kv,
+            state.current,
+            state.soft,
+            runner.kv.length_tensor,
+            self.valid,
+            forward.whole_spans(runner.kv),
+            runner.kernel,
+            runner.layer_fn,
+        )
         new = runner.sample(logits, state, self.inputs, self.scale, self.uniform, self.noise)
         for mine, theirs in zip(state.tensors(), new.tensors()):
             mine.copy_(theirs)
 
     def load(self, canvas: Canvas, inputs: StepInputs) -> None:
         padded = padded_to(canvas, self.rows, self.width, self.runner.pad_id)
-        for mine, theirs in ((self.valid, padded.valid), (self.inputs.free, padded.free),
-                             (self.inputs.fixed, padded.fixed_tokens), (self.inputs.anchor, padded.anchor)):
+        for mine, theirs in (
+            (self.valid, padded.valid),
+            (self.inputs.free, padded.free),
+            (self.inputs.fixed, padded.fixed_tokens),
+            (self.inputs.anchor, padded.anchor),
+        ):
             mine.copy_(theirs)
         rows, width = canvas.shape
         self.inputs.clamp_embeddings.zero_()
@@ -200,7 +261,7 @@ class _StepProgram:
         for mine, theirs in zip(self.state.tensors(), state.tensors()):
             mine.zero_()
             mine[_real(mine, theirs)].copy_(theirs)
-        self.state.finished[self.shape[0]:] = True
+        self.state.finished[self.shape[0] :] = True
 
     def step(self, scale: torch.Tensor, uniform: torch.Tensor, noise: torch.Tensor) -> StepState:
         rows, width = self.shape
@@ -210,8 +271,16 @@ class _StepProgram:
         self.program.run()
         rows, width = self.shape
         s = self.state
-        return StepState(s.current[:rows, :width], s.argmax[:rows, :width], s.score[:rows], s.soft[:rows, :width],
-                         s.finished[:rows], s.history[:, :rows, :width], s.max_prob[:rows, :width], s.row_steps[:rows])
+        return StepState(
+            s.current[:rows, :width],
+            s.argmax[:rows, :width],
+            s.score[:rows],
+            s.soft[:rows, :width],
+            s.finished[:rows],
+            s.history[:, :rows, :width],
+            s.max_prob[:rows, :width],
+            s.row_steps[:rows],
+        )
 
     def capture(self) -> bool:
         """Capture on a stand-in canvas of this bucket's shape (its values change nothing captured)."""
@@ -224,4 +293,3 @@ class _StepProgram:
 def _real(buffer: torch.Tensor, like: torch.Tensor) -> tuple[slice, ...]:
     """The leading block of `buffer` that a tensor of `like`'s shape fills."""
     return tuple(slice(0, n) for n in like.shape)
-

@@ -54,7 +54,7 @@ def sample_inverse_cdf(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tens
     block = 1 << max(1, (vocab.bit_length() + 1) // 2)
     if vocab % block:  # small or odd vocabularies: one cumulative sum is cheap enough
         cdf = flat.cumsum(-1)
-        target = (uniform.reshape(-1, 1) * cdf[:, -1:])
+        target = uniform.reshape(-1, 1) * cdf[:, -1:]
         return torch.searchsorted(cdf, target, side="right").clamp_(max=vocab - 1).reshape(lead)
     blocks = flat.view(rows, vocab // block, block)
     block_mass = blocks.sum(-1)
@@ -67,8 +67,9 @@ def sample_inverse_cdf(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tens
     return (chosen * block + offset).reshape(lead)
 
 
-def fast_step(logits: torch.Tensor, cap: float | None, scale: torch.Tensor | float,
-              uniform: torch.Tensor) -> StepOutput:
+def fast_step(
+    logits: torch.Tensor, cap: float | None, scale: torch.Tensor | float, uniform: torch.Tensor
+) -> StepOutput:
     """`logits` are the raw LM-head outputs (float32), left as they are. `uniform` (B, W) in [0, 1) draws the
     samples."""
     scaled = softcap(logits, cap, scale)
@@ -89,8 +90,9 @@ def entropy_bound_accept(entropy: torch.Tensor, bound: float) -> torch.Tensor:
     return torch.zeros_like(selected).scatter_(-1, order, selected)
 
 
-def stable_and_confident(history: torch.Tensor, argmax: torch.Tensor, entropy: torch.Tensor, free: torch.Tensor,
-                         confidence: float) -> tuple[torch.Tensor, torch.Tensor]:
+def stable_and_confident(
+    history: torch.Tensor, argmax: torch.Tensor, entropy: torch.Tensor, free: torch.Tensor, confidence: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per row: the argmax canvas equals each of the last S in `history` (S, B, W) (S = 0: always stable) and the
     mean entropy over free slots is below `confidence`. Returns (stopped (B,), history with `argmax` appended)."""
     stable = ((history == argmax[None]) | ~free[None]).all(dim=-1).all(dim=0)

@@ -116,8 +116,9 @@ class ArrivalHandler(BaseHTTPRequestHandler):
     def _send_json(self, status: int, body: dict, headers: dict[str, str] | None = None) -> None:
         self._send_bytes(status, json.dumps(body, default=str).encode(), "application/json", headers)
 
-    def _send_bytes(self, status: int, payload: bytes, content_type: str,
-                    headers: dict[str, str] | None = None) -> None:
+    def _send_bytes(
+        self, status: int, payload: bytes, content_type: str, headers: dict[str, str] | None = None
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(payload)))

@@ -62,11 +62,11 @@ def _split(prompt: str, fmt: FimFormat) -> tuple[str, str] | None:
     first, second = (fmt.prefix, fmt.suffix) if fmt.order == "psm" else (fmt.suffix, fmt.prefix)
     if not prompt.startswith(first) or not prompt.endswith(fmt.closing):
         return None
-    body = prompt[len(first):len(prompt) - len(fmt.closing)]
+    body = prompt[len(first) : len(prompt) - len(fmt.closing)]
     cut = body.find(second)  # (a literal marker inside the code is ambiguous; the first one separates)
     if cut < 0:
         return None
-    one, two = body[:cut], body[cut + len(second):]
+    one, two = body[:cut], body[cut + len(second) :]
     if fmt.pad:  # `<PRE> {prefix} <SUF>{suffix} <MID>`: the template's spaces are not the code's
         one = _drop_edge_spaces(one)
         two = two[:-1] if two.endswith(" ") else two

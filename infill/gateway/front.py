@@ -20,9 +20,9 @@ import selectors
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Callable
 from urllib.parse import urlsplit
 
 log = logging.getLogger(__name__)
@@ -34,6 +34,7 @@ RECV_BYTES = 1 << 16
 @dataclass(frozen=True)
 class ConnectionLimits:
     """What one connection and all of them together may hold (docs/gateway.md, "Limits")."""
+
     max_connections: int = 1024  # open at once: being read, served or idle between requests
     max_per_client: int = 256  # open at once from one client address
     header_timeout_s: float = 10.0  # from a request's first byte to the end of its head
@@ -58,11 +59,12 @@ class ConnectionLimits:
 class Arrival:
     """One request read in full: its bytes (head, and body unless it was refused unread) and where it came from.
     `connection` is the front's record of the socket, handed back with `Front.resume`."""
+
     sock: socket.socket
     client_address: tuple
     data: bytes
     path: str
-    connection: "_Connection" = field(repr=False)
+    connection: _Connection = field(repr=False)
 
 
 @dataclass(eq=False)
@@ -227,7 +229,7 @@ class Front:
         now = time.monotonic()
         if connection.phase == "idle":
             while connection.buffer[:2] == b"\r\n" or connection.buffer[:1] == b"\n":  # RFC 9112: ignore them
-                del connection.buffer[:2 if connection.buffer[:2] == b"\r\n" else 1]
+                del connection.buffer[: 2 if connection.buffer[:2] == b"\r\n" else 1]
             if not connection.buffer:
                 return
             connection.phase, connection.deadline = "head", now + self.limits.header_timeout_s
@@ -249,14 +251,15 @@ class Front:
                 self._refuse(connection, 431, "request head too large", "invalid_request_error")
             return False
         end = min(ends)
-        head_length = end + (4 if buffer[end:end + 4] == b"\r\n\r\n" else 2)
+        head_length = end + (4 if buffer[end : end + 4] == b"\r\n\r\n" else 2)
         if head_length > self.limits.max_head_bytes:
             self._refuse(connection, 431, "request head too large", "invalid_request_error")
             return False
         head = _parse_head(bytes(buffer[:head_length]))
         if head.path is None:  # HTTP/0.9 or noise: http.server would answer it without a status line, or not at all
-            self._refuse(connection, 400, "malformed request line: expected METHOD TARGET HTTP/1.x",
-                         "invalid_request_error")
+            self._refuse(
+                connection, 400, "malformed request line: expected METHOD TARGET HTTP/1.x", "invalid_request_error"
+            )
             return False
         connection.head_length, connection.path = head_length, head.path
         length = head.content_length
@@ -267,7 +270,7 @@ class Front:
         elif length > self.limits.max_body_bytes:
             connection.phase = "discard"  # read and dropped, so the 413 reaches the client instead of a reset
             dropped = min(len(buffer) - head_length, length)
-            del buffer[head_length:head_length + dropped]
+            del buffer[head_length : head_length + dropped]
             connection.discard_left = length - dropped
         else:
             connection.phase, connection.body_length = "body", length
@@ -292,11 +295,15 @@ class Front:
             if connection.phase == "idle":
                 self._drop(connection)  # nothing was asked: close quietly
             else:
-                what, limit = ("header", self.limits.header_timeout_s) if connection.phase == "head" else \
-                    ("body", self.limits.body_timeout_s)
+                what, limit = (
+                    ("header", self.limits.header_timeout_s)
+                    if connection.phase == "head"
+                    else ("body", self.limits.body_timeout_s)
+                )
                 log.info("%s: request not received within its %s deadline", connection.address[0], what)
-                self._refuse(connection, 408, f"request not received in time (the {what} limit is {limit:g} s)",
-                             "timeout")
+                self._refuse(
+                    connection, 408, f"request not received in time (the {what} limit is {limit:g} s)", "timeout"
+                )
 
     def _refuse(self, connection: _Connection, status: int, message: str, kind: str) -> None:
         _reply(connection.sock, status, message, kind)
@@ -340,8 +347,13 @@ def _parse_head(head: bytes) -> _Head:
     waits for no body and the handler refuses the request and closes the connection."""
     lines = head.decode("latin-1").split("\n")
     parts = lines[0].rstrip("\r").split(" ")
-    good = len(parts) == 3 and parts[0].isalpha() and parts[0].isupper() and parts[1] and \
-        parts[2] in ("HTTP/1.0", "HTTP/1.1")
+    good = (
+        len(parts) == 3
+        and parts[0].isalpha()
+        and parts[0].isupper()
+        and parts[1]
+        and parts[2] in ("HTTP/1.0", "HTTP/1.1")
+    )
     path = (urlsplit(parts[1]).path.rstrip("/") or "/") if good else None
     lengths, chunked, expects = [], False, False
     for line in lines[1:]:
@@ -368,8 +380,10 @@ def _reply(sock: socket.socket, status: int, message: str, kind: str, headers: d
     """An error reply (OpenAI's shape, as the handler sends) written by the front itself, best effort."""
     body = json.dumps({"error": {"message": message, "type": kind, "param": None, "code": status}}).encode()
     extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
-    head = (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n{extra}Connection: close\r\n\r\n").encode()
+    head = (
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n{extra}Connection: close\r\n\r\n"
+    ).encode()
     _send_quietly(sock, head + body)
 
 

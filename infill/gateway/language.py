@@ -30,14 +30,37 @@ CLEAR_WIN = 0.6  # ... unless it has far fewer errors than the runner-up (and at
 
 # Each a construct of one family; a window scores the number of these kinds it holds.
 _MARKS = {
-    "python": (r"^\s*def \w+\(", r"\bself\.", r"\belif\b", r"^\s*import [\w.]+\s*$|^\s*from [\w.]+ import ",
-               r"\w[\])]?:[ \t]*$", r"\bis not\b|\bnot in\b", r"^\s*@\w", r"^\s*except\b", r'^\s*"""', r"\bNone\b"),
+    "python": (
+        r"^\s*def \w+\(",
+        r"\bself\.",
+        r"\belif\b",
+        r"^\s*import [\w.]+\s*$|^\s*from [\w.]+ import ",
+        r"\w[\])]?:[ \t]*$",
+        r"\bis not\b|\bnot in\b",
+        r"^\s*@\w",
+        r"^\s*except\b",
+        r'^\s*"""',
+        r"\bNone\b",
+    ),
     "go": (r"\bfunc\b", r":=", r"^package \w", r"\bnil\b", r"^\s*defer\b", r"\berr != nil\b"),
     "rust": (r"\bfn \w", r"\blet mut\b", r"\bimpl\b", r"&mut\b", r"\bSome\(|\bOk\(", r"^\s*pub\b", r"#\[", r"::\w"),
-    "javascript": (r"\bfunction\b", r"\bconst\b", r"=>", r"\bundefined\b", r"===|!==", r"\blet\b", r";\s*$",
-                   r"\bthis\."),
-    "typescript": (r"\binterface \w", r":\s*(?:string|number|boolean)\b", r"\btype \w+\s*=", r"\bas const\b",
-                   r"\breadonly\b"),
+    "javascript": (
+        r"\bfunction\b",
+        r"\bconst\b",
+        r"=>",
+        r"\bundefined\b",
+        r"===|!==",
+        r"\blet\b",
+        r";\s*$",
+        r"\bthis\.",
+    ),
+    "typescript": (
+        r"\binterface \w",
+        r":\s*(?:string|number|boolean)\b",
+        r"\btype \w+\s*=",
+        r"\bas const\b",
+        r"\breadonly\b",
+    ),
 }
 _COMPILED = {key: tuple(re.compile(p, re.MULTILINE) for p in patterns) for key, patterns in _MARKS.items()}
 _FAMILY = {"typescript": "js", "javascript": "js"}  # the grammars tell these two apart; marks only the family
@@ -66,7 +89,7 @@ def _window(prompt: str, suffix: str) -> str:
         top = _COLUMN_0.search(prompt, head)
         head = top.start() + 1 if top is not None else prompt.find("\n", head) + 1
     end = suffix.rfind("\n", 0, DETECT_SUFFIX_CHARS) if len(suffix) > DETECT_SUFFIX_CHARS else len(suffix)
-    return prompt[head:] + suffix[:max(0, end)]
+    return prompt[head:] + suffix[: max(0, end)]
 
 
 def _by_grammar(window: str) -> str | None:

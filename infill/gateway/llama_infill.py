@@ -63,6 +63,7 @@ class InfillParams:
 
 # -- request ----------------------------------------------------------------------------------------------------
 
+
 def parse_infill_params(body: object, settings: GatewaySettings) -> InfillParams:
     if not isinstance(body, dict):
         raise HttpError(400, f"request body must be a JSON object, got {type(body).__name__}")
@@ -72,10 +73,16 @@ def parse_infill_params(body: object, settings: GatewaySettings) -> InfillParams
     line = text("prompt", "a string (the cursor line's text before the cursor)")
     n_predict = optional_field(body, "n_predict", int, "an integer")
     if n_predict is not None and not -1 <= n_predict <= settings.max_tokens_limit:
-        raise HttpError(400, f"n_predict must be -1 (no limit), 0 (warm the cache) or up to "
-                             f"{settings.max_tokens_limit}, got {n_predict}", param="n_predict")
-    times = [optional_field(body, name, (int, float), "a number of milliseconds") for name in
-             ("t_max_prompt_ms", "t_max_predict_ms")]
+        raise HttpError(
+            400,
+            f"n_predict must be -1 (no limit), 0 (warm the cache) or up to "
+            f"{settings.max_tokens_limit}, got {n_predict}",
+            param="n_predict",
+        )
+    times = [
+        optional_field(body, name, (int, float), "a number of milliseconds")
+        for name in ("t_max_prompt_ms", "t_max_predict_ms")
+    ]
     if any(t is not None and t < 0 for t in times):
         raise HttpError(400, "t_max_prompt_ms and t_max_predict_ms must be >= 0 (0: no limit)")
     n_indent = optional_field(body, "n_indent", int, "an integer") or 0
@@ -83,20 +90,31 @@ def parse_infill_params(body: object, settings: GatewaySettings) -> InfillParams
         raise HttpError(400, f"n_indent must be >= 0, got {n_indent}", param="n_indent")
     if optional_field(body, "stream", bool, "true or false"):
         raise HttpError(400, "stream is not supported on /infill: send stream: false", param="stream")
-    for name, kinds, what in (("samplers", list, "a list"), ("cache_prompt", bool, "true or false"),
-                              ("temperature", (int, float), "a number"), ("top_k", int, "an integer"),
-                              ("top_p", (int, float), "a number"), ("model", str, "a string")):
+    for name, kinds, what in (
+        ("samplers", list, "a list"),
+        ("cache_prompt", bool, "true or false"),
+        ("temperature", (int, float), "a number"),
+        ("top_k", int, "an integer"),
+        ("top_p", (int, float), "a number"),
+        ("model", str, "a string"),
+    ):
         optional_field(body, name, kinds, what)  # accepted and ignored (docs/gateway.md says why), but well-typed
     document = optional_field(body, "infill_document", str, "a string")
     if document is not None and not 1 <= len(document) <= 128:
         raise HttpError(400, "infill_document must be 1 to 128 characters", param="infill_document")
     predict_ms = times[1] or 0
-    return InfillParams(prefix=prefix + line, suffix=suffix, extra=_parse_extra(body.get("input_extra")),
-                        n_predict=None if n_predict in (None, -1) else n_predict,
-                        budget_ms=(times[0] or 0) + predict_ms if predict_ms > 0 else None, n_indent=n_indent,
-                        stop=parse_stop(body.get("stop"), MAX_STOP_STRINGS),
-                        response_fields=_parse_fields(body.get("response_fields")),
-                        id_slot=optional_field(body, "id_slot", int, "an integer") or 0, document=document)
+    return InfillParams(
+        prefix=prefix + line,
+        suffix=suffix,
+        extra=_parse_extra(body.get("input_extra")),
+        n_predict=None if n_predict in (None, -1) else n_predict,
+        budget_ms=(times[0] or 0) + predict_ms if predict_ms > 0 else None,
+        n_indent=n_indent,
+        stop=parse_stop(body.get("stop"), MAX_STOP_STRINGS),
+        response_fields=_parse_fields(body.get("response_fields")),
+        id_slot=optional_field(body, "id_slot", int, "an integer") or 0,
+        document=document,
+    )
 
 
 def _parse_extra(extra: object) -> tuple[ExtraChunk, ...]:
@@ -106,10 +124,14 @@ def _parse_extra(extra: object) -> tuple[ExtraChunk, ...]:
         raise HttpError(400, "input_extra must be a list of {filename, text} objects", param="input_extra")
     chunks = []
     for i, chunk in enumerate(extra):
-        if not isinstance(chunk, dict) or not isinstance(chunk.get("text"), str) \
-                or not isinstance(chunk.get("filename", ""), str):
-            raise HttpError(400, f"input_extra[{i}] must be an object with a string text (and filename)",
-                            param="input_extra")
+        if (
+            not isinstance(chunk, dict)
+            or not isinstance(chunk.get("text"), str)
+            or not isinstance(chunk.get("filename", ""), str)
+        ):
+            raise HttpError(
+                400, f"input_extra[{i}] must be an object with a string text (and filename)", param="input_extra"
+            )
         chunks.append(ExtraChunk(chunk.get("filename", ""), chunk["text"]))
     return tuple(chunks)
 
@@ -123,6 +145,7 @@ def _parse_fields(fields: object) -> tuple[str, ...] | None:
 
 
 # -- the document the pipeline sees -----------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class InfillDocument:
@@ -155,7 +178,7 @@ def build_document(params: InfillParams, pipeline: Pipeline) -> InfillDocument:
     cut = len(prefix) > room
     if cut:
         start = prefix.find("\n", len(prefix) - room)
-        prefix = prefix[start + 1:] if start >= 0 else prefix[len(prefix) - room:]
+        prefix = prefix[start + 1 :] if start >= 0 else prefix[len(prefix) - room :]
     return InfillDocument(extra + prefix + params.suffix, len(extra) + len(prefix), dropped or cut)
 
 
@@ -164,13 +187,16 @@ def build_document(params: InfillParams, pipeline: Pipeline) -> InfillDocument:
 WARM_POLL_S = 0.02  # how often a waiting warm-up asks whether its client is still there (as OnWorker does)
 
 
-def _warm(pipeline: Pipeline, worker: ModelWorker, request: CompletionRequest, timeout_s: float,
-          client_gone) -> int:
+def _warm(pipeline: Pipeline, worker: ModelWorker, request: CompletionRequest, timeout_s: float, client_gone) -> int:
     """Encode the request's prompt on the model worker, queued like a fill and cancelled when the client goes;
     the prompt tokens the backend now holds (0 when it never ran)."""
     token = CancelToken()
-    future = worker.submit(lambda: pipeline.warm(pipeline.prepare(request), cancel=token), cancel=token,
-                           deadline=time.monotonic() + timeout_s, unrun=lambda why: 0)
+    future = worker.submit(
+        lambda: pipeline.warm(pipeline.prepare(request), cancel=token),
+        cancel=token,
+        deadline=time.monotonic() + timeout_s,
+        unrun=lambda why: 0,
+    )
     while True:
         try:
             return future.result(timeout=WARM_POLL_S)
@@ -180,15 +206,22 @@ def _warm(pipeline: Pipeline, worker: ModelWorker, request: CompletionRequest, t
                 worker.drop_unrunnable()
 
 
-def answer_infill(params: InfillParams, settings: GatewaySettings, pipeline: Pipeline, worker: ModelWorker,
-                  client_gone) -> dict:
+def answer_infill(
+    params: InfillParams, settings: GatewaySettings, pipeline: Pipeline, worker: ModelWorker, client_gone
+) -> dict:
     """One /infill answer (before `response_fields` picks from it)."""
     t0 = time.perf_counter()
     doc = build_document(params, pipeline)
     language = detect_language(params.prefix, params.suffix)  # the local text's language, not the extra's
-    request = CompletionRequest(text=doc.text, start=doc.cursor, end=doc.cursor, mode="inline", language=language,
-                                max_middle_tokens=params.n_predict or None,
-                                document_id=f"remote:{params.document}" if params.document else None)
+    request = CompletionRequest(
+        text=doc.text,
+        start=doc.cursor,
+        end=doc.cursor,
+        mode="inline",
+        language=language,
+        max_middle_tokens=params.n_predict or None,
+        document_id=f"remote:{params.document}" if params.document else None,
+    )
     model = settings.model_name or pipeline.backend.info.model
     if params.warm_only:  # llama.cpp processes the prompt of an n_predict 0 request whatever its time limits
         held = _warm(pipeline, worker, request, settings.request_timeout_s, client_gone)
@@ -204,12 +237,12 @@ def answer_infill(params: InfillParams, settings: GatewaySettings, pipeline: Pip
 
     try:
         outcome = OnWorker(pipeline, worker, abandoned=client_gone).complete(
-            request, cancel=token, deadline=time.monotonic() + settings.request_timeout_s, on_draft=keep)
+            request, cancel=token, deadline=time.monotonic() + settings.request_timeout_s, on_draft=keep
+        )
     except InfillError as exc:
         raise HttpError(400, str(exc)) from exc
     spent = token.reason == BUDGET_SPENT and not outcome.fills  # (a fill that finished as it was stopped stands)
-    return _body(params, model, _content(outcome, latest, spent), outcome, doc.truncated, None, t0, language,
-                 spent)
+    return _body(params, model, _content(outcome, latest, spent), outcome, doc.truncated, None, t0, language, spent)
 
 
 def _content(outcome: PipelineResult, latest: list[Draft], budget_spent: bool) -> str:
@@ -242,7 +275,7 @@ def cut_at_dedent(text: str, n_indent: int) -> tuple[str, bool]:
     offset = text.find("\n")
     while offset >= 0:
         line_end = text.find("\n", offset + 1)
-        line = text[offset + 1:line_end if line_end >= 0 else len(text)]
+        line = text[offset + 1 : line_end if line_end >= 0 else len(text)]
         if line.strip() and len(line) - len(line.lstrip(" \t")) < n_indent:
             return text[:offset], True
         offset = line_end
@@ -257,9 +290,17 @@ def _cut_at_stop(text: str, stops: tuple[str, ...]) -> tuple[str, str]:
     return text[:at], word
 
 
-def _body(params: InfillParams, model: str, content: str, outcome: PipelineResult | None, truncated: bool,
-          warmed: int | None, t0: float, language: str | None,
-          budget_spent: bool = False) -> dict:
+def _body(
+    params: InfillParams,
+    model: str,
+    content: str,
+    outcome: PipelineResult | None,
+    truncated: bool,
+    warmed: int | None,
+    t0: float,
+    language: str | None,
+    budget_spent: bool = False,
+) -> dict:
     content, word = _cut_at_stop(content, params.stop)
     content, dedented = cut_at_dedent(content, params.n_indent)
     result = outcome.result if outcome is not None else None
@@ -271,21 +312,40 @@ def _body(params: InfillParams, model: str, content: str, outcome: PipelineResul
     limited = budget_spent or (result is not None and result.outcome == "cut_short")
     stop_type = "word" if word else "limit" if limited else "eos"
     return {
-        "index": 0, "content": content, "id_slot": params.id_slot, "stop": True, "model": model,
-        "tokens_predicted": predicted_n, "tokens_evaluated": prompt_tokens, "tokens_cached": prompt_tokens,
-        "has_new_line": "\n" in content, "truncated": truncated,
-        "stop_type": stop_type, "stopping_word": word,
-        "stopped_eos": stop_type == "eos", "stopped_word": bool(word), "stopped_limit": limited,
-        "timings": {"prompt_n": prompt_n, "prompt_ms": round(prompt_ms, 3),
-                    "prompt_per_token_ms": _per_token(prompt_ms, prompt_n),
-                    "prompt_per_second": _per_second(prompt_ms, prompt_n),
-                    "predicted_n": predicted_n, "predicted_ms": round(predicted_ms, 3),
-                    "predicted_per_token_ms": _per_token(predicted_ms, predicted_n),
-                    "predicted_per_second": _per_second(predicted_ms, predicted_n)},
-        "infill": {"outcome": result.outcome if result else ("warmed" if warmed else "empty"),
-                   "route": outcome.route if outcome else "none", "backend": result.backend if result else None,
-                   "language": language, "cut_at_indent": dedented, "time_limit_reached": budget_spent,
-                   "latency_ms": round((time.perf_counter() - t0) * 1000, 3)},
+        "index": 0,
+        "content": content,
+        "id_slot": params.id_slot,
+        "stop": True,
+        "model": model,
+        "tokens_predicted": predicted_n,
+        "tokens_evaluated": prompt_tokens,
+        "tokens_cached": prompt_tokens,
+        "has_new_line": "\n" in content,
+        "truncated": truncated,
+        "stop_type": stop_type,
+        "stopping_word": word,
+        "stopped_eos": stop_type == "eos",
+        "stopped_word": bool(word),
+        "stopped_limit": limited,
+        "timings": {
+            "prompt_n": prompt_n,
+            "prompt_ms": round(prompt_ms, 3),
+            "prompt_per_token_ms": _per_token(prompt_ms, prompt_n),
+            "prompt_per_second": _per_second(prompt_ms, prompt_n),
+            "predicted_n": predicted_n,
+            "predicted_ms": round(predicted_ms, 3),
+            "predicted_per_token_ms": _per_token(predicted_ms, predicted_n),
+            "predicted_per_second": _per_second(predicted_ms, predicted_n),
+        },
+        "infill": {
+            "outcome": result.outcome if result else ("warmed" if warmed else "empty"),
+            "route": outcome.route if outcome else "none",
+            "backend": result.backend if result else None,
+            "language": language,
+            "cut_at_indent": dedented,
+            "time_limit_reached": budget_spent,
+            "latency_ms": round((time.perf_counter() - t0) * 1000, 3),
+        },
     }
 
 

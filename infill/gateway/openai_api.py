@@ -19,8 +19,15 @@ MAX_STOP_SEQUENCES = 4
 class HttpError(Exception):
     """An answer other than 200, with the message the client sees (OpenAI error shape)."""
 
-    def __init__(self, status: int, message: str, *, param: str | None = None,
-                 kind: str = "invalid_request_error", headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        kind: str = "invalid_request_error",
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.param, self.kind = status, message, param, kind
         self.headers = headers or {}
@@ -38,14 +45,24 @@ class GatewaySettings:
     model_name: str | None = None  # the id /v1/models lists; default: the backend's model
 
     def __post_init__(self) -> None:
-        checks = [(self.token is None or isinstance(self.token, str) and bool(self.token.strip()),
-                   "token must be a non-empty string"),
-                  (isinstance(self.max_body_bytes, int) and self.max_body_bytes >= 1024,
-                   f"max_body_bytes must be an integer >= 1024, got {self.max_body_bytes!r}"),
-                  (isinstance(self.max_tokens_limit, int) and self.max_tokens_limit >= 1,
-                   f"max_tokens_limit must be a positive integer, got {self.max_tokens_limit!r}"),
-                  (isinstance(self.request_timeout_s, (int, float)) and self.request_timeout_s > 0,
-                   f"request_timeout_s must be > 0, got {self.request_timeout_s!r}")]
+        checks = [
+            (
+                self.token is None or isinstance(self.token, str) and bool(self.token.strip()),
+                "token must be a non-empty string",
+            ),
+            (
+                isinstance(self.max_body_bytes, int) and self.max_body_bytes >= 1024,
+                f"max_body_bytes must be an integer >= 1024, got {self.max_body_bytes!r}",
+            ),
+            (
+                isinstance(self.max_tokens_limit, int) and self.max_tokens_limit >= 1,
+                f"max_tokens_limit must be a positive integer, got {self.max_tokens_limit!r}",
+            ),
+            (
+                isinstance(self.request_timeout_s, (int, float)) and self.request_timeout_s > 0,
+                f"request_timeout_s must be > 0, got {self.request_timeout_s!r}",
+            ),
+        ]
         for ok, message in checks:
             if not ok:
                 raise InfillError(f"invalid gateway setting: {message}")
@@ -67,6 +84,7 @@ class CompletionParams:
 
 
 # -- request validation -----------------------------------------------------------------------------------------
+
 
 def optional_field(body: dict, name: str, kinds: type | tuple, what: str):
     value = body.get(name)
@@ -91,8 +109,9 @@ def parse_completion_params(body: object, settings: GatewaySettings) -> Completi
     suffix = suffix or ""
     max_tokens = optional_field(body, "max_tokens", int, "an integer")
     if max_tokens is not None and not 1 <= max_tokens <= settings.max_tokens_limit:
-        raise HttpError(400, f"max_tokens must be between 1 and {settings.max_tokens_limit}, got {max_tokens}",
-                        param="max_tokens")
+        raise HttpError(
+            400, f"max_tokens must be between 1 and {settings.max_tokens_limit}, got {max_tokens}", param="max_tokens"
+        )
     if optional_field(body, "n", int, "an integer") not in (None, 1):
         raise HttpError(400, "n must be 1: this server returns one completion per request", param="n")
     best_of = optional_field(body, "best_of", int, "an integer")
@@ -116,34 +135,47 @@ def parse_completion_params(body: object, settings: GatewaySettings) -> Completi
     document = optional_field(body, "infill_document", str, "a string")
     if document is not None and not 1 <= len(document) <= 128:
         raise HttpError(400, "infill_document must be 1 to 128 characters", param="infill_document")
-    return CompletionParams(prompt=prompt, suffix=suffix, max_tokens=max_tokens, stop=parse_stop(body.get("stop")),
-                            stream=bool(optional_field(body, "stream", bool, "true or false")), mode=mode,
-                            language=optional_field(body, "language", str, "a string"), budget_ms=budget_ms,
-                            document=document, fim_format=fim.format if fim is not None else None,
-                            best_of=best_of)
+    return CompletionParams(
+        prompt=prompt,
+        suffix=suffix,
+        max_tokens=max_tokens,
+        stop=parse_stop(body.get("stop")),
+        stream=bool(optional_field(body, "stream", bool, "true or false")),
+        mode=mode,
+        language=optional_field(body, "language", str, "a string"),
+        budget_ms=budget_ms,
+        document=document,
+        fim_format=fim.format if fim is not None else None,
+        best_of=best_of,
+    )
 
 
 def parse_stop(stop: object, limit: int = MAX_STOP_SEQUENCES) -> tuple[str, ...]:
     if stop is None:
         return ()
     stops = [stop] if isinstance(stop, str) else stop
-    if (not isinstance(stops, list) or len(stops) > limit
-            or not all(isinstance(s, str) and s for s in stops)):
-        raise HttpError(400, f"stop must be a non-empty string or a list of up to {limit} of them",
-                        param="stop")
+    if not isinstance(stops, list) or len(stops) > limit or not all(isinstance(s, str) and s for s in stops):
+        raise HttpError(400, f"stop must be a non-empty string or a list of up to {limit} of them", param="stop")
     return tuple(stops)
 
 
 # -- completion -------------------------------------------------------------------------------------------------
 
+
 def run_completion(pipeline: Pipeline, params: CompletionParams, settings: GatewaySettings) -> tuple[dict, str, str]:
     """Run one completion; returns (infill extension object, text, finish_reason)."""
     start = len(params.prompt)
     language = params.language or detect_language(params.prompt, params.suffix)
-    request = CompletionRequest(text=params.prompt + params.suffix, start=start, end=start, mode=params.mode,
-                                language=language, max_middle_tokens=params.max_tokens,  # type: ignore[arg-type]
-                                document_id=f"remote:{params.document}" if params.document else None,
-                                candidates=params.best_of)
+    request = CompletionRequest(
+        text=params.prompt + params.suffix,
+        start=start,
+        end=start,
+        mode=params.mode,
+        language=language,
+        max_middle_tokens=params.max_tokens,  # type: ignore[arg-type]
+        document_id=f"remote:{params.document}" if params.document else None,
+        candidates=params.best_of,
+    )
     budget_s = settings.request_timeout_s
     if params.budget_ms is not None:
         budget_s = min(budget_s, params.budget_ms / 1000)
@@ -171,18 +203,23 @@ def _extension(outcome: PipelineResult, latency_ms: float, start: int) -> dict:
     result = outcome.result
     fill = outcome.fills[0] if outcome.fills else None
     return {
-        "outcome": result.outcome if result else "empty", "route": outcome.route,
-        "backend": result.backend if result else None, "steps": result.steps if result else 0,
+        "outcome": result.outcome if result else "empty",
+        "route": outcome.route,
+        "backend": result.backend if result else None,
+        "steps": result.steps if result else 0,
         "tokens_per_forward": result.tokens_per_forward if result else 0.0,
         "completion_tokens": result.generated_tokens if result else 0,
-        "latency_ms": round(latency_ms, 2), "pipeline_ms": round(outcome.total_ms, 2),
+        "latency_ms": round(latency_ms, 2),
+        "pipeline_ms": round(outcome.total_ms, 2),
         "context_ms": round(outcome.context_ms, 2),
         "encode_ms": round(result.timings.encode_ms, 2) if result else 0.0,
         "denoise_ms": round(result.timings.denoise_ms, 2) if result else 0.0,
         "prompt_tokens": result.prompt_tokens if result else 0,
         "reused_tokens": result.reused_tokens if result else 0,
-        "max_middle_tokens": outcome.max_middle_tokens, "single_line": outcome.single_line,
-        "rejections": [list(r) for r in outcome.rejections], "error": result.error if result else None,
+        "max_middle_tokens": outcome.max_middle_tokens,
+        "single_line": outcome.single_line,
+        "rejections": [list(r) for r in outcome.rejections],
+        "error": result.error if result else None,
         "versions": result.versions if result else {},
         # Where the text goes, as offsets into prompt + suffix (a fill may replace more than the empty gap).
         "replace": [fill.start, fill.end] if fill else [start, start],
@@ -192,9 +229,15 @@ def _extension(outcome: PipelineResult, latency_ms: float, start: int) -> dict:
 def completion_body(model: str, text: str, finish: str, extension: dict) -> dict:
     prompt_tokens, completion_tokens = extension["prompt_tokens"], extension["completion_tokens"]
     return {
-        "id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()), "model": model,
+        "id": f"cmpl-{uuid.uuid4().hex}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
         "choices": [{"text": text, "index": 0, "finish_reason": finish, "logprobs": None}],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                  "total_tokens": prompt_tokens + completion_tokens},
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
         "infill": extension,
     }

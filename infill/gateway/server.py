@@ -29,7 +29,13 @@ from infill.backends.choose import add_model_options, spec_from_args
 from infill.gateway import llama_infill
 from infill.gateway.arrival_handler import DRAIN_LIMIT_BYTES, ArrivalHandler
 from infill.gateway.front import Arrival, ConnectionLimits, Front
-from infill.gateway.openai_api import GatewaySettings, HttpError, completion_body, parse_completion_params, run_completion
+from infill.gateway.openai_api import (
+    GatewaySettings,
+    HttpError,
+    completion_body,
+    parse_completion_params,
+    run_completion,
+)
 from infill.loader import FallbackChoice, add_fallback_options, fallback_from_args, open_pipeline
 from infill.pipeline import Pipeline
 from infill.types import InfillError
@@ -42,6 +48,7 @@ QUICK_ROUTES = ("/health", "/v1/models")  # never run the model: served by their
 
 
 # -- HTTP -------------------------------------------------------------------------------------------------------
+
 
 class GatewayServer(ThreadingHTTPServer):
     """The HTTP server plus its readiness: requests before `set_pipeline` get 503 with the loading state.
@@ -62,8 +69,13 @@ class GatewayServer(ThreadingHTTPServer):
         """The bound on connections open at once (limits.max_connections), under the name tests patch."""
         return self.limits.max_connections
 
-    def __init__(self, address: tuple[str, int], settings: GatewaySettings, pipeline: Pipeline | None,
-                 limits: ConnectionLimits | None = None) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        settings: GatewaySettings,
+        pipeline: Pipeline | None,
+        limits: ConnectionLimits | None = None,
+    ) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         # Every completion runs on this one thread; a newer request for the same document stops the older one.
@@ -72,8 +84,11 @@ class GatewayServer(ThreadingHTTPServer):
         self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="infill-gateway-http")
         self._quick_pool = ThreadPoolExecutor(self.quick_workers, thread_name_prefix="infill-gateway-quick")
         limits = limits or replace(self.limits, max_connections=self.max_pending)
-        self.limits = replace(limits, max_body_bytes=settings.max_body_bytes,
-                              drain_limit_bytes=max(DRAIN_LIMIT_BYTES, settings.max_body_bytes))
+        self.limits = replace(
+            limits,
+            max_body_bytes=settings.max_body_bytes,
+            drain_limit_bytes=max(DRAIN_LIMIT_BYTES, settings.max_body_bytes),
+        )
         self.front = Front(self.limits, self._dispatch)
         super().__init__(address, _Handler)
         self.settings = settings
@@ -200,8 +215,12 @@ class _Handler(ArrivalHandler):
         scheme, _, given = header.partition(" ")
         challenge = {"WWW-Authenticate": "Bearer"}
         if scheme.lower() != "bearer" or not given.strip():
-            raise HttpError(401, "missing bearer token: send 'Authorization: Bearer <token>'",
-                            kind="authentication_error", headers=challenge)
+            raise HttpError(
+                401,
+                "missing bearer token: send 'Authorization: Bearer <token>'",
+                kind="authentication_error",
+                headers=challenge,
+            )
         if not hmac.compare_digest(given.strip().encode(), expected.encode()):
             raise HttpError(401, "invalid bearer token", kind="authentication_error", headers=challenge)
 
@@ -227,13 +246,21 @@ class _Handler(ArrivalHandler):
     def _infill(self) -> None:
         """llama.cpp's /infill (llama.vim, llama.vscode): infill/gateway/llama_infill.py."""
         params = llama_infill.parse_infill_params(self._read_json(), self.server.settings)
-        answer = llama_infill.answer_infill(params, self.server.settings, self.server.ready_pipeline(),
-                                            self.server.worker, self._client_gone)
+        answer = llama_infill.answer_infill(
+            params, self.server.settings, self.server.ready_pipeline(), self.server.worker, self._client_gone
+        )
         payload = llama_infill.encode_body(llama_infill.pick_fields(answer, params.response_fields))
         self._send_bytes(200, payload, "application/json")
 
-def make_server(pipeline: Pipeline | None, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
-                limits: ConnectionLimits | None = None, **settings) -> GatewayServer:
+
+def make_server(
+    pipeline: Pipeline | None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    token: str | None = None,
+    limits: ConnectionLimits | None = None,
+    **settings,
+) -> GatewayServer:
     """A bound, not yet serving gateway (port 0: any free port, see `.server_port`). With `pipeline=None` it
     answers 503 until `set_pipeline`. Run it with `.serve_forever()`, stop it with `.shutdown()`."""
     return GatewayServer((host, port), GatewaySettings(token=token, **settings), pipeline, limits)
@@ -241,18 +268,19 @@ def make_server(pipeline: Pipeline | None, host: str = "127.0.0.1", port: int = 
 
 # -- command line -----------------------------------------------------------------------------------------------
 
+
 def _parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="infill-ls serve", description="OpenAI-compatible gateway to infill-ls")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=8765, help="port (0: any free port; default 8765)")
-    parser.add_argument("--token", default=None,
-                        help="require 'Authorization: Bearer TOKEN' (or set INFILL_GATEWAY_TOKEN)")
+    parser.add_argument(
+        "--token", default=None, help="require 'Authorization: Bearer TOKEN' (or set INFILL_GATEWAY_TOKEN)"
+    )
     parser.add_argument("--served-model-name", default=None, help="model id /v1/models lists")
     parser.add_argument("--max-body-bytes", type=int, default=GatewaySettings.max_body_bytes)
     parser.add_argument("--max-tokens-limit", type=int, default=GatewaySettings.max_tokens_limit)
     parser.add_argument("--request-timeout-s", type=float, default=GatewaySettings.request_timeout_s)
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                        type=str.upper)
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], type=str.upper)
     add_model_options(parser)
     add_fallback_options(parser)
     return parser.parse_args(argv)
@@ -268,9 +296,16 @@ def _load_in_background(server: GatewayServer, spec, fallback: FallbackChoice, h
     holder.extend(opened.backends)
     server.set_pipeline(opened.pipeline)
     info, behind = opened.pipeline.backend.info, opened.pipeline.fallback
-    log.info("ready: serving %s (%s); fallback: %s", info.model, info.label or info.kind,
-             behind.info.name if behind is not None else f"none ({opened.fallback_error})" if opened.fallback_error
-             else "none")
+    log.info(
+        "ready: serving %s (%s); fallback: %s",
+        info.model,
+        info.label or info.kind,
+        behind.info.name
+        if behind is not None
+        else f"none ({opened.fallback_error})"
+        if opened.fallback_error
+        else "none",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -279,19 +314,34 @@ def main(argv: list[str] | None = None) -> int:
     token = args.token or os.environ.get("INFILL_GATEWAY_TOKEN") or None
     try:
         spec = spec_from_args(args)
-        server = make_server(None, args.host, args.port, token, max_body_bytes=args.max_body_bytes,
-                             max_tokens_limit=args.max_tokens_limit, request_timeout_s=args.request_timeout_s,
-                             model_name=args.served_model_name)
+        server = make_server(
+            None,
+            args.host,
+            args.port,
+            token,
+            max_body_bytes=args.max_body_bytes,
+            max_tokens_limit=args.max_tokens_limit,
+            request_timeout_s=args.request_timeout_s,
+            model_name=args.served_model_name,
+        )
     except (InfillError, OSError, OverflowError) as exc:  # bad settings, port in use, port out of range
         print(f"infill-ls serve: {exc}", file=sys.stderr)
         return 2
     if args.host not in ("127.0.0.1", "localhost", "::1") and token is None:
         log.warning("listening on %s without a token: anyone who can reach this address can use it", args.host)
     backends: list = []
-    threading.Thread(target=_load_in_background, args=(server, spec, fallback_from_args(args), backends),
-                     name="infill-gateway-load", daemon=True).start()
-    log.info("infill-ls gateway listening on %s (POST %s/v1/completions)%s", server.url, server.url,
-             " with token auth" if token else "")
+    threading.Thread(
+        target=_load_in_background,
+        args=(server, spec, fallback_from_args(args), backends),
+        name="infill-gateway-load",
+        daemon=True,
+    ).start()
+    log.info(
+        "infill-ls gateway listening on %s (POST %s/v1/completions)%s",
+        server.url,
+        server.url,
+        " with token auth" if token else "",
+    )
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -13,16 +13,16 @@ import sys
 from pathlib import Path
 
 from infill.backends.choose import BackendSpec, add_model_options, open_backend, spec_from_args
-from infill.pipeline import PipelineSettings
-from infill.types import InfillBackend, InfillError
+from infill.metrics import AcceptRule
 from infill.pilot.files import DiscoverySettings, discover
 from infill.pilot.holes import CutSettings, cut_holes, write_holes
-from infill.metrics import AcceptRule
 from infill.pilot.report import write_plots, write_report
 from infill.pilot.runner import Progress, RunSettings, run_pilot
 from infill.pilot.spans import KINDS
 from infill.pilot.summary import summarise
 from infill.pilot.targets import TargetPool, parse_target
+from infill.pipeline import PipelineSettings
+from infill.types import InfillBackend, InfillError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,12 +31,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output folder (created; earlier results in it are replaced)")
     p.add_argument("--n", type=int, default=50, help="number of holes (default 50)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--kinds", nargs="+", default=None,
-                   help=f"hole kinds (space or comma separated; default all: {' '.join(KINDS)})")
-    p.add_argument("--backend", action="append", default=None,
-                   help="repeatable: ar | diffusion:DIR | diffusion-dummy:DIR_OR_CONFIG | http://HOST:PORT/v1"
-                        "[#model=NAME&token=T], each optionally +fallback (AR fallback) or +raw (no post-processing, "
-                        "watchdog or fallback) (default: ar)")
+    p.add_argument(
+        "--kinds",
+        nargs="+",
+        default=None,
+        help=f"hole kinds (space or comma separated; default all: {' '.join(KINDS)})",
+    )
+    p.add_argument(
+        "--backend",
+        action="append",
+        default=None,
+        help="repeatable: ar | diffusion:DIR | diffusion-dummy:DIR_OR_CONFIG | http://HOST:PORT/v1"
+        "[#model=NAME&token=T], each optionally +fallback (AR fallback) or +raw (no post-processing, "
+        "watchdog or fallback) (default: ar)",
+    )
     p.add_argument("--concurrency", default="1,4,16", help="comma-separated worker counts (default 1,4,16)")
     p.add_argument("--max-seconds", type=float, default=600.0, help="time cap for the whole run (default 600)")
     p.add_argument("--deadline-ms", type=float, default=None, help="per-attempt deadline passed to the backend")
@@ -64,8 +72,14 @@ def _concurrency(text: str) -> tuple[int, ...]:
 
 
 def hardware() -> dict:
-    info = {"cpu": platform.processor() or platform.machine(), "cpus": os.cpu_count(), "platform": platform.platform(),
-            "python": platform.python_version(), "accelerator": "none (CPU only)", "torch": None}
+    info = {
+        "cpu": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "accelerator": "none (CPU only)",
+        "torch": None,
+    }
     try:
         import torch
 
@@ -101,8 +115,10 @@ class StepCapRecorder:
         versions = getattr(backend, "versions", None)
         if spec.model and not spec.endpoint and backend.info.kind == "diffusion" and callable(versions):
             described = versions()
-            self.by_model[spec.model] = (described["max_denoising_steps"],
-                                         described["settings_from"]["max_denoising_steps"])
+            self.by_model[spec.model] = (
+                described["max_denoising_steps"],
+                described["settings_from"]["max_denoising_steps"],
+            )
         return backend
 
     def meta(self) -> dict:
@@ -126,10 +142,15 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, str]:
     labels = [s.label for s in specs]
     if len(set(labels)) != len(labels):
         raise InfillError(f"the same --backend twice: {sorted({x for x in labels if labels.count(x) > 1})}")
-    settings = RunSettings(concurrency=_concurrency(args.concurrency), max_seconds=args.max_seconds,
-                           deadline_ms=args.deadline_ms, accept=AcceptRule(args.accept_threshold),
-                           pipeline=PipelineSettings(max_middle_tokens=args.max_middle_tokens),
-                           warmup=not args.no_warmup, backend=spec_from_args(args))
+    settings = RunSettings(
+        concurrency=_concurrency(args.concurrency),
+        max_seconds=args.max_seconds,
+        deadline_ms=args.deadline_ms,
+        accept=AcceptRule(args.accept_threshold),
+        pipeline=PipelineSettings(max_middle_tokens=args.max_middle_tokens),
+        warmup=not args.no_warmup,
+        backend=spec_from_args(args),
+    )
     if args.gpu_hour_price is not None and args.gpu_hour_price < 0:
         raise InfillError("--gpu-hour-price must be >= 0")
     found = discover(args.src, DiscoverySettings(max_file_bytes=args.max_file_bytes))
@@ -154,14 +175,27 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, str]:
     kinds: dict[str, int] = {}
     for hole in holes:
         kinds[hole.kind] = kinds.get(hole.kind, 0) + 1
-    meta = {"src": args.src, "from_git": found.from_git, "files": len(found.files),
-            "skipped": dict(found.skipped.most_common()), "holes": len(holes), "hole_kinds": kinds,
-            "seed": args.seed, "concurrency": list(settings.concurrency), "max_seconds": settings.max_seconds,
-            "deadline_ms": settings.deadline_ms,
-            **steps.meta(), "max_middle_tokens": settings.pipeline.max_middle_tokens,
-            "accept_threshold": settings.accept.threshold, "gpu_hour_price": args.gpu_hour_price,
-            "hardware": hardware(), "started": started, "finished": _now(), "stopped_by": pilot.stopped_by,
-            "command": "infill-ls pilot " + shlex.join(argv)}
+    meta = {
+        "src": args.src,
+        "from_git": found.from_git,
+        "files": len(found.files),
+        "skipped": dict(found.skipped.most_common()),
+        "holes": len(holes),
+        "hole_kinds": kinds,
+        "seed": args.seed,
+        "concurrency": list(settings.concurrency),
+        "max_seconds": settings.max_seconds,
+        "deadline_ms": settings.deadline_ms,
+        **steps.meta(),
+        "max_middle_tokens": settings.pipeline.max_middle_tokens,
+        "accept_threshold": settings.accept.threshold,
+        "gpu_hour_price": args.gpu_hour_price,
+        "hardware": hardware(),
+        "started": started,
+        "finished": _now(),
+        "stopped_by": pilot.stopped_by,
+        "command": "infill-ls pilot " + shlex.join(argv),
+    }
     summary = summarise(out, pilot.targets, args.gpu_hour_price)
     document = {"meta": meta, "backends": pilot.targets, "summary": summary}
     (out / "summary.json").write_text(json.dumps(document, indent=2), encoding="utf-8")
@@ -178,8 +212,11 @@ def main(argv: list[str] | None = None) -> int:
     except InfillError as exc:
         print(f"infill-ls pilot: {exc}", file=sys.stderr)
         return 2
-    print(f"infill-ls pilot: report written to {Path(args.out) / 'report.md'}"
-          + ("" if stopped_by == "done" else f" (partial: {stopped_by})"), file=sys.stderr)
+    print(
+        f"infill-ls pilot: report written to {Path(args.out) / 'report.md'}"
+        + ("" if stopped_by == "done" else f" (partial: {stopped_by})"),
+        file=sys.stderr,
+    )
     return 130 if stopped_by == "interrupted" else 0
 
 

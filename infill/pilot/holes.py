@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import math
 import random
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable
 
-from infill.types import InfillError
 from infill.pilot.files import Discovery, SourceFile
 from infill.pilot.spans import CUTTERS, KINDS, Span
+from infill.types import InfillError
 
 # Kinds that complete the rest of a line from a cursor use the editor's inline mode; the others are selected gaps.
 MODE_BY_KIND = {"single-line": "inline"}
@@ -38,7 +38,7 @@ class Hole:
         return json.dumps(asdict(self), ensure_ascii=False)
 
     @classmethod
-    def from_json(cls, line: str) -> "Hole":
+    def from_json(cls, line: str) -> Hole:
         return cls(**json.loads(line))
 
 
@@ -59,14 +59,22 @@ class CutSettings:
 
 def _make_hole(source: SourceFile, kind: str, span: Span, index: int) -> Hole:
     text = source.text
-    return Hole(id=f"{index:04d}-{kind}", path=source.path, language=source.language, kind=kind,
-                line=text.count("\n", 0, span.start) + 1, prefix=text[:span.start], middle=text[span.start:span.end],
-                suffix=text[span.end:], mode=MODE_BY_KIND.get(kind, "gap"))
+    return Hole(
+        id=f"{index:04d}-{kind}",
+        path=source.path,
+        language=source.language,
+        kind=kind,
+        line=text.count("\n", 0, span.start) + 1,
+        prefix=text[: span.start],
+        middle=text[span.start : span.end],
+        suffix=text[span.end :],
+        mode=MODE_BY_KIND.get(kind, "gap"),
+    )
 
 
 def _quotas(n: int, available: dict[str, int]) -> dict[str, int]:
     """Split n holes as evenly as possible over kinds, moving the share of a kind that runs out to the others."""
-    quotas = {k: 0 for k in available}
+    quotas = dict.fromkeys(available, 0)
     left = n
     open_kinds = [k for k in available if available[k] > 0]
     while left > 0 and open_kinds:

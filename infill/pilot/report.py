@@ -6,8 +6,11 @@ from pathlib import Path
 
 from infill.pilot.summary import latencies, read_jsonl
 
-PLOTS = {"quality_vs_latency.png": "Quality vs p95 latency", "latency_cdf.png": "Latency CDF",
-         "throughput.png": "Throughput vs concurrency"}
+PLOTS = {
+    "quality_vs_latency.png": "Quality vs p95 latency",
+    "latency_cdf.png": "Latency CDF",
+    "throughput.png": "Throughput vs concurrency",
+}
 
 
 def _fmt(value, kind: str = "") -> str:
@@ -29,9 +32,16 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _quality_cells(q: dict) -> list[str]:
-    return [str(q["attempts"]), _fmt(q["shown_rate"], "%"), _fmt(q["exact_match"], "%"), _fmt(q["edit_similarity"]),
-            _fmt(q["syntax_valid_share"], "%"), _fmt(q["accept_rate"], "%"), _fmt(q["p50_ms"], "ms"),
-            _fmt(q["p95_ms"], "ms")]
+    return [
+        str(q["attempts"]),
+        _fmt(q["shown_rate"], "%"),
+        _fmt(q["exact_match"], "%"),
+        _fmt(q["edit_similarity"]),
+        _fmt(q["syntax_valid_share"], "%"),
+        _fmt(q["accept_rate"], "%"),
+        _fmt(q["p50_ms"], "ms"),
+        _fmt(q["p95_ms"], "ms"),
+    ]
 
 
 QUALITY_HEADER = ["attempts", "shown", "exact match", "edit sim.", "syntax valid", "accepted", "p50 ms", "p95 ms"]
@@ -45,9 +55,18 @@ def _side_by_side_section(summary: dict) -> list[str]:
         for label, f in summary.items():
             q = f["by_kind"].get(kind)
             if q:
-                rows.append([kind, f"`{label}`", str(q["attempts"]), _fmt(q["accept_rate"], "%"),
-                             _fmt(q["exact_match"], "%"), _fmt(q["edit_similarity"]), _fmt(q["p50_ms"], "ms"),
-                             _fmt(q["p95_ms"], "ms")])
+                rows.append(
+                    [
+                        kind,
+                        f"`{label}`",
+                        str(q["attempts"]),
+                        _fmt(q["accept_rate"], "%"),
+                        _fmt(q["exact_match"], "%"),
+                        _fmt(q["edit_similarity"]),
+                        _fmt(q["p50_ms"], "ms"),
+                        _fmt(q["p95_ms"], "ms"),
+                    ]
+                )
     header = ["kind", "backend", "attempts", "accepted", "exact match", "edit sim.", "p50 ms", "p95 ms"]
     return ["## Per kind, side by side", ""] + _table(header, rows) + [""]
 
@@ -64,17 +83,25 @@ def _examples_section(attempts: list[dict], labels: list[str]) -> list[str]:
     for a in attempts:
         firsts.setdefault(a["kind"], a)
     for kind, first in sorted(firsts.items()):
-        lines += [f"**{kind}** — `{first['path']}` line {first['line']}; expected:", "", "~~~",
-                  _clip(first.get("expected", "")), "~~~", ""]
+        lines += [
+            f"**{kind}** — `{first['path']}` line {first['line']}; expected:",
+            "",
+            "~~~",
+            _clip(first.get("expected", "")),
+            "~~~",
+            "",
+        ]
         for label in labels:
-            mine = sorted((a for a in attempts if a["backend"] == label and a["hole_id"] == first["hole_id"]),
-                          key=lambda a: a["concurrency"])
+            mine = sorted(
+                (a for a in attempts if a["backend"] == label and a["hole_id"] == first["hole_id"]),
+                key=lambda a: a["concurrency"],
+            )
             if not mine:
                 continue
             a = mine[0]
-            verdict = ("accepted" if a.get("accepted") else "shown, not accepted" if a.get("shown")
-                       else "nothing shown") + (f" — rejected: {', '.join(r[1] for r in a['rejections'])}"
-                                                if a.get("rejections") else "")
+            verdict = (
+                "accepted" if a.get("accepted") else "shown, not accepted" if a.get("shown") else "nothing shown"
+            ) + (f" — rejected: {', '.join(r[1] for r in a['rejections'])}" if a.get("rejections") else "")
             verdict += f" — error: {_clip(a['error'], 120)}" if a.get("error") else ""
             lines += [f"`{label}` ({verdict}; edit similarity {_fmt(a.get('edit_similarity'))}):", ""]
             if a.get("shown"):
@@ -89,28 +116,60 @@ def _backend_section(label: str, target: dict, figures: dict, meta: dict) -> lis
     if target.get("open_error"):
         lines += [f"**Failed to open:** {target['open_error']}", ""]
     else:
-        lines += [f"- engine: {target.get('name')} (kind {target.get('kind')}, model `{target.get('model')}`, "
-                  f"{target.get('device')}, {target.get('dtype')}), "
-                  + ("the same instance as an earlier backend" if target.get("shared_engine")
-                     else f"loaded in {target.get('load_seconds')} s")]
+        lines += [
+            f"- engine: {target.get('name')} (kind {target.get('kind')}, model `{target.get('model')}`, "
+            f"{target.get('device')}, {target.get('dtype')}), "
+            + (
+                "the same instance as an earlier backend"
+                if target.get("shared_engine")
+                else f"loaded in {target.get('load_seconds')} s"
+            )
+        ]
         if target.get("fallback"):
             lines += [f"- fallback: {target['fallback']}"]
         elif target.get("kind") != "autoregressive":  # an editor's default has one here: say this run has none
-            lines += ["- fallback: none, measured alone (an editor puts the offline default behind it by default; "
-                      "`+fallback` measures that)"]
+            lines += [
+                "- fallback: none, measured alone (an editor puts the offline default behind it by default; "
+                "`+fallback` measures that)"
+            ]
         if target.get("kind") == "remote":
             lines += ["- served by a remote endpoint: the hardware line above is the client's, not the server's"]
-    lines += [f"- fallback rate {_fmt(figures['fallback_rate'], '%')}, error rate {_fmt(figures['error_rate'], '%')}, "
-              f"tokens per forward {_fmt(figures['tokens_per_forward'])}, attempts stopped by the time cap or "
-              f"Ctrl-C (left out): {figures['stopped_attempts']}", ""]
+    lines += [
+        f"- fallback rate {_fmt(figures['fallback_rate'], '%')}, error rate {_fmt(figures['error_rate'], '%')}, "
+        f"tokens per forward {_fmt(figures['tokens_per_forward'])}, attempts stopped by the time cap or "
+        f"Ctrl-C (left out): {figures['stopped_attempts']}",
+        "",
+    ]
     price = meta.get("gpu_hour_price")
     lines += ["### Latency, throughput and cost per concurrency", ""]
-    rows = [[c, str(v["attempts"]), _fmt(v["p50_ms"], "ms"), _fmt(v["p95_ms"], "ms"),
-             _fmt(v["throughput_per_hour"], "ms"), str(v["accepted"]), _fmt(v["cost_per_accepted"], "$"),
-             f"{v['wall_seconds']:.1f}", v["stopped_by"]] for c, v in figures["by_concurrency"].items()]
-    lines += _table(["concurrency", "attempts", "p50 ms", "p95 ms", "requests/hour", "accepted",
-                     f"cost/accepted ({'at ' + str(price) + '/GPU-h' if price is not None else 'no price given'})",
-                     "wall s", "ended"], rows) + [""]
+    rows = [
+        [
+            c,
+            str(v["attempts"]),
+            _fmt(v["p50_ms"], "ms"),
+            _fmt(v["p95_ms"], "ms"),
+            _fmt(v["throughput_per_hour"], "ms"),
+            str(v["accepted"]),
+            _fmt(v["cost_per_accepted"], "$"),
+            f"{v['wall_seconds']:.1f}",
+            v["stopped_by"],
+        ]
+        for c, v in figures["by_concurrency"].items()
+    ]
+    lines += _table(
+        [
+            "concurrency",
+            "attempts",
+            "p50 ms",
+            "p95 ms",
+            "requests/hour",
+            "accepted",
+            f"cost/accepted ({'at ' + str(price) + '/GPU-h' if price is not None else 'no price given'})",
+            "wall s",
+            "ended",
+        ],
+        rows,
+    ) + [""]
     lines += ["### Quality (all concurrency levels together)", ""]
     lines += _table(QUALITY_HEADER, [_quality_cells(figures)]) + [""]
     lines += ["### Per kind", ""]
@@ -130,18 +189,23 @@ def _setup_section(meta: dict) -> list[str]:
     skipped = ", ".join(f"{n} {r}" for r, n in meta.get("skipped", {}).items()) or "none"
     kinds = ", ".join(f"{k} {n}" for k, n in meta.get("hole_kinds", {}).items())
     hw = meta.get("hardware", {})
-    return ["## Setup", "",
-            f"- source: `{meta.get('src')}` ({'tracked files of a git repository' if meta.get('from_git') else 'folder walk'}), "
-            f"{meta.get('files')} usable files; skipped: {skipped}",
-            f"- holes: {meta.get('holes')} (seed {meta.get('seed')}): {kinds}",
-            f"- concurrency levels: {meta.get('concurrency')}; time cap {meta.get('max_seconds')} s; per-attempt "
-            f"deadline: {meta.get('deadline_ms') or 'none'}; max middle tokens {meta.get('max_middle_tokens')}; "
-            f"max denoising steps (in-process diffusion) {meta.get('diffusion_steps')}",
-            f"- accept rule: edit similarity ≥ {meta.get('accept_threshold')} and the filled file parses",
-            f"- hardware: {hw.get('cpu')} ({hw.get('cpus')} CPUs), accelerator: {hw.get('accelerator')}; "
-            f"Python {hw.get('python')}, torch {hw.get('torch')}, {hw.get('platform')}",
-            f"- run: {meta.get('started')} → {meta.get('finished')}, ended by: {meta.get('stopped_by')}",
-            f"- command: `{meta.get('command')}`", ""]
+    return [
+        "## Setup",
+        "",
+        f"- source: `{meta.get('src')}` "
+        f"({'tracked files of a git repository' if meta.get('from_git') else 'folder walk'}), "
+        f"{meta.get('files')} usable files; skipped: {skipped}",
+        f"- holes: {meta.get('holes')} (seed {meta.get('seed')}): {kinds}",
+        f"- concurrency levels: {meta.get('concurrency')}; time cap {meta.get('max_seconds')} s; per-attempt "
+        f"deadline: {meta.get('deadline_ms') or 'none'}; max middle tokens {meta.get('max_middle_tokens')}; "
+        f"max denoising steps (in-process diffusion) {meta.get('diffusion_steps')}",
+        f"- accept rule: edit similarity ≥ {meta.get('accept_threshold')} and the filled file parses",
+        f"- hardware: {hw.get('cpu')} ({hw.get('cpus')} CPUs), accelerator: {hw.get('accelerator')}; "
+        f"Python {hw.get('python')}, torch {hw.get('torch')}, {hw.get('platform')}",
+        f"- run: {meta.get('started')} → {meta.get('finished')}, ended by: {meta.get('stopped_by')}",
+        f"- command: `{meta.get('command')}`",
+        "",
+    ]
 
 
 def _summary_section(summary: dict, targets: list[dict]) -> list[str]:
@@ -151,9 +215,18 @@ def _summary_section(summary: dict, targets: list[dict]) -> list[str]:
         best = max(f["by_concurrency"].values(), key=lambda v: v["throughput_per_hour"] or 0, default={})
         name = f"`{label}`" + (" ⚠ tiny/dummy" if caveats.get(label) else "")
         rows.append([name] + _quality_cells(f) + [_fmt(best.get("throughput_per_hour"), "ms")])
-    return ["## Summary", ""] + _table(["backend"] + QUALITY_HEADER + ["best requests/hour"], rows) + [
-        "", "⚠ tiny/dummy: a random-weight DiffusionGemma; its text quality is meaningless, only its latency and "
-        "mechanics are measured." if any(caveats.values()) else "", ""]
+    return (
+        ["## Summary", ""]
+        + _table(["backend"] + QUALITY_HEADER + ["best requests/hour"], rows)
+        + [
+            "",
+            "⚠ tiny/dummy: a random-weight DiffusionGemma; its text quality is meaningless, only its latency and "
+            "mechanics are measured."
+            if any(caveats.values())
+            else "",
+            "",
+        ]
+    )
 
 
 NOTES = """## What was measured
@@ -182,8 +255,7 @@ NOTES = """## What was measured
 def write_report(out_dir: Path, summary: dict, targets: list[dict], meta: dict) -> Path:
     lines = [f"# infill-ls pilot: {Path(str(meta.get('src', ''))).name or meta.get('src')}", ""]
     if meta.get("stopped_by") not in (None, "done"):
-        lines += [f"**Partial run** — ended by {meta['stopped_by']}; the figures cover the attempts that finished.",
-                  ""]
+        lines += [f"**Partial run** — ended by {meta['stopped_by']}; the figures cover the attempts that finished.", ""]
     lines += _setup_section(meta) + _summary_section(summary, targets) + _side_by_side_section(summary)
     by_label = {t["label"]: t for t in targets}
     for label, figures in summary.items():
@@ -219,7 +291,7 @@ def write_plots(out_dir: Path, summary: dict) -> list[Path]:
                 continue
             accept = sum(bool(a.get("accepted")) for a in mine) / len(mine)
             sim = sum(float(a.get("edit_similarity") or 0) for a in mine) / len(mine)
-            style = dict(color=colors[label], marker=markers.get(int(c), "o"), s=45, label=f"{label} c={c}")
+            style = {"color": colors[label], "marker": markers.get(int(c), "o"), "s": 45, "label": f"{label} c={c}"}
             left.scatter(v["p95_ms"], 100 * accept, **style)
             right.scatter(v["p95_ms"], sim, **style)
     for axis, ylabel, top in ((left, "accepted without material edit (%)", 100), (right, "mean edit similarity", 1)):
@@ -238,8 +310,14 @@ def write_plots(out_dir: Path, summary: dict) -> list[Path]:
         for c in sorted({a["concurrency"] for a in attempts if a["backend"] == label}):
             lat = sorted(latencies([a for a in attempts if a["backend"] == label and a["concurrency"] == c]))
             if lat:
-                axis.step(lat, [(i + 1) / len(lat) for i in range(len(lat))], where="post", color=colors[label],
-                          linestyle=dashes[c], label=f"{label} c={c}")
+                axis.step(
+                    lat,
+                    [(i + 1) / len(lat) for i in range(len(lat))],
+                    where="post",
+                    color=colors[label],
+                    linestyle=dashes[c],
+                    label=f"{label} c={c}",
+                )
     axis.set_xscale("log")
     axis.set_xlabel("latency (ms, log scale)")
     axis.set_ylabel("share of attempts")
@@ -252,8 +330,11 @@ def write_plots(out_dir: Path, summary: dict) -> list[Path]:
 
     fig, axis = plt.subplots(figsize=(7, 4.2))
     for label, f in summary.items():
-        points = [(int(c), v["throughput_per_hour"]) for c, v in f["by_concurrency"].items()
-                  if v["throughput_per_hour"] is not None]
+        points = [
+            (int(c), v["throughput_per_hour"])
+            for c, v in f["by_concurrency"].items()
+            if v["throughput_per_hour"] is not None
+        ]
         if points:
             axis.plot([p[0] for p in points], [p[1] for p in points], marker="o", color=colors[label], label=label)
     axis.set_xscale("log", base=2)

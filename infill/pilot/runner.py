@@ -10,18 +10,19 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, TextIO
+from typing import TextIO
 
 from infill.backends.choose import BackendSpec
+from infill.metrics import AcceptRule
+from infill.pilot.attempt import run_attempt
+from infill.pilot.holes import Hole
+from infill.pilot.targets import OpenedTarget, TargetPool, TargetSpec
 from infill.pipeline import PipelineSettings
 from infill.types import CancelToken, InfillError
 from infill.worker import ModelWorker, OnWorker
-from infill.pilot.attempt import run_attempt
-from infill.pilot.holes import Hole
-from infill.metrics import AcceptRule
-from infill.pilot.targets import OpenedTarget, TargetPool, TargetSpec
 
 JOIN_POLL_S = 0.1
 CANCEL_GRACE_S = 30.0  # after a stop, how long in-flight attempts get to return before their threads are abandoned
@@ -83,8 +84,7 @@ class Progress:
             return
         width = 24
         filled = int(width * done / total) if total else width
-        line = (f"{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} errors {errors} "
-                f"{elapsed:5.0f}s")
+        line = f"{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} errors {errors} {elapsed:5.0f}s"
         decile = int(10 * done / total) if total else 10
         if self.tty:
             self.stream.write("\r" + line.ljust(self._width) + ("\n" if final else ""))
@@ -105,8 +105,16 @@ class PilotRun:
 class _Cell:
     """One (backend, concurrency) pass over the holes."""
 
-    def __init__(self, target: OpenedTarget, concurrency: int, index: int, holes: list[Hole],
-                 settings: RunSettings, attempts: JsonlWriter, worker: ModelWorker | None = None) -> None:
+    def __init__(
+        self,
+        target: OpenedTarget,
+        concurrency: int,
+        index: int,
+        holes: list[Hole],
+        settings: RunSettings,
+        attempts: JsonlWriter,
+        worker: ModelWorker | None = None,
+    ) -> None:
         self.target, self.concurrency, self.index = target, concurrency, index
         self.front = _front(target, worker)
         self.holes, self.settings, self.attempts = holes, settings, attempts
@@ -150,12 +158,21 @@ class _Cell:
             document_id = f"pilot/{self.index}/{hole.id}"  # unique: no KV reuse or supersession across attempts
             started = time.time()
             try:
-                record = run_attempt(self.front, hole, document_id, self.settings.accept, token,
-                                     deadline_s)
+                record = run_attempt(self.front, hole, document_id, self.settings.accept, token, deadline_s)
             except Exception as exc:  # a scoring bug must not silently lose the hole: it is recorded as an error
-                record = {"latency_ms": None, "shown": False, "predicted": "", "exact_match": False,
-                          "edit_similarity": 0.0, "syntax_valid": None, "accepted": False, "route": "none",
-                          "rejections": [], "outcome": "exception", "error": f"pilot: {type(exc).__name__}: {exc}"}
+                record = {
+                    "latency_ms": None,
+                    "shown": False,
+                    "predicted": "",
+                    "exact_match": False,
+                    "edit_similarity": 0.0,
+                    "syntax_valid": None,
+                    "accepted": False,
+                    "route": "none",
+                    "rejections": [],
+                    "outcome": "exception",
+                    "error": f"pilot: {type(exc).__name__}: {exc}",
+                }
             try:  # each document is seen once: its cached syntax tree is dead weight
                 getattr(self.target.pipeline, "forget", lambda _id: None)(document_id)
             except Exception:
@@ -164,27 +181,51 @@ class _Cell:
                 self._in_flight.discard(token)
                 self.done += 1
                 self.errors += record.get("error") is not None
-            self.attempts.write({**self._identity(hole), "started_at": round(started, 3), **record,
-                                 "stopped": token.cancelled})
+            self.attempts.write(
+                {**self._identity(hole), "started_at": round(started, 3), **record, "stopped": token.cancelled}
+            )
 
     def _identity(self, hole: Hole) -> dict:
-        return {"hole_id": hole.id, "kind": hole.kind, "language": hole.language, "path": hole.path,
-                "line": hole.line, "backend": self.target.spec.label, "concurrency": self.concurrency,
-                "cell": self.index, "expected": hole.middle}
+        return {
+            "hole_id": hole.id,
+            "kind": hole.kind,
+            "language": hole.language,
+            "path": hole.path,
+            "line": hole.line,
+            "backend": self.target.spec.label,
+            "concurrency": self.concurrency,
+            "cell": self.index,
+            "expected": hole.middle,
+        }
 
     def run_failed_open(self) -> dict:
         for hole in self.holes:
-            self.attempts.write({**self._identity(hole), "latency_ms": None, "shown": False, "predicted": "",
-                                 "exact_match": False, "edit_similarity": 0.0, "syntax_valid": None,
-                                 "accepted": False, "route": "none", "rejections": [], "outcome": "exception",
-                                 "error": f"backend failed to open: {self.target.open_error}", "stopped": False})
+            self.attempts.write(
+                {
+                    **self._identity(hole),
+                    "latency_ms": None,
+                    "shown": False,
+                    "predicted": "",
+                    "exact_match": False,
+                    "edit_similarity": 0.0,
+                    "syntax_valid": None,
+                    "accepted": False,
+                    "route": "none",
+                    "rejections": [],
+                    "outcome": "exception",
+                    "error": f"backend failed to open: {self.target.open_error}",
+                    "stopped": False,
+                }
+            )
         self.done = self.errors = len(self.holes)
         return self._record(0.0, "open failed")
 
     def run(self, cell_seconds: float, progress: Progress) -> dict:
         label = f"{self.target.spec.label} c={self.concurrency}"
-        workers = [threading.Thread(target=self._worker, daemon=True, name=f"pilot-{self.index}-{i}")
-                   for i in range(self.concurrency)]
+        workers = [
+            threading.Thread(target=self._worker, daemon=True, name=f"pilot-{self.index}-{i}")
+            for i in range(self.concurrency)
+        ]
         started = time.monotonic()
         self._live_workers = len(workers)
         interrupted = False
@@ -214,9 +255,15 @@ class _Cell:
         return record
 
     def _record(self, wall: float, stopped_by: str) -> dict:
-        return {"cell": self.index, "backend": self.target.spec.label, "concurrency": self.concurrency,
-                "wall_seconds": round(wall, 3), "attempts": self.done, "holes": len(self.holes),
-                "stopped_by": stopped_by}
+        return {
+            "cell": self.index,
+            "backend": self.target.spec.label,
+            "concurrency": self.concurrency,
+            "wall_seconds": round(wall, 3),
+            "attempts": self.done,
+            "holes": len(self.holes),
+            "stopped_by": stopped_by,
+        }
 
 
 class _Interrupted(Exception):
@@ -239,12 +286,24 @@ def _front(target: OpenedTarget, worker: ModelWorker | None):
 def _warm_up(target: OpenedTarget, hole: Hole, settings: RunSettings, worker: ModelWorker) -> None:
     if target.pipeline is None:
         return
-    run_attempt(_front(target, worker), hole, "pilot/warmup", settings.accept, CancelToken(),
-                None if settings.deadline_ms is None else settings.deadline_ms / 1000)
+    run_attempt(
+        _front(target, worker),
+        hole,
+        "pilot/warmup",
+        settings.accept,
+        CancelToken(),
+        None if settings.deadline_ms is None else settings.deadline_ms / 1000,
+    )
 
 
-def run_pilot(holes: list[Hole], specs: list[TargetSpec], settings: RunSettings, out_dir: Path,
-              progress: Progress | None = None, pool: TargetPool | None = None) -> PilotRun:
+def run_pilot(
+    holes: list[Hole],
+    specs: list[TargetSpec],
+    settings: RunSettings,
+    out_dir: Path,
+    progress: Progress | None = None,
+    pool: TargetPool | None = None,
+) -> PilotRun:
     """Every spec × every concurrency level over `holes`. Writes attempts.jsonl and cells.jsonl into `out_dir`."""
     if not holes:
         raise InfillError("no holes to run")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from infill.languages import python_tree
 from infill.pilot.files import SourceFile
@@ -72,7 +72,7 @@ def multi_line(source: SourceFile) -> list[Span]:
         return []
     text = source.text
     starts = _line_starts(text)
-    lines = [text[s:_line_end(text, s)] for s in starts]
+    lines = [text[s : _line_end(text, s)] for s in starts]
     spans = []
     for first in range(len(lines)):
         if not _meaningful(lines[first]):
@@ -99,12 +99,16 @@ def _python_bodies(text: str) -> list[tuple[int, int]]:
             continue
         body = node.body
         first = body[0]
-        if (len(body) > 1 and isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
-                and isinstance(first.value.value, str)):
+        if (
+            len(body) > 1
+            and isinstance(first, ast.Expr)
+            and isinstance(first.value, ast.Constant)
+            and isinstance(first.value.value, str)
+        ):
             body = body[1:]
         start = body[0]
         # The body must begin on its own line (not "def f(): return 1" nor after a ";").
-        before = lines[start.lineno - 1].encode("utf-8")[:start.col_offset] if start.lineno <= len(lines) else b"x"
+        before = lines[start.lineno - 1].encode("utf-8")[: start.col_offset] if start.lineno <= len(lines) else b"x"
         if before.strip():
             continue
         out.append((start.lineno, body[-1].end_lineno or body[-1].lineno))
@@ -112,8 +116,13 @@ def _python_bodies(text: str) -> list[tuple[int, int]]:
 
 
 _TS_FUNCTIONS = {
-    "javascript": {"function_declaration", "method_definition", "arrow_function", "function_expression",
-                   "generator_function_declaration"},
+    "javascript": {
+        "function_declaration",
+        "method_definition",
+        "arrow_function",
+        "function_expression",
+        "generator_function_declaration",
+    },
     "go": {"function_declaration", "method_declaration", "func_literal"},
     "rust": {"function_item"},
 }
@@ -160,10 +169,10 @@ def function_body(source: SourceFile) -> list[Span]:
     for first, last in bodies:
         if not (1 <= first <= last <= len(starts)) or last - first + 1 > MAX_BLOCK_LINES:
             continue
-        if source.language != "python" and text[starts[last - 1]:_line_end(text, starts[last - 1])].strip() == "":
+        if source.language != "python" and text[starts[last - 1] : _line_end(text, starts[last - 1])].strip() == "":
             continue
         span = Span(starts[first - 1], _line_end(text, starts[last - 1]))
-        if text[span.start:span.end].strip() and span.end - span.start <= MAX_MIDDLE_CHARS:
+        if text[span.start : span.end].strip() and span.end - span.start <= MAX_MIDDLE_CHARS:
             spans.append(span)
     return spans
 
@@ -181,8 +190,12 @@ def _prose_regions(text: str) -> list[tuple[int, int]]:
         stripped = line.strip()
         if _FENCE.match(line):
             in_fence = not in_fence
-        elif not in_fence and stripped and not stripped.startswith(("#", "|", "<", "    ", "---", "[", "!")) \
-                and not line.startswith(("    ", "\t")):
+        elif (
+            not in_fence
+            and stripped
+            and not stripped.startswith(("#", "|", "<", "    ", "---", "[", "!"))
+            and not line.startswith(("    ", "\t"))
+        ):
             regions.append((offset, offset + len(line)))
         offset += len(line)
     return regions
@@ -201,7 +214,7 @@ def sentence(source: SourceFile) -> list[Span]:
                 continue
             spans.append(Span(match.start(), match.end()))
             comma = match.group().find(", ")
-            if comma > 0 and len(match.group()[comma + 2:].split()) >= 3:
+            if comma > 0 and len(match.group()[comma + 2 :].split()) >= 3:
                 spans.append(Span(match.start() + comma + 2, match.end()))
     return spans
 
@@ -231,13 +244,16 @@ def json_value(source: SourceFile) -> list[Span]:
             continue
         one_line = node.start_point[0] == node.end_point[0] and node.end_byte - node.start_byte <= 160
         if node.type in _JSON_SCALARS or (node.type in ("array", "object") and one_line):
-            start = len(data[:node.start_byte].decode("utf-8"))
-            spans.append(Span(start, start + len(data[node.start_byte:node.end_byte].decode("utf-8"))))
+            start = len(data[: node.start_byte].decode("utf-8"))
+            spans.append(Span(start, start + len(data[node.start_byte : node.end_byte].decode("utf-8"))))
     spans.sort(key=lambda s: s.start)
     return spans
 
 
 CUTTERS: dict[str, Callable[[SourceFile], list[Span]]] = {
-    "single-line": single_line, "multi-line": multi_line, "function-body": function_body,
-    "sentence": sentence, "json-value": json_value,
+    "single-line": single_line,
+    "multi-line": multi_line,
+    "function-body": function_body,
+    "sentence": sentence,
+    "json-value": json_value,
 }

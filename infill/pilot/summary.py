@@ -7,8 +7,8 @@ import json
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from infill.stats import percentile
 from infill.metrics import cost_per_accepted, mean, share, throughput_per_hour
+from infill.stats import percentile
 
 FAILED_OUTCOMES = ("exception", "error")
 
@@ -32,8 +32,9 @@ def _r(value: float | None, digits: int = 4) -> float | None:
 
 def latencies(attempts: list[dict]) -> list[float]:
     """Latencies of attempts a backend actually answered (failures return early and would flatter p50)."""
-    return [a["latency_ms"] for a in attempts if a.get("latency_ms") is not None
-            and a.get("outcome") not in FAILED_OUTCOMES]
+    return [
+        a["latency_ms"] for a in attempts if a.get("latency_ms") is not None and a.get("outcome") not in FAILED_OUTCOMES
+    ]
 
 
 def quality(attempts: list[dict]) -> dict:
@@ -51,7 +52,8 @@ def quality(attempts: list[dict]) -> dict:
         "accepted": sum(1 for a in attempts if a.get("accepted")),
         "accepted_chars": sum(int(a.get("accepted_chars") or 0) for a in attempts),
         "retained_chars": sum(int(a.get("retained_chars") or 0) for a in attempts),
-        "p50_ms": _r(percentile(lat, 50), 1), "p95_ms": _r(percentile(lat, 95), 1),
+        "p50_ms": _r(percentile(lat, 50), 1),
+        "p95_ms": _r(percentile(lat, 95), 1),
     }
 
 
@@ -64,9 +66,13 @@ def _by_concurrency(attempts: list[dict], cells: list[dict], price: float | None
         accepted = sum(1 for a in answered if a.get("accepted"))
         lat = latencies(answered)
         out[str(cell["concurrency"])] = {
-            "attempts": len(answered), "completed": completed, "accepted": accepted,
-            "wall_seconds": cell["wall_seconds"], "stopped_by": cell["stopped_by"],
-            "p50_ms": _r(percentile(lat, 50), 1), "p95_ms": _r(percentile(lat, 95), 1),
+            "attempts": len(answered),
+            "completed": completed,
+            "accepted": accepted,
+            "wall_seconds": cell["wall_seconds"],
+            "stopped_by": cell["stopped_by"],
+            "p50_ms": _r(percentile(lat, 50), 1),
+            "p95_ms": _r(percentile(lat, 95), 1),
             "throughput_per_hour": _r(throughput_per_hour(completed, cell["wall_seconds"]), 1),
             "cost_per_accepted": _r(cost_per_accepted(price, cell["wall_seconds"], accepted), 6),
         }
@@ -106,5 +112,7 @@ def summarise(out_dir: Path, targets: list[dict], price: float | None) -> dict:
     attempts = read_jsonl(out_dir / "attempts.jsonl")
     cells = read_jsonl(out_dir / "cells.jsonl")
     labels = [t["label"] for t in targets] or sorted({a["backend"] for a in attempts})
-    return {label: summarise_backend(label, [a for a in attempts if a["backend"] == label], cells, price)
-            for label in labels}
+    return {
+        label: summarise_backend(label, [a for a in attempts if a["backend"] == label], cells, price)
+        for label in labels
+    }

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import functools
 
-from infill.languages import python_error
 from infill.context.syntax import error_nodes, new_parser, resolve_language
+from infill.languages import python_error
 
 
 def parse_tree(language: str, text: str):

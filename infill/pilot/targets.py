@@ -66,8 +66,10 @@ def parse_target(text: str) -> TargetSpec:
     engine, sep, location = core.partition(":")
     if engine in ("diffusion", "diffusion-dummy") and sep and location:
         return TargetSpec(spec, engine, location, fallback=fallback, raw=raw)
-    raise InfillError(f"unknown --backend {text!r}; use ar, diffusion:DIR, diffusion-dummy:DIR_OR_CONFIG or "
-                      "http://HOST:PORT/v1, optionally with a +fallback or +raw suffix")
+    raise InfillError(
+        f"unknown --backend {text!r}; use ar, diffusion:DIR, diffusion-dummy:DIR_OR_CONFIG or "
+        "http://HOST:PORT/v1, optionally with a +fallback or +raw suffix"
+    )
 
 
 def quality_caveat(spec: TargetSpec) -> str | None:
@@ -81,20 +83,28 @@ def quality_caveat(spec: TargetSpec) -> str | None:
             return None
         hidden = (config.get("text_config") or config).get("hidden_size", TINY_HIDDEN_SIZE)
         if hidden < TINY_HIDDEN_SIZE:
-            return (f"tiny random DiffusionGemma (hidden size {hidden}): text quality is meaningless, only latency "
-                    "and mechanics are measured")
+            return (
+                f"tiny random DiffusionGemma (hidden size {hidden}): text quality is meaningless, only latency "
+                "and mechanics are measured"
+            )
     return None
 
 
 def _backend_spec(spec: TargetSpec, base: BackendSpec) -> BackendSpec:
     """`base` (the command's model options) with the model this target names."""
     if spec.engine == "remote":
-        return replace(base, model=None, endpoint=spec.location, endpoint_model=spec.endpoint_model,
-                       endpoint_token=spec.endpoint_token)
+        return replace(
+            base,
+            model=None,
+            endpoint=spec.location,
+            endpoint_model=spec.endpoint_model,
+            endpoint_token=spec.endpoint_token,
+        )
     if spec.engine == "ar":
         return offline_default(base)  # (the same spec, and so the same instance, as every +fallback's)
-    return replace(base, model=spec.location, endpoint=None,
-                   load_format="dummy" if spec.engine == "diffusion-dummy" else "auto")
+    return replace(
+        base, model=spec.location, endpoint=None, load_format="dummy" if spec.engine == "diffusion-dummy" else "auto"
+    )
 
 
 class RawPipeline:
@@ -122,9 +132,14 @@ class RawPipeline:
         fills = []
         if result.outcome in ("ok", "cut_short") and any(result.middles) and len(result.middles) == len(spans):
             fills = [Fill(a, b, m) for (a, b), m in zip(spans, result.middles)]
-        return PipelineResult(fills=fills, result=result, route="primary" if fills else "none",
-                              context_ms=context_ms, total_ms=(time.perf_counter() - started) * 1000,
-                              version=req.version)
+        return PipelineResult(
+            fills=fills,
+            result=result,
+            route="primary" if fills else "none",
+            context_ms=context_ms,
+            total_ms=(time.perf_counter() - started) * 1000,
+            version=req.version,
+        )
 
 
 @dataclass
@@ -141,9 +156,19 @@ class OpenedTarget:
         if self.pipeline is None:
             return {"label": self.spec.label, "engine": self.spec.engine, "open_error": self.open_error}
         info = self.pipeline.backend.info
-        out = {"label": self.spec.label, "engine": self.spec.engine, "name": info.name, "kind": info.kind,
-               "model": info.model, "device": info.device, "dtype": info.dtype, "is_fallback": info.is_fallback,
-               "load_seconds": round(self.load_seconds, 2), "shared_engine": self.shared, "caveat": self.caveat}
+        out = {
+            "label": self.spec.label,
+            "engine": self.spec.engine,
+            "name": info.name,
+            "kind": info.kind,
+            "model": info.model,
+            "device": info.device,
+            "dtype": info.dtype,
+            "is_fallback": info.is_fallback,
+            "load_seconds": round(self.load_seconds, 2),
+            "shared_engine": self.shared,
+            "caveat": self.caveat,
+        }
         behind = self.pipeline.fallback
         out["fallback"] = behind.info.name if behind is not None else None
         return out
@@ -174,11 +199,18 @@ class TargetPool:
             primary = self._engine(primary_spec)
             fallback = self._engine(behind) if behind is not None else None
         except Exception as exc:  # a backend that cannot open is reported, and the pilot moves on
-            return OpenedTarget(spec, None, f"{type(exc).__name__}: {exc}", time.perf_counter() - started,
-                                quality_caveat(spec))
+            return OpenedTarget(
+                spec, None, f"{type(exc).__name__}: {exc}", time.perf_counter() - started, quality_caveat(spec)
+            )
         pipeline = Pipeline(primary, fallback=fallback, settings=self.settings)
-        return OpenedTarget(spec, RawPipeline(pipeline) if spec.raw else pipeline, None,
-                            time.perf_counter() - started, quality_caveat(spec), shared)
+        return OpenedTarget(
+            spec,
+            RawPipeline(pipeline) if spec.raw else pipeline,
+            None,
+            time.perf_counter() - started,
+            quality_caveat(spec),
+            shared,
+        )
 
     def close(self) -> None:
         with self._lock:

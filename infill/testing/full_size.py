@@ -15,18 +15,40 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-FULL_SIZE_TEXT = dict(
-    vocab_size=262_144, hidden_size=2816, intermediate_size=2112, num_hidden_layers=30, num_attention_heads=16,
-    num_key_value_heads=8, num_global_key_value_heads=2, head_dim=256, global_head_dim=512, attention_k_eq_v=True,
-    sliding_window=1024, max_position_embeddings=262_144, num_experts=128, top_k_experts=8, moe_intermediate_size=704,
-    final_logit_softcapping=30.0, pad_token_id=0, eos_token_id=1, bos_token_id=2,
-)
+FULL_SIZE_TEXT = {
+    "vocab_size": 262_144,
+    "hidden_size": 2816,
+    "intermediate_size": 2112,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "num_global_key_value_heads": 2,
+    "head_dim": 256,
+    "global_head_dim": 512,
+    "attention_k_eq_v": True,
+    "sliding_window": 1024,
+    "max_position_embeddings": 262_144,
+    "num_experts": 128,
+    "top_k_experts": 8,
+    "moe_intermediate_size": 704,
+    "final_logit_softcapping": 30.0,
+    "pad_token_id": 0,
+    "eos_token_id": 1,
+    "bos_token_id": 2,
+}
 FULL_SIZE_CANVAS = 256
 # transformers' DiffusionGemma generation defaults, written out as a checkpoint would carry them (vLLM reads them)
-FULL_SIZE_GENERATION = {"max_denoising_steps": 48, "t_min": 0.4, "t_max": 0.8, "stability_threshold": 1,
-                        "confidence_threshold": 0.005,
-                        "sampler_config": {"_cls_name": "EntropyBoundSamplerConfig", "entropy_bound": 0.1},
-                        "pad_token_id": 0, "eos_token_id": 1, "bos_token_id": 2}
+FULL_SIZE_GENERATION = {
+    "max_denoising_steps": 48,
+    "t_min": 0.4,
+    "t_max": 0.8,
+    "stability_threshold": 1,
+    "confidence_threshold": 0.005,
+    "sampler_config": {"_cls_name": "EntropyBoundSamplerConfig", "entropy_bound": 0.1},
+    "pad_token_id": 0,
+    "eos_token_id": 1,
+    "bos_token_id": 2,
+}
 
 
 def full_size_config(layers: int | None = None):
@@ -39,10 +61,17 @@ def full_size_config(layers: int | None = None):
         pattern = ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(layers)]
         pattern[-1] = "full_attention"
         text.update(num_hidden_layers=layers, layer_types=pattern)
-    vision = Gemma4VisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=1,
-                                num_key_value_heads=1, head_dim=16)  # the engine is text only
-    return DiffusionGemmaConfig(text_config=DiffusionGemmaTextConfig(**text), vision_config=vision,
-                                canvas_length=FULL_SIZE_CANVAS)
+    vision = Gemma4VisionConfig(
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        num_key_value_heads=1,
+        head_dim=16,
+    )  # the engine is text only
+    return DiffusionGemmaConfig(
+        text_config=DiffusionGemmaTextConfig(**text), vision_config=vision, canvas_length=FULL_SIZE_CANVAS
+    )
 
 
 def write_full_size_config(directory: str | Path, layers: int | None = None) -> Path:

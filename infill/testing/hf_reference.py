@@ -34,8 +34,9 @@ def hf_embed(model, tokens: torch.Tensor) -> torch.Tensor:
     return model.model.decoder.embed_tokens(tokens)
 
 
-def self_conditioning_embeddings(model, probs: torch.Tensor, clamp_embeddings: torch.Tensor,
-                                 free: torch.Tensor) -> torch.Tensor:
+def self_conditioning_embeddings(
+    model, probs: torch.Tensor, clamp_embeddings: torch.Tensor, free: torch.Tensor
+) -> torch.Tensor:
     """softmax(previous logits) @ embeddings x sqrt(H) with clamped slots one-hot, from the model's own table."""
     table = model.model.decoder.embed_tokens
     soft = torch.matmul(probs.to(table.weight.dtype), table.weight) * table.embed_scale.to(table.weight.dtype)
@@ -58,11 +59,10 @@ def decoder_cache_view(cache: DynamicCache, layer_types, sliding_window: int, ro
     return view
 
 
-def hf_decoder_masks(valid: torch.Tensor, view: DynamicCache, layer_types, dtype: torch.dtype,
-                     additive: bool) -> dict:
+def hf_decoder_masks(valid: torch.Tensor, view: DynamicCache, layer_types, dtype: torch.dtype, additive: bool) -> dict:
     """Every query sees the whole visible prompt and the valid canvas slots of its row (`valid` (R, W))."""
     if bool(valid.all()):
-        return {kind: None for kind in set(layer_types)}
+        return dict.fromkeys(set(layer_types))
     rows, width = valid.shape
     masks = {}
     for kind in set(layer_types):
@@ -75,21 +75,28 @@ def hf_decoder_masks(valid: torch.Tensor, view: DynamicCache, layer_types, dtype
     return masks
 
 
-def hf_decoder_logits(model, canvas_ids: torch.Tensor, soft: torch.Tensor, view: DynamicCache,
-                      position_ids: torch.Tensor, masks: dict) -> torch.Tensor:
+def hf_decoder_logits(
+    model, canvas_ids: torch.Tensor, soft: torch.Tensor, view: DynamicCache, position_ids: torch.Tensor, masks: dict
+) -> torch.Tensor:
     decoder = model.model.decoder
     hidden = decoder.embed_tokens(canvas_ids)
     hidden = decoder.self_conditioning(hidden, soft)
     layer_types = decoder.text_config.layer_types
     rotary = {kind: decoder.rotary_emb(hidden, position_ids, kind) for kind in decoder.unique_layer_types}
     for i, layer in enumerate(decoder.layers[: decoder.text_config.num_hidden_layers]):
-        hidden = layer(hidden, position_embeddings=rotary[layer_types[i]], attention_mask=masks[layer_types[i]],
-                       position_ids=position_ids, cache=view)
+        hidden = layer(
+            hidden,
+            position_embeddings=rotary[layer_types[i]],
+            attention_mask=masks[layer_types[i]],
+            position_ids=position_ids,
+            cache=view,
+        )
     return model.lm_head(decoder.norm(hidden)).float()
 
 
-def hf_canvas_logits(model, prompt: torch.Tensor, tokens: torch.Tensor, soft: torch.Tensor,
-                     valid: torch.Tensor | None = None) -> torch.Tensor:
+def hf_canvas_logits(
+    model, prompt: torch.Tensor, tokens: torch.Tensor, soft: torch.Tensor, valid: torch.Tensor | None = None
+) -> torch.Tensor:
     """transformers' logits for canvas rows `tokens` (R, W) after `prompt`, padded slots masked by `valid`."""
     text = model.config.text_config
     layer_types = text.layer_types[: text.num_hidden_layers]

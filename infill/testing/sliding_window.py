@@ -13,8 +13,15 @@ from __future__ import annotations
 import torch
 
 
-def per_slot_window_masks(view, layer_types: list[str] | tuple[str, ...], sliding_window: int, prompt_length: int,
-                          width: int, additive: bool, rows: int = 1) -> dict[str, torch.Tensor]:
+def per_slot_window_masks(
+    view,
+    layer_types: list[str] | tuple[str, ...],
+    sliding_window: int,
+    prompt_length: int,
+    width: int,
+    additive: bool,
+    rows: int = 1,
+) -> dict[str, torch.Tensor]:
     """{layer type: (rows, 1, width, held + width) mask} over a decoder view holding the last `held` prompt keys
     per layer: slot q (position prompt_length + q) sees the whole canvas, prompt keys at positions > q - W in
     sliding layers, every prompt key in full-attention layers. `additive`: float masks (eager attention)."""

@@ -37,17 +37,30 @@ This Agreement is made between the Landlord and the Tenant.
 '''
 
 
-def text_config_kwargs(vocab_size: int = 512, hidden_size: int = 64, layers: int = 4, sliding_window: int = 64,
-                       max_positions: int = 16384) -> dict:
+def text_config_kwargs(
+    vocab_size: int = 512, hidden_size: int = 64, layers: int = 4, sliding_window: int = 64, max_positions: int = 16384
+) -> dict:
     """Keyword arguments for a small `DiffusionGemmaTextConfig` with the real layer mix (sliding + full, MoE)."""
     layer_types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)]
-    return dict(
-        vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-        num_hidden_layers=layers, num_attention_heads=2, num_key_value_heads=1, head_dim=32,
-        global_head_dim=32, sliding_window=sliding_window, max_position_embeddings=max_positions,
-        num_experts=4, top_k_experts=2, moe_intermediate_size=hidden_size // 2, layer_types=layer_types,
-        pad_token_id=0, eos_token_id=1, bos_token_id=2,
-    )
+    return {
+        "vocab_size": vocab_size,
+        "hidden_size": hidden_size,
+        "intermediate_size": 2 * hidden_size,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 32,
+        "global_head_dim": 32,
+        "sliding_window": sliding_window,
+        "max_position_embeddings": max_positions,
+        "num_experts": 4,
+        "top_k_experts": 2,
+        "moe_intermediate_size": hidden_size // 2,
+        "layer_types": layer_types,
+        "pad_token_id": 0,
+        "eos_token_id": 1,
+        "bos_token_id": 2,
+    }
 
 
 def tiny_config(canvas_length: int = 64, **text_kwargs):
@@ -56,8 +69,14 @@ def tiny_config(canvas_length: int = 64, **text_kwargs):
     from transformers import DiffusionGemmaConfig, DiffusionGemmaTextConfig, Gemma4VisionConfig
 
     text = DiffusionGemmaTextConfig(**text_config_kwargs(**text_kwargs))
-    vision = Gemma4VisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=1,
-                                num_key_value_heads=1, head_dim=16)
+    vision = Gemma4VisionConfig(
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        num_key_value_heads=1,
+        head_dim=16,
+    )
     return DiffusionGemmaConfig(text_config=text, vision_config=vision, canvas_length=canvas_length)
 
 
@@ -70,8 +89,12 @@ def tiny_tokenizer(vocab_size: int = 512):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[PAD, EOS, BOS],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[PAD, EOS, BOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator([_CORPUS] * 4, trainer=trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS, bos_token=BOS)
 
@@ -97,9 +120,14 @@ def make_confident(model, winners: tuple[int, int], gain: float = 1e4) -> None:
         table[winners[1], k] = -1.0
 
 
-def write_tiny_checkpoint(directory: str | Path, seed: int = 0, canvas_length: int = 64,
-                          confident: tuple[int, int] | None = None, stutter: int | None = None,
-                          **text_kwargs) -> Path:
+def write_tiny_checkpoint(
+    directory: str | Path,
+    seed: int = 0,
+    canvas_length: int = 64,
+    confident: tuple[int, int] | None = None,
+    stutter: int | None = None,
+    **text_kwargs,
+) -> Path:
     """Write a complete random-weight checkpoint (config, safetensors, tokenizer, generation config) to `directory`.
     `confident`: two token ids the model then predicts with near-certainty (`make_confident`); `stutter`: one token
     id every canvas slot predicts (`make_stutter`)."""
@@ -167,8 +195,15 @@ def write_compressed_fp8_checkpoint(source: str | Path, directory: str | Path) -
     source, directory = Path(source), Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     out: dict[str, torch.Tensor] = {}
-    quantized = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
-                 "mlp.up_proj", "mlp.down_proj")
+    quantized = (
+        "self_attn.q_proj",
+        "self_attn.k_proj",
+        "self_attn.v_proj",
+        "self_attn.o_proj",
+        "mlp.gate_proj",
+        "mlp.up_proj",
+        "mlp.down_proj",
+    )
 
     def put(name: str, weight: torch.Tensor) -> None:
         q, scale = quantize_rows_of(weight)
@@ -198,10 +233,18 @@ def write_compressed_fp8_checkpoint(source: str | Path, directory: str | Path) -
     config = json.loads((directory / "config.json").read_text())
     fp8 = {"num_bits": 8, "type": "float", "symmetric": True}
     config["quantization_config"] = {
-        "quant_method": "compressed-tensors", "format": "float-quantized", "quantization_status": "compressed",
-        "config_groups": {"group_0": {"targets": ["Linear"], "format": "float-quantized",
-                                      "weights": {**fp8, "strategy": "channel", "dynamic": False},
-                                      "input_activations": {**fp8, "strategy": "token", "dynamic": True}}},
-        "ignore": ["lm_head", "re:.*embed_tokens.*", "re:.*router.*", "re:.*vision.*", "re:.*self_conditioning.*"]}
+        "quant_method": "compressed-tensors",
+        "format": "float-quantized",
+        "quantization_status": "compressed",
+        "config_groups": {
+            "group_0": {
+                "targets": ["Linear"],
+                "format": "float-quantized",
+                "weights": {**fp8, "strategy": "channel", "dynamic": False},
+                "input_activations": {**fp8, "strategy": "token", "dynamic": True},
+            }
+        },
+        "ignore": ["lm_head", "re:.*embed_tokens.*", "re:.*router.*", "re:.*vision.*", "re:.*self_conditioning.*"],
+    }
     (directory / "config.json").write_text(json.dumps(config, indent=2))
     return directory

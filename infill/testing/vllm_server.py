@@ -20,9 +20,14 @@ from pathlib import Path
 
 # The sampler settings vLLM reads from generation_config.json (transformers' DiffusionGemma defaults; a freshly
 # saved random model has them as null). 16 steps instead of 48 keeps the CPU test short.
-VLLM_GENERATION = {"max_denoising_steps": 16, "t_min": 0.4, "t_max": 0.8, "stability_threshold": 1,
-                   "confidence_threshold": 0.005,
-                   "sampler_config": {"_cls_name": "EntropyBoundSamplerConfig", "entropy_bound": 0.1}}
+VLLM_GENERATION = {
+    "max_denoising_steps": 16,
+    "t_min": 0.4,
+    "t_max": 0.8,
+    "stability_threshold": 1,
+    "confidence_threshold": 0.005,
+    "sampler_config": {"_cls_name": "EntropyBoundSamplerConfig", "entropy_bound": 0.1},
+}
 
 
 def write_vllm_checkpoint(directory: str | Path, canvas_length: int = 32, seed: int = 0) -> Path:
@@ -62,25 +67,48 @@ class VLLMServer:
 
     def command(self) -> list[str]:
         diffusion = {"canvas_length": self.canvas_length, "max_denoising_steps": VLLM_GENERATION["max_denoising_steps"]}
-        return [self.python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model_dir),
-                "--dtype", "float32", "--max-model-len", "512", "--max-num-seqs", str(self.max_num_seqs),
-                "--host", "127.0.0.1", "--port", str(self.port), "--diffusion-config", json.dumps(diffusion),
-                "--enforce-eager", "--language-model-only"]
+        return [
+            self.python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(self.model_dir),
+            "--dtype",
+            "float32",
+            "--max-model-len",
+            "512",
+            "--max-num-seqs",
+            str(self.max_num_seqs),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--diffusion-config",
+            json.dumps(diffusion),
+            "--enforce-eager",
+            "--language-model-only",
+        ]
 
     def environment(self) -> dict:
         env = {k: v for k, v in os.environ.items() if k != "INFILL_VLLM_EXACT_PINS"}
         # CPU test harness only: Triton kernels in Triton's interpreter, a small KV cache.
-        env.update(TRITON_INTERPRET="1", VLLM_CPU_KVCACHE_SPACE="1", VLLM_NO_USAGE_STATS="1",
-                   DO_NOT_TRACK="1", HF_HUB_OFFLINE="1")
+        env.update(
+            TRITON_INTERPRET="1",
+            VLLM_CPU_KVCACHE_SPACE="1",
+            VLLM_NO_USAGE_STATS="1",
+            DO_NOT_TRACK="1",
+            HF_HUB_OFFLINE="1",
+        )
         if self.exact_pins:
             env["INFILL_VLLM_EXACT_PINS"] = "1"
         return env
 
-    def start(self) -> "VLLMServer":
+    def start(self) -> VLLMServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")
-        self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=self.environment(),
-                                        start_new_session=True)
+        self.process = subprocess.Popen(
+            self.command(), stdout=log, stderr=subprocess.STDOUT, env=self.environment(), start_new_session=True
+        )
         return self
 
     def wait_ready(self, timeout_s: float) -> None:
@@ -103,7 +131,7 @@ class VLLMServer:
             text = self.log_path.read_text(errors="replace").splitlines()
         except OSError:
             return "(no log)"
-        return "\n".join(line for line in text if not line.startswith("WARNING: Location"))[-lines * 200:]
+        return "\n".join(line for line in text if not line.startswith("WARNING: Location"))[-lines * 200 :]
 
     def stop(self) -> None:
         """The whole process group (vLLM starts an engine-core child): TERM, then KILL after a grace period."""

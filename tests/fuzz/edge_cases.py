@@ -9,11 +9,28 @@ import json
 import random
 from functools import lru_cache
 
-NON_OBJECTS = ['"x"', '"{\\"textDocument\\": {}}"', "[]", "[1, 2]", '[{"a": 1}]', "0", "-1", "1.5", "1e400", "true",
-               "false"]
+NON_OBJECTS = [
+    '"x"',
+    '"{\\"textDocument\\": {}}"',
+    "[]",
+    "[1, 2]",
+    '[{"a": 1}]',
+    "0",
+    "-1",
+    "1.5",
+    "1e400",
+    "true",
+    "false",
+]
 ODD_VALUES = ['["gap"]', '{"a": 1}', "[[0]]", "null", "true", "1.5", "1e400", '"gap"', "-1", "[]", "{}"]
-COMMANDS = ["infill.fillGap", "infill.fillAllGaps", "infill.toggle", "infill.status", "infill.didAcceptCompletion",
-            "infill.nope"]
+COMMANDS = [
+    "infill.fillGap",
+    "infill.fillAllGaps",
+    "infill.toggle",
+    "infill.status",
+    "infill.didAcceptCompletion",
+    "infill.nope",
+]
 
 
 @lru_cache(maxsize=1)
@@ -32,10 +49,16 @@ def edge_request(rng: random.Random, uri: str) -> tuple[str, str, str]:
     if roll < 0.4:
         return "edge_params", rng.choice(registered_methods()), rng.choice(NON_OBJECTS)
     if roll < 0.75:
-        return "edge_resolve", "codeAction/resolve", f'{{"title": "Fill gap", "kind": "refactor.rewrite", ' \
-                                                     f'"data": {resolve_data(rng, uri)}}}'
-    return "invalid", "workspace/executeCommand", f'{{"command": {json.dumps(rng.choice(COMMANDS))}, ' \
-                                                  f'"arguments": {command_arguments(rng, uri)}}}'
+        return (
+            "edge_resolve",
+            "codeAction/resolve",
+            f'{{"title": "Fill gap", "kind": "refactor.rewrite", "data": {resolve_data(rng, uri)}}}',
+        )
+    return (
+        "invalid",
+        "workspace/executeCommand",
+        f'{{"command": {json.dumps(rng.choice(COMMANDS))}, "arguments": {command_arguments(rng, uri)}}}',
+    )
 
 
 def resolve_data(rng: random.Random, uri: str) -> str:
@@ -43,8 +66,14 @@ def resolve_data(rng: random.Random, uri: str) -> str:
     replaced by a value of another type, or not an object at all."""
     if rng.random() < 0.15:
         return rng.choice(ODD_VALUES)
-    fields = {"infill": json.dumps(rng.choice(["gap", "gaps"])), "uri": json.dumps(uri), "range": "[0, 0, 0, 1]",
-              "generation": '"s:1"', "version": "1", "text": '"abc"'}
+    fields = {
+        "infill": json.dumps(rng.choice(["gap", "gaps"])),
+        "uri": json.dumps(uri),
+        "range": "[0, 0, 0, 1]",
+        "generation": '"s:1"',
+        "version": "1",
+        "text": '"abc"',
+    }
     for name in rng.sample(sorted(fields), rng.randint(1, 3)):
         if rng.random() < 0.2:
             del fields[name]
@@ -55,10 +84,21 @@ def resolve_data(rng: random.Random, uri: str) -> str:
 
 def command_arguments(rng: random.Random, uri: str) -> str:
     range_ = '{"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 1}}'
-    return rng.choice([
-        '[{"a": 1}]', "[[1]]", "[null, null]", "[1.5]", '[{"uri": {"a": 1}}]', "[]", "null", '"ab"', '{"a": 1}',
-        f'[{json.dumps(uri)}, "x"]', f'[{json.dumps(uri)}, {{"start": [0]}}]',
-        f'[{{"uri": {json.dumps(uri)}, "range": {range_}, "version": {rng.choice(ODD_VALUES)}}}]',
-        f'[{{"uri": {json.dumps(uri)}, "range": {range_}, "generation": {rng.choice(ODD_VALUES)}}}]',
-        f'[{rng.choice(ODD_VALUES)}]',
-    ])
+    return rng.choice(
+        [
+            '[{"a": 1}]',
+            "[[1]]",
+            "[null, null]",
+            "[1.5]",
+            '[{"uri": {"a": 1}}]',
+            "[]",
+            "null",
+            '"ab"',
+            '{"a": 1}',
+            f'[{json.dumps(uri)}, "x"]',
+            f'[{json.dumps(uri)}, {{"start": [0]}}]',
+            f'[{{"uri": {json.dumps(uri)}, "range": {range_}, "version": {rng.choice(ODD_VALUES)}}}]',
+            f'[{{"uri": {json.dumps(uri)}, "range": {range_}, "generation": {rng.choice(ODD_VALUES)}}}]',
+            f"[{rng.choice(ODD_VALUES)}]",
+        ]
+    )

@@ -41,7 +41,7 @@ def _exchange(port: int, data: bytes) -> tuple[str, int | None, float]:
                 reply += chunk
     except ConnectionResetError:
         return "reset", None, time.monotonic() - started
-    except (socket.timeout, TimeoutError):
+    except TimeoutError:
         return "hang", None, time.monotonic() - started
     except OSError:
         return "reset", None, time.monotonic() - started
@@ -67,11 +67,13 @@ class _Slow:
             return
         body = json.dumps(GOOD_BODY).encode()
         head, _, _ = _request("POST", "/v1/completions", body).partition(b"\r\n\r\n")
-        first, plan = self.rng.choice([
-            (b"G", _request("GET", "/health", extra="X-Slow: " + "a" * 4000 + "\r\n")[1:]),  # a header byte a tick
-            (head + b"\r\n\r\n" + body[:len(body) // 2], body[len(body) // 2:]),  # a body that trickles
-            (b"", b""),  # a socket that never sends
-        ])
+        first, plan = self.rng.choice(
+            [
+                (b"G", _request("GET", "/health", extra="X-Slow: " + "a" * 4000 + "\r\n")[1:]),  # a header byte a tick
+                (head + b"\r\n\r\n" + body[: len(body) // 2], body[len(body) // 2 :]),  # a body that trickles
+                (b"", b""),  # a socket that never sends
+            ]
+        )
         try:
             sock.sendall(first)
         except OSError:
@@ -98,7 +100,7 @@ class _Slow:
             self.socks = alive
             self._stop.wait(self.rng.uniform(0.2, 0.6))
 
-    def start(self) -> "_Slow":
+    def start(self) -> _Slow:
         self._thread.start()
         return self
 
@@ -121,17 +123,19 @@ def _still_open(sock: socket.socket) -> bool:
 def _normal(rng: random.Random) -> tuple[str, bytes]:
     """(what, request): a normal request of some kind, well-formed or plainly wrong."""
     body = json.dumps(GOOD_BODY).encode()
-    return rng.choice([
-        ("health", _request("GET", "/health")),
-        ("completion", _request("POST", "/v1/completions", body)),
-        ("completion", _request("POST", "/v1/completions", body)),
-        ("models", _request("GET", "/v1/models")),
-        ("no_token", _request("POST", "/v1/completions", body, token=None)),
-        ("bad_token", _request("GET", "/v1/models", token="wrong")),
-        ("bad_json", _request("POST", "/v1/completions", b"{not json")),
-        ("not_found", _request("GET", "/v2/nothing")),
-        ("junk", b"X" + bytes(rng.randrange(256) for _ in range(rng.randint(0, 200))) + b"\r\n\r\n"),
-    ])
+    return rng.choice(
+        [
+            ("health", _request("GET", "/health")),
+            ("completion", _request("POST", "/v1/completions", body)),
+            ("completion", _request("POST", "/v1/completions", body)),
+            ("models", _request("GET", "/v1/models")),
+            ("no_token", _request("POST", "/v1/completions", body, token=None)),
+            ("bad_token", _request("GET", "/v1/models", token="wrong")),
+            ("bad_json", _request("POST", "/v1/completions", b"{not json")),
+            ("not_found", _request("GET", "/v2/nothing")),
+            ("junk", b"X" + bytes(rng.randrange(256) for _ in range(rng.randint(0, 200))) + b"\r\n\r\n"),
+        ]
+    )
 
 
 def _record(stats: dict, what: str, outcome: str, status: int | None, seconds: float) -> None:
@@ -152,16 +156,28 @@ def _record(stats: dict, what: str, outcome: str, status: int | None, seconds: f
         stats["slow_open"].append(stats["slow_now"]())
 
 
-def run_gateway_fuzz(pipeline, seconds: float, seed: int = 0, slow: int = 200, burst: int = 200,
-                     burst_every_s: float = 30.0) -> dict:
+def run_gateway_fuzz(
+    pipeline, seconds: float, seed: int = 0, slow: int = 200, burst: int = 200, burst_every_s: float = 30.0
+) -> dict:
     """Fuzz a fresh gateway over `pipeline` for `seconds`; returns the counts and /health's latency."""
     from infill.gateway.server import make_server
 
     rng = random.Random(seed)
     server = make_server(pipeline, token=TOKEN)
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    stats = {"requests": 0, "resets": 0, "hangs": 0, "closed_without_answer": 0, "server_errors": 0,
-             "auth_bypassed": 0, "completions_ok": 0, "bursts": 0, "health_s": [], "slow_open": [], "problems": []}
+    stats = {
+        "requests": 0,
+        "resets": 0,
+        "hangs": 0,
+        "closed_without_answer": 0,
+        "server_errors": 0,
+        "auth_bypassed": 0,
+        "completions_ok": 0,
+        "bursts": 0,
+        "health_s": [],
+        "slow_open": [],
+        "problems": [],
+    }
     slow_clients = _Slow(server.server_port, slow, random.Random(seed + 1)).start()
     stats["slow_now"] = lambda: len(slow_clients.socks)
     try:
@@ -170,8 +186,9 @@ def run_gateway_fuzz(pipeline, seconds: float, seed: int = 0, slow: int = 200, b
             while time.monotonic() < end:
                 if time.monotonic() >= next_burst:  # `burst` connections at once, each one normal request
                     picks = [_normal(rng) for _ in range(burst)]
-                    for (what, data), future in zip(picks, [pool.submit(_exchange, server.server_port, data)
-                                                            for _, data in picks]):
+                    for (what, _), future in zip(
+                        picks, [pool.submit(_exchange, server.server_port, data) for _, data in picks]
+                    ):
                         _record(stats, what, *future.result())
                     stats["bursts"] += 1
                     next_burst = time.monotonic() + burst_every_s

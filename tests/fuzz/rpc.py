@@ -35,8 +35,9 @@ class RawServer:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         env.pop("INFILL_MODEL", None)
         self._stderr = open(stderr_path, "ab") if stderr_path else subprocess.DEVNULL
-        self.proc = subprocess.Popen(server_command(*args), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self._stderr, env=env)
+        self.proc = subprocess.Popen(
+            server_command(*args), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=env
+        )
         self.configuration = configuration or {}
         self.responses: dict[Any, dict] = {}
         self.notifications: list[dict] = []
@@ -146,24 +147,36 @@ class RawServer:
         return None
 
     def logs(self) -> str:
-        return "\n".join(m.get("params", {}).get("message", "") for m in self.notifications
-                         if m.get("method") == "window/logMessage")
+        return "\n".join(
+            m.get("params", {}).get("message", "") for m in self.notifications if m.get("method") == "window/logMessage"
+        )
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
-    def initialize(self, init_options: Any = None, raw_init_options: str | None = None,
-                   timeout: float = 120.0, capabilities: dict | None = None) -> dict | None:
+    def initialize(
+        self,
+        init_options: Any = None,
+        raw_init_options: str | None = None,
+        timeout: float = 120.0,
+        capabilities: dict | None = None,
+    ) -> dict | None:
         capabilities = capabilities or {
             "window": {"workDoneProgress": True},
-            "workspace": {"configuration": True, "applyEdit": True,
-                          "workspaceEdit": {"documentChanges": True}},
-            "textDocument": {"codeAction": {"dataSupport": True, "resolveSupport": {"properties": ["edit"]}},
-                             "inlineCompletion": {}},
+            "workspace": {"configuration": True, "applyEdit": True, "workspaceEdit": {"documentChanges": True}},
+            "textDocument": {
+                "codeAction": {"dataSupport": True, "resolveSupport": {"properties": ["edit"]}},
+                "inlineCompletion": {},
+            },
         }
-        params = {"processId": os.getpid(), "rootUri": ROOT.as_uri(), "capabilities": capabilities,
-                  "initializationOptions": init_options}
+        params = {
+            "processId": os.getpid(),
+            "rootUri": ROOT.as_uri(),
+            "capabilities": capabilities,
+            "initializationOptions": init_options,
+        }
         if raw_init_options is not None:
-            body = json.dumps(params).replace('"initializationOptions": null',
-                                              f'"initializationOptions": {raw_init_options}')
+            body = json.dumps(params).replace(
+                '"initializationOptions": null', f'"initializationOptions": {raw_init_options}'
+            )
             msg_id = self.new_id()
             self.send(f'{{"jsonrpc": "2.0", "id": {msg_id}, "method": "initialize", "params": {body}}}')
             reply = self.wait(msg_id, timeout)

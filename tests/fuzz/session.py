@@ -24,12 +24,18 @@ from dataclasses import dataclass, field
 from .edge_cases import edge_request
 from .rpc import RawServer
 from .stats import Stats, count_tracebacks
-from .texts import line_spans, offset_of, position_of, random_document, random_position, random_text
+from .texts import line_spans, offset_of, random_document, random_position, random_text
 
 HANG_S = 60.0
 EXIT_S = 10.0
-CONFIG = {"codeActionBudgetMs": 4000, "invokedBudgetMs": 3000, "inlineBudgetMs": 400, "debounceMs": 20,
-          "enabledLanguages": ["plaintext", "markdown", "python"], "relatedFiles": True}
+CONFIG = {
+    "codeActionBudgetMs": 4000,
+    "invokedBudgetMs": 3000,
+    "inlineBudgetMs": 400,
+    "debounceMs": 20,
+    "enabledLanguages": ["plaintext", "markdown", "python"],
+    "relatedFiles": True,
+}
 
 
 @dataclass
@@ -65,8 +71,9 @@ class Session:
         self.checked_edits = 0
 
     # -- sending ---------------------------------------------------------------------------------------------------
-    def request(self, kind: str, method: str, params=None, doc: Doc | None = None, raw: str | None = None,
-                **extra) -> int:
+    def request(
+        self, kind: str, method: str, params=None, doc: Doc | None = None, raw: str | None = None, **extra
+    ) -> int:
         msg_id = self.server.request(method, params, raw_params=raw)
         self.pending[msg_id] = Pending(kind, time.monotonic(), doc, doc.snapshot() if doc else None, extra)
         self.stats.requests += 1
@@ -78,11 +85,13 @@ class Session:
         if uri in self.docs:
             return
         self.generations += 1
-        version = self.rng.choice([0, 1, self.rng.randrange(2 ** 31 - 10)])
+        version = self.rng.choice([0, 1, self.rng.randrange(2**31 - 10)])
         doc = Doc(uri, language, text, version, self.generations, {version: text})
         self.docs[uri] = doc
-        self.server.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": language,
-                                                                     "version": version, "text": text}})
+        self.server.notify(
+            "textDocument/didOpen",
+            {"textDocument": {"uri": uri, "languageId": language, "version": version, "text": text}},
+        )
 
     def edit(self, doc: Doc) -> None:
         changes, text = [], doc.text
@@ -95,17 +104,20 @@ class Session:
             a, b = random_position(self.rng, text, spans), random_position(self.rng, text, spans)
             (l1, c1, o1), (l2, c2, o2) = sorted([a, b], key=lambda p: p[2])
             new = random_text(self.rng, self.rng.choice([0, 1, 1, 3, 20, 200]))
-            changes.append({"range": {"start": {"line": l1, "character": c1}, "end": {"line": l2, "character": c2}},
-                            "text": new})
+            changes.append(
+                {"range": {"start": {"line": l1, "character": c1}, "end": {"line": l2, "character": c2}}, "text": new}
+            )
             text = text[:o1] + new + text[o2:]
         jump = self.rng.choice([1, 1, 1, 2, self.rng.randint(1, 100_000)])
-        doc.version = min(doc.version + jump, 2 ** 31 - 1)
+        doc.version = min(doc.version + jump, 2**31 - 1)
         doc.text = text
         doc.history[doc.version] = text
         if len(doc.history) > 50:
             doc.history.pop(next(iter(doc.history)))
-        self.server.notify("textDocument/didChange", {"textDocument": {"uri": doc.uri, "version": doc.version},
-                                                      "contentChanges": changes})
+        self.server.notify(
+            "textDocument/didChange",
+            {"textDocument": {"uri": doc.uri, "version": doc.version}, "contentChanges": changes},
+        )
 
     def close(self, doc: Doc) -> None:
         self.server.notify("textDocument/didClose", {"textDocument": {"uri": doc.uri}})
@@ -128,24 +140,41 @@ class Session:
             return self.edit(doc)
         if roll < 0.52:
             rng_sel = self.selection(doc)
-            self.request("actions", "textDocument/codeAction", {"textDocument": {"uri": doc.uri}, "range": rng_sel,
-                                                                "context": {"diagnostics": []}}, doc, selection=rng_sel)
+            self.request(
+                "actions",
+                "textDocument/codeAction",
+                {"textDocument": {"uri": doc.uri}, "range": rng_sel, "context": {"diagnostics": []}},
+                doc,
+                selection=rng_sel,
+            )
             return None
         if roll < 0.60 and self.actions and model_work < 3:
             action, listed = rng.choice(self.actions)
-            self.request("resolve", "codeAction/resolve", action, self.docs.get(listed.doc.uri), action=action,
-                         listed=listed)
+            self.request(
+                "resolve", "codeAction/resolve", action, self.docs.get(listed.doc.uri), action=action, listed=listed
+            )
             return None
         if roll < 0.70 and model_work < 3:
             line, character, _ = random_position(rng, doc.text, line_spans(doc.text))
-            self.request("inline", "textDocument/inlineCompletion", {
-                "textDocument": {"uri": doc.uri}, "position": {"line": line, "character": character},
-                "context": {"triggerKind": rng.choice([1, 2])}}, doc)
+            self.request(
+                "inline",
+                "textDocument/inlineCompletion",
+                {
+                    "textDocument": {"uri": doc.uri},
+                    "position": {"line": line, "character": character},
+                    "context": {"triggerKind": rng.choice([1, 2])},
+                },
+                doc,
+            )
             return None
         if roll < 0.74 and model_work < 3:
             command = rng.choice(["infill.fillGap", "infill.fillAllGaps"])
-            self.request("fill", "workspace/executeCommand", {"command": command,
-                                                              "arguments": [doc.uri, self.selection(doc)]}, doc)
+            self.request(
+                "fill",
+                "workspace/executeCommand",
+                {"command": command, "arguments": [doc.uri, self.selection(doc)]},
+                doc,
+            )
             return None
         if roll < 0.78:  # cancel storm
             for msg_id in rng.sample(list(self.pending), min(len(self.pending), rng.randint(1, 5))):
@@ -153,9 +182,12 @@ class Session:
             return None
         if roll < 0.80:  # close, then ask about it
             self.close(doc)
-            self.request("actions", "textDocument/codeAction", {"textDocument": {"uri": doc.uri},
-                                                                "range": self.selection(doc),
-                                                                "context": {"diagnostics": []}}, None)
+            self.request(
+                "actions",
+                "textDocument/codeAction",
+                {"textDocument": {"uri": doc.uri}, "range": self.selection(doc), "context": {"diagnostics": []}},
+                None,
+            )
             return None
         if roll < 0.83:
             self.request("status", "workspace/executeCommand", {"command": "infill.status"})
@@ -173,29 +205,49 @@ class Session:
             self.request(kind, method, raw=raw)
             return
         bad = self.rng.choice(["-1", "2147483648", "1e400", "-1e400", "NaN", '"x"', "null", "1.5"])
-        method, raw = self.rng.choice([
-            ("textDocument/inlineCompletion", f'{{"textDocument": {{"uri": {json.dumps(doc.uri)}}}, "position": '
-                                              f'{{"line": {bad}, "character": 0}}, "context": {{"triggerKind": 1}}}}'),
-            ("textDocument/inlineCompletion", f'{{"textDocument": {{"uri": {json.dumps(doc.uri)}}}, "position": '
-                                              f'{{"line": 0, "character": 0}}, "context": {{"triggerKind": 9}}}}'),
-            ("textDocument/codeAction", f'{{"textDocument": {{"uri": {json.dumps(doc.uri)}}}, "range": {{"start": '
-                                        f'{{"line": {bad}, "character": 0}}, "end": {{"line": 0, "character": 0}}}}, '
-                                        f'"context": {{"diagnostics": []}}}}'),
-            ("codeAction/resolve", '{"kind": "refactor.rewrite"}'),
-            ("codeAction/resolve", f'{{"title": "Fill gap", "data": {{"infill": "gap", "uri": {json.dumps(doc.uri)}, '
-                                   f'"version": {bad}, "range": [0, {bad}, 0, 1]}}}}'),
-            ("workspace/executeCommand", f'{{"command": "infill.fillGap", "arguments": [{json.dumps(doc.uri)}, '
-                                         f'{{"start": {{"line": {bad}, "character": 0}}, "end": {{"line": 0, '
-                                         f'"character": 1}}}}]}}'),
-            ("textDocument/hover", "{}"),
-        ])
+        method, raw = self.rng.choice(
+            [
+                (
+                    "textDocument/inlineCompletion",
+                    f'{{"textDocument": {{"uri": {json.dumps(doc.uri)}}}, "position": '
+                    f'{{"line": {bad}, "character": 0}}, "context": {{"triggerKind": 1}}}}',
+                ),
+                (
+                    "textDocument/inlineCompletion",
+                    f'{{"textDocument": {{"uri": {json.dumps(doc.uri)}}}, "position": '
+                    f'{{"line": 0, "character": 0}}, "context": {{"triggerKind": 9}}}}',
+                ),
+                (
+                    "textDocument/codeAction",
+                    f'{{"textDocument": {{"uri": {json.dumps(doc.uri)}}}, "range": {{"start": '
+                    f'{{"line": {bad}, "character": 0}}, "end": {{"line": 0, "character": 0}}}}, '
+                    f'"context": {{"diagnostics": []}}}}',
+                ),
+                ("codeAction/resolve", '{"kind": "refactor.rewrite"}'),
+                (
+                    "codeAction/resolve",
+                    f'{{"title": "Fill gap", "data": {{"infill": "gap", "uri": {json.dumps(doc.uri)}, '
+                    f'"version": {bad}, "range": [0, {bad}, 0, 1]}}}}',
+                ),
+                (
+                    "workspace/executeCommand",
+                    f'{{"command": "infill.fillGap", "arguments": [{json.dumps(doc.uri)}, '
+                    f'{{"start": {{"line": {bad}, "character": 0}}, "end": {{"line": 0, '
+                    f'"character": 1}}}}]}}',
+                ),
+                ("textDocument/hover", "{}"),
+            ]
+        )
         self.request("invalid", method, raw=raw)
         # An invalid didChange is ignored, so the client's text stays as it is (1.5 too: server/jsonrpc.py).
         if self.rng.random() < 0.3:
-            self.server.notify("textDocument/didChange", raw_params=f'{{"textDocument": {{"uri": '
-                               f'{json.dumps(doc.uri)}, "version": {bad}}}, "contentChanges": [{{"range": {{"start": '
-                               f'{{"line": {bad}, "character": 0}}, "end": {{"line": 0, "character": 0}}}}, '
-                               f'"text": "q"}}]}}')
+            self.server.notify(
+                "textDocument/didChange",
+                raw_params=f'{{"textDocument": {{"uri": '
+                f'{json.dumps(doc.uri)}, "version": {bad}}}, "contentChanges": [{{"range": {{"start": '
+                f'{{"line": {bad}, "character": 0}}, "end": {{"line": 0, "character": 0}}}}, '
+                f'"text": "q"}}]}}',
+            )
 
     def malformed(self) -> None:
         choice = self.rng.randrange(6)
@@ -205,12 +257,16 @@ class Session:
             self.server.send_bytes(self.rng.choice([b"42", b"[]", b'"x"', b"null", b"\xff\xfe"]))
         else:
             msg_id = self.server.new_id()
-            body = self.rng.choice([f'{{"id": {msg_id}, "method": "infill/none"}}',
-                                    f'{{"jsonrpc": "1.0", "id": {msg_id}, "method": "workspace/executeCommand", '
-                                    f'"params": {{"command": "infill.status"}}}}',
-                                    f'{{"jsonrpc": "2.0", "id": {msg_id}, "method": "no/such/method"}}',
-                                    f'{{"jsonrpc": "2.0", "id": {msg_id}, "method": "workspace/executeCommand", '
-                                    f'"params": {{"command": "infill.nope"}}}}'])
+            body = self.rng.choice(
+                [
+                    f'{{"id": {msg_id}, "method": "infill/none"}}',
+                    f'{{"jsonrpc": "1.0", "id": {msg_id}, "method": "workspace/executeCommand", '
+                    f'"params": {{"command": "infill.status"}}}}',
+                    f'{{"jsonrpc": "2.0", "id": {msg_id}, "method": "no/such/method"}}',
+                    f'{{"jsonrpc": "2.0", "id": {msg_id}, "method": "workspace/executeCommand", '
+                    f'"params": {{"command": "infill.nope"}}}}',
+                ]
+            )
             self.server.send(body)
             self.pending[msg_id] = Pending("invalid", time.monotonic())
             self.stats.requests += 1
@@ -219,12 +275,15 @@ class Session:
         bad = self.rng.choice(["1e400", "-1e400", "NaN", "12"])
         enabled = "false" if self.rng.random() < 0.2 else "true"
         related = self.rng.choice(["true", "false", '"yes"'])  # other open files in the prompt, or not; a bad value
-        self.server.notify("workspace/didChangeConfiguration",
-                           raw_params=f'{{"settings": {{"infill": {{"enabled": {enabled}, "debounceMs": {bad}, '
-                                      f'"relatedFiles": {related}}}}}}}')
+        self.server.notify(
+            "workspace/didChangeConfiguration",
+            raw_params=f'{{"settings": {{"infill": {{"enabled": {enabled}, "debounceMs": {bad}, '
+            f'"relatedFiles": {related}}}}}}}',
+        )
         if enabled == "false":
-            self.server.notify("workspace/didChangeConfiguration",
-                               raw_params='{"settings": {"infill": {"enabled": true}}}')
+            self.server.notify(
+                "workspace/didChangeConfiguration", raw_params='{"settings": {"infill": {"enabled": true}}}'
+            )
 
     # -- checking --------------------------------------------------------------------------------------------------
     def check(self, now: float, owed: bool = True) -> None:
@@ -233,15 +292,16 @@ class Session:
             reply = self.server.responses.get(msg_id)
             if reply is None:
                 if owed and now - pending.sent > HANG_S:
-                    self.stats.note("hangs", f"seed {self.seed}: {pending.kind} id {msg_id} unanswered after "
-                                             f"{HANG_S:.0f} s")
+                    self.stats.note(
+                        "hangs", f"seed {self.seed}: {pending.kind} id {msg_id} unanswered after {HANG_S:.0f} s"
+                    )
                     self.server.dump_stacks()  # into the server's log, when it keeps one
                     del self.pending[msg_id]
                 continue
             del self.pending[msg_id]
             self.check_reply(pending, reply)
         edits = self.server.applied_edits
-        for edit in edits[self.checked_edits:]:
+        for edit in edits[self.checked_edits :]:
             self.check_applied(edit)
         self.checked_edits = len(edits)
 
@@ -272,8 +332,9 @@ class Session:
                 self.stats.actions_checked += 1
                 data = action.get("data") or {}
                 if data.get("version") != version or data.get("uri") != pending.doc.uri:
-                    self.stats.note("stale_edits", f"action listed for version {data.get('version')} while the "
-                                                   f"client had {version}")
+                    self.stats.note(
+                        "stale_edits", f"action listed for version {data.get('version')} while the client had {version}"
+                    )
                 self.actions.append((action, pending))
             self.actions = self.actions[-30:]
         elif pending.kind == "resolve" and result and result.get("edit"):
@@ -284,8 +345,10 @@ class Session:
             for item in result.get("items", []):
                 self.stats.edits_checked += 1
                 r = item.get("range")
-                if r and (offset_of(text, spans, r["start"]["line"], r["start"]["character"]) is None or
-                          offset_of(text, spans, r["end"]["line"], r["end"]["character"]) is None):
+                if r and (
+                    offset_of(text, spans, r["start"]["line"], r["start"]["character"]) is None
+                    or offset_of(text, spans, r["end"]["line"], r["end"]["character"]) is None
+                ):
                     self.stats.note("bad_edits", f"inline range {r} is not in the text it was asked on")
 
     def check_resolved(self, pending: Pending, edit: dict) -> None:
@@ -293,13 +356,21 @@ class Session:
         generation, version, text = listed.state
         (change,) = edit["documentChanges"]
         if change["textDocument"]["version"] != version:
-            self.stats.note("bad_edits", f"resolve edit for version {change['textDocument']['version']}, "
-                                         f"action listed at {version}")
+            self.stats.note(
+                "bad_edits", f"resolve edit for version {change['textDocument']['version']}, action listed at {version}"
+            )
         if pending.state is None or pending.state[0] != generation or pending.state[1] != version:
-            self.stats.note("stale_edits", f"edit for generation {generation} version {version} while the client "
-                                           f"had {pending.state[:2] if pending.state else 'closed'}")
-        self.check_ranges(text, change["edits"], pending.extra["action"]["data"].get("range"),
-                          pending.extra["action"]["data"].get("infill"))
+            self.stats.note(
+                "stale_edits",
+                f"edit for generation {generation} version {version} while the client "
+                f"had {pending.state[:2] if pending.state else 'closed'}",
+            )
+        self.check_ranges(
+            text,
+            change["edits"],
+            pending.extra["action"]["data"].get("range"),
+            pending.extra["action"]["data"].get("infill"),
+        )
 
     def check_applied(self, edit: dict) -> None:
         (change,) = edit["documentChanges"]
@@ -322,15 +393,17 @@ class Session:
                 self.stats.note("bad_edits", f"edit range {r} is not inside the text it claims")
             elif mode == "gap" and selection is not None:
                 want = [r["start"]["line"], r["start"]["character"], r["end"]["line"], r["end"]["character"]]
-                if want != selection and sorted([tuple(want[:2]), tuple(want[2:])]) != \
-                        sorted([tuple(selection[:2]), tuple(selection[2:])]):
+                if want != selection and sorted([tuple(want[:2]), tuple(want[2:])]) != sorted(
+                    [tuple(selection[:2]), tuple(selection[2:])]
+                ):
                     self.stats.note("bad_edits", f"Fill gap edit {want} is not the selection {selection}")
 
 
 def run_session(checkpoint: str, seed: int, seconds: float, stats: Stats, stderr_path: str | None = None) -> None:
     rng = random.Random(seed)
-    server = RawServer(["--model", str(checkpoint), "--denoising-steps", "2"], configuration=CONFIG,
-                       stderr_path=stderr_path)
+    server = RawServer(
+        ["--model", str(checkpoint), "--denoising-steps", "2"], configuration=CONFIG, stderr_path=stderr_path
+    )
     stats.sessions += 1
     try:
         reply = server.initialize(timeout=180)
@@ -382,20 +455,28 @@ def finish(server: RawServer, session: Session, rng: random.Random, stats: Stats
     server.notify("exit")
     code = server.exit_code(EXIT_S)
     if code != want:
-        stats.note("crashes" if code is not None else "hangs",
-                   f"seed {seed}: exit gave code {code} (want {want}) after {time.monotonic() - started:.1f} s")
+        stats.note(
+            "crashes" if code is not None else "hangs",
+            f"seed {seed}: exit gave code {code} (want {want}) after {time.monotonic() - started:.1f} s",
+        )
     if server.unparsable:
         stats.note("protocol_errors", f"{server.unparsable} unparsable frames from the server")
 
 
-def run_fuzz(checkpoint: str, seconds: float, seed: int = 0, session_seconds: float = 40.0,
-             stderr_dir: str | None = None) -> Stats:
+def run_fuzz(
+    checkpoint: str, seconds: float, seed: int = 0, session_seconds: float = 40.0, stderr_dir: str | None = None
+) -> Stats:
     stats = Stats()
     end = time.monotonic() + seconds
     index = 0
     while time.monotonic() < end:
         left = end - time.monotonic()
-        run_session(checkpoint, seed * 1000 + index, min(session_seconds, max(5.0, left)), stats,
-                    f"{stderr_dir}/session-{index}.log" if stderr_dir else None)
+        run_session(
+            checkpoint,
+            seed * 1000 + index,
+            min(session_seconds, max(5.0, left)),
+            stats,
+            f"{stderr_dir}/session-{index}.log" if stderr_dir else None,
+        )
         index += 1
     return stats

@@ -40,5 +40,5 @@ def count_tracebacks(stderr_path: str | None, stats: Stats, seed: int) -> None:
     marker = "Traceback (most recent call last)"
     at = text.find(marker)
     while at >= 0:
-        stats.note("tracebacks", f"seed {seed}: {text[at:at + 400]}")
+        stats.note("tracebacks", f"seed {seed}: {text[at : at + 400]}")
         at = text.find(marker, at + 1)

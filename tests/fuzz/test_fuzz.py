@@ -18,12 +18,15 @@ GATEWAY_SECONDS = float(os.environ.get("INFILL_GATEWAY_FUZZ_SECONDS", "30"))
 
 @pytest.mark.timeout(SECONDS + 600)
 def test_fuzz_sessions_keep_every_invariant(tiny_checkpoint, tmp_path):
-    stats = run_fuzz(str(tiny_checkpoint), SECONDS, seed=SEED, session_seconds=min(SECONDS / 2, 60.0),
-                     stderr_dir=str(tmp_path))
+    stats = run_fuzz(
+        str(tiny_checkpoint), SECONDS, seed=SEED, session_seconds=min(SECONDS / 2, 60.0), stderr_dir=str(tmp_path)
+    )
     summary = stats.summary()
     assert stats.sessions >= 2 and stats.requests >= 100, summary
-    failures = {k: summary[k] for k in ("crashes", "hangs", "stale_edits", "bad_edits", "protocol_errors",
-                                        "internal_errors", "tracebacks")}
+    failures = {
+        k: summary[k]
+        for k in ("crashes", "hangs", "stale_edits", "bad_edits", "protocol_errors", "internal_errors", "tracebacks")
+    }
     # the problems first: pytest's short report cuts a long message, and they are what a failure is chased by
     assert not any(failures.values()), "\n".join([*stats.problems, str(failures)])
 
@@ -34,8 +37,14 @@ def test_gateway_fuzz_with_slow_connections_keeps_every_invariant(tiny_engine):
 
     from .gateway import run_gateway_fuzz
 
-    stats = run_gateway_fuzz(Pipeline(tiny_engine), GATEWAY_SECONDS, seed=SEED, slow=200, burst=200,
-                             burst_every_s=min(30.0, GATEWAY_SECONDS / 2))
+    stats = run_gateway_fuzz(
+        Pipeline(tiny_engine),
+        GATEWAY_SECONDS,
+        seed=SEED,
+        slow=200,
+        burst=200,
+        burst_every_s=min(30.0, GATEWAY_SECONDS / 2),
+    )
     assert stats["bursts"] >= 1 and stats["completions_ok"] >= 1 and stats["health_count"] >= 10, stats
     assert stats["slow_open_median"] >= 150, stats  # the slow connections were open meanwhile
     failures = {k: stats[k] for k in ("resets", "hangs", "closed_without_answer", "server_errors", "auth_bypassed")}

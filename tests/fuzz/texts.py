@@ -6,8 +6,33 @@ from __future__ import annotations
 
 import random
 
-PIECES = ["word", " ", "  ", "\t", "x = 1", "(", ")", "{", "}", "é", "中文", "\U0001F600", "\U00010348", "\ud800",
-          "\udfff", "\x00", "\u2028", "\u2029", "\x0c", "\x85", "___", "[[a gap]]", "{{name}}", "# title", "- item"]
+PIECES = [
+    "word",
+    " ",
+    "  ",
+    "\t",
+    "x = 1",
+    "(",
+    ")",
+    "{",
+    "}",
+    "é",
+    "中文",
+    "\U0001f600",
+    "\U00010348",
+    "\ud800",
+    "\udfff",
+    "\x00",
+    "\u2028",
+    "\u2029",
+    "\x0c",
+    "\x85",
+    "___",
+    "[[a gap]]",
+    "{{name}}",
+    "# title",
+    "- item",
+]
 ENDINGS = ["\n", "\r\n", "\r"]
 
 
@@ -22,7 +47,7 @@ def line_spans(text: str) -> list[tuple[int, int]]:
         char = text[i]
         if char == "\r" or char == "\n":
             spans.append((start, i))
-            i += 2 if char == "\r" and text[i + 1:i + 2] == "\n" else 1
+            i += 2 if char == "\r" and text[i + 1 : i + 2] == "\n" else 1
             start = i
         else:
             i += 1
@@ -49,7 +74,7 @@ def position_of(text: str, spans: list[tuple[int, int]], offset: int) -> tuple[i
     for line, (start, end) in enumerate(spans):
         if offset <= end:
             return line, utf16_len(text[start:offset])
-    return len(spans) - 1, utf16_len(text[spans[-1][0]:spans[-1][1]])
+    return len(spans) - 1, utf16_len(text[spans[-1][0] : spans[-1][1]])
 
 
 def random_text(rng: random.Random, size: int) -> str:

@@ -20,8 +20,10 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 from nvim_harness import LINES, NVIM  # noqa: E402
 from test_llama_vim import LLAMA_VIM, READ_GHOST, Editor  # noqa: E402
 
-SOURCE = ('import math\n\n\ndef circle_area(radius):\n    """The area of a circle of this radius."""\n\n\n'
-          'def square_area(side):\n    return side * side\n')
+SOURCE = (
+    'import math\n\n\ndef circle_area(radius):\n    """The area of a circle of this radius."""\n\n\n'
+    "def square_area(side):\n    return side * side\n"
+)
 
 
 def start_gateway(log_path: Path) -> tuple[subprocess.Popen, str]:
@@ -48,8 +50,10 @@ def main() -> int:
     gateway, url = start_gateway(work / "serve.log")
     editor = Editor(NVIM, LLAMA_VIM)
     try:
-        editor.lua("vim.g.llama_config = ...; vim.cmd('filetype on'); vim.cmd('runtime! plugin/llama.vim')",
-                   {"endpoint_fim": f"{url}/infill", "show_info": 2, "keymap_fim_trigger": "<C-F>"})
+        editor.lua(
+            "vim.g.llama_config = ...; vim.cmd('filetype on'); vim.cmd('runtime! plugin/llama.vim')",
+            {"endpoint_fim": f"{url}/infill", "show_info": 2, "keymap_fim_trigger": "<C-F>"},
+        )
         source = work / "shapes.py"
         source.write_text(SOURCE)
         editor.lua("vim.cmd.edit(vim.fn.fnameescape(...))", str(source))

@@ -37,8 +37,14 @@ class Nvim:
     """A Neovim under test, driven over msgpack-RPC by tests/nvim/driver.lua (JSON lines on its stdin/stdout)."""
 
     def __init__(self, nvim: str) -> None:
-        self.proc = subprocess.Popen([nvim, "-l", str(DRIVER), nvim, str(PLUGIN)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+        self.proc = subprocess.Popen(
+            [nvim, "-l", str(DRIVER), nvim, str(PLUGIN)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
 
     def _send(self, message: dict):
         assert self.proc.stdin and self.proc.stdout
@@ -66,8 +72,10 @@ class Nvim:
 
     def diagnostics(self) -> str:
         """What the editor saw: notifications and the server's latest log lines."""
-        return self.lua("return vim.inspect({notes = _G.notes, server_log = require('infill.lsp').state.log,"
-                        "status = require('infill').status_info()})")
+        return self.lua(
+            "return vim.inspect({notes = _G.notes, server_log = require('infill.lsp').state.log,"
+            "status = require('infill').status_info()})"
+        )
 
     def close(self) -> None:
         try:
@@ -80,8 +88,14 @@ class Nvim:
 READY_MS = 120_000
 GHOST_MS = 60_000
 # Budgets large enough that the tiny model finishes even on a loaded CPU; few steps and tokens keep it quick.
-SETTINGS = {"inlineBudgetMs": 20000, "invokedBudgetMs": 20000, "codeActionBudgetMs": 30000,
-            "denoisingSteps": 4, "maxMiddleTokens": 12, "debounceMs": 0}
+SETTINGS = {
+    "inlineBudgetMs": 20000,
+    "invokedBudgetMs": 20000,
+    "codeActionBudgetMs": 30000,
+    "denoisingSteps": 4,
+    "maxMiddleTokens": 12,
+    "debounceMs": 0,
+}
 
 HELPERS = REPO / "tests" / "nvim" / "helpers.lua"
 READ_GHOST = "return T.ghost()"

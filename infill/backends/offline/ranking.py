@@ -70,7 +70,7 @@ def follow(runtime, seq: int, first: np.ndarray, ids: list[int]) -> Followed:
     width = runtime.shape.max_outputs
     fed = ids[:-1]
     for start in range(0, len(fed), width):
-        part = fed[start:start + width]
+        part = fed[start : start + width]
         rows = runtime.decode(seq, part, outputs=len(part))
         for offset in range(len(part)):
             lp, alt = _position(log_softmax(rows[offset]), ids[start + offset + 1])
@@ -82,6 +82,9 @@ def follow(runtime, seq: int, first: np.ndarray, ids: list[int]) -> Followed:
 def branch_points(fill_ids: list[int], seen: Followed, count: int) -> list[tuple[int, int]]:
     """(position, token): the model's second choice at the `count` positions of the fill where the margin of its
     choice was smallest (a position whose second choice has no probability is skipped)."""
-    margins = [(margin, position, token) for position, (token, margin) in
-               enumerate(seen.alternatives[:len(fill_ids)]) if np.isfinite(margin)]
+    margins = [
+        (margin, position, token)
+        for position, (token, margin) in enumerate(seen.alternatives[: len(fill_ids)])
+        if np.isfinite(margin)
+    ]
     return [(position, token) for _, position, token in sorted(margins)[:count]]

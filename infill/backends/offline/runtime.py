@@ -28,9 +28,10 @@ def _import_llama_cpp():
     try:
         import llama_cpp
     except ImportError as exc:
-        raise InfillError("the offline default runs on llama.cpp, which is not installed: run `bash scripts/setup.sh` "
-                          "(pip builds llama-cpp-python from source once; it needs a C/C++ compiler and CMake)") \
-            from exc
+        raise InfillError(
+            "the offline default runs on llama.cpp, which is not installed: run `bash scripts/setup.sh` "
+            "(pip builds llama-cpp-python from source once; it needs a C/C++ compiler and CMake)"
+        ) from exc
     return llama_cpp
 
 
@@ -59,8 +60,10 @@ class LlamaRuntime:
         if "AMX_INT8" in cpu_features(lib.llama_print_system_info().decode(errors="replace")):
             # llama.cpp 0.3.36's AMX matmul crashes on this model (seen on a Xeon with AMX); scripts/setup.sh
             # builds without AMX. A build that has it runs without llama.cpp's extra weight layouts (slower).
-            log.warning("this llama.cpp build uses AMX, which crashes on Gemma 3; running without its extra weight "
-                        "layouts (slower): reinstall llama-cpp-python with scripts/setup.sh to build it without AMX")
+            log.warning(
+                "this llama.cpp build uses AMX, which crashes on Gemma 3; running without its extra weight "
+                "layouts (slower): reinstall llama-cpp-python with scripts/setup.sh to build it without AMX"
+            )
             model_params.use_extra_bufts = False
         self._model = lib.llama_model_load_from_file(str(path).encode(), model_params)
         if not self._model:
@@ -124,13 +127,20 @@ class LlamaRuntime:
             return data.decode("utf-8")
         except UnicodeDecodeError as exc:
             if exc.end == len(data) or exc.reason == "unexpected end of data":
-                return data[:exc.start].decode("utf-8", "replace")
+                return data[: exc.start].decode("utf-8", "replace")
             return data.decode("utf-8", "replace")
 
     def vocabulary(self) -> list[str]:
         """Each token's text as the model writes it ("" for control, unused and byte-fallback tokens)."""
-        lib, skip = self._lib, (lib_attr(self._lib, "CONTROL") | lib_attr(self._lib, "UNUSED") |
-                                lib_attr(self._lib, "BYTE") | lib_attr(self._lib, "UNKNOWN"))
+        lib, skip = (
+            self._lib,
+            (
+                lib_attr(self._lib, "CONTROL")
+                | lib_attr(self._lib, "UNUSED")
+                | lib_attr(self._lib, "BYTE")
+                | lib_attr(self._lib, "UNKNOWN")
+            ),
+        )
         texts = []
         for token in range(self.n_vocab):
             if lib.llama_vocab_get_attr(self._vocab, token) & skip:
@@ -141,8 +151,9 @@ class LlamaRuntime:
 
     def is_end(self, token: int) -> bool:
         """End of generation (EOS, end of turn) or any other control token: nothing a fill may contain."""
-        return bool(self._lib.llama_vocab_is_eog(self._vocab, token) or
-                    self._lib.llama_vocab_is_control(self._vocab, token))
+        return bool(
+            self._lib.llama_vocab_is_eog(self._vocab, token) or self._lib.llama_vocab_is_control(self._vocab, token)
+        )
 
     # --- sequences --------------------------------------------------------------------------------------------
 
@@ -190,9 +201,14 @@ class LlamaRuntime:
         commit = base.ggml_commit().decode() if base is not None else "unknown"
         version = base.ggml_version().decode() if base is not None else "unknown"
         features = lib.llama_print_system_info().decode(errors="replace")
-        return {"runtime": "llama.cpp", "llama_cpp_python": metadata.version("llama-cpp-python"),
-                "ggml_version": version, "ggml_commit": commit, "cpu_features": cpu_features(features),
-                "threads": self.shape.threads}
+        return {
+            "runtime": "llama.cpp",
+            "llama_cpp_python": metadata.version("llama-cpp-python"),
+            "ggml_version": version,
+            "ggml_commit": commit,
+            "cpu_features": cpu_features(features),
+            "threads": self.shape.threads,
+        }
 
     def close(self) -> None:
         if self._closed:

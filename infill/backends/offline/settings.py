@@ -34,25 +34,38 @@ class ARSettings:
     extra_context_tokens: int = 256  # most tokens of other files' code (InfillRequest.extra_context) a prompt holds
 
     def __post_init__(self) -> None:
-        positive = {"max_prompt_tokens": 16, "documents": 1, "prefill_chunk_tokens": 16, "draft_ngram": 2,
-                    "extra_context_tokens": 0}
+        positive = {
+            "max_prompt_tokens": 16,
+            "documents": 1,
+            "prefill_chunk_tokens": 16,
+            "draft_ngram": 2,
+            "extra_context_tokens": 0,
+        }
         for name, least in positive.items():
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise InfillError(f"{name} must be an integer >= {least}, got {value!r}")
         fresh = self.fresh_prompt_tokens
-        if fresh is not None and (not isinstance(fresh, int) or isinstance(fresh, bool) or
-                                  not 16 <= fresh <= self.max_prompt_tokens):
-            raise InfillError(f"fresh_prompt_tokens must be None or an integer from 16 to max_prompt_tokens "
-                              f"({self.max_prompt_tokens}), got {fresh!r}")
+        if fresh is not None and (
+            not isinstance(fresh, int) or isinstance(fresh, bool) or not 16 <= fresh <= self.max_prompt_tokens
+        ):
+            raise InfillError(
+                f"fresh_prompt_tokens must be None or an integer from 16 to max_prompt_tokens "
+                f"({self.max_prompt_tokens}), got {fresh!r}"
+            )
         if self.num_threads is not None and (not isinstance(self.num_threads, int) or self.num_threads < 1):
             raise InfillError(f"num_threads must be a positive integer or None, got {self.num_threads!r}")
-        if self.draft_tokens is not None and (not isinstance(self.draft_tokens, int) or
-                                              not 0 <= self.draft_tokens <= 15):
+        if self.draft_tokens is not None and (
+            not isinstance(self.draft_tokens, int) or not 0 <= self.draft_tokens <= 15
+        ):
             raise InfillError(f"draft_tokens must be an integer in 0..15, got {self.draft_tokens!r}")
 
     def runtime_shape(self) -> RuntimeShape:
         longest = self.max_prompt_tokens + self.extra_context_tokens + GENERATION_ROOM
-        return RuntimeShape(sequences=self.documents, sequence_tokens=longest,
-                            batch_tokens=self.prefill_chunk_tokens, max_outputs=16,
-                            threads=self.num_threads or threads_from_env() or physical_cores())
+        return RuntimeShape(
+            sequences=self.documents,
+            sequence_tokens=longest,
+            batch_tokens=self.prefill_chunk_tokens,
+            max_outputs=16,
+            threads=self.num_threads or threads_from_env() or physical_cores(),
+        )

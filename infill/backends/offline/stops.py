@@ -18,8 +18,22 @@ _OPENERS = (":", "{", "(", "[")  # a line ending so is followed by deeper lines 
 _CLOSERS_AND_SEPARATORS = set(",;:.!?)]}")
 _PAIRS = {"(": ")", "[": "]", "{": "}"}
 # A block's header above the block (GapShape.header) starts with one of these.
-HEADER_WORDS = ("if", "elif", "else", "for", "while", "try", "except", "finally", "with", "def", "class", "async",
-                "match", "case")
+HEADER_WORDS = (
+    "if",
+    "elif",
+    "else",
+    "for",
+    "while",
+    "try",
+    "except",
+    "finally",
+    "with",
+    "def",
+    "class",
+    "async",
+    "match",
+    "case",
+)
 STUTTER_MIN_CHARS = 4  # a repeated line this long ends the fill (cutting loses less than the watchdog's reject)
 
 
@@ -33,13 +47,17 @@ def read_gap(before: str, after: str, language: str | None) -> GapFacts:
     bare request, a later gap): the line that sets the block is the cursor's, or the last non-blank one above, and
     a body line must be deeper than a line that opens a block."""
     cursor_line = before.rsplit("\n", 1)[-1]
-    reference = cursor_line if cursor_line.strip() else \
-        before[:len(before) - len(cursor_line)].rstrip().rsplit("\n", 1)[-1]
+    reference = (
+        cursor_line if cursor_line.strip() else before[: len(before) - len(cursor_line)].rstrip().rsplit("\n", 1)[-1]
+    )
     opener = reference.rstrip().endswith(_OPENERS)
-    return GapFacts(line_before=cursor_line, line_after=after.partition("\n")[0],
-                    next_line=GapFacts.first_line_below(after),
-                    body_indent=languages.indent_width(reference) + (1 if opener else 0),
-                    is_prose=languages.is_prose_language(language))
+    return GapFacts(
+        line_before=cursor_line,
+        line_after=after.partition("\n")[0],
+        next_line=GapFacts.first_line_below(after),
+        body_indent=languages.indent_width(reference) + (1 if opener else 0),
+        is_prose=languages.is_prose_language(language),
+    )
 
 
 def trim_unfinished(text: str, gap: GapFacts, single_line: bool) -> str:
@@ -62,7 +80,7 @@ def cut_fill(text: str, gap: GapFacts, single_line: bool) -> tuple[str, bool]:
     """The fill so far and whether generation should stop here."""
     shape = gap.shape
     if shape.string_end and shape.string_end in text:  # the string goes on below the gap: the fill stays in it
-        return text[:text.index(shape.string_end)], True
+        return text[: text.index(shape.string_end)], True
     if shape.must_open:  # `return (`: its arguments and `)` are the lines below
         head = text.partition("\n")[0]
         if leaves_open(head) == shape.must_open and head.rstrip().endswith(shape.must_open[-1]):
@@ -71,7 +89,7 @@ def cut_fill(text: str, gap: GapFacts, single_line: bool) -> tuple[str, bool]:
         head, newline, _ = text.partition("\n")
         after_line = gap.line_after.strip()  # writing the rest of the gap's line ends a one-line fill
         if len(after_line) >= 3 and after_line in head:  # the model wrote on into the fixed text
-            return head[:head.index(after_line)], True
+            return head[: head.index(after_line)], True
         if after_line[:1] in _CLOSERS_AND_SEPARATORS:
             end = languages.first_unopened(head, after_line[0])
             if end is not None:  # `f(|)`, `{"a": |, ...}`, `... is |.`: the model wrote on past the gap
@@ -81,7 +99,7 @@ def cut_fill(text: str, gap: GapFacts, single_line: bool) -> tuple[str, bool]:
         return languages.first_line_end(text)
     if gap.is_prose and "\n\n" in text.lstrip("\n"):
         start = len(text) - len(text.lstrip("\n"))
-        return text[:text.index("\n\n", start)], True
+        return text[: text.index("\n\n", start)], True
     lines = text.split("\n")
     for j in range(1, len(lines)):
         line = lines[j]
@@ -109,7 +127,7 @@ def leaves_open(line: str) -> str:
     """The brackets `line` opens and does not close, outermost first ("" when it closes what it opens, or closes
     one it never opened)."""
     stack: list[str] = []
-    for i, ch, code, _ in languages.code_characters(line):
+    for _i, ch, code, _ in languages.code_characters(line):
         if not code:
             continue
         if ch in _PAIRS:

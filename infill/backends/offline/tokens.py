@@ -59,8 +59,10 @@ class TokenTexts:
         with one and a space."""
         mask = self._word_masks.get(words)
         if mask is None:
-            mask = np.array([t.strip() in words or t.lstrip().startswith(tuple(w + " " for w in words))
-                             for t in self.texts], dtype=bool)
+            mask = np.array(
+                [t.strip() in words or t.lstrip().startswith(tuple(w + " " for w in words)) for t in self.texts],
+                dtype=bool,
+            )
             self._word_masks[words] = mask
         return mask
 
@@ -95,9 +97,9 @@ def draft_from_context(ids: list[int], count: int, max_ngram: int, later: Sequen
         tail = ids[-n:]
         first = tail[0]
         for start in range(len(ids) - n - 1, -1, -1):
-            if ids[start] == first and ids[start:start + n] == tail:
-                return ids[start + n:start + n + count]
+            if ids[start] == first and ids[start : start + n] == tail:
+                return ids[start + n : start + n + count]
         for start in range(len(later) - n):
-            if later[start] == first and list(later[start:start + n]) == tail:
-                return list(later[start + n:start + n + count])
+            if later[start] == first and list(later[start : start + n]) == tail:
+                return list(later[start + n : start + n + count])
     return []

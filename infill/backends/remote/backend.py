@@ -27,12 +27,32 @@ from urllib.parse import urlsplit
 import httpx
 
 import infill.backends.remote.vllm_diffusion as vd
-from infill.backends.remote.http import (RemoteFailure, RemoteHTTPError, _count, _decode, _describe_http_error,
-                                         _GapAnswer, _is_loopback, _ms, _NotFound, normalize_endpoint, render_fim)
+from infill.backends.remote.http import (
+    RemoteFailure,
+    RemoteHTTPError,
+    _count,
+    _decode,
+    _describe_http_error,
+    _GapAnswer,
+    _is_loopback,
+    _ms,
+    _NotFound,
+    normalize_endpoint,
+    render_fim,
+)
 from infill.backends.remote.native import NativeDiffusionRoute
 from infill.engine.config import EngineConfig
-from infill.types import (BackendInfo, CancelToken, Cancelled, Draft, DraftCallback, InfillError, InfillRequest,
-                    InfillResult, Timings)
+from infill.types import (
+    BackendInfo,
+    Cancelled,
+    CancelToken,
+    Draft,
+    DraftCallback,
+    InfillError,
+    InfillRequest,
+    InfillResult,
+    Timings,
+)
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +67,19 @@ PROTOCOLS = ("auto", "openai", "vllm-diffusion")
 class RemoteBackend(NativeDiffusionRoute):
     """InfillBackend over an OpenAI-compatible `/v1/completions` endpoint (kind "remote")."""
 
-    def __init__(self, endpoint: str, model: str | None = None, token: str | None = None, *,
-                 timeout_s: float = 30.0, connect_timeout_s: float = 5.0, send_budget: bool = True,
-                 fim_template: str | None = None, protocol: str = "auto",
-                 engine: EngineConfig | None = None) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        model: str | None = None,
+        token: str | None = None,
+        *,
+        timeout_s: float = 30.0,
+        connect_timeout_s: float = 5.0,
+        send_budget: bool = True,
+        fim_template: str | None = None,
+        protocol: str = "auto",
+        engine: EngineConfig | None = None,
+    ) -> None:
         if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
             raise InfillError(f"timeout_s must be > 0, got {timeout_s!r}")
         if not (isinstance(connect_timeout_s, (int, float)) and connect_timeout_s > 0):
@@ -86,9 +115,12 @@ class RemoteBackend(NativeDiffusionRoute):
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         # A proxy from the environment (HTTP_PROXY, ALL_PROXY) is used for remote hosts only: code for an endpoint
         # on this machine must not travel through a proxy, with the token, unless NO_PROXY happens to say so.
-        self._client_options = dict(headers=headers, follow_redirects=False,
-                                    trust_env=not _is_loopback(urlsplit(self.endpoint).hostname),
-                                    verify=ssl.create_default_context())  # made once, shared by every client
+        self._client_options = {
+            "headers": headers,
+            "follow_redirects": False,
+            "trust_env": not _is_loopback(urlsplit(self.endpoint).hostname),
+            "verify": ssl.create_default_context(),
+        }  # made once, shared by every client
         self._client = httpx.Client(**self._client_options)
         self._closed = False
 
@@ -98,11 +130,24 @@ class RemoteBackend(NativeDiffusionRoute):
     def info(self) -> BackendInfo:
         model = self._model or "(model not yet known)"
         host = urlsplit(self.endpoint).netloc
-        return BackendInfo(name=f"remote:{self._model or host}", kind="remote", model=model, device="remote",
-                           dtype="n/a", is_fallback=False, label=f"remote {model} at {self.endpoint}")
+        return BackendInfo(
+            name=f"remote:{self._model or host}",
+            kind="remote",
+            model=model,
+            device="remote",
+            dtype="n/a",
+            is_fallback=False,
+            label=f"remote {model} at {self.endpoint}",
+        )
 
-    def infill(self, request: InfillRequest, *, cancel: CancelToken | None = None, deadline: float | None = None,
-               on_draft: DraftCallback | None = None) -> InfillResult:
+    def infill(
+        self,
+        request: InfillRequest,
+        *,
+        cancel: CancelToken | None = None,
+        deadline: float | None = None,
+        on_draft: DraftCallback | None = None,
+    ) -> InfillResult:
         t0 = time.perf_counter()
         end = self._end_time(deadline)
         try:
@@ -130,8 +175,14 @@ class RemoteBackend(NativeDiffusionRoute):
 
     # -- routes -------------------------------------------------------------------------------------------------
 
-    def _route_fill(self, request: InfillRequest, model: str | None, cancel: CancelToken | None, end: float,
-                    on_draft: DraftCallback | None) -> list[_GapAnswer]:
+    def _route_fill(
+        self,
+        request: InfillRequest,
+        model: str | None,
+        cancel: CancelToken | None,
+        end: float,
+        on_draft: DraftCallback | None,
+    ) -> list[_GapAnswer]:
         if self._route == "vllm-diffusion" and not self._native_unusable():
             return self._native_fill(request, model, cancel, end, on_draft)
         try:
@@ -154,8 +205,14 @@ class RemoteBackend(NativeDiffusionRoute):
 
     # -- gaps ---------------------------------------------------------------------------------------------------
 
-    def _fill_gaps(self, request: InfillRequest, model: str | None, cancel: CancelToken | None, end: float,
-                   on_draft: DraftCallback | None) -> list[_GapAnswer]:
+    def _fill_gaps(
+        self,
+        request: InfillRequest,
+        model: str | None,
+        cancel: CancelToken | None,
+        end: float,
+        on_draft: DraftCallback | None,
+    ) -> list[_GapAnswer]:
         """Several gaps are filled left to right: each sees the middles already chosen before it."""
         answers: list[_GapAnswer] = []
         for index in range(request.gap_count):
@@ -172,10 +229,15 @@ class RemoteBackend(NativeDiffusionRoute):
                 on_draft(Draft(step=index + 1, middles=shown, confidence=()))
         return answers
 
-    def _completion_body(self, request: InfillRequest, model: str | None, prompt: str, suffix: str,
-                         end: float) -> dict:
-        body: dict = {"prompt": prompt, "suffix": suffix, "max_tokens": request.max_middle_tokens,
-                      "temperature": 0, "n": 1, "stream": False}
+    def _completion_body(self, request: InfillRequest, model: str | None, prompt: str, suffix: str, end: float) -> dict:
+        body: dict = {
+            "prompt": prompt,
+            "suffix": suffix,
+            "max_tokens": request.max_middle_tokens,
+            "temperature": 0,
+            "n": 1,
+            "stream": False,
+        }
         if self._facts is not None:  # a diffusion server refuses `temperature` (its schedule is fixed)
             del body["temperature"]
         if self.fim_template is not None:
@@ -207,12 +269,15 @@ class RemoteBackend(NativeDiffusionRoute):
             raise RemoteFailure(f"response from {self.endpoint} has no text in choices[0]")
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
         extension = data.get("infill") if isinstance(data.get("infill"), dict) else {}
-        return _GapAnswer(text=text, finish_reason=choices[0].get("finish_reason"),
-                          prompt_tokens=_count(usage.get("prompt_tokens")),
-                          completion_tokens=_count(usage.get("completion_tokens")), extension=extension)
+        return _GapAnswer(
+            text=text,
+            finish_reason=choices[0].get("finish_reason"),
+            prompt_tokens=_count(usage.get("prompt_tokens")),
+            completion_tokens=_count(usage.get("completion_tokens")),
+            extension=extension,
+        )
 
-    def _result(self, request: InfillRequest, model: str | None, answers: list[_GapAnswer],
-                t0: float) -> InfillResult:
+    def _result(self, request: InfillRequest, model: str | None, answers: list[_GapAnswer], t0: float) -> InfillResult:
         middles = tuple(a.text for a in answers)
         outcomes = {a.extension.get("outcome") for a in answers}
         outcome = "empty" if not any(middles) else "cut_short" if "cut_short" in outcomes else "ok"
@@ -220,22 +285,41 @@ class RemoteBackend(NativeDiffusionRoute):
         # `infill-ls serve` reports decoder forwards; other servers decode one token per step.
         steps = sum(_count(a.extension.get("steps")) or a.completion_tokens for a in answers)
         remote_versions = [a.extension.get("versions") for a in answers if a.extension.get("versions")]
-        versions = {"endpoint": self.endpoint, "model": model, "remote": remote_versions[0] if remote_versions else {},
-                    "protocol": self._route or "openai"}
+        versions = {
+            "endpoint": self.endpoint,
+            "model": model,
+            "remote": remote_versions[0] if remote_versions else {},
+            "protocol": self._route or "openai",
+        }
         if answers and "canvas_width" in answers[0].extension:  # the native route: which canvas won, pins held
             versions["canvas"] = answers[0].extension
         return InfillResult(
-            middles=middles, outcome=outcome, backend=self.info.name, steps=steps,
-            tokens_per_forward=completion_tokens / steps if steps else 0.0, generated_tokens=completion_tokens,
-            timings=Timings(encode_ms=sum(_ms(a.extension.get("encode_ms")) for a in answers),
-                            denoise_ms=sum(_ms(a.extension.get("denoise_ms")) for a in answers),
-                            total_ms=(time.perf_counter() - t0) * 1000),
-            prompt_tokens=sum(a.prompt_tokens for a in answers), version=request.version, versions=versions)
+            middles=middles,
+            outcome=outcome,
+            backend=self.info.name,
+            steps=steps,
+            tokens_per_forward=completion_tokens / steps if steps else 0.0,
+            generated_tokens=completion_tokens,
+            timings=Timings(
+                encode_ms=sum(_ms(a.extension.get("encode_ms")) for a in answers),
+                denoise_ms=sum(_ms(a.extension.get("denoise_ms")) for a in answers),
+                total_ms=(time.perf_counter() - t0) * 1000,
+            ),
+            prompt_tokens=sum(a.prompt_tokens for a in answers),
+            version=request.version,
+            versions=versions,
+        )
 
     def _failed(self, request: InfillRequest, outcome: str, message: str, t0: float) -> InfillResult:
-        return InfillResult(middles=(), outcome=outcome, backend=self.info.name,  # type: ignore[arg-type]
-                            timings=Timings(total_ms=(time.perf_counter() - t0) * 1000), version=request.version,
-                            versions={"endpoint": self.endpoint, "model": self._model}, error=message)
+        return InfillResult(
+            middles=(),
+            outcome=outcome,
+            backend=self.info.name,  # type: ignore[arg-type]
+            timings=Timings(total_ms=(time.perf_counter() - t0) * 1000),
+            version=request.version,
+            versions={"endpoint": self.endpoint, "model": self._model},
+            error=message,
+        )
 
     # -- model discovery ----------------------------------------------------------------------------------------
 
@@ -281,8 +365,9 @@ class RemoteBackend(NativeDiffusionRoute):
         """One request, bounded by `end` (time.monotonic()) and abandoned at once when `cancel` fires."""
         return self._exchange_many([(method, path, body)], cancel, end)[0]
 
-    def _exchange_many(self, calls: list, cancel: CancelToken | None, end: float, *,
-                       hang_up: bool = False) -> list[dict]:
+    def _exchange_many(
+        self, calls: list, cancel: CancelToken | None, end: float, *, hang_up: bool = False
+    ) -> list[dict]:
         """Requests sent together (a batching server serves them in one step), each in a daemon thread, bounded
         by `end` and abandoned at once when `cancel` fires. The first failure (in call order) is raised.
         `hang_up`: the calls get their own connections, closed when abandoned, so a server that aborts on
@@ -304,8 +389,17 @@ class RemoteBackend(NativeDiffusionRoute):
             if hang_up and all(event.is_set() for event in done):
                 client.close()
 
-    def _wait_all(self, client: httpx.Client, calls: list, boxes: list[dict], done: list[threading.Event],
-                  timeout: httpx.Timeout, cancel: CancelToken | None, end: float, remaining: float) -> list[dict]:
+    def _wait_all(
+        self,
+        client: httpx.Client,
+        calls: list,
+        boxes: list[dict],
+        done: list[threading.Event],
+        timeout: httpx.Timeout,
+        cancel: CancelToken | None,
+        end: float,
+        remaining: float,
+    ) -> list[dict]:
         def send(index: int) -> None:
             method, path, body = calls[index]
             try:

@@ -11,8 +11,10 @@ import httpx
 
 from infill.types import InfillError
 
-SUFFIX_HINT = ("; this server does not take `suffix` (stock vLLM answers so): put `infill-ls serve` in front of "
-               "the model, or give RemoteBackend a fim_template")
+SUFFIX_HINT = (
+    "; this server does not take `suffix` (stock vLLM answers so): put `infill-ls serve` in front of "
+    "the model, or give RemoteBackend a fim_template"
+)
 
 
 @dataclass
@@ -64,8 +66,7 @@ def _decode(url: str, response: httpx.Response) -> dict:
     if response.status_code != 200:
         message = _error_text(response)
         hint = SUFFIX_HINT if response.status_code == 400 and "suffix" in message.lower() else ""
-        raise RemoteHTTPError(f"HTTP {response.status_code} from {url}: {message}{hint}", response.status_code,
-                              message)
+        raise RemoteHTTPError(f"HTTP {response.status_code} from {url}: {message}{hint}", response.status_code, message)
     try:
         data = response.json()
     except ValueError:

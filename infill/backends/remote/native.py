@@ -32,13 +32,19 @@ class NativeDiffusionRoute:
             canvas = vd.UNCONFIGURED_CANVAS if vocab is not None else None
         if canvas is None:
             if self.protocol == "vllm-diffusion":
-                raise RemoteFailure(f"{self.endpoint} does not answer like vLLM serving a diffusion model "
-                                    f"(protocol vllm-diffusion): {first[:200] or 'it ran the probe'}")
+                raise RemoteFailure(
+                    f"{self.endpoint} does not answer like vLLM serving a diffusion model "
+                    f"(protocol vllm-diffusion): {first[:200] or 'it ran the probe'}"
+                )
             self._route = "openai"
             return False
         self._facts, self._route = vd.ServerFacts(canvas, vocab), "vllm-diffusion"
-        log.info("remote endpoint %s is vLLM serving DiffusionGemma (canvas %d, vocabulary %s): native protocol",
-                 self.endpoint, canvas, vocab)
+        log.info(
+            "remote endpoint %s is vLLM serving DiffusionGemma (canvas %d, vocabulary %s): native protocol",
+            self.endpoint,
+            canvas,
+            vocab,
+        )
         return True
 
     def _probe(self, model: str | None, xargs: dict, cancel: CancelToken | None, end: float) -> str:
@@ -49,30 +55,37 @@ class NativeDiffusionRoute:
         except RemoteHTTPError as exc:
             return exc.detail
 
-    def _native_fill(self, request: InfillRequest, model: str | None, cancel: CancelToken | None, end: float,
-                     on_draft: DraftCallback | None) -> list[_GapAnswer]:
+    def _native_fill(
+        self,
+        request: InfillRequest,
+        model: str | None,
+        cancel: CancelToken | None,
+        end: float,
+        on_draft: DraftCallback | None,
+    ) -> list[_GapAnswer]:
         """Every gap in one canvas, one canvas per candidate middle length, sent together; the best join wins."""
         if self._facts is None:
             self._detect_diffusion(model, cancel, end)
         facts = self._facts
         assert facts is not None
-        anchor_size = (self.engine.single_line_anchor_tokens if request.single_line
-                       else self.engine.suffix_anchor_tokens)
+        anchor_size = self.engine.single_line_anchor_tokens if request.single_line else self.engine.suffix_anchor_tokens
         head = vd.suffix_head(request.suffix, anchor_size)
         self._tokenize([*request.between, head, *vd.STOP_TEXTS, *vd.DROP_TEXTS], model, cancel, end)
         anchor = self._tokens.get(head)
         if head != request.suffix and len(anchor) > 1:
             anchor = anchor[:-1]  # the piece may end inside a token that the whole suffix spells differently
         between = [self._tokens.get(text) for text in request.between]
-        candidates = (self.engine.single_line_lengths_for("cuda") if request.single_line
-                      else self.engine.candidate_lengths)
+        candidates = (
+            self.engine.single_line_lengths_for("cuda") if request.single_line else self.engine.candidate_lengths
+        )
         # Free slots start as uniform noise over the vocabulary, as the model was trained (vLLM names its size).
         rng = random.Random(request.seed)
         known = sorted({*anchor, *sum(between, [])}) or [0]
         noise = (lambda: rng.randrange(facts.vocab_size)) if facts.vocab_size else (lambda: rng.choice(known))
         try:
-            plans = vd.plan_canvases(between, anchor[:anchor_size], candidates, request.max_middle_tokens,
-                                     facts.canvas_length, noise)
+            plans = vd.plan_canvases(
+                between, anchor[:anchor_size], candidates, request.max_middle_tokens, facts.canvas_length, noise
+            )
         except InfillError as exc:
             raise RemoteFailure(str(exc)) from None
         budget = (self._max_model_len or 0) - max(p.width for p in plans) - 1
@@ -80,8 +93,7 @@ class NativeDiffusionRoute:
             budget = -1  # unknown model length: vLLM's own check applies
         bodies = [vd.completion_body(p, request.prefix, model, budget) for p in plans]
         try:
-            replies = self._exchange_many([("POST", "/v1/completions", b) for b in bodies], cancel, end,
-                                          hang_up=True)
+            replies = self._exchange_many([("POST", "/v1/completions", b) for b in bodies], cancel, end, hang_up=True)
         except RemoteHTTPError as exc:
             if "diffusion" in exc.detail:  # restarted with another canvas? the next request asks again
                 self._facts = None
@@ -92,19 +104,31 @@ class NativeDiffusionRoute:
             raise RemoteFailure(str(exc)) from None
         best = vd.best_answer(answers)
         self._note_pins(all(a.held for a in answers))
-        middles = self._detokenize([vd.middle_ids(best, g, self._stop_ids or frozenset())
-                                    for g in range(request.gap_count)], model, cancel, end)
+        middles = self._detokenize(
+            [vd.middle_ids(best, g, self._stop_ids or frozenset()) for g in range(request.gap_count)],
+            model,
+            cancel,
+            end,
+        )
         if request.single_line:
             middles = [m.split("\n", 1)[0] for m in middles]
-        extension = {"middle_length": best.plan.length, "candidate_lengths": [p.length for p in plans],
-                     "join_score": round(best.join_score, 4), "suffix_held": best.held,
-                     "pins_exact": bool(self._pins_exact), "canvas_width": best.plan.width,
-                     "canvases": len(answers), "canvases_held": sum(a.held for a in answers),
-                     "pinned": len(best.plan.pinned), "pinned_held": best.held_count}
+        extension = {
+            "middle_length": best.plan.length,
+            "candidate_lengths": [p.length for p in plans],
+            "join_score": round(best.join_score, 4),
+            "suffix_held": best.held,
+            "pins_exact": bool(self._pins_exact),
+            "canvas_width": best.plan.width,
+            "canvases": len(answers),
+            "canvases_held": sum(a.held for a in answers),
+            "pinned": len(best.plan.pinned),
+            "pinned_held": best.held_count,
+        }
         out = [_GapAnswer(text=m, finish_reason="stop", extension=extension) for m in middles]
         out[0].prompt_tokens = best.prompt_tokens
-        out[0].completion_tokens = sum(len(vd.middle_ids(best, g, self._stop_ids or frozenset()))
-                                       for g in range(request.gap_count))
+        out[0].completion_tokens = sum(
+            len(vd.middle_ids(best, g, self._stop_ids or frozenset())) for g in range(request.gap_count)
+        )
         if on_draft is not None:
             on_draft(Draft(step=1, middles=tuple(middles), confidence=()))
         return out
@@ -113,8 +137,7 @@ class NativeDiffusionRoute:
         missing = self._tokens.missing(texts)
         if not missing:
             return
-        replies = self._exchange_many([("POST", "/tokenize", vd.tokenize_body(t, model)) for t in missing],
-                                      cancel, end)
+        replies = self._exchange_many([("POST", "/tokenize", vd.tokenize_body(t, model)) for t in missing], cancel, end)
         for text, reply in zip(missing, replies):
             if self._max_model_len is None and isinstance(reply.get("max_model_len"), int):
                 self._max_model_len = reply["max_model_len"]  # (no discovery ran when the model was configured)
@@ -131,11 +154,13 @@ class NativeDiffusionRoute:
         singles = [self._tokens.get(t) for t in texts]
         return frozenset(ids[0] for ids in singles if len(ids) == 1)
 
-    def _detokenize(self, pieces: list[list[int]], model: str | None, cancel: CancelToken | None,
-                    end: float) -> list[str]:
+    def _detokenize(
+        self, pieces: list[list[int]], model: str | None, cancel: CancelToken | None, end: float
+    ) -> list[str]:
         pieces = [[i for i in ids if i not in self._drop_ids] for ids in pieces]
-        calls = [("POST", "/detokenize", {"tokens": ids, **({"model": model} if model else {})})
-                 for ids in pieces if ids]
+        calls = [
+            ("POST", "/detokenize", {"tokens": ids, **({"model": model} if model else {})}) for ids in pieces if ids
+        ]
         texts = iter(self._exchange_many(calls, cancel, end)) if calls else iter(())
         out = []
         for ids in pieces:
@@ -150,8 +175,14 @@ class NativeDiffusionRoute:
             self._pins_exact = True if self._pins_exact is None else self._pins_exact
             return
         self._pins_exact = False
-        then = ("the FIM template route is used from now on" if self.fim_template is not None
-                else "answers are still used, flagged suffix_held=false; set a FIM template to use that route")
-        self._say_once(logging.WARNING, f"{self.endpoint} does not hold pinned canvas positions exactly: the "
-                                        f"server lacks the infill-vllm plugin or runs without "
-                                        f"INFILL_VLLM_EXACT_PINS=1 (see docs/vllm.md); {then}")
+        then = (
+            "the FIM template route is used from now on"
+            if self.fim_template is not None
+            else "answers are still used, flagged suffix_held=false; set a FIM template to use that route"
+        )
+        self._say_once(
+            logging.WARNING,
+            f"{self.endpoint} does not hold pinned canvas positions exactly: the "
+            f"server lacks the infill-vllm plugin or runs without "
+            f"INFILL_VLLM_EXACT_PINS=1 (see docs/vllm.md); {then}",
+        )

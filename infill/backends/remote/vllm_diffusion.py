@@ -18,8 +18,8 @@ back as sent, which is how a server without the plugin is detected.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from infill.types import InfillError
 
@@ -49,15 +49,23 @@ def fitting_lengths(candidates: tuple[int, ...], cap: int, gaps: int, fixed_tota
     return [n for n in lengths if gaps * n + fixed_total <= width]
 
 
-def plan_canvases(between: list[list[int]], anchor: list[int], candidates: tuple[int, ...], max_middle: int,
-                  width: int, noise: Callable[[], int]) -> list[CanvasPlan]:
+def plan_canvases(
+    between: list[list[int]],
+    anchor: list[int],
+    candidates: tuple[int, ...],
+    max_middle: int,
+    width: int,
+    noise: Callable[[], int],
+) -> list[CanvasPlan]:
     """One plan per candidate middle length that fits the server's canvas. `between[g]` is the fixed text after
     gap g (g < G-1), `anchor` the head of the suffix; `noise()` draws the id a free slot starts from."""
     gaps = len(between) + 1
     between_total = sum(len(b) for b in between)
     if between_total + gaps > width:
-        raise InfillError(f"the fixed text between {gaps} gaps needs {between_total} tokens plus one per gap; "
-                          f"the server's canvas holds {width}")
+        raise InfillError(
+            f"the fixed text between {gaps} gaps needs {between_total} tokens plus one per gap; "
+            f"the server's canvas holds {width}"
+        )
     cap = min(max_middle, width)
     shortest = min(min(n, cap) for n in candidates)
     anchor = anchor[: max(0, width - between_total - gaps * shortest)]  # a long suffix: its head only
@@ -88,15 +96,27 @@ def _plan(length: int, fixed: list[list[int]], noise: Callable[[], int]) -> Canv
 def completion_body(plan: CanvasPlan, prompt: str, model: str | None, prompt_budget: int) -> dict:
     """Only fields a diffusion server accepts: no `suffix`, `temperature`, `seed`, `stop` (vLLM refuses the first
     three; a stop string would cut the canvas before the suffix comes back)."""
-    body: dict = {"prompt": prompt, "max_tokens": plan.width, "n": 1, "stream": False, "return_token_ids": True,
-                  "skip_special_tokens": False, "truncate_prompt_tokens": prompt_budget, "truncation_side": "left",
-                  "vllm_xargs": {"diffusion_canvas_length": plan.width, "diffusion_seed_canvas": list(plan.seed),
-                                 "diffusion_read_only": 1}}
+    body: dict = {
+        "prompt": prompt,
+        "max_tokens": plan.width,
+        "n": 1,
+        "stream": False,
+        "return_token_ids": True,
+        "skip_special_tokens": False,
+        "truncate_prompt_tokens": prompt_budget,
+        "truncation_side": "left",
+        "vllm_xargs": {
+            "diffusion_canvas_length": plan.width,
+            "diffusion_seed_canvas": list(plan.seed),
+            "diffusion_read_only": 1,
+        },
+    }
     if plan.pinned:
         body["vllm_xargs"]["diffusion_pinned"] = list(plan.pinned)
     if plan.anchor:
-        body.update(logprobs=1, return_tokens_as_token_ids=True,
-                    logprob_token_ids=sorted({plan.seed[p] for p in plan.anchor}))
+        body.update(
+            logprobs=1, return_tokens_as_token_ids=True, logprob_token_ids=sorted({plan.seed[p] for p in plan.anchor})
+        )
     if model:
         body["model"] = model
     return body
