@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # The shared server of the test_server_*.py modules (the `lsp` fixture in conftest.py). Budgets are generous: the
 # tiny engine runs on a shared 2-core CPU, and a fill cut short by its deadline is (rightly) not shown. Python text
 # from random weights never parses, so the watchdog rejects it: fills that must produce text use plaintext/Markdown
-# documents. The fallback is off: these tests are about the tiny engine's own fills (tests/test_server_fallback.py
+# documents. The fallback is off: these tests are about the tiny engine's own fills (tests/server/test_server_fallback.py
 # checks the default, with the offline default behind the checkpoint).
 INIT_OPTIONS = {"inlineBudgetMs": 400, "debounceMs": 40, "enabled": "yes", "bogusKey": 1, "fallback": False}
 CONFIG = {

@@ -2,7 +2,7 @@
 through the model's own forward, and its own `StableAndConfidentStoppingCriteria`), as a drop-in `denoiser` for
 DiffusionEngine. With no pinned slots this is `model.generate()`'s loop, and tests check it yields generate()'s
 tokens; with pinned slots it is that loop plus the clamping (one-hot self-conditioning, stopping judged per row
-over its free slots). tests/test_stopping.py compares the engine's fast sampler with it where the two are
+over its free slots). tests/engine/test_stopping.py compares the engine's fast sampler with it where the two are
 deterministic. Test and benchmark code only."""
 
 from __future__ import annotations

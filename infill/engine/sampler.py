@@ -7,8 +7,8 @@ instead of a multinomial over the whole vocabulary. The probabilities double as 
 input, so the decoder does not recompute the softmax. Everything here is pure tensor math with no host sync (the
 random numbers come in as tensors), so it runs inside the compiled step. transformers' own ops, in its RNG order,
 live in tests/reference_sampler.py. The two draw their random numbers differently, so they agree token for token
-only where no draw can change a token (near one-hot distributions: tests/test_stopping.py); elsewhere they agree
-piece by piece (argmax, entropy to 1e-4, acceptance, sampling frequencies: tests/test_sampler.py).
+only where no draw can change a token (near one-hot distributions: tests/engine/test_stopping.py); elsewhere they agree
+piece by piece (argmax, entropy to 1e-4, acceptance, sampling frequencies: tests/engine/test_sampler.py).
 """
 
 from __future__ import annotations

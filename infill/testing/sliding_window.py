@@ -1,5 +1,5 @@
 """Decoder key masks for vLLM's reading of the sliding window, for the checks that compare the engine with vLLM
-and with transformers (tests/test_engine_sliding_window.py, tests/vllm/cross_check.py). Not product code.
+and with transformers (tests/engine/test_engine_sliding_window.py, tests/vllm/cross_check.py). Not product code.
 
 transformers' DiffusionGemma decoder (the engine's reference) attends bidirectionally to everything its cache holds:
 in sliding layers the last W - 1 prompt tokens, the same for every canvas slot. vLLM 0.32 applies the sliding

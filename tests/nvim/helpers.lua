@@ -1,4 +1,4 @@
--- Helpers loaded into the Neovim under test (dofile), used by tests/test_neovim.py through the driver.
+-- Helpers loaded into the Neovim under test (dofile), used by tests/clients/test_neovim.py through the driver.
 local T = {}
 
 --- The ghost text drawn in the current buffer: {text, row, col}, or nil.

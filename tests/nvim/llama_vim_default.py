@@ -1,5 +1,5 @@
 """By hand, not a test: the real llama.vim in headless Neovim against `infill-ls serve` with the real default model
-(Gemma 3 270M), as tests/test_llama_vim.py does with the tiny one. Types `return` on the empty body line of a
+(Gemma 3 270M), as tests/gateway/test_llama_vim.py does with the tiny one. Types `return` on the empty body line of a
 Python function, prints llama.vim's ghost text and info line, presses Tab and prints the buffer.
 
 Usage: python tests/nvim/llama_vim_default.py   (from the repository root, in the venv)

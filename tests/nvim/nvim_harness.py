@@ -1,5 +1,5 @@
 """Driving a real headless Neovim from Python without extra packages: tests/nvim/driver.lua relays JSON lines to
-the Neovim under test over msgpack-RPC. Used by tests/test_neovim.py and tests/nvim/screenshot.py."""
+the Neovim under test over msgpack-RPC. Used by tests/clients/test_neovim.py and tests/nvim/screenshot.py."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ log-probabilities at temperature 1 from the last step (vLLM's `logprob_token_ids
 one slot of a one-slot canvas, to LOGPROB_TOLERANCE. The last line is one JSON object.
 
 The two implementations agree only where they read the sliding window (W) alike. transformers' decoder, the
-engine's reference (tests/test_engine_sliding_window.py: the engine's logits equal transformers' forward past the
+engine's reference (tests/engine/test_engine_sliding_window.py: the engine's logits equal transformers' forward past the
 window), gives every canvas slot the same last W - 1 prompt keys in sliding layers; vLLM 0.32 gives each slot its
 own window, as for causal attention (slot at position q: prompt keys at positions > q - W; its flash-attention
 backend symmetrises the causal window (W - 1, 0) to (W - 1, W - 1) for bidirectional queries, and its CPU kernel,

@@ -1,7 +1,7 @@
 """The engine's CUDA-only paths on a real (tiny, random-weight) model: the encode and step programs captured as CUDA
 graphs give, replayed, the tokens their bodies give run eagerly; FP8 runs through torch's scaled matmuls; loading
 turns cuDNN's attention off. Skipped where no GPU is present (the full-size figures come from benchmarks/gpu.sh).
-The same programs' arithmetic is checked on CPU by tests/test_engine_forward.py."""
+The same programs' arithmetic is checked on CPU by tests/engine/test_engine_forward.py."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-EXTENSION = Path(__file__).resolve().parents[1] / "clients" / "vscode"
+EXTENSION = Path(__file__).resolve().parents[2] / "clients" / "vscode"
 NPM = shutil.which("npm")
 pytestmark = pytest.mark.skipif(NPM is None or shutil.which("node") is None, reason="needs node and npm")
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "nvim"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nvim"))
 from nvim_harness import DRIVER, LINES, NVIM, REPO, Nvim  # noqa: E402
 
 from infill.checks.watchdog import WatchdogSettings  # noqa: E402

@@ -86,7 +86,7 @@ async def test_a_jump_to_another_line_encodes_its_prompt_before_the_first_reques
     (Without that, the prompt of a line far from the last request shares nothing but BOS with the cached one.)"""
     await wait_ready(default, timeout=240)
     uri = "file:///jump.py"
-    text = (Path(__file__).resolve().parents[1] / "infill" / "types.py").read_text()
+    text = (Path(__file__).resolve().parents[2] / "infill" / "types.py").read_text()
     lines = text.split("\n")
     open_doc(default, uri, text)
     started = time.monotonic()

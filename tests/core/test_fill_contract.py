@@ -10,7 +10,7 @@ import pytest
 
 from infill.fill_cli import main as fill_main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONTRACT = ROOT / "examples" / "contract.md"
 PLACEHOLDER = re.compile(r"\[\[[^\]]*\]\]")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "nvim"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nvim"))
 from nvim_harness import (  # noqa: E402
     CURSOR,
     GHOST_MS,

@@ -22,7 +22,7 @@ from infill.backends.offline.stops import cut_fill, ends_on_its_line, read_gap, 
 from infill.cache.tokens import fit_prompt
 from infill.types import CancelToken, InfillBackend, InfillError, InfillRequest
 
-REAL_SOURCE = Path(__file__).resolve().parents[1] / "infill" / "types.py"
+REAL_SOURCE = Path(__file__).resolve().parents[2] / "infill" / "types.py"
 SESSION_CACHE_ROOT = model_file.cache_root()  # read at import, before any test points INFILL_CACHE_DIR elsewhere
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "nvim"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nvim"))
 from nvim_harness import DRIVER, NVIM, READY_MS, REPO, Nvim  # noqa: E402
 
 CONFIG = REPO / "clients" / "neovim" / "lsp" / "infill_ls.lua"
@@ -64,7 +64,7 @@ def test_vim_lsp_enable_attaches_the_server_to_a_python_buffer_without_the_plugi
     editor = Editor(NVIM, rtp, env)
     try:
         # A user's own settings, merged over the shipped file's: few denoising steps and large budgets, as in
-        # tests/test_neovim.py (the tiny model's default of many steps took 16-20 s a fill on the busy cores).
+        # tests/clients/test_neovim.py (the tiny model's default of many steps took 16-20 s a fill on the busy cores).
         budgets = {"invokedBudgetMs": 60000, "inlineBudgetMs": 60000, "denoisingSteps": 4, "maxMiddleTokens": 12}
         editor.lua("vim.lsp.config('infill_ls', {init_options = ..., settings = {infill = ...}})", budgets, budgets)
         editor.lua(
