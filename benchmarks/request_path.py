@@ -23,8 +23,16 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FRONT = ("infill/pipeline.py", "infill/worker.py", "infill/loader.py", "infill/completion.py", "infill/gateway/",
-         "infill/pilot/", "infill/cli.py", "infill/fill_cli.py")
+FRONT = (
+    "infill/pipeline.py",
+    "infill/worker.py",
+    "infill/loader.py",
+    "infill/completion.py",
+    "infill/gateway/",
+    "infill/pilot/",
+    "infill/cli.py",
+    "infill/fill_cli.py",
+)
 STAGES = ("infill/context/", "infill/backends/", "infill/engine/", "infill/cache/", "infill/checks/")
 
 
@@ -48,13 +56,15 @@ def record_calls(trace_file: str) -> None:
         if event != "call":
             return
         path = frame.f_code.co_filename
-        if not path.startswith(root) or not path[len(root):].startswith(("infill/", "server/")):
+        if not path.startswith(root) or not path[len(root) :].startswith(("infill/", "server/")):
             return
         caller = frame.f_back.f_code.co_filename if frame.f_back else ""
-        caller = caller[len(root):] if caller.startswith(root) else ""
+        caller = caller[len(root) :] if caller.startswith(root) else ""
         caller = caller if caller.startswith(("infill/", "server/")) else ""  # a library calling a handler: no climb
-        out.write(json.dumps([time.time(), threading.current_thread().name, path[len(root):], frame.f_code.co_name,
-                              caller]) + "\n")
+        out.write(
+            json.dumps([time.time(), threading.current_thread().name, path[len(root) :], frame.f_code.co_name, caller])
+            + "\n"
+        )
 
     sys.setprofile(profile)
     threading.setprofile(profile)
@@ -74,8 +84,14 @@ def summary(records: list[list]) -> dict:
             climbs.append(f"{caller} -> {path}:{function}")
         if not floors or floors[-1] != floor(path):
             floors.append(floor(path))
-    return {"files": len(files), "threads": threads, "climbs_back_up": len(climbs), "climbs": sorted(set(climbs)),
-            "floor_changes": len(floors) - 1, "stays": files}
+    return {
+        "files": len(files),
+        "threads": threads,
+        "climbs_back_up": len(climbs),
+        "climbs": sorted(set(climbs)),
+        "floor_changes": len(floors) - 1,
+        "stays": files,
+    }
 
 
 async def drive(args, trace_file: str) -> dict:
@@ -90,31 +106,50 @@ async def drive(args, trace_file: str) -> dict:
     if args.model:
         command += ["--model", args.model]
     await client.start_io(*command, cwd=str(ROOT))
-    capabilities = types.ClientCapabilities(text_document=types.TextDocumentClientCapabilities(
-        code_action=types.CodeActionClientCapabilities(
-            resolve_support=types.ClientCodeActionResolveOptions(properties=["edit"]))))
-    await client.initialize_async(types.InitializeParams(capabilities=capabilities, process_id=os.getpid(),
-                                                         initialization_options={"debounceMs": 0}))
+    capabilities = types.ClientCapabilities(
+        text_document=types.TextDocumentClientCapabilities(
+            code_action=types.CodeActionClientCapabilities(
+                resolve_support=types.ClientCodeActionResolveOptions(properties=["edit"])
+            )
+        )
+    )
+    await client.initialize_async(
+        types.InitializeParams(
+            capabilities=capabilities, process_id=os.getpid(), initialization_options={"debounceMs": 0}
+        )
+    )
     client.initialized(types.InitializedParams())
-    while (await client.workspace_execute_command_async(
-            types.ExecuteCommandParams(command="infill.status")))["state"] == "loading":
+    while (await client.workspace_execute_command_async(types.ExecuteCommandParams(command="infill.status")))[
+        "state"
+    ] == "loading":
         await asyncio.sleep(0.2)
     uri = "file:///request_path.py"
-    text = "def area(width, height):\n    return \n\n\ndef volume(width, height, depth):\n    return width * height * depth\n"
-    client.text_document_did_open(types.DidOpenTextDocumentParams(
-        types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
+    text = (
+        "def area(width, height):\n    return \n\n\n"
+        "def volume(width, height, depth):\n    return width * height * depth\n"
+    )
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text))
+    )
     await asyncio.sleep(0.5)
     windows = {}
     t0 = time.time()
-    await client.text_document_inline_completion_async(types.InlineCompletionParams(
-        text_document=types.TextDocumentIdentifier(uri), position=types.Position(1, 11),
-        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)))
+    await client.text_document_inline_completion_async(
+        types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri),
+            position=types.Position(1, 11),
+            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
+        )
+    )
     windows["inline"] = (t0, time.time())
     await asyncio.sleep(0.5)
     t0 = time.time()
     gap = types.Range(types.Position(5, 11), types.Position(5, 33))  # the selected expression is the gap
-    actions = await client.text_document_code_action_async(types.CodeActionParams(
-        text_document=types.TextDocumentIdentifier(uri), range=gap, context=types.CodeActionContext(diagnostics=[])))
+    actions = await client.text_document_code_action_async(
+        types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri), range=gap, context=types.CodeActionContext(diagnostics=[])
+        )
+    )
     fill = next(a for a in actions or [] if isinstance(a, types.CodeAction) and "Fill gap" in a.title)
     await client.code_action_resolve_async(fill)
     windows["fill_gap"] = (t0, time.time())
@@ -132,7 +167,7 @@ def main() -> None:
         sys.path.insert(0, str(ROOT))
         from server.main import main as serve
 
-        sys.exit(serve(sys.argv[sys.argv.index("--") + 1:]))
+        sys.exit(serve(sys.argv[sys.argv.index("--") + 1 :]))
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", help="a DiffusionGemma checkpoint (default: the offline default)")
     args = parser.parse_args()
