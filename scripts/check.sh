@@ -3,6 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin
-"$PY/ruff" format --check infill server tests benchmarks vllm-plugin
-"$PY/ruff" check infill server tests benchmarks vllm-plugin
+"$PY/ruff" format --check .
+"$PY/ruff" check .
 "$PY/mypy"
