@@ -8,6 +8,7 @@ checkpoint (fp8.py) fills the same structures with E4M3 weights and per-output-c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -113,7 +114,7 @@ class EngineWeights:
     softcap: float | None
     activation: str  # transformers' name of the MLP and experts' activation
     weight_format: str = "bf16"  # what the status and the log name: "bf16", "float32", "fp8" ...
-    notes: dict = field(default_factory=dict)
+    notes: dict[str, Any] = field(default_factory=dict)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -151,7 +152,7 @@ class EngineWeights:
         return sum(seen.values())
 
 
-def _tensors(value) -> list[torch.Tensor]:
+def _tensors(value: object) -> list[torch.Tensor]:
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, (tuple, list)):
