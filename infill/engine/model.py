@@ -59,13 +59,6 @@ def model_limits(config: DiffusionGemmaConfig) -> ModelLimits:
     )
 
 
-def kv_shapes(text: DiffusionGemmaTextConfig) -> list[tuple[int, int]]:
-    """(kv heads, head dim) of each layer's cache for a DiffusionGemma text config (full-attention layers take their
-    per-layer overrides)."""
-    layers = [text.per_layer_config[i] for i in range(text.num_hidden_layers)]
-    return [(layer.num_key_value_heads, layer.head_dim) for layer in layers]
-
-
 def random_model(config: DiffusionGemmaConfig, dtype: torch.dtype) -> DiffusionGemmaForBlockDiffusion:
     """The architecture of `config` with random weights, in `dtype`, on torch's current default device (transformers'
     own constructor from a config, which also picks the attention implementation)."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
+    from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion, DiffusionGemmaTextConfig
 
 FULL_SIZE_TEXT: dict[str, Any] = {
     "vocab_size": 262_144,
@@ -115,3 +115,10 @@ def full_size_model(layers: int, seed: int = 0) -> DiffusionGemmaForBlockDiffusi
             param.uniform_(-bound, bound, generator=generator)
     model.eval()  # type: ignore[no-untyped-call]  # transformers leaves PreTrainedModel.eval unannotated
     return model
+
+
+def kv_shapes(text: DiffusionGemmaTextConfig) -> list[tuple[int, int]]:
+    """(kv heads, head dim) of each layer's cache, read from a `DiffusionGemmaTextConfig` (full-attention layers take
+    their per-layer overrides): what the engine's weights (EngineWeights.kv_shapes) must agree with."""
+    layers = [text.per_layer_config[i] for i in range(text.num_hidden_layers)]
+    return [(layer.num_key_value_heads, layer.head_dim) for layer in layers]
