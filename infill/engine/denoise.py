@@ -25,6 +25,7 @@ import torch
 
 from infill.engine.canvas import Canvas
 from infill.engine.config import EngineConfig
+from infill.engine.forward import soft_embeddings
 from infill.engine.sampler import entropy_bound_accept, fast_step, logit_scale, stable_and_confident, temperature
 from infill.types import CancelToken
 
@@ -109,8 +110,7 @@ def sample_step(
     new_argmax, nxt = torch.where(keep, state.argmax, new_argmax), torch.where(keep, state.current, nxt)
     new_score = torch.where(finished, state.score, new_score)
     stopped, history = stable_and_confident(state.history, new_argmax, entropy, free, inputs.confidence)
-    soft = torch.matmul(out.probs.to(inputs.embed.dtype), inputs.embed) * inputs.embed_scale
-    soft = torch.where(free[..., None], soft, inputs.clamp_embeddings)
+    soft = soft_embeddings(out.probs, inputs.embed, inputs.embed_scale, inputs.clamp_embeddings, free)
     return StepState(
         nxt,
         new_argmax,

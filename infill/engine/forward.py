@@ -247,11 +247,16 @@ def decode(
 
 
 def soft_embeddings(
-    probs: torch.Tensor, weights: EngineWeights, clamp_embeddings: torch.Tensor, free: torch.Tensor
+    probs: torch.Tensor,
+    embed: torch.Tensor,
+    embed_scale: torch.Tensor,
+    clamp_embeddings: torch.Tensor,
+    free: torch.Tensor,
 ) -> torch.Tensor:
-    """The next step's self-conditioning input: softmax(previous logits) @ embeddings x sqrt(H), as transformers'
-    decoder computes it, with clamped slots one-hot (their own embedding). Pure tensor math (the compiled step)."""
-    soft = torch.matmul(probs.to(weights.dtype), weights.embed) * weights.embed_scale
+    """The next step's self-conditioning input: softmax(previous logits) @ embeddings (`embed`, the decoder's
+    table) x sqrt(H) (`embed_scale`), as transformers' decoder computes it, with clamped slots one-hot (their own
+    embedding). Pure tensor math (the compiled step, denoise.sample_step)."""
+    soft = torch.matmul(probs.to(embed.dtype), embed) * embed_scale
     return torch.where(free[..., None], soft, clamp_embeddings)
 
 
