@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from infill.engine.kv import kv_bytes_per_token
+
 SLIDING, FULL = "sliding_attention", "full_attention"
 
 
@@ -141,8 +143,7 @@ class EngineWeights:
         return [(layer.kv_heads, layer.head_dim) for layer in self.encoder]
 
     def kv_bytes_per_token(self) -> int:
-        element = torch.empty((), dtype=self.dtype).element_size()
-        return sum(2 * heads * dim * element for heads, dim in self.kv_shapes())
+        return kv_bytes_per_token(self.kv_shapes(), self.dtype)
 
     def weight_bytes(self) -> int:
         """Bytes of distinct weight tensors (shared ones counted once): what a forward reads at most."""
