@@ -30,7 +30,8 @@ class Canvas:
 
     @property
     def shape(self) -> tuple[int, int]:
-        return tuple(self.free.shape)  # type: ignore[return-value]
+        rows, width = self.free.shape
+        return rows, width
 
     @property
     def padded(self) -> bool:
@@ -84,7 +85,7 @@ def padded_to(canvas: Canvas, rows: int, width: int, pad_id: int) -> Canvas:
     if (rows, width) == (have_rows, have_width):
         return canvas
 
-    def grown(t: torch.Tensor, fill) -> torch.Tensor:
+    def grown(t: torch.Tensor, fill: int | bool) -> torch.Tensor:
         out = torch.full((rows, width), fill, dtype=t.dtype, device=t.device)
         out[:have_rows, :have_width] = t
         return out

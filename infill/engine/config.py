@@ -100,7 +100,7 @@ class EngineConfig:
             return self.single_line_lengths
         return (6, 12, 24) if device.startswith("cuda") else (24,)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         """Sampler and stopping parameters, for the versions block of every result."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
@@ -175,8 +175,8 @@ def explicit_settings(config: EngineSettings) -> dict[str, Any]:
     }
 
 
-def _lookup(source, dotted: str) -> Any:
-    value = source
+def _lookup(source: object, dotted: str) -> Any:
+    value: Any = source
     for part in dotted.split("."):
         if value is None:
             return None
@@ -184,7 +184,9 @@ def _lookup(source, dotted: str) -> Any:
     return value
 
 
-def resolve_engine_config(generation_config, model_config, explicit: EngineSettings = None) -> ResolvedEngineConfig:
+def resolve_engine_config(
+    generation_config: object, model_config: object, explicit: EngineSettings = None
+) -> ResolvedEngineConfig:
     """EngineConfig from, in priority order: `explicit` settings, the checkpoint's generation config
     (`model.generation_config`, read from generation_config.json) and model config, then EngineConfig's defaults
     (transformers' generation defaults). A combination that does not validate is an InfillError naming the

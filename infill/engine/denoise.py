@@ -19,14 +19,18 @@ import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
-from typing import Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import torch
 
 from infill.engine.canvas import Canvas
 from infill.engine.config import EngineConfig
+from infill.engine.forward import soft_embeddings
 from infill.engine.sampler import entropy_bound_accept, fast_step, logit_scale, stable_and_confident, temperature
 from infill.types import CancelToken
+
+if TYPE_CHECKING:
+    from infill.engine.weights import EngineWeights
 
 
 @dataclass
@@ -34,7 +38,7 @@ class DenoiseOutput:
     tokens: torch.Tensor  # (B, W) final argmax canvas, fixed slots clamped
     join_score: torch.Tensor  # (B,) mean log-prob of the clamped anchor tokens at the last step
     steps: int  # decoder forwards
-    outcome: str  # "ok", "cut_short" or "cancelled"
+    outcome: Literal["ok", "cut_short", "cancelled"]
     row_steps: torch.Tensor | None = None  # (B,) forwards each row ran before it stopped (transformers' count)
 
 
@@ -106,8 +110,7 @@ def sample_step(
     new_argmax, nxt = torch.where(keep, state.argmax, new_argmax), torch.where(keep, state.current, nxt)
     new_score = torch.where(finished, state.score, new_score)
     stopped, history = stable_and_confident(state.history, new_argmax, entropy, free, inputs.confidence)
-    soft = torch.matmul(out.probs.to(inputs.embed.dtype), inputs.embed) * inputs.embed_scale
-    soft = torch.where(free[..., None], soft, inputs.clamp_embeddings)
+    soft = soft_embeddings(out.probs, inputs.embed, inputs.embed_scale, inputs.clamp_embeddings, free)
     return StepState(
         nxt,
         new_argmax,
@@ -120,6 +123,10 @@ def sample_step(
     )
 
 
+# (logits, state, inputs, scale, uniform, noise) -> the next state: sample_step, or a compiled copy of it
+SampleStep = Callable[[torch.Tensor, StepState, StepInputs, torch.Tensor, torch.Tensor, torch.Tensor], StepState]
+
+
 def denoise_step(
     forward: Forward,
     inputs: StepInputs,
@@ -127,7 +134,7 @@ def denoise_step(
     scale: torch.Tensor,
     uniform: torch.Tensor,
     noise: torch.Tensor,
-    sample: Callable = sample_step,
+    sample: SampleStep = sample_step,
 ) -> StepState:
     """One denoising step. `scale` (0-d) is the step's logit scale (softcap and temperature), `uniform` (B, W)
     draws the samples, `noise` (B, W) renoises the slots not accepted."""
@@ -135,17 +142,25 @@ def denoise_step(
 
 
 @functools.cache
-def sample_step_for(device_type: str) -> Callable:
+def sample_step_for(device_type: str) -> SampleStep:
     """`sample_step` compiled for CUDA (mode "reduce-overhead": CUDA graphs, one per canvas shape) where the step
     runs outside a captured program, eager elsewhere: CPU never compiles."""
     if device_type != "cuda":
         return sample_step
     compiled = torch.compile(sample_step, mode="reduce-overhead", fullgraph=True)
 
-    def run(*args):
-        torch.compiler.cudagraph_mark_step_begin()
+    def run(
+        logits: torch.Tensor,
+        state: StepState,
+        inputs: StepInputs,
+        scale: torch.Tensor,
+        uniform: torch.Tensor,
+        noise: torch.Tensor,
+    ) -> StepState:
+        torch.compiler.cudagraph_mark_step_begin()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         # A CUDA graph's outputs are overwritten by its next replay, and each step's outputs feed the next one.
-        return StepState(*(t.clone() for t in compiled(*args).tensors()))
+        new: StepState = compiled(logits, state, inputs, scale, uniform, noise)
+        return StepState(*(t.clone() for t in new.tensors()))
 
     return run
 
@@ -198,7 +213,7 @@ class Stepper(Protocol):
 class EagerStepper:
     """Forward and sampling on the canvas's own shape, as plain calls."""
 
-    def __init__(self, forward: Forward, inputs: StepInputs, sample: Callable = sample_step) -> None:
+    def __init__(self, forward: Forward, inputs: StepInputs, sample: SampleStep = sample_step) -> None:
         self.forward, self.inputs, self.sample = forward, inputs, sample
         self.state: StepState | None = None
 
@@ -206,18 +221,31 @@ class EagerStepper:
         self.state = state
 
     def step(self, scale: torch.Tensor, uniform: torch.Tensor, noise: torch.Tensor) -> StepState:
+        if self.state is None:
+            raise RuntimeError("a stepper steps only after start()")
         self.state = denoise_step(self.forward, self.inputs, self.state, scale, uniform, noise, self.sample)
         return self.state
 
 
+class CanvasRunner(Protocol):
+    """What the loop asks of the runner (runner.ModelRunner, which holds the model, its weights and the prompt's
+    keys and values): the weights, a canvas's fixed inputs, and what steps it."""
+
+    @property
+    def weights(self) -> EngineWeights: ...
+
+    def step_inputs(self, canvas: Canvas, config: EngineConfig) -> StepInputs: ...
+
+    def stepper(self, canvas: Canvas, inputs: StepInputs) -> Stepper: ...
+
+
 @dataclass(frozen=True)
 class CanvasFill:
-    """What a denoiser needs for one canvas: the canvas, the prompt before it, and the runner that holds the
-    model, its weights and the prompt's keys and values (runner.ModelRunner)."""
+    """What a denoiser needs for one canvas: the canvas, the prompt before it, and the runner."""
 
     canvas: Canvas
     prompt_ids: torch.Tensor
-    runner: object
+    runner: CanvasRunner
 
 
 def denoise(
@@ -239,7 +267,8 @@ def denoise(
     stepper.start(state)
     scales = step_scales(config, runner.weights.softcap, device)
     finished_late = _FinishedFlag(device) if device.type == "cuda" and on_step is None else None
-    steps, outcome = 0, "ok"
+    steps = 0
+    outcome: Literal["ok", "cut_short", "cancelled"] = "ok"
     for step in range(config.max_denoising_steps):
         if cancel is not None and cancel.cancelled:
             outcome = "cancelled"
@@ -268,7 +297,7 @@ class _FinishedFlag:
 
     def __init__(self, device: torch.device) -> None:
         self.host = torch.zeros((), dtype=torch.bool, pin_memory=True)
-        self.event = torch.cuda.Event()
+        self.event = torch.cuda.Event()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         self.posted = False
 
     def post(self, finished: torch.Tensor) -> None:

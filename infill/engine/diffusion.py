@@ -13,18 +13,19 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Any, cast
 
 import torch
 import transformers
 
 from infill.cache.tokens import ChunkedTokenizer
-from infill.engine.canvas import build_canvas, fit_lengths
+from infill.engine.canvas import Canvas, build_canvas, fit_lengths
 from infill.engine.config import EngineSettings, ResolvedEngineConfig, resolve_engine_config
-from infill.engine.denoise import CanvasFill, DenoiseOutput, denoise
+from infill.engine.denoise import CanvasFill, DenoiseOutput, StepCallback, denoise
 from infill.engine.kv import PromptCache, stash_budget
 from infill.engine.loading import LoadedModel
 from infill.engine.model import model_limits
-from infill.engine.runner import ModelRunner
+from infill.engine.runner import CaptureReport, ModelRunner
 from infill.types import (
     BackendInfo,
     CancelToken,
@@ -33,6 +34,7 @@ from infill.types import (
     InfillError,
     InfillRequest,
     InfillResult,
+    Outcome,
     Timings,
 )
 
@@ -74,6 +76,8 @@ class DiffusionEngine:
         self.width = self.config.canvas_length or limits.canvas_length
         self.max_prompt = min(self.config.max_prompt_tokens, limits.max_positions - self.width - 1)
         gen = loaded.generation_config
+        if gen.pad_token_id is None:
+            raise InfillError(f"{loaded.model_id} names no pad token (generation config, tokenizer or model config)")
         self.bos_id, self.eos_id, self.pad_id = gen.bos_token_id, gen.eos_token_id, gen.pad_token_id
         self.stop_ids = {i for i in (self.eos_id if isinstance(self.eos_id, list) else [self.eos_id]) if i is not None}
         self.stop_ids.add(self.pad_id)
@@ -90,19 +94,19 @@ class DiffusionEngine:
             static=static,
         )
         per_token = self.runner.kv.bytes_per_token()
-        explicit = self.config.kv_store_bytes is not None
+        explicit_bytes = self.config.kv_store_bytes
         self.prompts = PromptCache(
             self.runner.kv,
-            self.config.kv_store_bytes if explicit else stash_budget(per_token, self.device, self.max_prompt),
+            explicit_bytes if explicit_bytes is not None else stash_budget(per_token, self.device, self.max_prompt),
         )
         log.info(
             "prompt KV: live buffers %.0f MiB, other documents up to %.0f MiB (%s), %d bytes a token",
             self.runner.kv.nbytes / 2**20,
             self.prompts.stash_bytes / 2**20,
-            "explicit" if explicit else "by device",
+            "explicit" if explicit_bytes is not None else "by device",
             per_token,
         )
-        self.programs: dict = {}  # what warm_up captured (CUDA)
+        self.programs: CaptureReport = {}  # what warm_up captured (CUDA)
         self._info = BackendInfo(
             name=f"diffusiongemma:{loaded.model_id}",
             kind="diffusion",
@@ -119,7 +123,7 @@ class DiffusionEngine:
     def close(self) -> None:
         self.prompts.clear()
 
-    def versions(self) -> dict:
+    def versions(self) -> dict[str, Any]:
         return {
             "backend": "diffusion",
             "model": self.loaded.model_id,
@@ -195,10 +199,10 @@ class DiffusionEngine:
         )
         return time.perf_counter() - started
 
-    def _empty(self, request: InfillRequest, outcome: str, started: float, error: str | None) -> InfillResult:
+    def _empty(self, request: InfillRequest, outcome: Outcome, started: float, error: str | None) -> InfillResult:
         return InfillResult(
             middles=tuple("" for _ in range(request.gap_count)),
-            outcome=outcome,  # type: ignore
+            outcome=outcome,
             backend=self._info.name,
             version=request.version,
             versions=self.versions(),
@@ -281,10 +285,10 @@ class DiffusionEngine:
         with torch.inference_mode():
             reused, encoded_to = self._encode_prompt(key, ids, cancel, deadline)
             if encoded_to < ids.numel():
-                outcome = "cancelled" if cancel.cancelled else "cut_short"
+                stopped: Outcome = "cancelled" if cancel.cancelled else "cut_short"
                 return self._empty(
                     request,
-                    outcome,
+                    stopped,
                     started,
                     f"stopped during the prefill ({encoded_to} of {ids.numel()} prompt tokens encoded and kept)",
                 )
@@ -312,31 +316,33 @@ class DiffusionEngine:
 
     # ---- turning the canvas into text ---------------------------------------------------------------------------
 
-    def _best_row(self, canvas, score: torch.Tensor) -> int:
+    def _best_row(self, canvas: Canvas, score: torch.Tensor) -> int:
         if not bool(canvas.anchor.any()):
             return len(canvas.lengths) - 1
         return int(torch.argmax(score))
 
-    def _middle_ids(self, canvas, tokens: torch.Tensor, row: int, gap: int) -> list[int]:
-        picked = tokens[row][canvas.gap_of[row] == gap].tolist()
+    def _middle_ids(self, canvas: Canvas, tokens: torch.Tensor, row: int, gap: int) -> list[int]:
+        picked: list[int] = tokens[row][canvas.gap_of[row] == gap].tolist()
         for i, token in enumerate(picked):
             if token in self.stop_ids:
                 return picked[:i]
         return picked
 
     def _decode(self, ids: list[int], single_line: bool) -> str:
-        text = self.tokenizer.decode([i for i in ids if i < len(self.tokenizer)], skip_special_tokens=True)
+        # one sequence of ids decodes to one string (the `list[str]` in decode's type is for batches)
+        text = cast(str, self.tokenizer.decode([i for i in ids if i < len(self.tokenizer)], skip_special_tokens=True))
         return text.split("\n", 1)[0] if single_line else text
 
-    def _middles(self, canvas, tokens: torch.Tensor, row: int, request: InfillRequest) -> tuple[list[str], int]:
-        middles, count = [], 0
+    def _middles(self, canvas: Canvas, tokens: torch.Tensor, row: int, request: InfillRequest) -> tuple[list[str], int]:
+        middles: list[str] = []
+        count = 0
         for gap in range(request.gap_count):
             ids = self._middle_ids(canvas, tokens, row, gap)
             count += len(ids)
             middles.append(self._decode(ids, request.single_line))
         return middles, count
 
-    def _draft_emitter(self, canvas, on_draft: DraftCallback, request: InfillRequest):
+    def _draft_emitter(self, canvas: Canvas, on_draft: DraftCallback, request: InfillRequest) -> StepCallback:
         def emit(step: int, tokens: torch.Tensor, max_prob: torch.Tensor, score: torch.Tensor) -> None:
             row = self._best_row(canvas, score)
             middles, _ = self._middles(canvas, tokens, row, request)
@@ -351,7 +357,7 @@ class DiffusionEngine:
     def _result(
         self,
         request: InfillRequest,
-        canvas,
+        canvas: Canvas,
         out: DenoiseOutput,
         prompt_tokens: int,
         reused: int,
@@ -366,12 +372,12 @@ class DiffusionEngine:
             "candidate_lengths": list(canvas.lengths),
             "join_score": round(float(out.join_score[row]), 4),
         }
-        outcome = out.outcome if any(middles) or out.outcome != "ok" else "empty"
+        outcome: Outcome = out.outcome if any(middles) or out.outcome != "ok" else "empty"
         return InfillResult(
             middles=tuple(middles),
             outcome=outcome,
             backend=self._info.name,
-            steps=out.steps,  # type: ignore
+            steps=out.steps,
             tokens_per_forward=produced / max(out.steps, 1),
             generated_tokens=produced,
             timings=Timings(

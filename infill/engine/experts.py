@@ -19,10 +19,10 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from infill.engine.ops import quantize_rows, rms_norm
+from infill.engine.ops import Activation, quantize_rows, rms_norm
 from infill.engine.weights import Experts, Layer
 
-Kernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Experts, Callable], torch.Tensor]
+Kernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Experts, Activation], torch.Tensor]
 
 
 def route(x: torch.Tensor, layer: Layer, top_k: int, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -61,7 +61,9 @@ def _grouped_matmul(
     return out
 
 
-def grouped(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, experts: Experts, act) -> torch.Tensor:
+def grouped(
+    x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, experts: Experts, act: Activation
+) -> torch.Tensor:
     tokens, top_k = ids.shape
     flat = ids.reshape(-1)
     sorted_ids, order = torch.sort(flat, stable=True)
@@ -82,7 +84,7 @@ def _dequantized(weight: torch.Tensor, scale: torch.Tensor | None, dtype: torch.
     return weight if scale is None else (weight.float() * scale[..., None]).to(dtype)
 
 
-def pairs(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, experts: Experts, act) -> torch.Tensor:
+def pairs(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, experts: Experts, act: Activation) -> torch.Tensor:
     tokens, top_k = ids.shape
     flat = ids.reshape(-1)
     rows = x.repeat_interleave(top_k, dim=0)
@@ -95,7 +97,7 @@ def pairs(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, experts: Ex
     return (out.float() * weights.reshape(-1, 1)).view(tokens, top_k, -1).sum(dim=1).to(x.dtype)
 
 
-def loop(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, experts: Experts, act) -> torch.Tensor:
+def loop(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, experts: Experts, act: Activation) -> torch.Tensor:
     tokens, top_k = ids.shape
     total = torch.zeros(tokens, x.shape[-1], dtype=torch.float32, device=x.device)
     for expert in torch.unique(ids).tolist():

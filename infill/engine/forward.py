@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +29,8 @@ from infill.engine.ops import activation, apply_rope, attend, fold_mask, linear,
 from infill.engine.weights import FULL, SLIDING, EngineWeights, Layer
 
 KernelChoice = Callable[[int], str]  # tokens in a call -> experts kernel name (experts.KERNELS)
+Masks = dict[str, torch.Tensor]  # layer kind -> its attention mask
+Ropes = dict[str, tuple[torch.Tensor, torch.Tensor]]  # layer kind -> (cos, sin)
 
 
 @dataclass(frozen=True)
@@ -53,9 +56,9 @@ def _span_positions(span: KeySpan, device: torch.device) -> torch.Tensor:
     return torch.arange(span.lo, span.hi, device=device)
 
 
-def encoder_masks(weights: EngineWeights, spans: dict[str, KeySpan], positions: torch.Tensor) -> dict:
+def encoder_masks(weights: EngineWeights, spans: dict[str, KeySpan], positions: torch.Tensor) -> Masks:
     """(T, S) per layer kind: a token sees the keys at or before its own position, sliding layers the last W."""
-    out = {}
+    out: Masks = {}
     for kind, span in spans.items():
         keys = _span_positions(span, positions.device)
         mask = keys[None, :] <= positions[:, None]
@@ -67,13 +70,13 @@ def encoder_masks(weights: EngineWeights, spans: dict[str, KeySpan], positions: 
 
 def canvas_masks(
     weights: EngineWeights, spans: dict[str, KeySpan], prompt_length: torch.Tensor | int, valid: torch.Tensor
-) -> dict:
+) -> Masks:
     """(R*W, S) per layer kind for canvas slots written at prompt_length.. (row-major): the prompt (sliding: its
     last W - 1 tokens) and the valid slots of the slot's own row."""
     rows, width = valid.shape
     slots = rows * width
     row_of = torch.arange(rows, device=valid.device).repeat_interleave(width)
-    out = {}
+    out: Masks = {}
     for kind, span in spans.items():
         keys = _span_positions(span, valid.device)
         prompt = keys < prompt_length
@@ -139,12 +142,12 @@ def _run_layer(
     x: torch.Tensor,
     kv: KVBuffers,
     write_at: torch.Tensor,
-    ropes: dict,
-    spans: dict,
-    masks: dict,
+    ropes: Ropes,
+    spans: dict[str, KeySpan],
+    masks: Masks,
     kernel: str,
     keys_only: bool = False,
-):
+) -> torch.Tensor | None:
     cos, sin = ropes[layer.kind]
     span = spans[layer.kind]
     return layer_fn(
@@ -166,11 +169,11 @@ def _run_layer(
     )
 
 
-def _ropes(weights: EngineWeights, positions: torch.Tensor, dtype: torch.dtype) -> dict:
+def _ropes(weights: EngineWeights, positions: torch.Tensor, dtype: torch.dtype) -> Ropes:
     return {kind: rope_tables(table, positions, dtype) for kind, table in weights.rope.items()}
 
 
-def _folded(weights: EngineWeights, visible: dict, dtype: torch.dtype) -> dict:
+def _folded(weights: EngineWeights, visible: Masks, dtype: torch.dtype) -> Masks:
     """Each kind's mask folded for its layers' query groups (the same for every layer of a kind)."""
     groups = {layer.kind: layer.groups for layer in weights.decoder}
     return {kind: fold_mask(mask, groups[kind], dtype) for kind, mask in visible.items() if kind in groups}
@@ -193,7 +196,9 @@ def encode(
     masks = _folded(weights, encoder_masks(weights, spans, positions), x.dtype)
     last = len(weights.encoder) - 1
     for i, layer in enumerate(weights.encoder):
-        x = _run_layer(weights, layer_fn, layer, i, x, kv, positions, ropes, spans, masks, kernel, i == last)
+        out = _run_layer(weights, layer_fn, layer, i, x, kv, positions, ropes, spans, masks, kernel, i == last)
+        if out is not None:  # the last layer writes its keys and values, and nothing else
+            x = out
 
 
 def self_conditioned(weights: EngineWeights, tokens: torch.Tensor, soft: torch.Tensor) -> torch.Tensor:
@@ -208,7 +213,7 @@ def self_conditioned(weights: EngineWeights, tokens: torch.Tensor, soft: torch.T
 
 def decode_masks(
     weights: EngineWeights, spans: dict[str, KeySpan], prompt_length: torch.Tensor | int, valid: torch.Tensor
-) -> dict:
+) -> Masks:
     """The attention masks of a canvas (`canvas_masks`, folded): the same for every step of one fill."""
     return _folded(weights, canvas_masks(weights, spans, prompt_length, valid), weights.dtype)
 
@@ -223,7 +228,7 @@ def decode(
     spans: dict[str, KeySpan],
     kernel: str,
     layer_fn: LayerForward = layer_forward,
-    masks: dict | None = None,
+    masks: Masks | None = None,
 ) -> torch.Tensor:
     """Raw LM-head logits (R, W, V) float32 for canvas rows `tokens` (R, W) after a prompt of `prompt_length`
     tokens; `valid` (R, W) marks real slots (padding is neither seen nor scored). `masks`: `decode_masks` of the
@@ -235,17 +240,23 @@ def decode(
     write_at = prompt_length + torch.arange(rows * width, device=tokens.device)
     masks = masks if masks is not None else decode_masks(weights, spans, prompt_length, valid)
     for i, layer in enumerate(weights.decoder):
-        x = _run_layer(weights, layer_fn, layer, i, x, kv, write_at, ropes, spans, masks, kernel)
+        # a layer returns nothing only when asked for its keys and values alone (keys_only), never here
+        x = cast(torch.Tensor, _run_layer(weights, layer_fn, layer, i, x, kv, write_at, ropes, spans, masks, kernel))
     hidden = rms_norm(x, weights.final_norm, weights.eps)
     return F.linear(hidden, weights.head).float().view(rows, width, -1)
 
 
 def soft_embeddings(
-    probs: torch.Tensor, weights: EngineWeights, clamp_embeddings: torch.Tensor, free: torch.Tensor
+    probs: torch.Tensor,
+    embed: torch.Tensor,
+    embed_scale: torch.Tensor,
+    clamp_embeddings: torch.Tensor,
+    free: torch.Tensor,
 ) -> torch.Tensor:
-    """The next step's self-conditioning input: softmax(previous logits) @ embeddings x sqrt(H), as transformers'
-    decoder computes it, with clamped slots one-hot (their own embedding). Pure tensor math (the compiled step)."""
-    soft = torch.matmul(probs.to(weights.dtype), weights.embed) * weights.embed_scale
+    """The next step's self-conditioning input: softmax(previous logits) @ embeddings (`embed`, the decoder's
+    table) x sqrt(H) (`embed_scale`), as transformers' decoder computes it, with clamped slots one-hot (their own
+    embedding). Pure tensor math (the compiled step, denoise.sample_step)."""
+    soft = torch.matmul(probs.to(embed.dtype), embed) * embed_scale
     return torch.where(free[..., None], soft, clamp_embeddings)
 
 

@@ -17,12 +17,16 @@ import json
 import logging
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from infill.engine.ops import FP8, FP8_MAX
 from infill.engine.weights import EngineWeights, Experts, Layer, Linear, Norms, Rope
 from infill.types import InfillError
+
+if TYPE_CHECKING:
+    from transformers import DiffusionGemmaConfig
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +41,7 @@ def quantize_rows_of(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def _storage(t: torch.Tensor) -> int:
     """Identifies the storage a tensor views: the same for the encoder's and decoder's shared weights, and still
     the same once that storage was released."""
-    return t.untyped_storage()._cdata
+    return int(t.untyped_storage()._cdata)
 
 
 class _Quantizer:
@@ -48,13 +52,16 @@ class _Quantizer:
     def __init__(self, device: torch.device, release: bool = False) -> None:
         self.device = device
         self.release = release
-        self.done: dict[int, object] = {}
+        # what each source storage became: a tensor moved to the device, a quantized Linear, quantized experts
+        self.moved: dict[int, torch.Tensor] = {}
+        self.linears: dict[int, Linear] = {}
+        self.experts_done: dict[int, Experts] = {}
 
     def keep(self, t: torch.Tensor) -> torch.Tensor:
         key = _storage(t)
-        if key not in self.done:
-            self.done[key] = t.to(self.device)
-        return self.done[key]  # type: ignore[return-value]
+        if key not in self.moved:
+            self.moved[key] = t.to(self.device)
+        return self.moved[key]
 
     def _quantized(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         out = quantize_rows_of(t.to(self.device))
@@ -65,23 +72,23 @@ class _Quantizer:
                 pass
         return out
 
-    def linear(self, layer: Linear | None) -> Linear | None:
-        if layer is None or layer.fp8:
+    def linear(self, layer: Linear) -> Linear:
+        if layer.fp8:
             return layer
         key = _storage(layer.weight)
-        if key not in self.done:
-            self.done[key] = Linear(*self._quantized(layer.weight))
-        return self.done[key]  # type: ignore[return-value]
+        if key not in self.linears:
+            self.linears[key] = Linear(*self._quantized(layer.weight))
+        return self.linears[key]
 
     def experts(self, experts: Experts) -> Experts:
         if experts.fp8:
             return experts
         key = _storage(experts.gate_up)
-        if key not in self.done:
+        if key not in self.experts_done:
             gate_up, gate_up_scale = self._quantized(experts.gate_up)
             down, down_scale = self._quantized(experts.down)
-            self.done[key] = Experts(gate_up, down, gate_up_scale, down_scale)
-        return self.done[key]  # type: ignore[return-value]
+            self.experts_done[key] = Experts(gate_up, down, gate_up_scale, down_scale)
+        return self.experts_done[key]
 
     def layer(self, layer: Layer) -> Layer:
         n = layer.norms
@@ -93,7 +100,7 @@ class _Quantizer:
             norms=Norms(*(self.keep(getattr(n, f)) for f in n.__dataclass_fields__)),
             q=self.linear(layer.q),
             k=self.linear(layer.k),
-            v=self.linear(layer.v),
+            v=None if layer.v is None else self.linear(layer.v),
             o=self.linear(layer.o),
             q_norm=self.keep(layer.q_norm),
             k_norm=self.keep(layer.k_norm),
@@ -143,7 +150,7 @@ def quantize_weights(
 # ---- the compressed-tensors checkpoint format ------------------------------------------------------------------
 
 
-def compressed_fp8_scheme(config) -> dict | None:
+def compressed_fp8_scheme(config: DiffusionGemmaConfig) -> dict[str, Any] | None:
     """The FP8-dynamic scheme of a checkpoint's `quantization_config` (None: not quantized). Raises InfillError for
     any other quantization, naming it."""
     qc = getattr(config, "quantization_config", None)
@@ -192,7 +199,8 @@ class _Tensors:
         if not files:
             raise InfillError(f"{directory} has no *.safetensors weights")
         self.handles = [safe_open(str(f), framework="pt") for f in files]
-        self.where = {key: h for h in self.handles for key in h.keys()}
+        # safetensors' own stubs leave `keys` and `get_tensor` unannotated
+        self.where = {key: h for h in self.handles for key in h.keys()}  # type: ignore[no-untyped-call]
 
     def has(self, name: str) -> bool:
         return name in self.where
@@ -200,7 +208,8 @@ class _Tensors:
     def get(self, name: str) -> torch.Tensor:
         if name not in self.where:
             raise InfillError(f"the checkpoint has no tensor {name!r}")
-        return self.where[name].get_tensor(name).to(self.device)
+        tensor: torch.Tensor = self.where[name].get_tensor(name)  # type: ignore[no-untyped-call]
+        return tensor.to(self.device)
 
     def linear(self, name: str, dtype: torch.dtype) -> Linear:
         weight = self.get(f"{name}.weight")
@@ -213,20 +222,27 @@ def _experts(t: _Tensors, prefix: str, count: int, dtype: torch.dtype) -> Expert
     if t.has(f"{prefix}.gate_up_proj"):  # fused, unquantized
         return Experts(t.get(f"{prefix}.gate_up_proj").to(dtype), t.get(f"{prefix}.down_proj").to(dtype))
     per = [[t.linear(f"{prefix}.{e}.{p}", dtype) for p in ("gate_proj", "up_proj", "down_proj")] for e in range(count)]
-    if not all(lin.fp8 for row in per for lin in row):
-        raise InfillError(f"{prefix}: experts split per expert but not all in FP8")
+
+    def scale(lin: Linear) -> torch.Tensor:
+        if lin.scale is None:
+            raise InfillError(f"{prefix}: experts split per expert but not all in FP8")
+        return lin.scale
+
+    scales = [[scale(lin) for lin in row] for row in per]
     gate_up = torch.stack([torch.cat([g.weight, u.weight]) for g, u, _ in per])
-    gate_up_scale = torch.stack([torch.cat([g.scale, u.scale]) for g, u, _ in per])
+    gate_up_scale = torch.stack([torch.cat([g, u]) for g, u, _ in scales])
     down = torch.stack([d.weight for _, _, d in per])
-    return Experts(gate_up, down, gate_up_scale, torch.stack([d.scale for _, _, d in per]))
+    return Experts(gate_up, down, gate_up_scale, torch.stack([d for _, _, d in scales]))
 
 
-def load_compressed_tensors(directory: str | Path, config, device: torch.device, dtype: torch.dtype) -> EngineWeights:
+def load_compressed_tensors(
+    directory: str | Path, config: DiffusionGemmaConfig, device: torch.device, dtype: torch.dtype
+) -> EngineWeights:
     """EngineWeights from a compressed-tensors FP8 checkpoint, read tensor by tensor onto `device`; tensors left
     unquantized are cast to `dtype`."""
-    from infill.engine.model import rope_of_config
+    from infill.engine.model import rope_of_config, text_config
 
-    text = config.text_config
+    text = text_config(config)
     t = _Tensors(Path(directory), device)
     kinds = tuple(text.layer_types[: text.num_hidden_layers])
 
@@ -297,7 +313,7 @@ def load_compressed_tensors(directory: str | Path, config, device: torch.device,
         final_norm=t.get("model.decoder.norm.weight").to(dtype),
         encoder=encoder,
         decoder=decoder,
-        rope={kind: Rope(table.inv_freq.to(device), table.scaling) for kind, table in rope_of_config(text).items()},
+        rope={kind: Rope(table.inv_freq.to(device), table.scaling) for kind, table in rope_of_config(config).items()},
         eps=text.rms_norm_eps,
         top_k=text.top_k_experts,
         sliding_window=text.sliding_window,

@@ -16,8 +16,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from torch.cuda import _POOL_HANDLE  # the opaque handle of a graph memory pool, as torch.cuda.graphs names it
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +43,12 @@ class StaticProgram:
     def captured(self) -> bool:
         return self.graph is not None
 
-    def capture(self, pool=None) -> bool:
+    def capture(self, pool: _POOL_HANDLE | None = None) -> bool:
         """Capture the body as a CUDA graph (CUDA only; True when it was). Runs the body twice: one warm-up and
         the capture, whose results the next `run` overwrites."""
         if self.device.type != "cuda" or self.graph is not None or self.failed:
             return self.graph is not None
-        stream = torch.cuda.Stream(device=self.device)
+        stream = torch.cuda.Stream(device=self.device)  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         stream.wait_stream(torch.cuda.current_stream(self.device))
         try:
             with torch.cuda.stream(stream):

@@ -165,6 +165,7 @@ class PromptCache:
 
 
 def kv_bytes_per_token(shapes: Sequence[tuple[int, int]], dtype: torch.dtype) -> int:
+    """Bytes one prompt token takes in the buffers: keys and values of every layer ((kv heads, head dim) each)."""
     element = torch.empty((), dtype=dtype).element_size()
     return sum(2 * heads * dim * element for heads, dim in shapes)
 

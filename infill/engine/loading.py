@@ -12,12 +12,20 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 from infill.device import resolve_device_dtype
 from infill.device import torch_dtype as to_torch_dtype
 from infill.engine.weights import EngineWeights
 from infill.types import InfillError
+
+if TYPE_CHECKING:
+    from transformers import (
+        DiffusionGemmaConfig,
+        DiffusionGemmaForBlockDiffusion,
+        DiffusionGemmaGenerationConfig,
+        PreTrainedTokenizerBase,
+    )
 
 log = logging.getLogger(__name__)
 
@@ -27,18 +35,18 @@ Quantization = Literal["none", "fp8"]
 
 @dataclass(frozen=True)
 class LoadedModel:
-    model: Any  # DiffusionGemmaForBlockDiffusion in eval mode; None when the weights were read without it (FP8)
-    tokenizer: Any  # PreTrainedTokenizerBase
+    model: DiffusionGemmaForBlockDiffusion | None  # in eval mode; None when the weights were read without it (FP8)
+    tokenizer: PreTrainedTokenizerBase
     model_id: str
     revision: str
     device: str
     dtype: str  # activations and KV (the weights' own format: weights.weight_format)
-    config: Any = None  # DiffusionGemmaConfig
-    generation_config: Any = None  # DiffusionGemmaGenerationConfig, eos/pad/bos filled in
-    weights: EngineWeights | None = None
+    config: DiffusionGemmaConfig
+    generation_config: DiffusionGemmaGenerationConfig  # eos/pad/bos filled in
+    weights: EngineWeights
 
 
-def _read_config(model: str, revision: str | None):
+def _read_config(model: str, revision: str | None) -> DiffusionGemmaConfig:
     from transformers import AutoConfig
 
     try:
@@ -50,7 +58,7 @@ def _read_config(model: str, revision: str | None):
             f"{model!r} is a {getattr(config, 'model_type', 'unknown')!r} checkpoint, not DiffusionGemma "
             "(model_type 'diffusion_gemma')"
         )
-    return config
+    return cast("DiffusionGemmaConfig", config)
 
 
 def _check_local_weights(path: Path) -> None:
@@ -78,7 +86,7 @@ def load_diffusion_model(
     from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
 
     from infill.engine.fp8 import compressed_fp8_scheme, load_compressed_tensors, quantize_weights
-    from infill.engine.model import engine_weights
+    from infill.engine.model import checkpoint_revision, engine_weights, random_model
 
     if quantization not in ("none", "fp8"):
         raise InfillError(f"unknown quantization {quantization!r} (none or fp8)")
@@ -89,7 +97,8 @@ def load_diffusion_model(
     torch_dtype = to_torch_dtype(dtype_name)
     config = _read_config(model, revision)
     prequantized = compressed_fp8_scheme(config) is not None
-    net = None
+    net: DiffusionGemmaForBlockDiffusion | None = None
+    generation_config: DiffusionGemmaGenerationConfig | None
     if prequantized and load_format != "dummy":
         weights = load_compressed_tensors(_local_snapshot(model, revision), config, torch.device(device), torch_dtype)
         generation_config = _generation_config(model, revision)
@@ -101,7 +110,7 @@ def load_diffusion_model(
         load_device = "cpu" if quantization == "fp8" else device
         if load_format == "dummy":
             with torch.device(load_device):
-                net = DiffusionGemmaForBlockDiffusion._from_config(config, dtype=torch_dtype)
+                net = random_model(config, torch_dtype)
             net.generation_config = _generation_config(model, revision) or net.generation_config
         else:
             local = Path(model)
@@ -110,7 +119,7 @@ def load_diffusion_model(
             try:
                 net = DiffusionGemmaForBlockDiffusion.from_pretrained(
                     model,
-                    revision=revision,
+                    revision=revision,  # type: ignore[arg-type]  # typed `str`; None is the hub's default branch
                     dtype=torch_dtype,
                     use_safetensors=True,
                     trust_remote_code=False,
@@ -119,10 +128,10 @@ def load_diffusion_model(
             except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
                 raise InfillError(f"cannot load DiffusionGemma weights from {model!r}: {exc}") from exc
             if not load_device.startswith("cuda"):
-                net = net.to(load_device)
+                net = net.to(load_device)  # type: ignore[arg-type]  # transformers' wrapper of `to` hides its signature
         net.eval()
         weights = engine_weights(net)
-        generation_config = net.generation_config
+        generation_config = cast("DiffusionGemmaGenerationConfig", net.generation_config)
         if quantization == "fp8":
             weights = quantize_weights(weights, torch.device(device))
             net = None  # the bf16 tensors the FP8 ones replace are freed with it
@@ -136,7 +145,7 @@ def load_diffusion_model(
     except (OSError, ValueError, json.JSONDecodeError) as exc:
         raise InfillError(f"cannot load the tokenizer of {model!r}: {exc}") from exc
     generation_config = _fill_special_ids(generation_config, config, tokenizer)
-    rev = revision or getattr(config, "_commit_hash", None) or "local"
+    rev = revision or checkpoint_revision(config) or "local"
     dtype_name = str(torch_dtype).removeprefix("torch.") + ("(dummy weights)" if load_format == "dummy" else "")
     log.info("loaded %s on %s: activations %s, weights %s", model, device, dtype_name, weights.weight_format)
     return LoadedModel(net, tokenizer, model, str(rev), device, dtype_name, config, generation_config, weights)
@@ -156,13 +165,15 @@ def _local_snapshot(model: str, revision: str | None) -> Path:
         raise InfillError(f"cannot fetch the FP8 checkpoint {model!r}: {exc}") from exc
 
 
-def _generation_config(model: str, revision: str | None):
+def _generation_config(model: str, revision: str | None) -> DiffusionGemmaGenerationConfig | None:
     """The checkpoint's generation_config.json (its sampler settings), or None when it has none, so transformers'
     defaults apply."""
     from transformers import DiffusionGemmaGenerationConfig
 
     try:
-        return DiffusionGemmaGenerationConfig.from_pretrained(model, revision=revision)
+        # typed to return a plain GenerationConfig, and `revision` as `str` (None: the hub's default branch)
+        found = DiffusionGemmaGenerationConfig.from_pretrained(model, revision=revision)  # type: ignore[arg-type]
+        return cast("DiffusionGemmaGenerationConfig", found)
     except OSError:
         log.info("%s has no generation_config.json: transformers' sampler defaults apply", model)
         return None
@@ -170,12 +181,14 @@ def _generation_config(model: str, revision: str | None):
         raise InfillError(f"cannot read the generation config of {model!r}: {exc}") from exc
 
 
-def _fill_special_ids(gen, config, tokenizer):
+def _fill_special_ids(
+    gen: DiffusionGemmaGenerationConfig | None, config: DiffusionGemmaConfig, tokenizer: PreTrainedTokenizerBase
+) -> DiffusionGemmaGenerationConfig:
     """A fresh model's generation config has no eos/pad: without them there is no EOS handling."""
     if gen is None:
         from transformers import DiffusionGemmaGenerationConfig
 
-        gen = DiffusionGemmaGenerationConfig()
+        gen = DiffusionGemmaGenerationConfig()  # type: ignore[no-untyped-call]  # transformers leaves it unannotated
     for name in ("eos_token_id", "pad_token_id", "bos_token_id"):
         if getattr(gen, name, None) is None:
             setattr(

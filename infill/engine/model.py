@@ -1,17 +1,50 @@
 """The one module that reaches into transformers' DiffusionGemma internals: it takes the loaded model's own tensors
 out of its modules (encoder and decoder layers, embeddings, rotary tables, self-conditioning) into the engine's
-plain structures (weights.py), and reads the limits the engine needs from its config. A transformers upgrade that
-moves an internal is fixed here alone. Nothing is copied: the engine's forward reads these very tensors.
+plain structures (weights.py), reads the limits the engine needs from its config, and builds the architecture with
+random weights (`--load-format dummy`). A transformers upgrade that moves an internal is fixed here alone. Nothing
+is copied: the engine's forward reads these very tensors.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, cast
 
 import torch
 
 from infill.engine.weights import FULL, SLIDING, EngineWeights, Experts, Layer, Linear, Norms, Rope
 from infill.types import InfillError
+
+if TYPE_CHECKING:
+    from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion, DiffusionGemmaTextConfig
+    from transformers.models.diffusion_gemma.modeling_diffusion_gemma import (
+        DiffusionGemmaDecoderTextLayer,
+        DiffusionGemmaEncoderTextLayer,
+        DiffusionGemmaTextRotaryEmbedding,
+    )
+
+    TextLayer = DiffusionGemmaEncoderTextLayer | DiffusionGemmaDecoderTextLayer
+
+
+class TextConfig(Protocol):
+    """What the engine reads of a `DiffusionGemmaTextConfig` (transformers types these fields as optional; a
+    DiffusionGemmaConfig always fills them)."""
+
+    num_hidden_layers: int
+    layer_types: list[str]
+    hidden_size: int
+    num_experts: int
+    top_k_experts: int
+    rms_norm_eps: float
+    sliding_window: int
+    final_logit_softcapping: float | None
+    hidden_activation: str
+    max_position_embeddings: int
+
+
+def text_config(config: DiffusionGemmaConfig) -> TextConfig:
+    return cast("TextConfig", config.text_config)
 
 
 @dataclass(frozen=True)
@@ -20,24 +53,35 @@ class ModelLimits:
     canvas_length: int
 
 
-def model_limits(config) -> ModelLimits:
-    return ModelLimits(max_positions=config.text_config.max_position_embeddings, canvas_length=config.canvas_length)
+def model_limits(config: DiffusionGemmaConfig) -> ModelLimits:
+    return ModelLimits(
+        max_positions=text_config(config).max_position_embeddings, canvas_length=cast(int, config.canvas_length)
+    )
 
 
-def kv_shapes(text) -> list[tuple[int, int]]:
-    """(kv heads, head dim) of each layer's cache for a DiffusionGemma text config (full-attention layers take their
-    per-layer overrides)."""
-    layers = [text.per_layer_config[i] for i in range(text.num_hidden_layers)]
-    return [(layer.num_key_value_heads, layer.head_dim) for layer in layers]
+def random_model(config: DiffusionGemmaConfig, dtype: torch.dtype) -> DiffusionGemmaForBlockDiffusion:
+    """The architecture of `config` with random weights, in `dtype`, on torch's current default device (transformers'
+    own constructor from a config, which also picks the attention implementation)."""
+    from transformers import DiffusionGemmaForBlockDiffusion
+
+    # transformers leaves `_from_config` unannotated
+    model = DiffusionGemmaForBlockDiffusion._from_config(config, dtype=dtype)  # type: ignore[no-untyped-call]
+    return cast("DiffusionGemmaForBlockDiffusion", model)
 
 
-def _linear(module) -> Linear:
+def checkpoint_revision(config: DiffusionGemmaConfig) -> str | None:
+    """The hub commit a config was read from (None: a local directory, or not recorded)."""
+    revision = getattr(config, "_commit_hash", None)
+    return str(revision) if revision else None
+
+
+def _linear(module: torch.nn.Linear) -> Linear:
     if getattr(module, "bias", None) is not None:
         raise InfillError("this DiffusionGemma checkpoint has attention or MLP biases, which the engine does not read")
     return Linear(module.weight.detach())
 
 
-def _layer(module, kind: str) -> Layer:
+def _layer(module: TextLayer, kind: str) -> Layer:
     attn = module.self_attn
     heads = attn.q_proj.out_features // attn.head_dim
     kv_heads = attn.k_proj.out_features // attn.head_dim
@@ -72,7 +116,7 @@ def _layer(module, kind: str) -> Layer:
     )
 
 
-def _rope(rotary, kinds) -> dict[str, Rope]:
+def _rope(rotary: DiffusionGemmaTextRotaryEmbedding, kinds: Iterable[str]) -> dict[str, Rope]:
     return {
         kind: Rope(
             getattr(rotary, f"{kind}_inv_freq").detach().float(), float(getattr(rotary, f"{kind}_attention_scaling"))
@@ -81,17 +125,19 @@ def _rope(rotary, kinds) -> dict[str, Rope]:
     }
 
 
-def rope_of_config(text) -> dict[str, Rope]:
-    """The rotary tables transformers builds for a DiffusionGemma text config (for checkpoints read without it)."""
+def rope_of_config(config: DiffusionGemmaConfig) -> dict[str, Rope]:
+    """The rotary tables transformers builds for a DiffusionGemma config (for checkpoints read without it)."""
     from transformers.models.diffusion_gemma.modeling_diffusion_gemma import DiffusionGemmaTextRotaryEmbedding
 
+    text = text_config(config)
     kinds = set(text.layer_types[: text.num_hidden_layers])
-    return _rope(DiffusionGemmaTextRotaryEmbedding(text, device="cpu"), kinds)
+    rotary = DiffusionGemmaTextRotaryEmbedding(cast("DiffusionGemmaTextConfig", config.text_config), device="cpu")
+    return _rope(rotary, kinds)
 
 
-def engine_weights(model) -> EngineWeights:
+def engine_weights(model: DiffusionGemmaForBlockDiffusion) -> EngineWeights:
     """The weights of a loaded `DiffusionGemmaForBlockDiffusion`, as the engine's forward reads them."""
-    text = model.config.text_config
+    text = text_config(model.config)
     if getattr(text, "use_bidirectional_attention", None) == "all":
         raise InfillError("a DiffusionGemma text stack with a bidirectional encoder is not supported")
     encoder = model.model.encoder.language_model

@@ -10,12 +10,15 @@ slice of the buffers (eager) and the whole buffer at a fixed shape (CUDA graphs)
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
 from infill.engine.weights import Linear, Rope
 from infill.types import InfillError
 
+Activation = Callable[[torch.Tensor], torch.Tensor]
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0  # the largest finite E4M3 value
 
@@ -26,7 +29,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.
     return F.rms_norm(x.float(), x.shape[-1:], None if weight is None else weight.float(), eps).type_as(x)
 
 
-def activation(name: str):
+def activation(name: str) -> Activation:
     if name in ("gelu_pytorch_tanh", "gelu_tanh"):
         return lambda x: F.gelu(x, approximate="tanh")
     if name == "gelu":
@@ -47,7 +50,7 @@ def linear(x: torch.Tensor, layer: Linear) -> torch.Tensor:
     """x @ W.T. FP8 weights: activations quantized per token, one scaled matmul with per-token and per-output-channel
     scales, out in x's dtype (torch._scaled_mm: cuBLASLt on Hopper, and a CPU kernel, so CPU tests run this very
     call)."""
-    if not layer.fp8:
+    if layer.scale is None:  # not FP8
         return F.linear(x, layer.weight)
     rows = x.reshape(-1, x.shape[-1])
     xq, xs = quantize_rows(rows)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING, TypedDict
 
 import torch
 
@@ -26,12 +27,24 @@ from infill.engine.graphs import StaticProgram, bucket
 from infill.engine.kv import KVBuffers
 from infill.engine.weights import EngineWeights
 
+if TYPE_CHECKING:
+    from transformers import DiffusionGemmaForBlockDiffusion
+
 log = logging.getLogger(__name__)
 
 ENCODE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # the prompt is encoded in chunks of at most 512
 CANVAS_ROWS = (1, 3, 5)  # one row, the GPU's single-line candidates, the multi-line candidates
 CANVAS_WIDTHS = (32, 80, 256)  # a line, a few lines, the model's whole canvas
 ALIGN = 64  # buffer lengths are kept a multiple of this (aligned rows for attention kernels)
+
+
+class CaptureReport(TypedDict, total=False):
+    """What `capture_all` captured, for the log and the benchmarks (empty until it ran)."""
+
+    captured: int  # programs captured as CUDA graphs
+    programs: int  # programs built
+    failed: list[str]  # names of those that run eagerly
+    seconds: float
 
 
 def expert_kernel(config: EngineConfig, weights: EngineWeights) -> str:
@@ -53,7 +66,7 @@ class ModelRunner:
         max_prompt: int,
         max_canvas_slots: int,
         pad_id: int,
-        model=None,
+        model: DiffusionGemmaForBlockDiffusion | None = None,
         static: bool | None = None,
     ) -> None:
         self.weights = weights
@@ -130,9 +143,11 @@ class ModelRunner:
 
     def stepper(self, canvas: Canvas, inputs: StepInputs) -> Stepper:
         rows, width = canvas.shape
-        shape = (bucket(rows, CANVAS_ROWS), bucket(width, CANVAS_WIDTHS)) if self.static else (None, None)
-        if None in shape:
+        bucket_rows = bucket(rows, CANVAS_ROWS) if self.static else None
+        bucket_width = bucket(width, CANVAS_WIDTHS) if self.static else None
+        if bucket_rows is None or bucket_width is None:
             return EagerStepper(self.forward_for(canvas), inputs, sample_step_for(self.device.type))
+        shape = (bucket_rows, bucket_width)
         if shape not in self._steps:
             self._steps[shape] = _StepProgram(self, *shape)
         program = self._steps[shape]
@@ -147,7 +162,7 @@ class ModelRunner:
         self.layer_fn = torch.compile(forward.layer_forward, dynamic=True)
         self.sample = torch.compile(sample_step, dynamic=True)
 
-    def capture_all(self) -> dict:
+    def capture_all(self) -> CaptureReport:
         """Build and capture every program (CUDA graphs; a warm-up run each), so no request pays for it. Returns
         what was captured and how long it took, for the log and the benchmarks."""
         started = time.perf_counter()
@@ -194,7 +209,7 @@ class _StepProgram:
         self.runner, self.rows, self.width = runner, rows, width
         w, device, config = runner.weights, runner.device, runner.config
 
-        def zeros(*shape, dtype=torch.long):
+        def zeros(*shape: int, dtype: torch.dtype = torch.long) -> torch.Tensor:
             return torch.zeros(shape, dtype=dtype, device=device)
 
         self.valid = zeros(rows, width, dtype=torch.bool)

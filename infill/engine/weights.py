@@ -8,8 +8,11 @@ checkpoint (fp8.py) fills the same structures with E4M3 weights and per-output-c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
+
+from infill.engine.kv import kv_bytes_per_token
 
 SLIDING, FULL = "sliding_attention", "full_attention"
 
@@ -113,7 +116,7 @@ class EngineWeights:
     softcap: float | None
     activation: str  # transformers' name of the MLP and experts' activation
     weight_format: str = "bf16"  # what the status and the log name: "bf16", "float32", "fp8" ...
-    notes: dict = field(default_factory=dict)
+    notes: dict[str, Any] = field(default_factory=dict)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -140,8 +143,7 @@ class EngineWeights:
         return [(layer.kv_heads, layer.head_dim) for layer in self.encoder]
 
     def kv_bytes_per_token(self) -> int:
-        element = torch.empty((), dtype=self.dtype).element_size()
-        return sum(2 * heads * dim * element for heads, dim in self.kv_shapes())
+        return kv_bytes_per_token(self.kv_shapes(), self.dtype)
 
     def weight_bytes(self) -> int:
         """Bytes of distinct weight tensors (shared ones counted once): what a forward reads at most."""
@@ -151,7 +153,7 @@ class EngineWeights:
         return sum(seen.values())
 
 
-def _tensors(value) -> list[torch.Tensor]:
+def _tensors(value: object) -> list[torch.Tensor]:
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, (tuple, list)):

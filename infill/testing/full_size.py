@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-FULL_SIZE_TEXT = {
+if TYPE_CHECKING:
+    from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion, DiffusionGemmaTextConfig
+
+FULL_SIZE_TEXT: dict[str, Any] = {
     "vocab_size": 262_144,
     "hidden_size": 2816,
     "intermediate_size": 2112,
@@ -38,7 +42,7 @@ FULL_SIZE_TEXT = {
 }
 FULL_SIZE_CANVAS = 256
 # transformers' DiffusionGemma generation defaults, written out as a checkpoint would carry them (vLLM reads them)
-FULL_SIZE_GENERATION = {
+FULL_SIZE_GENERATION: dict[str, Any] = {
     "max_denoising_steps": 48,
     "t_min": 0.4,
     "t_max": 0.8,
@@ -51,7 +55,7 @@ FULL_SIZE_GENERATION = {
 }
 
 
-def full_size_config(layers: int | None = None):
+def full_size_config(layers: int | None = None) -> DiffusionGemmaConfig:
     """The 26B-A4B `DiffusionGemmaConfig`; `layers` keeps only the first N layers of the real 5:1 sliding/full
     pattern (the last is always full attention, as transformers forces)."""
     from transformers import DiffusionGemmaConfig, DiffusionGemmaTextConfig, Gemma4VisionConfig
@@ -88,7 +92,7 @@ def write_full_size_config(directory: str | Path, layers: int | None = None) -> 
     return directory
 
 
-def full_size_model(layers: int, seed: int = 0):
+def full_size_model(layers: int, seed: int = 0) -> DiffusionGemmaForBlockDiffusion:
     """The full-size architecture with `layers` layers as a float32 `DiffusionGemmaForBlockDiffusion` on the CPU,
     with random weights, built without transformers' per-parameter initialisation (which also allocates the
     encoder's copy of every shared weight before tying them: twice the memory and time). Every weight matrix is
@@ -109,4 +113,12 @@ def full_size_model(layers: int, seed: int = 0):
             seen.add(param.data_ptr())
             bound = param.shape[-1] ** -0.5
             param.uniform_(-bound, bound, generator=generator)
-    return model.eval()
+    model.eval()  # type: ignore[no-untyped-call]  # transformers leaves PreTrainedModel.eval unannotated
+    return model
+
+
+def kv_shapes(text: DiffusionGemmaTextConfig) -> list[tuple[int, int]]:
+    """(kv heads, head dim) of each layer's cache, read from a `DiffusionGemmaTextConfig` (full-attention layers take
+    their per-layer overrides): what the engine's weights (EngineWeights.kv_shapes) must agree with."""
+    layers = [text.per_layer_config[i] for i in range(text.num_hidden_layers)]
+    return [(layer.num_key_value_heads, layer.head_dim) for layer in layers]

@@ -12,30 +12,41 @@ code: the engine never calls it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, cast
+
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from infill.engine.model import text_config
 
-def hf_encode(model, ids: torch.Tensor, cache: DynamicCache, start: int) -> None:
+if TYPE_CHECKING:
+    from transformers import DiffusionGemmaForBlockDiffusion, DiffusionGemmaTextConfig
+
+Masks = dict[str, "torch.Tensor | None"]  # layer type -> its mask (None: the model's own attention)
+
+
+def hf_encode(model: DiffusionGemmaForBlockDiffusion, ids: torch.Tensor, cache: DynamicCache, start: int) -> None:
     """Run the encoder over `ids` (1-D, positions start..), appending their keys/values to `cache`."""
     positions = torch.arange(start, start + ids.numel(), device=ids.device)[None]
     model.model.encoder(input_ids=ids[None], cache=cache, position_ids=positions)
 
 
-def hf_prefill(model, ids: torch.Tensor) -> DynamicCache:
+def hf_prefill(model: DiffusionGemmaForBlockDiffusion, ids: torch.Tensor) -> DynamicCache:
     cache = DynamicCache()
     with torch.inference_mode():
         hf_encode(model, ids, cache, 0)
     return cache
 
 
-def hf_embed(model, tokens: torch.Tensor) -> torch.Tensor:
-    return model.model.decoder.embed_tokens(tokens)
+def hf_embed(model: DiffusionGemmaForBlockDiffusion, tokens: torch.Tensor) -> torch.Tensor:
+    embedded: torch.Tensor = model.model.decoder.embed_tokens(tokens)
+    return embedded
 
 
 def self_conditioning_embeddings(
-    model, probs: torch.Tensor, clamp_embeddings: torch.Tensor, free: torch.Tensor
+    model: DiffusionGemmaForBlockDiffusion, probs: torch.Tensor, clamp_embeddings: torch.Tensor, free: torch.Tensor
 ) -> torch.Tensor:
     """softmax(previous logits) @ embeddings x sqrt(H) with clamped slots one-hot, from the model's own table."""
     table = model.model.decoder.embed_tokens
@@ -43,30 +54,39 @@ def self_conditioning_embeddings(
     return torch.where(free[..., None], soft, clamp_embeddings)
 
 
-def decoder_cache_view(cache: DynamicCache, layer_types, sliding_window: int, rows: int) -> DynamicCache:
+def layer_keys_values(cache: DynamicCache, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The keys and values a cache's layer `index` holds (a DynamicCache's layers are DynamicLayers)."""
+    layer = cast(DynamicLayer, cache.layers[index])
+    assert layer.keys is not None and layer.values is not None, f"layer {index} of the cache holds nothing"
+    return layer.keys, layer.values
+
+
+def decoder_cache_view(cache: DynamicCache, layer_types: Sequence[str], sliding_window: int, rows: int) -> DynamicCache:
     view = DynamicCache()
     keep = sliding_window - 1
-    for layer, kind in zip(cache.layers, layer_types):
-        keys, values = layer.keys, layer.values
+    for index, kind in zip(range(len(cache.layers)), layer_types):
+        keys, values = layer_keys_values(cache, index)
         if kind == "sliding_attention" and keys.shape[-2] > keep:
             keys, values = keys[..., -keep:, :], values[..., -keep:, :]
         if rows != keys.shape[0]:
             keys, values = keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1)
-        clone = DynamicLayer()
+        clone = DynamicLayer()  # type: ignore[no-untyped-call]  # transformers leaves it unannotated
         clone.lazy_initialization(keys, values)
         clone.keys, clone.values = keys, values
         view.layers.append(clone)
     return view
 
 
-def hf_decoder_masks(valid: torch.Tensor, view: DynamicCache, layer_types, dtype: torch.dtype, additive: bool) -> dict:
+def hf_decoder_masks(
+    valid: torch.Tensor, view: DynamicCache, layer_types: Sequence[str], dtype: torch.dtype, additive: bool
+) -> Masks:
     """Every query sees the whole visible prompt and the valid canvas slots of its row (`valid` (R, W))."""
     if bool(valid.all()):
         return dict.fromkeys(set(layer_types))
     rows, width = valid.shape
-    masks = {}
+    masks: Masks = {}
     for kind in set(layer_types):
-        prompt_keys = view.layers[list(layer_types).index(kind)].keys.shape[-2]
+        prompt_keys = layer_keys_values(view, list(layer_types).index(kind))[0].shape[-2]
         keep = torch.cat([torch.ones((rows, prompt_keys), dtype=torch.bool, device=valid.device), valid], dim=1)
         mask = keep[:, None, None, :].expand(rows, 1, width, prompt_keys + width)
         if additive:
@@ -76,7 +96,12 @@ def hf_decoder_masks(valid: torch.Tensor, view: DynamicCache, layer_types, dtype
 
 
 def hf_decoder_logits(
-    model, canvas_ids: torch.Tensor, soft: torch.Tensor, view: DynamicCache, position_ids: torch.Tensor, masks: dict
+    model: DiffusionGemmaForBlockDiffusion,
+    canvas_ids: torch.Tensor,
+    soft: torch.Tensor,
+    view: DynamicCache,
+    position_ids: torch.Tensor,
+    masks: Mapping[str, torch.Tensor | None],
 ) -> torch.Tensor:
     decoder = model.model.decoder
     hidden = decoder.embed_tokens(canvas_ids)
@@ -91,20 +116,26 @@ def hf_decoder_logits(
             position_ids=position_ids,
             cache=view,
         )
-    return model.lm_head(decoder.norm(hidden)).float()
+    logits: torch.Tensor = model.lm_head(decoder.norm(hidden))
+    return logits.float()
 
 
 def hf_canvas_logits(
-    model, prompt: torch.Tensor, tokens: torch.Tensor, soft: torch.Tensor, valid: torch.Tensor | None = None
+    model: DiffusionGemmaForBlockDiffusion,
+    prompt: torch.Tensor,
+    tokens: torch.Tensor,
+    soft: torch.Tensor,
+    valid: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """transformers' logits for canvas rows `tokens` (R, W) after `prompt`, padded slots masked by `valid`."""
-    text = model.config.text_config
+    text = text_config(model.config)
+    eager = cast("DiffusionGemmaTextConfig", model.config.text_config)._attn_implementation == "eager"
     layer_types = text.layer_types[: text.num_hidden_layers]
     rows, width = tokens.shape
     valid = torch.ones_like(tokens, dtype=torch.bool) if valid is None else valid
     cache = hf_prefill(model, prompt)
     view = decoder_cache_view(cache, layer_types, text.sliding_window, rows)
-    masks = hf_decoder_masks(valid, view, layer_types, model.dtype, text._attn_implementation == "eager")
+    masks = hf_decoder_masks(valid, view, layer_types, model.dtype, eager)
     positions = (prompt.numel() + torch.arange(width, device=tokens.device)).expand(rows, width)
     with torch.inference_mode():
         return hf_decoder_logits(model, tokens, soft, view, positions, masks)

@@ -10,11 +10,18 @@ decoder view, so a check can show that the window is the whole difference betwee
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
+
+from infill.testing.hf_reference import layer_keys_values
+
+if TYPE_CHECKING:
+    from transformers import DynamicCache
 
 
 def per_slot_window_masks(
-    view,
+    view: DynamicCache,
     layer_types: list[str] | tuple[str, ...],
     sliding_window: int,
     prompt_length: int,
@@ -25,10 +32,10 @@ def per_slot_window_masks(
     """{layer type: (rows, 1, width, held + width) mask} over a decoder view holding the last `held` prompt keys
     per layer: slot q (position prompt_length + q) sees the whole canvas, prompt keys at positions > q - W in
     sliding layers, every prompt key in full-attention layers. `additive`: float masks (eager attention)."""
-    masks = {}
+    masks: dict[str, torch.Tensor] = {}
     queries = prompt_length + torch.arange(width)
     for kind in set(layer_types):
-        held = view.layers[list(layer_types).index(kind)].keys.shape[-2]
+        held = layer_keys_values(view, list(layer_types).index(kind))[0].shape[-2]
         keys = torch.cat([torch.arange(prompt_length - held, prompt_length), queries])
         keep = torch.ones(width, held + width, dtype=torch.bool)
         if kind == "sliding_attention":

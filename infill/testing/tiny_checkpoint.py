@@ -8,6 +8,15 @@ saved as an ordinary checkpoint directory: the same loading path then serves the
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from transformers import (
+        DiffusionGemmaConfig,
+        DiffusionGemmaForBlockDiffusion,
+        DiffusionGemmaTextConfig,
+        PreTrainedTokenizerFast,
+    )
 
 # Special ids follow Gemma 4's layout (pad 0, eos 1, bos 2) so code paths are the same as for the real tokenizer.
 PAD, EOS, BOS = "<pad>", "<eos>", "<bos>"
@@ -39,7 +48,7 @@ This Agreement is made between the Landlord and the Tenant.
 
 def text_config_kwargs(
     vocab_size: int = 512, hidden_size: int = 64, layers: int = 4, sliding_window: int = 64, max_positions: int = 16384
-) -> dict:
+) -> dict[str, Any]:
     """Keyword arguments for a small `DiffusionGemmaTextConfig` with the real layer mix (sliding + full, MoE)."""
     layer_types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)]
     return {
@@ -63,7 +72,7 @@ def text_config_kwargs(
     }
 
 
-def tiny_config(canvas_length: int = 64, **text_kwargs):
+def tiny_config(canvas_length: int = 64, **text_kwargs: Any) -> DiffusionGemmaConfig:
     """A tiny `DiffusionGemmaConfig`. A minimal vision config is passed explicitly: `vision_config=None` silently
     builds a 167M-parameter vision tower."""
     from transformers import DiffusionGemmaConfig, DiffusionGemmaTextConfig, Gemma4VisionConfig
@@ -80,7 +89,7 @@ def tiny_config(canvas_length: int = 64, **text_kwargs):
     return DiffusionGemmaConfig(text_config=text, vision_config=vision, canvas_length=canvas_length)
 
 
-def tiny_tokenizer(vocab_size: int = 512):
+def tiny_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
     """A byte-level BPE tokenizer with Gemma's special-token ids, trained in code on a small fixed corpus
     (deterministic), wrapped as a `PreTrainedTokenizerFast`."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -96,10 +105,13 @@ def tiny_tokenizer(vocab_size: int = 512):
         show_progress=False,
     )
     tok.train_from_iterator([_CORPUS] * 4, trainer=trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS, bos_token=BOS)
+    # transformers leaves the fast tokenizer's constructor unannotated
+    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+        tokenizer_object=tok, pad_token=PAD, eos_token=EOS, bos_token=BOS
+    )
 
 
-def make_confident(model, winners: tuple[int, int], gain: float = 1e4) -> None:
+def make_confident(model: DiffusionGemmaForBlockDiffusion, winners: tuple[int, int], gain: float = 1e4) -> None:
     """Edit `model`'s weights in place so that every canvas slot predicts `winners[0]` or `winners[1]` with
     near-certainty (entropy ~1e-12 at the default temperatures), so that stable+confident stopping can fire.
 
@@ -126,7 +138,7 @@ def write_tiny_checkpoint(
     canvas_length: int = 64,
     confident: tuple[int, int] | None = None,
     stutter: int | None = None,
-    **text_kwargs,
+    **text_kwargs: Any,
 ) -> Path:
     """Write a complete random-weight checkpoint (config, safetensors, tokenizer, generation config) to `directory`.
     `confident`: two token ids the model then predicts with near-certainty (`make_confident`); `stutter`: one token
@@ -146,11 +158,12 @@ def write_tiny_checkpoint(
     model.generation_config.pad_token_id = 0
     model.generation_config.bos_token_id = 2
     model.save_pretrained(directory, safe_serialization=True)
-    tiny_tokenizer(config.text_config.vocab_size).save_pretrained(directory)
+    text = cast("DiffusionGemmaTextConfig", config.text_config)  # a DiffusionGemmaConfig always builds one
+    tiny_tokenizer(text.vocab_size).save_pretrained(directory)
     return directory
 
 
-def make_stutter(model, token: int, gain: float = 10.0) -> None:
+def make_stutter(model: DiffusionGemmaForBlockDiffusion, token: int, gain: float = 10.0) -> None:
     """Edit `model`'s weights in place so that every canvas slot predicts `token`, whatever the prompt: each fill
     repeats one token, a stutter the watchdog rejects (the fallback's tests).
 

@@ -45,7 +45,8 @@ def write_vllm_checkpoint(directory: str | Path, canvas_length: int = 32, seed: 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 @dataclass
@@ -59,7 +60,7 @@ class VLLMServer:
     exact_pins: bool = True
     max_num_seqs: int = 4
     port: int = field(default_factory=free_port)
-    process: subprocess.Popen | None = None
+    process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -89,7 +90,7 @@ class VLLMServer:
             "--language-model-only",
         ]
 
-    def environment(self) -> dict:
+    def environment(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k != "INFILL_VLLM_EXACT_PINS"}
         # CPU test harness only: Triton kernels in Triton's interpreter, a small KV cache.
         env.update(

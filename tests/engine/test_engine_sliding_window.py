@@ -103,7 +103,9 @@ def engine_logits(engine, prompt, canvas, tokens, self_conditioning=None) -> tor
         clamped = forward.embed(engine.weights, canvas.fixed_tokens)
         soft = torch.zeros(rows, canvas.shape[1], hidden)
         if self_conditioning is not None:
-            soft = forward.soft_embeddings(self_conditioning.softmax(-1), engine.weights, clamped, canvas.free)
+            soft = forward.soft_embeddings(
+                self_conditioning.softmax(-1), engine.weights.embed, engine.weights.embed_scale, clamped, canvas.free
+            )
         return softcapped(engine, engine.runner.forward_for(canvas)(tokens, soft))
 
 

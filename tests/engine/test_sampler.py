@@ -76,7 +76,13 @@ def test_fast_decoder_forward_equals_stock_forward(tiny_engine):
         stock = model(
             decoder_input_ids=canvas, cache=view, self_conditioning_logits=prev_logits, decoder_position_ids=positions
         ).logits
-        soft = forward.soft_embeddings(torch.softmax(prev_logits, -1), engine.weights, torch.zeros(1, 24, 64), free)
+        soft = forward.soft_embeddings(
+            torch.softmax(prev_logits, -1),
+            engine.weights.embed,
+            engine.weights.embed_scale,
+            torch.zeros(1, 24, 64),
+            free,
+        )
         ours = ours_forward(canvas, soft)
         cap = model.config.text_config.final_logit_softcapping
         ours = torch.tanh(ours / cap) * cap
@@ -115,7 +121,9 @@ def test_clamped_slots_self_conditioning_equals_one_hot_logits_through_the_stock
             self_conditioning_logits=one_hot_logits(prev_logits, canvas, free),
         ).logits
         clamp = model.model.decoder.embed_tokens(canvas)
-        soft = forward.soft_embeddings(torch.softmax(prev_logits, -1), engine.weights, clamp, free)
+        soft = forward.soft_embeddings(
+            torch.softmax(prev_logits, -1), engine.weights.embed, engine.weights.embed_scale, clamp, free
+        )
         ours = ours_forward(canvas, soft)
         cap = model.config.text_config.final_logit_softcapping
         ours = torch.tanh(ours / cap) * cap
