@@ -29,7 +29,8 @@ _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 
 
 @lru_cache(maxsize=1)
-def _cpu_flags() -> frozenset[str]:
+def cpu_flags() -> frozenset[str]:
+    """The flags /proc/cpuinfo lists (empty where it cannot be read)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
             return frozenset(fh.read().split())
@@ -37,36 +38,16 @@ def _cpu_flags() -> frozenset[str]:
         return frozenset()
 
 
-# The instruction sets that decide which kernels torch and llama.cpp run, named beside every benchmark figure
-KERNEL_FLAGS = (
-    "avx2",
-    "fma",
-    "f16c",
-    "avx_vnni",
-    "avx512f",
-    "avx512_vnni",
-    "avx512_bf16",
-    "amx_tile",
-    "amx_int8",
-    "amx_bf16",
-)
-
-
-def kernel_flags() -> list[str]:
-    """Which of KERNEL_FLAGS this CPU has (empty where /proc/cpuinfo cannot be read)."""
-    return [flag for flag in KERNEL_FLAGS if flag in _cpu_flags()]
-
-
 @lru_cache(maxsize=1)
 def cpu_supports_bf16() -> bool:
     """Native bf16 matmuls (AVX512-BF16/AMX on x86, the BF16 extension on Arm); emulated bf16 is slower than fp32.
     On x86 torch must also be allowed AVX-512 (`ATEN_CPU_CAPABILITY=avx2` makes this machine compute as an
     AVX2-only laptop does, which is how benchmarks measure that case)."""
-    if not _cpu_flags():
+    if not cpu_flags():
         return platform.system() == "Darwin" and platform.machine() == "arm64"
     if _x86() and not _torch_allows_avx512():
         return False
-    return bool({"avx512_bf16", "amx_bf16", "bf16"} & _cpu_flags())
+    return bool({"avx512_bf16", "amx_bf16", "bf16"} & cpu_flags())
 
 
 def _x86() -> bool:
