@@ -65,6 +65,9 @@ class Session:
         self.server, self.rng, self.stats, self.seed = server, rng, stats, seed
         self.docs: dict[str, Doc] = {}
         self.closed: dict[str, Doc] = {}
+        # every text the client ever held, by (uri, version), across close and reopen: an applyEdit the server
+        # sent before a close, a reopen or the 50th newer edit reached it still names a text the client had
+        self.held: dict[tuple[str, int], list[str]] = {}
         self.pending: dict[int, Pending] = {}
         self.actions: list[tuple[dict, Pending]] = []  # listed actions with what they were listed for
         self.generations = 0
@@ -87,6 +90,7 @@ class Session:
         self.generations += 1
         version = self.rng.choice([0, 1, self.rng.randrange(2**31 - 10)])
         doc = Doc(uri, language, text, version, self.generations, {version: text})
+        self.held.setdefault((uri, version), []).append(text)
         self.docs[uri] = doc
         self.server.notify(
             "textDocument/didOpen",
@@ -112,6 +116,7 @@ class Session:
         doc.version = min(doc.version + jump, 2**31 - 1)
         doc.text = text
         doc.history[doc.version] = text
+        self.held.setdefault((doc.uri, doc.version), []).append(text)
         if len(doc.history) > 50:
             doc.history.pop(next(iter(doc.history)))
         self.server.notify(
@@ -375,12 +380,26 @@ class Session:
     def check_applied(self, edit: dict) -> None:
         (change,) = edit["documentChanges"]
         uri, version = change["textDocument"]["uri"], change["textDocument"]["version"]
-        doc = self.docs.get(uri) or self.closed.get(uri)
-        text = doc.history.get(version) if doc else None
-        if text is None:
+        texts = self.held.get((uri, version))
+        if not texts:
             self.stats.note("stale_edits", f"applyEdit for {uri} version {version}: the client never had it")
             return
-        self.check_ranges(text, change["edits"], None, None)
+        # a version number reused by a reopen holds several texts: the edit must fit one of them
+        if not any(self.ranges_fit(text, change["edits"]) for text in texts):
+            self.check_ranges(texts[-1], change["edits"], None, None)
+        else:
+            self.stats.edits_checked += len(change["edits"])
+
+    @staticmethod
+    def ranges_fit(text: str, edits: list) -> bool:
+        spans = line_spans(text)
+        for e in edits:
+            r = e["range"]
+            start = offset_of(text, spans, r["start"]["line"], r["start"]["character"])
+            end = offset_of(text, spans, r["end"]["line"], r["end"]["character"])
+            if start is None or end is None or start > end:
+                return False
+        return True
 
     def check_ranges(self, text: str, edits: list, selection: list | None, mode: str | None) -> None:
         spans = line_spans(text)
