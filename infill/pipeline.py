@@ -39,6 +39,8 @@ from infill.types import (
     InfillError,
     InfillRequest,
     InfillResult,
+    WarmsPrompts,
+    WritesAlternatives,
 )
 
 log = logging.getLogger(__name__)
@@ -141,6 +143,11 @@ class Pipeline:
     ) -> None:
         self.backend = backend
         self.fallback = fallback
+        # What the backends can do beyond `infill`, decided once here (infill/types.py's optional protocols).
+        self._warms = backend if isinstance(backend, WarmsPrompts) else None
+        self._branches = {
+            route: b for route, b in (("primary", backend), ("fallback", fallback)) if isinstance(b, WritesAlternatives)
+        }
         self._settings = settings or PipelineSettings()
         self.contexts = ContextBuilder(self._settings.context_settings())
         self.related = RelatedFiles()  # code from other open files (its settings: `related.settings`)
@@ -238,10 +245,9 @@ class Pipeline:
         return Prepared(req, request, spans, doc, ctx, gaps, context_ms=(time.perf_counter() - t0) * 1000, trace=trace)
 
     def warm(self, prep: Prepared, cancel: CancelToken | None = None) -> int:
-        """Let the primary backend encode this request's prompt ahead of `complete` (a backend without `warm`,
+        """Let the primary backend encode this request's prompt ahead of `complete` (a backend that cannot warm,
         e.g. a remote endpoint, does nothing). Returns the prompt tokens it holds, 0 when it cannot warm."""
-        warm = getattr(self.backend, "warm", None)
-        return warm(prep.request, cancel=cancel) if warm is not None else 0
+        return self._warms.warm(prep.request, cancel=cancel) if self._warms is not None else 0
 
     def complete(
         self,
@@ -322,7 +328,7 @@ class Pipeline:
                 return
             out.rejections.append((result.backend, verdict.reason or "rejected"))
             if result.outcome in ("ok", "empty") and self._try_alternatives(
-                out, prep, backend, cancel, budget_end, deadline
+                out, prep, route, cancel, budget_end, deadline
             ):
                 out.route = route
                 return
@@ -331,7 +337,7 @@ class Pipeline:
         self,
         out: PipelineResult,
         prep: Prepared,
-        backend: InfillBackend,
+        route: str,
         cancel,
         budget_end: float | None,
         deadline: float | None,
@@ -339,19 +345,19 @@ class Pipeline:
         """The backend's other fills for a one-line gap whose fill it refused or left empty, best first (a backend
         that can branch: `alternatives`); the first the checks accept is shown. Whether one was."""
         count = self.settings.alternatives if prep.source.alternatives is None else prep.source.alternatives
-        write = getattr(backend, "alternatives", None)
+        brancher = self._branches.get(route)
         if (
             not count
-            or write is None
+            or brancher is None
             or not prep.ctx.single_line
             or len(prep.spans) != 1
             or (cancel is not None and cancel.cancelled)
         ):
             return False
-        name, t0 = _name(backend), time.perf_counter()
+        name, t0 = (out.result.backend if out.result is not None else route), time.perf_counter()
         out.trace.stop("checks")
         try:
-            texts = write(prep.request, count, cancel=cancel, deadline=budget_end)
+            texts = brancher.alternatives(prep.request, count, cancel=cancel, deadline=budget_end)
         except Exception as exc:  # noqa: BLE001 - the greedy fill's verdict stands
             log.warning("backend %s failed writing other fills: %s", name, exc)
             texts = []

@@ -204,9 +204,8 @@ class BackendInfo:
 class InfillBackend(Protocol):
     """What every backend provides. `infill` is blocking (run it in a worker thread from async code), honours
     `cancel` between steps, and returns its best draft flagged `cut_short` at `deadline` (time.monotonic()).
-    A backend may also provide `warm(request, cancel=)` (encode the prompt ahead) and `alternatives(request, count,
-    cancel=, deadline=)` (other fills for a one-gap request whose fill was refused, best first); the pipeline uses
-    them where they exist."""
+    What only some backends can do is a protocol of its own below (`WarmsPrompts`, `WritesAlternatives`,
+    `WarmsUp`), checked once where a backend is taken on (the pipeline, the loader), never looked up per call."""
 
     @property
     def info(self) -> BackendInfo: ...
@@ -221,3 +220,31 @@ class InfillBackend(Protocol):
     ) -> InfillResult: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class WarmsPrompts(Protocol):
+    """A backend that can encode a request's prompt ahead of its fill (both in-process backends): the server warms
+    during its debounce, the gateway on a prompt-only request, so the fill that follows only decodes."""
+
+    def warm(self, request: InfillRequest, *, cancel: CancelToken | None = None) -> int:
+        """Encode `request`'s prompt now; the prompt tokens the backend holds for it (0: it could not warm)."""
+        ...
+
+
+@runtime_checkable
+class WritesAlternatives(Protocol):
+    """A backend that can branch (the offline default): other fills for a one-gap request whose fill was refused
+    or empty, best first, within `deadline`."""
+
+    def alternatives(
+        self, request: InfillRequest, count: int, *, cancel: CancelToken | None = None, deadline: float | None = None
+    ) -> list[str]: ...
+
+
+@runtime_checkable
+class WarmsUp(Protocol):
+    """A backend with one-time costs it can pay before serving (DiffusionGemma on CUDA compiles and captures its
+    steps); returns the seconds spent (None: not measured)."""
+
+    def warm_up(self) -> float | None: ...
