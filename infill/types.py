@@ -10,8 +10,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, TypeVar, runtime_checkable
 
 BackendKind = Literal["diffusion", "autoregressive", "remote"]
 Outcome = Literal["ok", "cut_short", "cancelled", "error", "empty"]
@@ -46,6 +48,21 @@ class CancelToken:
     def raise_if_cancelled(self) -> None:
         if self._event.is_set():
             raise Cancelled(self.reason)
+
+
+T = TypeVar("T")
+
+
+def wait_polling(future: Future[T], every_s: float, check: Callable[[], None]) -> T:
+    """`future`'s result, asking `check()` every `every_s` seconds until it is done: the one poll of a waiter that
+    may stop waiting (the model worker's callers cancel a job nobody waits for any more; the remote backend stops
+    waiting for a cancelled or late answer while its socket is still blocked). `check` raises to stop waiting, or
+    acts (cancels a token) and returns to keep waiting."""
+    while True:
+        try:
+            return future.result(timeout=every_s)
+        except FutureTimeout:
+            check()
 
 
 def deadline_in(seconds: float | None) -> float | None:

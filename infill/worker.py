@@ -30,17 +30,33 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from infill.pipeline import CompletionRequest, PipelineResult, Prepared
-from infill.types import Cancelled, CancelToken, DraftCallback, InfillResult
+from infill.types import Cancelled, CancelToken, DraftCallback, InfillBackend, InfillResult, wait_polling
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 NEWEST_WINS = "inline"  # the claim kind for which a newer claim on the same document supersedes the older
+
+
+class Completes(Protocol):
+    """What the worker runs a completion on: a Pipeline, or the pilot's RawPipeline (a backend, no checks)."""
+
+    @property
+    def backend(self) -> InfillBackend: ...
+
+    def complete(
+        self,
+        req: CompletionRequest,
+        *,
+        cancel: CancelToken | None = None,
+        deadline: float | None = None,
+        on_draft: DraftCallback | None = None,
+        prepared: Prepared | None = None,
+    ) -> PipelineResult: ...
 
 
 class NotRun(Cancelled):
@@ -225,7 +241,7 @@ class ModelWorker:
 
     def complete(
         self,
-        pipeline,
+        pipeline: Completes,
         req: CompletionRequest,
         *,
         cancel: CancelToken,
@@ -267,6 +283,24 @@ class ModelWorker:
             kind=kind,
             unrun=unrun,
         )
+
+    ABANDON_POLL_S = 0.02  # how often a waiting caller asks whether its client is still there
+
+    def wait(self, future: Future[T], token: CancelToken, abandoned: Callable[[], bool] | None = None) -> T:
+        """The result of a job submitted with `token`. `abandoned`, when given, is asked every ABANDON_POLL_S while
+        the caller waits (the gateway's: has the client closed its connection?); once it says yes the job is
+        cancelled, so a request nobody waits for stops within one model step (a queued one is answered at once)
+        and keeps the prompt it encoded for the next one."""
+        if abandoned is None:
+            return future.result()
+        gone = abandoned
+
+        def check() -> None:
+            if not token.cancelled and gone():
+                token.cancel("the client closed the connection")
+                self.drop_unrunnable()
+
+        return wait_polling(future, self.ABANDON_POLL_S, check)
 
     def shutdown(self, wait: bool = False) -> None:
         """Run what is queued (cancelled jobs return at once), then stop the thread."""
@@ -354,18 +388,16 @@ def _why_not_run(job: _QueuedJob) -> NotRun | None:
 
 class OnWorker:
     """A pipeline's `complete` run on a model worker (`ModelWorker.complete`), for callers on many threads that
-    block on it (the gateway's HTTP threads, the pilot's attempt threads).
-
-    `abandoned`, when given, is asked every ABANDON_POLL_S while the caller waits (the gateway's: has the client
-    closed its connection?); once it says yes the job is cancelled, so a request nobody waits for stops within one
-    model step and keeps the prompt it encoded for the next one."""
-
-    ABANDON_POLL_S = 0.02
+    block on it (the gateway's HTTP threads, the pilot's attempt threads). `abandoned`: see `ModelWorker.wait`."""
 
     def __init__(
-        self, pipeline, worker: ModelWorker, kind: str | None = NEWEST_WINS, abandoned: Callable[[], bool] | None = None
+        self,
+        pipeline: Completes,
+        worker: ModelWorker,
+        kind: str | None = NEWEST_WINS,
+        abandoned: Callable[[], bool] | None = None,
     ) -> None:
-        self.pipeline = pipeline  # infill.pipeline.Pipeline (or the pilot's RawPipeline)
+        self.pipeline = pipeline
         self.worker = worker
         self.kind = kind
         self.abandoned = abandoned
@@ -382,15 +414,4 @@ class OnWorker:
         future = self.worker.complete(
             self.pipeline, req, cancel=token, deadline=deadline, on_draft=on_draft, kind=self.kind
         )
-        return self._wait(future, token)
-
-    def _wait(self, future: Future, token: CancelToken) -> PipelineResult:
-        if self.abandoned is None:
-            return future.result()
-        while True:
-            try:
-                return future.result(timeout=self.ABANDON_POLL_S)
-            except FutureTimeout:
-                if not token.cancelled and self.abandoned():
-                    token.cancel("the client closed the connection")
-                    self.worker.drop_unrunnable()  # queued: answered at once
+        return self.worker.wait(future, token, self.abandoned)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import textwrap
 import time
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 
 from infill.gateway.language import detect_language
@@ -184,8 +183,6 @@ def build_document(params: InfillParams, pipeline: Pipeline) -> InfillDocument:
 
 # -- answer -----------------------------------------------------------------------------------------------------
 
-WARM_POLL_S = 0.02  # how often a waiting warm-up asks whether its client is still there (as OnWorker does)
-
 
 def _warm(pipeline: Pipeline, worker: ModelWorker, request: CompletionRequest, timeout_s: float, client_gone) -> int:
     """Encode the request's prompt on the model worker, queued like a fill and cancelled when the client goes;
@@ -197,13 +194,7 @@ def _warm(pipeline: Pipeline, worker: ModelWorker, request: CompletionRequest, t
         deadline=time.monotonic() + timeout_s,
         unrun=lambda why: 0,
     )
-    while True:
-        try:
-            return future.result(timeout=WARM_POLL_S)
-        except FutureTimeout:
-            if not token.cancelled and client_gone():
-                token.cancel("the client closed the connection")
-                worker.drop_unrunnable()
+    return worker.wait(future, token, client_gone)
 
 
 def answer_infill(

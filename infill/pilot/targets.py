@@ -21,8 +21,8 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from infill.backends.choose import BackendSpec, open_backend
 from infill.loader import NO_FALLBACK, FallbackChoice, fallback_spec, offline_default
-from infill.pipeline import CompletionRequest, Fill, Pipeline, PipelineResult, PipelineSettings
-from infill.types import InfillBackend, InfillError, InfillResult
+from infill.pipeline import CompletionRequest, Fill, Pipeline, PipelineResult, PipelineSettings, Prepared
+from infill.types import CancelToken, DraftCallback, InfillBackend, InfillError, InfillResult
 
 ENGINES = ("ar", "diffusion", "diffusion-dummy", "remote")
 TINY_HIDDEN_SIZE = 512  # a DiffusionGemma below this width is a test checkpoint, not a model
@@ -120,9 +120,17 @@ class RawPipeline:
         if forget is not None:
             forget(document_id)
 
-    def complete(self, req: CompletionRequest, *, cancel=None, deadline=None, on_draft=None) -> PipelineResult:
+    def complete(
+        self,
+        req: CompletionRequest,
+        *,
+        cancel: CancelToken | None = None,
+        deadline: float | None = None,
+        on_draft: DraftCallback | None = None,
+        prepared: Prepared | None = None,
+    ) -> PipelineResult:
         started = time.perf_counter()
-        prepared = self.inner.prepare(req)
+        prepared = prepared or self.inner.prepare(req)
         request, spans = prepared.request, prepared.spans
         context_ms = (time.perf_counter() - started) * 1000
         try:
