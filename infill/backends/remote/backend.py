@@ -9,8 +9,9 @@ Two protocols (`protocol`, "auto" by default):
 It exists only when the user configured an endpoint, so nothing leaves the machine otherwise.
 
 Every failure (endpoint down, slow, HTTP error, garbage JSON) becomes an `InfillResult` with outcome "error" and a
-message; nothing escapes `infill`. The HTTP exchange runs in a daemon thread while the caller polls the cancel token
-and the deadline, so a cancelled or late request returns at once even while the socket is still blocked.
+message; nothing escapes `infill`. The HTTP exchanges run on the backend's small pool of HTTP threads
+("infill-remote-http") while the caller polls the cancel token and the deadline, so a cancelled or late request
+returns at once even while its socket is still blocked.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -52,16 +56,22 @@ from infill.types import (
     InfillRequest,
     InfillResult,
     Timings,
+    wait_polling,
 )
 
 log = logging.getLogger(__name__)
 
 POLL_S = 0.01  # how often the waiting caller looks at its cancel token and deadline
+# Threads that carry HTTP exchanges, reused from call to call. Why threads at all: a blocked socket read cannot be
+# interrupted, and the caller must return at once on a cancel. Why several: the native route sends one request
+# per candidate canvas together, and an abandoned exchange holds its thread until its answer or its timeout.
+HTTP_THREADS = 16
 FAILED = "remote infill via"  # how a failed request's log line starts
 TOKEN_ENV = "INFILL_ENDPOINT_TOKEN"  # bearer token when none is passed (keeps it out of editor settings files)
 
 
 PROTOCOLS = ("auto", "openai", "vllm-diffusion")
+Call = tuple[str, str, "dict[str, Any] | None"]  # (method, path, JSON body)
 
 
 class RemoteBackend(NativeDiffusionRoute):
@@ -122,6 +132,7 @@ class RemoteBackend(NativeDiffusionRoute):
             "verify": ssl.create_default_context(),
         }  # made once, shared by every client
         self._client = httpx.Client(**self._client_options)
+        self._http = ThreadPoolExecutor(max_workers=HTTP_THREADS, thread_name_prefix="infill-remote-http")
         self._closed = False
 
     # -- InfillBackend ------------------------------------------------------------------------------------------
@@ -171,7 +182,9 @@ class RemoteBackend(NativeDiffusionRoute):
 
     def close(self) -> None:
         self._closed = True
+        _hang_up(self._client)  # an abandoned exchange still blocked on its socket ends now, freeing its thread
         self._client.close()
+        self._http.shutdown(wait=False, cancel_futures=True)
 
     # -- routes -------------------------------------------------------------------------------------------------
 
@@ -366,64 +379,57 @@ class RemoteBackend(NativeDiffusionRoute):
         return self._exchange_many([(method, path, body)], cancel, end)[0]
 
     def _exchange_many(
-        self, calls: list, cancel: CancelToken | None, end: float, *, hang_up: bool = False
-    ) -> list[dict]:
-        """Requests sent together (a batching server serves them in one step), each in a daemon thread, bounded
-        by `end` and abandoned at once when `cancel` fires. The first failure (in call order) is raised.
+        self, calls: list[Call], cancel: CancelToken | None, end: float, *, hang_up: bool = False
+    ) -> list[dict[str, Any]]:
+        """Requests sent together (a batching server serves them in one step), each on a thread of the HTTP pool,
+        bounded by `end` and abandoned at once when `cancel` fires. The first failure (in call order) is raised.
         `hang_up`: the calls get their own connections, closed when abandoned, so a server that aborts on
         disconnect (vLLM) stops computing an answer nobody waits for."""
         remaining = end - time.monotonic()
         if remaining <= 0:
             raise RemoteFailure(f"deadline passed before the request to {self.endpoint + calls[0][1]} was sent")
-        boxes: list[dict] = [{} for _ in calls]
-        done = [threading.Event() for _ in calls]
         timeout = httpx.Timeout(remaining, connect=min(self.connect_timeout_s, remaining))
         client = httpx.Client(**self._client_options) if hang_up else self._client
+
+        def send(method: str, path: str, body: dict | None) -> httpx.Response | BaseException:
+            try:
+                return client.request(method, self.endpoint + path, json=body, timeout=timeout)
+            except BaseException as exc:  # reported to the waiting caller, in call order
+                return exc
+
         try:
-            return self._wait_all(client, calls, boxes, done, timeout, cancel, end, remaining)
+            futures = [self._http.submit(send, *call) for call in calls]
+        except RuntimeError:  # the pool is shut down: the backend was closed meanwhile
+            raise RemoteFailure("remote backend is closed") from None
+        try:
+            answers = [
+                wait_polling(f, POLL_S, self._stop_waiting(path, cancel, end, remaining))
+                for f, (_, path, _) in zip(futures, calls)
+            ]
         except (Cancelled, RemoteFailure):
-            if hang_up and not all(event.is_set() for event in done):
+            if hang_up and not all(f.done() for f in futures):
                 _hang_up(client)
             raise
         finally:
-            if hang_up and all(event.is_set() for event in done):
+            if hang_up and all(f.done() for f in futures):
                 client.close()
-
-    def _wait_all(
-        self,
-        client: httpx.Client,
-        calls: list,
-        boxes: list[dict],
-        done: list[threading.Event],
-        timeout: httpx.Timeout,
-        cancel: CancelToken | None,
-        end: float,
-        remaining: float,
-    ) -> list[dict]:
-        def send(index: int) -> None:
-            method, path, body = calls[index]
-            try:
-                boxes[index]["response"] = client.request(method, self.endpoint + path, json=body, timeout=timeout)
-            except BaseException as exc:  # reported to the waiting caller
-                boxes[index]["error"] = exc
-            finally:
-                done[index].set()
-
-        # Daemon threads: an abandoned exchange ends by itself within its own timeout.
-        for index in range(len(calls)):
-            threading.Thread(target=send, args=(index,), name="infill-remote-http", daemon=True).start()
-        for event, (_, path, _) in zip(done, calls):
-            while not event.wait(POLL_S):
-                if cancel is not None and cancel.cancelled:
-                    raise Cancelled(cancel.reason)
-                if time.monotonic() >= end:
-                    raise RemoteFailure(f"no answer from {self.endpoint + path} within {remaining:.2f} s")
         results = []
-        for box, (_, path, _) in zip(boxes, calls):
-            if "error" in box:
-                raise RemoteFailure(_describe_http_error(self.endpoint + path, box["error"], remaining))
-            results.append(_decode(self.endpoint + path, box["response"]))
+        for answer, (_, path, _) in zip(answers, calls):
+            if isinstance(answer, BaseException):
+                raise RemoteFailure(_describe_http_error(self.endpoint + path, answer, remaining))
+            results.append(_decode(self.endpoint + path, answer))
         return results
+
+    def _stop_waiting(self, path: str, cancel: CancelToken | None, end: float, remaining: float) -> Callable[[], None]:
+        """What a caller waiting for an exchange asks between polls: stop at a cancel or at the deadline."""
+
+        def check() -> None:
+            if cancel is not None and cancel.cancelled:
+                raise Cancelled(cancel.reason)
+            if time.monotonic() >= end:
+                raise RemoteFailure(f"no answer from {self.endpoint + path} within {remaining:.2f} s")
+
+        return check
 
 
 def _hang_up(client: httpx.Client) -> None:
