@@ -16,10 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-from infill.engine.layout import fit_lengths, lay_out
+from infill.engine.layout import lay_out
 from infill.types import InfillError
-
-__all__ = ["Canvas", "build_canvas", "fit_lengths", "padded_to"]  # fit_lengths: the layout's, for diffusion.py
 
 
 @dataclass(frozen=True)
