@@ -13,7 +13,7 @@ import pytest
 
 from infill.backends.choose import BackendSpec, open_backend
 from infill.backends.remote import RemoteBackend
-from infill.backends.remote.backend import HTTP_THREADS
+from infill.backends.remote.exchange import HTTP_THREADS
 from infill.gateway.server import make_server
 from infill.pipeline import CompletionRequest, Pipeline
 from infill.types import CancelToken, InfillError, InfillRequest, deadline_in

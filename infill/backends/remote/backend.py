@@ -9,7 +9,7 @@ Two protocols (`protocol`, "auto" by default):
 It exists only when the user configured an endpoint, so nothing leaves the machine otherwise.
 
 Every failure (endpoint down, slow, HTTP error, garbage JSON) becomes an `InfillResult` with outcome "error" and a
-message; nothing escapes `infill`. The HTTP exchanges run on the backend's small pool of HTTP threads
+message; nothing escapes `infill`. The HTTP exchanges (exchange.py) run on the backend's small pool of HTTP threads
 ("infill-remote-http") while the caller polls the cancel token and the deadline, so a cancelled or late request
 returns at once even while its socket is still blocked.
 """
@@ -19,26 +19,17 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import socket
-import ssl
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
-
 import infill.backends.remote.vllm_diffusion as vd
+from infill.backends.remote.exchange import Exchanges
 from infill.backends.remote.http import (
     RemoteFailure,
     RemoteHTTPError,
     _count,
-    _decode,
-    _describe_http_error,
     _GapAnswer,
-    _is_loopback,
     _ms,
     _NotFound,
     normalize_endpoint,
@@ -56,22 +47,15 @@ from infill.types import (
     InfillRequest,
     InfillResult,
     Timings,
-    wait_polling,
 )
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.01  # how often the waiting caller looks at its cancel token and deadline
-# Threads that carry HTTP exchanges, reused from call to call. Why threads at all: a blocked socket read cannot be
-# interrupted, and the caller must return at once on a cancel. Why several: the native route sends one request
-# per candidate canvas together, and an abandoned exchange holds its thread until its answer or its timeout.
-HTTP_THREADS = 16
 FAILED = "remote infill via"  # how a failed request's log line starts
 TOKEN_ENV = "INFILL_ENDPOINT_TOKEN"  # bearer token when none is passed (keeps it out of editor settings files)
 
 
 PROTOCOLS = ("auto", "openai", "vllm-diffusion")
-Call = tuple[str, str, "dict[str, Any] | None"]  # (method, path, JSON body)
 
 
 class RemoteBackend(NativeDiffusionRoute):
@@ -122,17 +106,7 @@ class RemoteBackend(NativeDiffusionRoute):
         self._model_known = self._model is not None
         self._model_lock = threading.Lock()
         token = token if token is not None else os.environ.get(TOKEN_ENV) or None
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        # A proxy from the environment (HTTP_PROXY, ALL_PROXY) is used for remote hosts only: code for an endpoint
-        # on this machine must not travel through a proxy, with the token, unless NO_PROXY happens to say so.
-        self._client_options = {
-            "headers": headers,
-            "follow_redirects": False,
-            "trust_env": not _is_loopback(urlsplit(self.endpoint).hostname),
-            "verify": ssl.create_default_context(),
-        }  # made once, shared by every client
-        self._client = httpx.Client(**self._client_options)
-        self._http = ThreadPoolExecutor(max_workers=HTTP_THREADS, thread_name_prefix="infill-remote-http")
+        self.http = Exchanges(self.endpoint, token, self.connect_timeout_s)
         self._closed = False
 
     # -- InfillBackend ------------------------------------------------------------------------------------------
@@ -182,9 +156,7 @@ class RemoteBackend(NativeDiffusionRoute):
 
     def close(self) -> None:
         self._closed = True
-        _hang_up(self._client)  # an abandoned exchange still blocked on its socket ends now, freeing its thread
-        self._client.close()
-        self._http.shutdown(wait=False, cancel_futures=True)
+        self.http.close()
 
     # -- routes -------------------------------------------------------------------------------------------------
 
@@ -233,7 +205,7 @@ class RemoteBackend(NativeDiffusionRoute):
             prompt = request.prefix + "".join(m + b for m, b in zip(middles, request.between))
             suffix = "".join(request.between[index:]) + request.suffix
             body = self._completion_body(request, model, prompt, suffix, end)
-            answer = self._parse_completion(self._exchange("POST", "/v1/completions", body, cancel, end))
+            answer = self._parse_completion(self.http.one("POST", "/v1/completions", body, cancel, end))
             if request.single_line:  # in case the server ignored `stop`
                 answer.text = answer.text.split("\n", 1)[0]
             answers.append(answer)
@@ -347,7 +319,7 @@ class RemoteBackend(NativeDiffusionRoute):
             if self._model_known:
                 return self._model
             try:
-                data = self._exchange("GET", "/v1/models", None, cancel, end)
+                data = self.http.one("GET", "/v1/models", None, cancel, end)
             except _NotFound:
                 log.info("%s has no /v1/models; sending completions without a model name", self.endpoint)
                 self._model_known = True
@@ -373,74 +345,3 @@ class RemoteBackend(NativeDiffusionRoute):
     def _end_time(self, deadline: float | None) -> float:
         own = time.monotonic() + self.timeout_s
         return own if deadline is None else min(own, deadline)
-
-    def _exchange(self, method: str, path: str, body: dict | None, cancel: CancelToken | None, end: float) -> dict:
-        """One request, bounded by `end` (time.monotonic()) and abandoned at once when `cancel` fires."""
-        return self._exchange_many([(method, path, body)], cancel, end)[0]
-
-    def _exchange_many(
-        self, calls: list[Call], cancel: CancelToken | None, end: float, *, hang_up: bool = False
-    ) -> list[dict[str, Any]]:
-        """Requests sent together (a batching server serves them in one step), each on a thread of the HTTP pool,
-        bounded by `end` and abandoned at once when `cancel` fires. The first failure (in call order) is raised.
-        `hang_up`: the calls get their own connections, closed when abandoned, so a server that aborts on
-        disconnect (vLLM) stops computing an answer nobody waits for."""
-        remaining = end - time.monotonic()
-        if remaining <= 0:
-            raise RemoteFailure(f"deadline passed before the request to {self.endpoint + calls[0][1]} was sent")
-        timeout = httpx.Timeout(remaining, connect=min(self.connect_timeout_s, remaining))
-        client = httpx.Client(**self._client_options) if hang_up else self._client
-
-        def send(method: str, path: str, body: dict | None) -> httpx.Response | BaseException:
-            try:
-                return client.request(method, self.endpoint + path, json=body, timeout=timeout)
-            except BaseException as exc:  # reported to the waiting caller, in call order
-                return exc
-
-        try:
-            futures = [self._http.submit(send, *call) for call in calls]
-        except RuntimeError:  # the pool is shut down: the backend was closed meanwhile
-            raise RemoteFailure("remote backend is closed") from None
-        try:
-            answers = [
-                wait_polling(f, POLL_S, self._stop_waiting(path, cancel, end, remaining))
-                for f, (_, path, _) in zip(futures, calls)
-            ]
-        except (Cancelled, RemoteFailure):
-            if hang_up and not all(f.done() for f in futures):
-                _hang_up(client)
-            raise
-        finally:
-            if hang_up and all(f.done() for f in futures):
-                client.close()
-        results = []
-        for answer, (_, path, _) in zip(answers, calls):
-            if isinstance(answer, BaseException):
-                raise RemoteFailure(_describe_http_error(self.endpoint + path, answer, remaining))
-            results.append(_decode(self.endpoint + path, answer))
-        return results
-
-    def _stop_waiting(self, path: str, cancel: CancelToken | None, end: float, remaining: float) -> Callable[[], None]:
-        """What a caller waiting for an exchange asks between polls: stop at a cancel or at the deadline."""
-
-        def check() -> None:
-            if cancel is not None and cancel.cancelled:
-                raise Cancelled(cancel.reason)
-            if time.monotonic() >= end:
-                raise RemoteFailure(f"no answer from {self.endpoint + path} within {remaining:.2f} s")
-
-        return check
-
-
-def _hang_up(client: httpx.Client) -> None:
-    """Close an abandoned client's connections now. `close()` alone does not wake a thread blocked reading the
-    socket (so no FIN is sent until the answer comes); shutting the sockets down does. Reaches into httpcore's
-    pool: any failure only means the connection ends by itself within its timeout, as before."""
-    try:
-        for connection in list(client._transport._pool.connections):  # type: ignore[attr-defined]
-            stream = getattr(getattr(connection, "_connection", None), "_network_stream", None)
-            sock = getattr(stream, "_sock", None)
-            if sock is not None:
-                sock.shutdown(socket.SHUT_RDWR)
-    except Exception:  # noqa: BLE001 - best effort, see above
-        log.debug("could not shut down an abandoned connection", exc_info=True)

@@ -50,7 +50,7 @@ class NativeDiffusionRoute:
     def _probe(self, model: str | None, xargs: dict, cancel: CancelToken | None, end: float) -> str:
         """The server's refusal message ("" when it served the probe)."""
         try:
-            self._exchange("POST", "/v1/completions", vd.probe_body(model, xargs), cancel, end)
+            self.http.one("POST", "/v1/completions", vd.probe_body(model, xargs), cancel, end)
             return ""
         except RemoteHTTPError as exc:
             return exc.detail
@@ -93,7 +93,7 @@ class NativeDiffusionRoute:
             budget = -1  # unknown model length: vLLM's own check applies
         bodies = [vd.completion_body(p, request.prefix, model, budget) for p in plans]
         try:
-            replies = self._exchange_many([("POST", "/v1/completions", b) for b in bodies], cancel, end, hang_up=True)
+            replies = self.http.many([("POST", "/v1/completions", b) for b in bodies], cancel, end, hang_up=True)
         except RemoteHTTPError as exc:
             if "diffusion" in exc.detail:  # restarted with another canvas? the next request asks again
                 self._facts = None
@@ -137,7 +137,7 @@ class NativeDiffusionRoute:
         missing = self._tokens.missing(texts)
         if not missing:
             return
-        replies = self._exchange_many([("POST", "/tokenize", vd.tokenize_body(t, model)) for t in missing], cancel, end)
+        replies = self.http.many([("POST", "/tokenize", vd.tokenize_body(t, model)) for t in missing], cancel, end)
         for text, reply in zip(missing, replies):
             if self._max_model_len is None and isinstance(reply.get("max_model_len"), int):
                 self._max_model_len = reply["max_model_len"]  # (no discovery ran when the model was configured)
@@ -161,7 +161,7 @@ class NativeDiffusionRoute:
         calls = [
             ("POST", "/detokenize", {"tokens": ids, **({"model": model} if model else {})}) for ids in pieces if ids
         ]
-        texts = iter(self._exchange_many(calls, cancel, end)) if calls else iter(())
+        texts = iter(self.http.many(calls, cancel, end)) if calls else iter(())
         out = []
         for ids in pieces:
             text = next(texts).get("prompt") if ids else ""
