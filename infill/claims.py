@@ -40,7 +40,7 @@ class Claim:
 
     ticket: Ticket
     joined: bool = False
-    taken_over: Future = field(default_factory=Future)  # done when a newer identical request takes the run over
+    taken_over: Future[None] = field(default_factory=Future)  # done when a newer identical request takes the run over
 
     @property
     def answered(self) -> bool:

@@ -4,7 +4,7 @@ infill/pipeline.py's front door, whose types live here so that the pipeline modu
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from infill import timing
 from infill.context.related import OpenDocument
@@ -62,7 +62,7 @@ class PipelineResult:
     # in `complete` outside context building and backends: cleaning, the watchdog, routing).
     trace: timing.Trace = field(default=timing.OFF, repr=False)
 
-    def to_log(self) -> dict:
+    def to_log(self) -> dict[str, Any]:
         """One JSON-ready record for the completion log."""
         r = self.result
         return {

@@ -12,8 +12,12 @@ import platform
 import re
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from infill.types import InfillError
+
+if TYPE_CHECKING:  # torch is imported where a backend that needs it loads, not with this module
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -113,10 +117,11 @@ def resolve_device_dtype(
     return resolved, resolve_dtype(dtype, resolved, supported=supported, bf16_on_cpu=bf16_on_cpu)
 
 
-def torch_dtype(name: str):
+def torch_dtype(name: str) -> torch.dtype:
     import torch
 
-    return getattr(torch, DTYPE_NAMES[name])
+    dtype: torch.dtype = getattr(torch, DTYPE_NAMES[name])
+    return dtype
 
 
 def threads_from_env() -> int | None:

@@ -19,7 +19,9 @@ import math
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from infill.checks.postprocess import postprocess
 from infill.checks.watchdog import Verdict, Watchdog, WatchdogSettings, check_length, check_repetition
@@ -97,7 +99,9 @@ class PipelineSettings:
             raise InfillError("min_fallback_ms must be >= 0 and chars_per_token > 0")
 
     def context_settings(self) -> ContextSettings:
-        cap = lambda chars: max(1, math.floor(chars / self.chars_per_token))  # noqa: E731
+        def cap(chars: int) -> int:
+            return max(1, math.floor(chars / self.chars_per_token))
+
         return ContextSettings(
             prefix_tokens=min(self.prefix_tokens, cap(self.prefix_chars)),
             suffix_tokens=min(self.suffix_tokens, cap(self.suffix_chars)),
@@ -116,9 +120,10 @@ class Pipeline:
         self.fallback = fallback
         # What the backends can do beyond `infill`, decided once here (infill/types.py's optional protocols).
         self._warms = backend if isinstance(backend, WarmsPrompts) else None
-        self._branches = {
-            route: b for route, b in (("primary", backend), ("fallback", fallback)) if isinstance(b, WritesAlternatives)
-        }
+        self._branches: dict[str, WritesAlternatives] = {}  # by route
+        for route, able in (("primary", backend), ("fallback", fallback)):
+            if isinstance(able, WritesAlternatives):
+                self._branches[route] = able
         self._settings = settings or PipelineSettings()
         self.contexts = ContextBuilder(self._settings.context_settings())
         self.related = RelatedFiles()  # code from other open files (its settings: `related.settings`)
@@ -137,7 +142,7 @@ class Pipeline:
         self.contexts.settings = value.context_settings()
         self.watchdog.settings = value.watchdog
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """Routes taken and watchdog rejections so far (for infill.status and benchmarks)."""
         with self._routes_lock:
             routes = dict(self.routes)
@@ -227,7 +232,14 @@ class Pipeline:
         has_before = has_text(req.text, 0, spans[0][0])
         return not has_before and (req.mode == "inline" or not has_text(req.text, spans[-1][1], len(req.text)))
 
-    def _route(self, out: PipelineResult, prep: Prepared, cancel, deadline, on_draft) -> None:
+    def _route(
+        self,
+        out: PipelineResult,
+        prep: Prepared,
+        cancel: CancelToken | None,
+        deadline: float | None,
+        on_draft: DraftCallback | None,
+    ) -> None:
         s = self.settings
         primary_deadline = deadline
         if self.fallback is not None and deadline is not None:
@@ -267,23 +279,24 @@ class Pipeline:
         out: PipelineResult,
         prep: Prepared,
         route: str,
-        cancel,
+        cancel: CancelToken | None,
         budget_end: float | None,
         deadline: float | None,
     ) -> bool:
         """The backend's other fills for a one-line gap whose fill it refused or left empty, best first (a backend
         that can branch: `alternatives`); the first the checks accept is shown. Whether one was."""
         count = self.settings.alternatives if prep.source.alternatives is None else prep.source.alternatives
-        brancher = self._branches.get(route)
+        brancher, greedy = self._branches.get(route), out.result
         if (
-            not count
+            greedy is None
+            or not count
             or brancher is None
             or not prep.ctx.single_line
             or len(prep.spans) != 1
             or (cancel is not None and cancel.cancelled)
         ):
             return False
-        name, t0 = (out.result.backend if out.result is not None else route), time.perf_counter()
+        name, t0 = greedy.backend, time.perf_counter()
         out.trace.stop("checks")
         try:
             texts = brancher.alternatives(prep.request, count, cancel=cancel, deadline=budget_end)
@@ -293,7 +306,7 @@ class Pipeline:
         out.costs[name] = out.costs.get(name, 0.0) + (time.perf_counter() - t0) * 1000
         out.trace.start("checks")
         for rank, text in enumerate(texts, 1):
-            result = replace(out.result, middles=(text,), outcome="ok")  # type: ignore[arg-type]
+            result = replace(greedy, middles=(text,), outcome="ok")
             verdict, middles = self._judge(result, prep, deadline)
             if verdict.ok:
                 out.fills, out.result, out.alternative = [Fill(*prep.spans[0], middles[0])], result, rank
@@ -301,7 +314,13 @@ class Pipeline:
         return False
 
     def _call(
-        self, backend: InfillBackend, request: InfillRequest, cancel, deadline, on_draft, out: PipelineResult
+        self,
+        backend: InfillBackend,
+        request: InfillRequest,
+        cancel: CancelToken | None,
+        deadline: float | None,
+        on_draft: DraftCallback | None,
+        out: PipelineResult,
     ) -> InfillResult:
         name = _name(backend)
         out.trace.stop("checks")  # (the backend's time is its own)
@@ -315,10 +334,13 @@ class Pipeline:
         out.trace.start("checks")
         return result
 
-    def _judge(self, result: InfillResult, prep: Prepared, deadline) -> tuple[Verdict, list[str]]:
+    def _judge(self, result: InfillResult, prep: Prepared, deadline: float | None) -> tuple[Verdict, list[str]]:
         """The cleaned middles and the verdict on them. Backend outcomes that are not candidates count as
         rejections too, under their own reasons."""
-        record = lambda reason, detail: (self.watchdog.record(Verdict(reason, detail), result.backend), [])  # noqa
+
+        def record(reason: str, detail: str) -> tuple[Verdict, list[str]]:
+            return self.watchdog.record(Verdict(reason, detail), result.backend), []
+
         if result.outcome == "error":
             return record("backend_error", result.error or "")
         if result.outcome == "empty" or not result.middles:
@@ -348,7 +370,7 @@ class Pipeline:
         return forward
 
 
-def clean_middles(middles, prep: Prepared) -> list[str]:
+def clean_middles(middles: Sequence[str], prep: Prepared) -> list[str]:
     """Post-process each middle against the document text around its own gap."""
     text, ctx = prep.source.text, prep.ctx
     cleaned = []

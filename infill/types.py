@@ -13,7 +13,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, TypeVar, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 BackendKind = Literal["diffusion", "autoregressive", "remote"]
 Outcome = Literal["ok", "cut_short", "cancelled", "error", "empty"]
@@ -190,7 +190,7 @@ class InfillResult:
     prompt_tokens: int = 0
     reused_tokens: int = 0  # prompt tokens whose KV came from the store, not re-encoded
     version: int | None = None  # echoed from the request
-    versions: dict = field(default_factory=dict)  # model id/revision, dtype, sampler and stopping parameters
+    versions: dict[str, Any] = field(default_factory=dict)  # model id/revision, dtype, sampler and stopping parameters
     error: str | None = None
 
     @property

@@ -30,7 +30,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from infill.claims import NEWEST_WINS, Claim, Claims, Ticket
 from infill.pipeline import CompletionRequest, PipelineResult, Prepared
@@ -62,20 +62,20 @@ class Completes(Protocol):
 class NotRun(Cancelled):
     """A job the worker dropped without running it: cancelled, superseded or out of time while queued."""
 
-    def __init__(self, outcome: str, reason: str) -> None:
+    def __init__(self, outcome: Literal["cancelled", "cut_short"], reason: str) -> None:
         super().__init__(reason)
         self.outcome = outcome  # "cancelled" or "cut_short"
         self.reason = reason
 
 
 @dataclass(eq=False)
-class _QueuedJob:
-    run: Callable[[], object]
-    future: Future
+class _QueuedJob(Generic[T]):
+    run: Callable[[], T]
+    future: Future[T]
     token: CancelToken
     deadline: float | None
     ticket: Ticket | None
-    unrun: Callable[[NotRun], object] | None = None  # the answer of a job dropped unrun (else it raises NotRun)
+    unrun: Callable[[NotRun], T] | None = None  # the answer of a job dropped unrun (else it raises NotRun)
 
 
 class ModelWorker:
@@ -84,7 +84,7 @@ class ModelWorker:
     def __init__(self, name: str = "infill-model") -> None:
         self.claims = Claims(on_cancel=self.drop_unrunnable)
         self._cond = threading.Condition()
-        self._queue: deque[_QueuedJob] = deque()
+        self._queue: deque[_QueuedJob[Any]] = deque()
         self._closed = False
         self.busy = False  # a job is running (status "modelBusy")
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
@@ -201,7 +201,7 @@ class ModelWorker:
                 job = self._queue.popleft()
             self._run(job)
 
-    def _run(self, job: _QueuedJob) -> None:
+    def _run(self, job: _QueuedJob[Any]) -> None:
         try:
             if not job.future.set_running_or_notify_cancel():
                 return
@@ -248,7 +248,7 @@ class ModelWorker:
                 self.claims.close(job.ticket)
 
 
-def _answer_unrun(job: _QueuedJob, why: NotRun) -> None:
+def _answer_unrun(job: _QueuedJob[Any], why: NotRun) -> None:
     if job.unrun is None:
         job.future.set_exception(why)
         return
@@ -258,7 +258,7 @@ def _answer_unrun(job: _QueuedJob, why: NotRun) -> None:
         job.future.set_exception(exc)
 
 
-def _why_not_run(job: _QueuedJob) -> NotRun | None:
+def _why_not_run(job: _QueuedJob[Any]) -> NotRun | None:
     if job.token.cancelled:
         return NotRun("cancelled", job.token.reason or "cancelled while queued")
     if job.deadline is not None and time.monotonic() >= job.deadline:

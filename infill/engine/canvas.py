@@ -78,7 +78,7 @@ def padded_to(canvas: Canvas, rows: int, width: int, pad_id: int) -> Canvas:
     if (rows, width) == (have_rows, have_width):
         return canvas
 
-    def grown(t: torch.Tensor, fill) -> torch.Tensor:
+    def grown(t: torch.Tensor, fill: int | bool) -> torch.Tensor:
         out = torch.full((rows, width), fill, dtype=t.dtype, device=t.device)
         out[:have_rows, :have_width] = t
         return out

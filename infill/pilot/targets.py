@@ -20,7 +20,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from infill.backends.choose import BackendSpec, open_backend
-from infill.loader import NO_FALLBACK, FallbackChoice, fallback_spec, offline_default
+from infill.loader import NO_FALLBACK, FallbackChoice, fallback_spec, offline_default, warm_up
 from infill.pipeline import CompletionRequest, Fill, Pipeline, PipelineResult, PipelineSettings, Prepared
 from infill.types import CancelToken, DraftCallback, InfillBackend, InfillError, InfillResult
 
@@ -116,9 +116,7 @@ class RawPipeline:
         self.fallback = None
 
     def forget(self, document_id: str) -> None:
-        forget = getattr(self.inner, "forget", None)
-        if forget is not None:
-            forget(document_id)
+        self.inner.forget(document_id)
 
     def complete(
         self,
@@ -195,7 +193,9 @@ class TargetPool:
     def _engine(self, spec: BackendSpec) -> InfillBackend:
         with self._lock:
             if spec not in self._engines:
-                self._engines[spec] = self._open_fn(spec)
+                engine = self._open_fn(spec)
+                warm_up(engine)  # the loader's warm-up: no attempt pays a DiffusionGemma engine's one-time costs
+                self._engines[spec] = engine
             return self._engines[spec]
 
     def open(self, spec: TargetSpec) -> OpenedTarget:
