@@ -11,6 +11,7 @@ import logging
 import select
 import socket
 from http.server import BaseHTTPRequestHandler
+from typing import Any
 
 from infill.gateway.front import Arrival
 from infill.gateway.openai_api import HttpError
@@ -113,7 +114,7 @@ class ArrivalHandler(BaseHTTPRequestHandler):
         if length > 0:
             self.close_connection = True
 
-    def _send_json(self, status: int, body: dict, headers: dict[str, str] | None = None) -> None:
+    def _send_json(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         self._send_bytes(status, json.dumps(body, default=str).encode(), "application/json", headers)
 
     def _send_bytes(

@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from infill.gateway.wire import close_socket, parse_head, reply_error, send_quietly
 
@@ -60,7 +61,7 @@ class Arrival:
     `connection` is the front's record of the socket, handed back with `Front.resume`."""
 
     sock: socket.socket
-    client_address: tuple
+    client_address: tuple[Any, ...]
     data: bytes
     path: str
     connection: _Connection = field(repr=False)
@@ -69,7 +70,7 @@ class Arrival:
 @dataclass(eq=False)
 class _Connection:
     sock: socket.socket
-    address: tuple
+    address: tuple[Any, ...]
     buffer: bytearray = field(default_factory=bytearray)
     phase: str = "idle"  # idle (between requests) | head | body | discard (an oversized body being dropped)
     deadline: float = 0.0
@@ -91,7 +92,7 @@ class Front:
         self._wake_read.setblocking(False)
         self._wake_write.setblocking(False)
         self._selector.register(self._wake_read, selectors.EVENT_READ)
-        self._incoming: queue.SimpleQueue = queue.SimpleQueue()  # connections admitted or resumed
+        self._incoming: queue.SimpleQueue[Any] = queue.SimpleQueue()  # connections admitted or resumed
         self._held: set[_Connection] = set()  # waiting here (in the selector)
         self._count_lock = threading.Lock()
         self._open = 0
@@ -106,7 +107,7 @@ class Front:
             return self._open
 
     # -- from other threads ----------------------------------------------------------------------------------------
-    def admit(self, sock: socket.socket, address: tuple) -> None:
+    def admit(self, sock: socket.socket, address: tuple[Any, ...]) -> None:
         """A connection just accepted: counted and read here, or answered 503 at once when over a bound."""
         client = str(address[0]) if address else ""
         with self._count_lock:

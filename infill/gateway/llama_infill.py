@@ -24,6 +24,7 @@ import json
 import textwrap
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from infill.gateway.language import detect_language
 from infill.gateway.openai_api import GatewaySettings, HttpError, optional_field, parse_stop
@@ -199,7 +200,7 @@ def _warm(pipeline: Pipeline, worker: ModelWorker, request: CompletionRequest, t
 
 def answer_infill(
     params: InfillParams, settings: GatewaySettings, pipeline: Pipeline, worker: ModelWorker, client_gone
-) -> dict:
+) -> dict[str, Any]:
     """One /infill answer (before `response_fields` picks from it)."""
     t0 = time.perf_counter()
     doc = build_document(params, pipeline)
@@ -291,7 +292,7 @@ def _body(
     t0: float,
     language: str | None,
     budget_spent: bool = False,
-) -> dict:
+) -> dict[str, Any]:
     content, word = _cut_at_stop(content, params.stop)
     content, dedented = cut_at_dedent(content, params.n_indent)
     result = outcome.result if outcome is not None else None
@@ -348,7 +349,7 @@ def _per_second(ms: float, n: int) -> float:
     return round(n * 1000 / ms, 3) if n and ms > 0 else 0.0
 
 
-def pick_fields(body: dict, fields: tuple[str, ...] | None) -> dict:
+def pick_fields(body: dict[str, Any], fields: tuple[str, ...] | None) -> dict[str, Any]:
     """llama.cpp's `response_fields`: only the named fields, a path such as `timings/prompt_n` reaching into an
     object and keeping the path as its key; fields that are not there are left out."""
     if fields is None:
@@ -366,6 +367,6 @@ def pick_fields(body: dict, fields: tuple[str, ...] | None) -> dict:
     return picked
 
 
-def encode_body(body: dict) -> bytes:
+def encode_body(body: dict[str, Any]) -> bytes:
     """Compact JSON: llama.vim checks for `"content":"` with no space after the colon before it decodes."""
     return json.dumps(body, separators=(",", ":"), default=str).encode()

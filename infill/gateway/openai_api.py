@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from infill.gateway.fim_prompts import split_fim_prompt
 from infill.gateway.language import detect_language
@@ -32,7 +33,7 @@ class HttpError(Exception):
         self.status, self.message, self.param, self.kind = status, message, param, kind
         self.headers = headers or {}
 
-    def body(self) -> dict:
+    def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.status}}
 
 
@@ -86,7 +87,7 @@ class CompletionParams:
 # -- request validation -----------------------------------------------------------------------------------------
 
 
-def optional_field(body: dict, name: str, kinds: type | tuple, what: str):
+def optional_field(body: dict[str, Any], name: str, kinds: type | tuple[Any, ...], what: str):
     value = body.get(name)
     accepts_bool = bool in (kinds if isinstance(kinds, tuple) else (kinds,))
     if value is not None and (not isinstance(value, kinds) or (isinstance(value, bool) and not accepts_bool)):
@@ -162,7 +163,7 @@ def parse_stop(stop: object, limit: int = MAX_STOP_SEQUENCES) -> tuple[str, ...]
 # -- completion -------------------------------------------------------------------------------------------------
 
 
-def run_completion(pipeline: Pipeline, params: CompletionParams, settings: GatewaySettings) -> tuple[dict, str, str]:
+def run_completion(pipeline: Pipeline, params: CompletionParams, settings: GatewaySettings) -> tuple[dict[str, Any], str, str]:
     """Run one completion; returns (infill extension object, text, finish_reason)."""
     start = len(params.prompt)
     language = params.language or detect_language(params.prompt, params.suffix)
@@ -199,7 +200,7 @@ def _apply_stop(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
     return (text[:cut], True) if cut >= 0 else (text, False)
 
 
-def _extension(outcome: PipelineResult, latency_ms: float, start: int) -> dict:
+def _extension(outcome: PipelineResult, latency_ms: float, start: int) -> dict[str, Any]:
     result = outcome.result
     fill = outcome.fills[0] if outcome.fills else None
     return {
@@ -226,7 +227,7 @@ def _extension(outcome: PipelineResult, latency_ms: float, start: int) -> dict:
     }
 
 
-def completion_body(model: str, text: str, finish: str, extension: dict) -> dict:
+def completion_body(model: str, text: str, finish: str, extension: dict[str, Any]) -> dict[str, Any]:
     prompt_tokens, completion_tokens = extension["prompt_tokens"], extension["completion_tokens"]
     return {
         "id": f"cmpl-{uuid.uuid4().hex}",

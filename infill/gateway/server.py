@@ -23,6 +23,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from http.server import ThreadingHTTPServer
+from typing import Any
 from urllib.parse import urlsplit
 
 from infill.backends.choose import add_model_options, spec_from_args
@@ -149,7 +150,7 @@ class GatewayServer(ThreadingHTTPServer):
     def model_name(self, pipeline: Pipeline) -> str:
         return self.settings.model_name or pipeline.backend.info.model
 
-    def health(self) -> tuple[int, dict]:
+    def health(self) -> tuple[int, dict[str, Any]]:
         with self._state_lock:
             pipeline, error = self._pipeline, self._load_error
         if pipeline is not None:
@@ -286,7 +287,7 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _load_in_background(server: GatewayServer, spec, fallback: FallbackChoice, holder: list) -> None:
+def _load_in_background(server: GatewayServer, spec, fallback: FallbackChoice, holder: list[Any]) -> None:
     try:
         opened = open_pipeline(spec, fallback=fallback, progress=lambda message, fraction: log.info("%s", message))
     except Exception as exc:  # reported by /health and as 503 on every request
@@ -329,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.host not in ("127.0.0.1", "localhost", "::1") and token is None:
         log.warning("listening on %s without a token: anyone who can reach this address can use it", args.host)
-    backends: list = []
+    backends: list[Any] = []
     threading.Thread(
         target=_load_in_background,
         args=(server, spec, fallback_from_args(args), backends),

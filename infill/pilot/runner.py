@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from infill.backends.choose import BackendSpec
 from infill.metrics import AcceptRule
@@ -56,7 +56,7 @@ class JsonlWriter:
         self._file = open(path, "a", encoding="utf-8")
         self._lock = threading.Lock()
 
-    def write(self, record: dict) -> None:
+    def write(self, record: dict[str, Any]) -> None:
         line = json.dumps(record, ensure_ascii=False)
         with self._lock:
             if self._file.closed:  # a worker left behind after its grace time: the run is over
@@ -98,8 +98,8 @@ class Progress:
 @dataclass
 class PilotRun:
     stopped_by: str = "done"  # "done", "time cap" or "interrupted"
-    targets: list[dict] = field(default_factory=list)
-    cells: list[dict] = field(default_factory=list)
+    targets: list[dict[str, Any]] = field(default_factory=list)
+    cells: list[dict[str, Any]] = field(default_factory=list)
 
 
 class _Cell:
@@ -185,7 +185,7 @@ class _Cell:
                 {**self._identity(hole), "started_at": round(started, 3), **record, "stopped": token.cancelled}
             )
 
-    def _identity(self, hole: Hole) -> dict:
+    def _identity(self, hole: Hole) -> dict[str, Any]:
         return {
             "hole_id": hole.id,
             "kind": hole.kind,
@@ -198,7 +198,7 @@ class _Cell:
             "expected": hole.middle,
         }
 
-    def run_failed_open(self) -> dict:
+    def run_failed_open(self) -> dict[str, Any]:
         for hole in self.holes:
             self.attempts.write(
                 {
@@ -220,7 +220,7 @@ class _Cell:
         self.done = self.errors = len(self.holes)
         return self._record(0.0, "open failed")
 
-    def run(self, cell_seconds: float, progress: Progress) -> dict:
+    def run(self, cell_seconds: float, progress: Progress) -> dict[str, Any]:
         label = f"{self.target.spec.label} c={self.concurrency}"
         workers = [
             threading.Thread(target=self._worker, daemon=True, name=f"pilot-{self.index}-{i}")
@@ -254,7 +254,7 @@ class _Cell:
             raise _Interrupted(record)
         return record
 
-    def _record(self, wall: float, stopped_by: str) -> dict:
+    def _record(self, wall: float, stopped_by: str) -> dict[str, Any]:
         return {
             "cell": self.index,
             "backend": self.target.spec.label,
@@ -267,7 +267,7 @@ class _Cell:
 
 
 class _Interrupted(Exception):
-    def __init__(self, record: dict) -> None:
+    def __init__(self, record: dict[str, Any]) -> None:
         super().__init__("interrupted")
         self.record = record
 

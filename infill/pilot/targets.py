@@ -17,6 +17,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from infill.backends.choose import BackendSpec, open_backend
@@ -157,7 +158,7 @@ class OpenedTarget:
     caveat: str | None
     shared: bool = False  # the primary engine was already open for an earlier backend
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         """Backend identity for the report: name, kind, model, device, dtype of the primary (and fallback)."""
         if self.pipeline is None:
             return {"label": self.spec.label, "engine": self.spec.engine, "open_error": self.open_error}

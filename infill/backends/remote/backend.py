@@ -21,6 +21,7 @@ import logging
 import os
 import threading
 import time
+from typing import Any
 from urllib.parse import urlsplit
 
 import infill.backends.remote.vllm_diffusion as vd
@@ -32,6 +33,7 @@ from infill.backends.remote.http import (
     _GapAnswer,
     _ms,
     _NotFound,
+    json_object,
     normalize_endpoint,
     render_fim,
 )
@@ -46,6 +48,7 @@ from infill.types import (
     InfillError,
     InfillRequest,
     InfillResult,
+    Outcome,
     Timings,
 )
 
@@ -214,8 +217,10 @@ class RemoteBackend(NativeDiffusionRoute):
                 on_draft(Draft(step=index + 1, middles=shown, confidence=()))
         return answers
 
-    def _completion_body(self, request: InfillRequest, model: str | None, prompt: str, suffix: str, end: float) -> dict:
-        body: dict = {
+    def _completion_body(
+        self, request: InfillRequest, model: str | None, prompt: str, suffix: str, end: float
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
             "prompt": prompt,
             "suffix": suffix,
             "max_tokens": request.max_middle_tokens,
@@ -245,15 +250,14 @@ class RemoteBackend(NativeDiffusionRoute):
                 body["infill_document"] = key[:24]
         return body
 
-    def _parse_completion(self, data: dict) -> _GapAnswer:
+    def _parse_completion(self, data: dict[str, Any]) -> _GapAnswer:
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             raise RemoteFailure(f"response from {self.endpoint} has no choices")
         text = choices[0].get("text")
         if not isinstance(text, str):
             raise RemoteFailure(f"response from {self.endpoint} has no text in choices[0]")
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-        extension = data.get("infill") if isinstance(data.get("infill"), dict) else {}
+        usage, extension = json_object(data.get("usage")), json_object(data.get("infill"))
         return _GapAnswer(
             text=text,
             finish_reason=choices[0].get("finish_reason"),
@@ -265,12 +269,12 @@ class RemoteBackend(NativeDiffusionRoute):
     def _result(self, request: InfillRequest, model: str | None, answers: list[_GapAnswer], t0: float) -> InfillResult:
         middles = tuple(a.text for a in answers)
         outcomes = {a.extension.get("outcome") for a in answers}
-        outcome = "empty" if not any(middles) else "cut_short" if "cut_short" in outcomes else "ok"
+        outcome: Outcome = "empty" if not any(middles) else "cut_short" if "cut_short" in outcomes else "ok"
         completion_tokens = sum(a.completion_tokens for a in answers)
         # `infill-ls serve` reports decoder forwards; other servers decode one token per step.
         steps = sum(_count(a.extension.get("steps")) or a.completion_tokens for a in answers)
         remote_versions = [a.extension.get("versions") for a in answers if a.extension.get("versions")]
-        versions = {
+        versions: dict[str, Any] = {
             "endpoint": self.endpoint,
             "model": model,
             "remote": remote_versions[0] if remote_versions else {},
@@ -295,11 +299,11 @@ class RemoteBackend(NativeDiffusionRoute):
             versions=versions,
         )
 
-    def _failed(self, request: InfillRequest, outcome: str, message: str, t0: float) -> InfillResult:
+    def _failed(self, request: InfillRequest, outcome: Outcome, message: str, t0: float) -> InfillResult:
         return InfillResult(
             middles=(),
             outcome=outcome,
-            backend=self.info.name,  # type: ignore[arg-type]
+            backend=self.info.name,
             timings=Timings(total_ms=(time.perf_counter() - t0) * 1000),
             version=request.version,
             versions={"endpoint": self.endpoint, "model": self._model},

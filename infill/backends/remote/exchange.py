@@ -50,7 +50,9 @@ class Exchanges:
         self.client.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def one(self, method: str, path: str, body: dict | None, cancel: CancelToken | None, end: float) -> dict:
+    def one(
+        self, method: str, path: str, body: dict[str, Any] | None, cancel: CancelToken | None, end: float
+    ) -> dict[str, Any]:
         """One request, bounded by `end` (time.monotonic()) and abandoned at once when `cancel` fires."""
         return self.many([(method, path, body)], cancel, end)[0]
 
@@ -67,7 +69,7 @@ class Exchanges:
         timeout = httpx.Timeout(remaining, connect=min(self.connect_timeout_s, remaining))
         client = httpx.Client(**self.options) if hang_up else self.client
 
-        def send(method: str, path: str, body: dict | None) -> httpx.Response | BaseException:
+        def send(method: str, path: str, body: dict[str, Any] | None) -> httpx.Response | BaseException:
             try:
                 return client.request(method, self.endpoint + path, json=body, timeout=timeout)
             except BaseException as exc:  # reported to the waiting caller, in call order

@@ -5,16 +5,35 @@ from __future__ import annotations
 
 import logging
 import random
+from typing import Any
 
 import infill.backends.remote.vllm_diffusion as vd
+from infill.backends.remote.exchange import Call, Exchanges
 from infill.backends.remote.http import RemoteFailure, RemoteHTTPError, _GapAnswer
+from infill.engine.config import EngineConfig
 from infill.types import CancelToken, Draft, DraftCallback, InfillError, InfillRequest
 
 log = logging.getLogger("infill.backends.remote")
 
 
 class NativeDiffusionRoute:
-    """Methods of RemoteBackend for the "vllm-diffusion" protocol."""
+    """Methods of RemoteBackend for the "vllm-diffusion" protocol, over the state RemoteBackend sets up."""
+
+    endpoint: str
+    protocol: str
+    fim_template: str | None
+    engine: EngineConfig
+    http: Exchanges
+    _route: str | None
+    _facts: vd.ServerFacts | None
+    _max_model_len: int | None
+    _pins_exact: bool | None
+    _tokens: vd.TokenCache
+    _stop_ids: frozenset[int] | None
+    _drop_ids: frozenset[int]
+
+    def _say_once(self, level: int, message: str) -> None:
+        raise NotImplementedError  # RemoteBackend's
 
     def _native_unusable(self) -> bool:
         """A server without the infill-vllm plugin does not hold the suffix: use the FIM template route when
@@ -47,7 +66,7 @@ class NativeDiffusionRoute:
         )
         return True
 
-    def _probe(self, model: str | None, xargs: dict, cancel: CancelToken | None, end: float) -> str:
+    def _probe(self, model: str | None, xargs: dict[str, Any], cancel: CancelToken | None, end: float) -> str:
         """The server's refusal message ("" when it served the probe)."""
         try:
             self.http.one("POST", "/v1/completions", vd.probe_body(model, xargs), cancel, end)
@@ -81,7 +100,8 @@ class NativeDiffusionRoute:
         # Free slots start as uniform noise over the vocabulary, as the model was trained (vLLM names its size).
         rng = random.Random(request.seed)
         known = sorted({*anchor, *sum(between, [])}) or [0]
-        noise = (lambda: rng.randrange(facts.vocab_size)) if facts.vocab_size else (lambda: rng.choice(known))
+        vocab = facts.vocab_size
+        noise = (lambda: rng.randrange(vocab)) if vocab else (lambda: rng.choice(known))
         try:
             plans = vd.plan_canvases(
                 between, anchor[:anchor_size], candidates, request.max_middle_tokens, facts.canvas_length, noise
@@ -158,7 +178,7 @@ class NativeDiffusionRoute:
         self, pieces: list[list[int]], model: str | None, cancel: CancelToken | None, end: float
     ) -> list[str]:
         pieces = [[i for i in ids if i not in self._drop_ids] for ids in pieces]
-        calls = [
+        calls: list[Call] = [
             ("POST", "/detokenize", {"tokens": ids, **({"model": model} if model else {})}) for ids in pieces if ids
         ]
         texts = iter(self.http.many(calls, cancel, end)) if calls else iter(())

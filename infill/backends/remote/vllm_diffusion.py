@@ -20,7 +20,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from infill.backends.remote.http import json_object
 from infill.engine.layout import RowLayout, choose_lengths, lay_out
 from infill.types import InfillError
 
@@ -72,10 +74,10 @@ def _plan(row: RowLayout, fixed: list[list[int]], noise: Callable[[], int]) -> C
     return CanvasPlan(row.length, tuple(seed), tuple(pinned), row.gaps, tuple(range(start, end)))
 
 
-def completion_body(plan: CanvasPlan, prompt: str, model: str | None, prompt_budget: int) -> dict:
+def completion_body(plan: CanvasPlan, prompt: str, model: str | None, prompt_budget: int) -> dict[str, Any]:
     """Only fields a diffusion server accepts: no `suffix`, `temperature`, `seed`, `stop` (vLLM refuses the first
     three; a stop string would cut the canvas before the suffix comes back)."""
-    body: dict = {
+    body: dict[str, Any] = {
         "prompt": prompt,
         "max_tokens": plan.width,
         "n": 1,
@@ -114,7 +116,7 @@ class CanvasAnswer:
         return self.held_count == len(self.plan.pinned)
 
 
-def read_answer(plan: CanvasPlan, data: dict, where: str) -> CanvasAnswer:
+def read_answer(plan: CanvasPlan, data: dict[str, Any], where: str) -> CanvasAnswer:
     """The canvas, join score and pin check from one vLLM completion response; raises ValueError on a malformed
     one (the caller reports it as the server's failure)."""
     choices = data.get("choices")
@@ -128,12 +130,12 @@ def read_answer(plan: CanvasPlan, data: dict, where: str) -> CanvasAnswer:
     tokens = tokens[: plan.width]
     held = sum(tokens[p] == plan.seed[p] for p in plan.pinned)
     score = _join_score(plan, choices[0].get("logprobs")) if plan.anchor else 0.0
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-    prompt_tokens = usage.get("prompt_tokens") if isinstance(usage.get("prompt_tokens"), int) else 0
+    usage = json_object(data.get("usage"))
+    prompt_tokens = usage["prompt_tokens"] if isinstance(usage.get("prompt_tokens"), int) else 0
     return CanvasAnswer(plan, tuple(tokens), score, held, prompt_tokens)
 
 
-def _join_score(plan: CanvasPlan, logprobs) -> float:
+def _join_score(plan: CanvasPlan, logprobs: Any) -> float:
     top = logprobs.get("top_logprobs") if isinstance(logprobs, dict) else None
     if not isinstance(top, list) or len(top) < plan.width:
         raise ValueError("response has no per-position logprobs for the anchor")
@@ -181,7 +183,7 @@ UNCONFIGURED_CANVAS = 32  # what vLLM 0.32's DiffusionGemma uses when the server
 _WIDTH_SAYS = "diffusion_canvas_length must be a positive integer no larger than the served canvas"
 
 
-def probe_body(model: str | None, xargs: dict) -> dict:
+def probe_body(model: str | None, xargs: dict[str, Any]) -> dict[str, Any]:
     """A request vLLM's diffusion validation refuses at admission (vllm/utils/diffusion.py), so no model runs; a
     server that is not serving a diffusion model runs one token instead."""
     return {"prompt": "\n", "max_tokens": 1, "vllm_xargs": xargs, **({"model": model} if model else {})}
@@ -190,7 +192,7 @@ def probe_body(model: str | None, xargs: dict) -> dict:
 # Asked in order; each answer decides the next (see RemoteBackend._detect_diffusion). Never a request that passes
 # validation with a seed canvas of the wrong width: vLLM's engine (not its validation) would fail on it.
 PROBE_WIDTH = {"diffusion_canvas_length": 2**20, "diffusion_seed_canvas": [UNSEEN]}
-PROBE_CANVAS = {"diffusion_seed_canvas": []}
+PROBE_CANVAS: dict[str, Any] = {"diffusion_seed_canvas": []}
 PROBE_VOCAB = {"diffusion_seed_canvas": [UNSEEN]}
 
 
@@ -229,7 +231,7 @@ class TokenCache:
         return self._ids.get(text, []) if text else []
 
 
-def tokenize_body(text: str, model: str | None) -> dict:
+def tokenize_body(text: str, model: str | None) -> dict[str, Any]:
     return {"prompt": text, "add_special_tokens": False, **({"model": model} if model else {})}
 
 
