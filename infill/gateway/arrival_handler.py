@@ -11,10 +11,17 @@ import logging
 import select
 import socket
 from http.server import BaseHTTPRequestHandler
-from typing import Any
+from typing import Any, Protocol
 
 from infill.gateway.front import Arrival
-from infill.gateway.openai_api import HttpError
+from infill.gateway.openai_api import GatewaySettings, HttpError
+
+
+class Serving(Protocol):
+    """What a handler reads from the server that made it (infill/gateway/server.py GatewayServer)."""
+
+    settings: GatewaySettings
+
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +32,8 @@ class ArrivalHandler(BaseHTTPRequestHandler):
     """Answers one request the front read in full (`Arrival`): it reads from memory and writes to the socket, so a
     worker never waits on a client's bytes; the front keeps the connection between requests. Subclasses route
     (`do_GET` and the rest) and keep `_body_read` (False until `_read_json` read the body)."""
+
+    server: Serving  # type: ignore[assignment]  # (socketserver types it as any BaseServer)
 
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # headers and body go out as two writes: Nagle + delayed ACK would add ~40 ms
@@ -38,7 +47,7 @@ class ArrivalHandler(BaseHTTPRequestHandler):
         if self.disable_nagle_algorithm:
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
         self.rfile = io.BytesIO(arrival.data)
-        self.wfile = SocketWriter(self.connection)
+        self.wfile = SocketWriter(self.connection)  # type: ignore[assignment]  # (a raw writer that sends whole)
 
     def handle(self) -> None:
         self.close_connection = True  # unless the request keeps it alive (parse_request decides)
@@ -58,7 +67,7 @@ class ArrivalHandler(BaseHTTPRequestHandler):
             poller.register(self.connection, select.POLLIN)
             if not poller.poll(0):
                 return False
-            return self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+            return bool(self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"")
         except BlockingIOError:
             return False
         except (OSError, ValueError):  # reset, or closed under us
@@ -130,7 +139,7 @@ class ArrivalHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(payload)
 
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 - BaseHTTPRequestHandler's signature
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - BaseHTTPRequestHandler's signature
         log.debug("%s - %s", self.address_string(), format % args)
 
 
@@ -143,6 +152,6 @@ class SocketWriter(io.RawIOBase):
     def writable(self) -> bool:
         return True
 
-    def write(self, data) -> int:
+    def write(self, data: Any) -> int:
         self._sock.sendall(data)
         return len(data)

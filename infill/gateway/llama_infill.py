@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import textwrap
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,7 +68,10 @@ class InfillParams:
 def parse_infill_params(body: object, settings: GatewaySettings) -> InfillParams:
     if not isinstance(body, dict):
         raise HttpError(400, f"request body must be a JSON object, got {type(body).__name__}")
-    text = lambda name, what: optional_field(body, name, str, what) or ""  # noqa: E731
+
+    def text(name: str, what: str) -> str:
+        return optional_field(body, name, str, what) or ""
+
     prefix = text("input_prefix", "a string (the text before the cursor's line)")
     suffix = text("input_suffix", "a string (the text after the cursor)")
     line = text("prompt", "a string (the cursor line's text before the cursor)")
@@ -185,7 +189,13 @@ def build_document(params: InfillParams, pipeline: Pipeline) -> InfillDocument:
 # -- answer -----------------------------------------------------------------------------------------------------
 
 
-def _warm(pipeline: Pipeline, worker: ModelWorker, request: CompletionRequest, timeout_s: float, client_gone) -> int:
+def _warm(
+    pipeline: Pipeline,
+    worker: ModelWorker,
+    request: CompletionRequest,
+    timeout_s: float,
+    client_gone: Callable[[], bool],
+) -> int:
     """Encode the request's prompt on the model worker, queued like a fill and cancelled when the client goes;
     the prompt tokens the backend now holds (0 when it never ran)."""
     token = CancelToken()
@@ -199,7 +209,11 @@ def _warm(pipeline: Pipeline, worker: ModelWorker, request: CompletionRequest, t
 
 
 def answer_infill(
-    params: InfillParams, settings: GatewaySettings, pipeline: Pipeline, worker: ModelWorker, client_gone
+    params: InfillParams,
+    settings: GatewaySettings,
+    pipeline: Pipeline,
+    worker: ModelWorker,
+    client_gone: Callable[[], bool],
 ) -> dict[str, Any]:
     """One /infill answer (before `response_fields` picks from it)."""
     t0 = time.perf_counter()

@@ -5,11 +5,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from infill.completion import Completer
 from infill.context.syntax import apply_fills
 from infill.metrics import AcceptRule, edit_similarity, exact_match, retained_chars
 from infill.pilot.holes import Hole
 from infill.pilot.syntax import syntax_valid
-from infill.pipeline import CompletionRequest, Pipeline, PipelineResult
+from infill.pipeline import CompletionRequest, PipelineResult
 from infill.types import CancelToken
 
 # LSP language ids (what an editor sends) for the pilot's language names.
@@ -79,7 +80,7 @@ def score(hole: Hole, outcome: PipelineResult, rule: AcceptRule) -> dict[str, An
 
 
 def run_attempt(
-    pipeline: Pipeline, hole: Hole, document_id: str, rule: AcceptRule, cancel: CancelToken, deadline_s: float | None
+    pipeline: Completer, hole: Hole, document_id: str, rule: AcceptRule, cancel: CancelToken, deadline_s: float | None
 ) -> dict[str, Any]:
     """Send, time and score one hole. Latency is wall time around `Pipeline.complete` (context building, the
     backend, post-processing and any fallback). Exceptions become an error record: the run goes on."""

@@ -128,7 +128,7 @@ class StepCapRecorder:
         steps = {model: cap for model, (cap, _) in self.by_model.items()}
         sources = {model: source for model, (_, source) in self.by_model.items()}
 
-        def one_or_each(values: dict[str, Any]):
+        def one_or_each(values: dict[str, Any]) -> Any:
             distinct = set(values.values())
             if len(distinct) > 1:
                 return values

@@ -205,7 +205,7 @@ def discover(src: str | Path, settings: DiscoverySettings | None = None) -> Disc
             if source is not None:
                 found.files.append(source)
                 continue
-        found.skipped[reason] += 1
+        found.skipped[reason or "unreadable"] += 1
     if not found.files:
         summary = ", ".join(f"{n} {r}" for r, n in found.skipped.most_common()) or "nothing"
         raise InfillError(

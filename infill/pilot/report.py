@@ -14,7 +14,7 @@ PLOTS = {
 }
 
 
-def _fmt(value, kind: str = "") -> str:
+def _fmt(value: Any, kind: str = "") -> str:
     if value is None:
         return "–"
     if kind == "%":
@@ -213,7 +213,9 @@ def _summary_section(summary: dict[str, Any], targets: list[dict[str, Any]]) -> 
     caveats = {t["label"]: t.get("caveat") for t in targets}
     rows = []
     for label, f in summary.items():
-        best = max(f["by_concurrency"].values(), key=lambda v: v["throughput_per_hour"] or 0, default={})
+        best: dict[str, Any] = max(
+            f["by_concurrency"].values(), key=lambda v: v["throughput_per_hour"] or 0, default={}
+        )
         name = f"`{label}`" + (" ⚠ tiny/dummy" if caveats.get(label) else "")
         rows.append([name] + _quality_cells(f) + [_fmt(best.get("throughput_per_hour"), "ms")])
     return (
@@ -351,12 +353,12 @@ def write_plots(out_dir: Path, summary: dict[str, Any]) -> list[Path]:
     return paths
 
 
-def _legend(axis) -> None:
+def _legend(axis: Any) -> None:
     if axis.get_legend_handles_labels()[0]:  # a run with no answered attempt has nothing to label
         axis.legend(fontsize=7)
 
 
-def _save(fig, path: Path, plt) -> Path:
+def _save(fig: Any, path: Path, plt: Any) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from infill.backends.choose import BackendSpec
+from infill.completion import Completer
 from infill.metrics import AcceptRule
 from infill.pilot.attempt import run_attempt
 from infill.pilot.holes import Hole
@@ -158,6 +159,7 @@ class _Cell:
             document_id = f"pilot/{self.index}/{hole.id}"  # unique: no KV reuse or supersession across attempts
             started = time.time()
             try:
+                assert self.front is not None  # (a cell whose target did not open runs no attempt)
                 record = run_attempt(self.front, hole, document_id, self.settings.accept, token, deadline_s)
             except Exception as exc:  # a scoring bug must not silently lose the hole: it is recorded as an error
                 record = {
@@ -272,22 +274,23 @@ class _Interrupted(Exception):
         self.record = record
 
 
-def _front(target: OpenedTarget, worker: ModelWorker | None):
+def _front(target: OpenedTarget, worker: ModelWorker | None) -> Completer | None:
     """What attempts call: a pipeline with an in-process backend through the one model worker (backends are
     single-threaded; concurrent attempts queue for it as an editor's requests would); one that only talks to
     remote endpoints directly, so that the concurrency reaches the server it measures."""
     pipeline = target.pipeline
     backends = [b for b in (pipeline.backend, pipeline.fallback) if b is not None] if pipeline is not None else []
-    if worker is None or all(b.info.kind == "remote" for b in backends):
+    if pipeline is None or worker is None or all(b.info.kind == "remote" for b in backends):
         return pipeline
     return OnWorker(pipeline, worker, kind=None)  # (attempts are separate documents: nothing to supersede)
 
 
 def _warm_up(target: OpenedTarget, hole: Hole, settings: RunSettings, worker: ModelWorker) -> None:
-    if target.pipeline is None:
+    front = _front(target, worker)
+    if front is None:
         return
     run_attempt(
-        _front(target, worker),
+        front,
         hole,
         "pilot/warmup",
         settings.accept,

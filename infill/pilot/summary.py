@@ -84,7 +84,9 @@ def _reason(text: str) -> str:
     return " ".join(str(text).split())[:100]
 
 
-def summarise_backend(label: str, attempts: list[dict[str, Any]], cells: list[dict[str, Any]], price: float | None) -> dict[str, Any]:
+def summarise_backend(
+    label: str, attempts: list[dict[str, Any]], cells: list[dict[str, Any]], price: float | None
+) -> dict[str, Any]:
     answered = [a for a in attempts if not a.get("stopped")]
     rejections: Counter[str] = Counter()
     for a in answered:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,7 @@ def parse_target(text: str) -> TargetSpec:
     spec = text.strip()
     if not spec:
         raise InfillError("empty --backend spec")
-    core, flags = spec, set()
+    core, flags = spec, set[str]()
     while core.endswith(("+fallback", "+raw")):
         flag = "+fallback" if core.endswith("+fallback") else "+raw"
         core, flags = core.removesuffix(flag), flags | {flag}
@@ -184,7 +185,12 @@ class OpenedTarget:
 class TargetPool:
     """Opens engines on demand, once each per spec (the offline default is shared by `ar` and every `+fallback`)."""
 
-    def __init__(self, settings: PipelineSettings, open_fn=open_backend, base: BackendSpec | None = None) -> None:
+    def __init__(
+        self,
+        settings: PipelineSettings,
+        open_fn: Callable[[BackendSpec], InfillBackend] = open_backend,
+        base: BackendSpec | None = None,
+    ) -> None:
         self.settings = settings
         self.base = base or BackendSpec()  # model options shared by every engine opened
         self._open_fn = open_fn
