@@ -30,7 +30,8 @@ from infill.backends.offline.backend import load_default_backend  # noqa: E402
 from infill.backends.offline.settings import ARSettings  # noqa: E402
 from infill.languages import python_error  # noqa: E402
 from infill.metrics import edit_similarity, exact_match  # noqa: E402
-from infill.stats import percentile, wilson_interval  # noqa: E402
+from infill.stats import percentile  # noqa: E402
+from infill.testing.benchmark_figures import wilson_interval  # noqa: E402
 from infill.types import InfillRequest  # noqa: E402
 
 PREFIX_CHARS = 8000  # the pipeline's window before the gap

@@ -36,8 +36,8 @@ from ar_quality import cut_holes  # noqa: E402
 from infill.backends.offline.backend import load_default_backend  # noqa: E402
 from infill.backends.offline.model_file import ensure_model  # noqa: E402
 from infill.backends.offline.settings import ARSettings  # noqa: E402
-from infill.device import kernel_flags  # noqa: E402
 from infill.stats import percentile  # noqa: E402
+from infill.testing.benchmark_figures import kernel_flags  # noqa: E402
 from infill.types import InfillRequest  # noqa: E402
 
 

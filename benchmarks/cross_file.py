@@ -49,11 +49,15 @@ from fill_quality import (
 
 from infill.backends.offline.backend import load_default_backend  # noqa: E402
 from infill.context.related import OpenDocument, RelatedFiles  # noqa: E402
-from infill.device import kernel_flags  # noqa: E402
 from infill.metrics import edit_similarity, exact_match  # noqa: E402
 from infill.pilot.syntax import syntax_valid  # noqa: E402
 from infill.pipeline import CompletionRequest, Pipeline, PipelineSettings  # noqa: E402
-from infill.stats import mean_interval, percentile, wilson_interval  # noqa: E402
+from infill.stats import percentile  # noqa: E402
+from infill.testing.benchmark_figures import (  # noqa: E402
+    kernel_flags,  # noqa: E402
+    mean_interval,
+    wilson_interval,
+)
 from server.scheduling import GUARD_CAP_MS  # noqa: E402
 from server.settings import Settings  # noqa: E402
 

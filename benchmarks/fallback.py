@@ -38,11 +38,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from fill_quality import HELD_OUT_PACKAGES, HELD_OUT_SEED, ask_lsp, judge, package_files, summarise  # noqa: E402
 
 from infill.backends.choose import BackendSpec  # noqa: E402
-from infill.device import kernel_flags  # noqa: E402
 from infill.loader import FallbackChoice, open_pipeline  # noqa: E402
 from infill.pilot.holes import CutSettings, cut_holes  # noqa: E402
 from infill.pipeline import Pipeline, PipelineSettings  # noqa: E402
 from infill.stats import percentile  # noqa: E402
+from infill.testing.benchmark_figures import kernel_flags  # noqa: E402
 from server.scheduling import GUARD_CAP_MS  # noqa: E402
 from server.settings import Settings  # noqa: E402
 

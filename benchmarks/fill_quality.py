@@ -52,7 +52,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from client_holes import cut_client_holes  # noqa: E402
 
 from infill.backends.offline.backend import load_default_backend  # noqa: E402
-from infill.device import kernel_flags  # noqa: E402
 from infill.gateway.openai_api import (
     GatewaySettings,
     detect_language,
@@ -64,7 +63,12 @@ from infill.pilot.files import Discovery, discover  # noqa: E402
 from infill.pilot.holes import CutSettings, Hole, cut_holes  # noqa: E402
 from infill.pilot.syntax import syntax_valid  # noqa: E402
 from infill.pipeline import CompletionRequest, Pipeline, PipelineResult, PipelineSettings  # noqa: E402
-from infill.stats import mean_interval, percentile, wilson_interval  # noqa: E402
+from infill.stats import percentile  # noqa: E402
+from infill.testing.benchmark_figures import (  # noqa: E402
+    kernel_flags,  # noqa: E402
+    mean_interval,
+    wilson_interval,
+)
 from server import scheduling  # noqa: E402
 from server.scheduling import GUARD_CAP_MS  # noqa: E402
 from server.settings import Settings  # noqa: E402

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-from infill.device import kernel_flags  # noqa: E402
+from infill.testing.benchmark_figures import kernel_flags  # noqa: E402
 
 
 def main() -> int:

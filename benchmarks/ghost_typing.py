@@ -78,8 +78,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from client_holes import line_kinds  # noqa: E402
 
-from infill.device import kernel_flags  # noqa: E402
 from infill.languages import python_error  # noqa: E402
+from infill.testing.benchmark_figures import kernel_flags  # noqa: E402
 
 PACKAGES = ("requests", "urllib3", "jinja2", "click", "packaging", "attr", "pygls", "rich", "httpx")
 KEY_GAP_S = 0.12

@@ -21,7 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from infill.stats import percentile, wilson_interval  # noqa: E402
+from infill.stats import percentile  # noqa: E402
+from infill.testing.benchmark_figures import wilson_interval  # noqa: E402
 
 
 def load(path: str) -> dict[tuple[str, str, str], dict]:

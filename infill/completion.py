@@ -4,11 +4,11 @@ infill/pipeline.py's front door, whose types live here so that the pipeline modu
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, Protocol
 
 from infill import timing
 from infill.context.related import OpenDocument
-from infill.types import InfillResult
+from infill.types import CancelToken, DraftCallback, InfillResult
 
 Mode = Literal["inline", "gap", "gaps"]
 
@@ -62,7 +62,7 @@ class PipelineResult:
     # in `complete` outside context building and backends: cleaning, the watchdog, routing).
     trace: timing.Trace = field(default=timing.OFF, repr=False)
 
-    def to_log(self) -> dict:
+    def to_log(self) -> dict[str, Any]:
         """One JSON-ready record for the completion log."""
         r = self.result
         return {
@@ -88,3 +88,17 @@ class PipelineResult:
             "total_ms": round(self.total_ms, 3),
             "costs_ms": {name: round(ms, 3) for name, ms in self.costs.items()},
         }
+
+
+class Completer(Protocol):
+    """Whatever answers a CompletionRequest: a Pipeline, one run on the model worker (infill/worker.py OnWorker),
+    or the pilot's RawPipeline."""
+
+    def complete(
+        self,
+        req: CompletionRequest,
+        *,
+        cancel: CancelToken | None = None,
+        deadline: float | None = None,
+        on_draft: DraftCallback | None = None,
+    ) -> PipelineResult: ...

@@ -12,8 +12,12 @@ import platform
 import re
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from infill.types import InfillError
+
+if TYPE_CHECKING:  # torch is imported where a backend that needs it loads, not with this module
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +33,8 @@ _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 
 
 @lru_cache(maxsize=1)
-def _cpu_flags() -> frozenset[str]:
+def cpu_flags() -> frozenset[str]:
+    """The flags /proc/cpuinfo lists (empty where it cannot be read)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
             return frozenset(fh.read().split())
@@ -37,36 +42,16 @@ def _cpu_flags() -> frozenset[str]:
         return frozenset()
 
 
-# The instruction sets that decide which kernels torch and llama.cpp run, named beside every benchmark figure
-KERNEL_FLAGS = (
-    "avx2",
-    "fma",
-    "f16c",
-    "avx_vnni",
-    "avx512f",
-    "avx512_vnni",
-    "avx512_bf16",
-    "amx_tile",
-    "amx_int8",
-    "amx_bf16",
-)
-
-
-def kernel_flags() -> list[str]:
-    """Which of KERNEL_FLAGS this CPU has (empty where /proc/cpuinfo cannot be read)."""
-    return [flag for flag in KERNEL_FLAGS if flag in _cpu_flags()]
-
-
 @lru_cache(maxsize=1)
 def cpu_supports_bf16() -> bool:
     """Native bf16 matmuls (AVX512-BF16/AMX on x86, the BF16 extension on Arm); emulated bf16 is slower than fp32.
     On x86 torch must also be allowed AVX-512 (`ATEN_CPU_CAPABILITY=avx2` makes this machine compute as an
     AVX2-only laptop does, which is how benchmarks measure that case)."""
-    if not _cpu_flags():
+    if not cpu_flags():
         return platform.system() == "Darwin" and platform.machine() == "arm64"
     if _x86() and not _torch_allows_avx512():
         return False
-    return bool({"avx512_bf16", "amx_bf16", "bf16"} & _cpu_flags())
+    return bool({"avx512_bf16", "amx_bf16", "bf16"} & cpu_flags())
 
 
 def _x86() -> bool:
@@ -132,10 +117,11 @@ def resolve_device_dtype(
     return resolved, resolve_dtype(dtype, resolved, supported=supported, bf16_on_cpu=bf16_on_cpu)
 
 
-def torch_dtype(name: str):
+def torch_dtype(name: str) -> torch.dtype:
     import torch
 
-    return getattr(torch, DTYPE_NAMES[name])
+    dtype: torch.dtype = getattr(torch, DTYPE_NAMES[name])
+    return dtype
 
 
 def threads_from_env() -> int | None:

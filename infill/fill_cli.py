@@ -16,12 +16,14 @@ import time
 from pathlib import Path
 
 from infill.backends.choose import add_model_options, spec_from_args
+from infill.completion import Mode
 from infill.context.builder import find_placeholders
 from infill.context.lines import line_content, split_lines
 from infill.context.syntax import apply_fills
 from infill.loader import add_fallback_options, close_quietly, fallback_from_args, open_pipeline
 from infill.pipeline import MAX_GAPS, CompletionRequest, PipelineSettings
 from infill.types import InfillError, deadline_in
+from infill.worker import ModelWorker, OnWorker
 
 MAX_FILE_BYTES = 10 * 2**20
 
@@ -111,19 +113,17 @@ def main(argv: list[str]) -> int:
     pipeline, backend = opened.pipeline, opened.pipeline.backend
     language = args.language or args.path.suffix.lstrip(".") or None
     t0 = time.perf_counter()
-    mode = "gaps" if spans else "gap" if end > start else "inline"
-    outcome = pipeline.complete(
-        CompletionRequest(
-            text=text,
-            start=start,
-            end=end,
-            mode=mode,
-            language=language,
-            document_id=str(args.path),
-            spans=tuple(spans),
-        ),
-        deadline=deadline_in(args.budget_ms / 1000 if args.budget_ms else None),
+    mode: Mode = "gaps" if spans else "gap" if end > start else "inline"
+    request = CompletionRequest(
+        text=text, start=start, end=end, mode=mode, language=language, document_id=str(args.path), spans=tuple(spans)
     )
+    worker = ModelWorker("infill-fill-model")  # model work runs on the model worker, as in the server and gateway
+    try:
+        outcome = OnWorker(pipeline, worker, kind=None).complete(
+            request, deadline=deadline_in(args.budget_ms / 1000 if args.budget_ms else None)
+        )
+    finally:
+        worker.shutdown()
     latency_ms = (time.perf_counter() - t0) * 1000
     result = outcome.result
     middle = outcome.fills[0].text if outcome.fills else ""
@@ -153,7 +153,7 @@ def main(argv: list[str]) -> int:
             )
         )
     else:
-        if outcome.route == "fallback":
+        if outcome.route == "fallback" and pipeline.fallback is not None:
             print(
                 f"[answered by the fallback, {pipeline.fallback.info.label or pipeline.fallback.info.name}: "
                 + "; ".join(f"{name}: {reason}" for name, reason in outcome.rejections)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from infill.backends.choose import BackendSpec, open_backend
 from infill.pipeline import Pipeline, PipelineSettings
-from infill.types import InfillBackend, ProgressCallback
+from infill.types import InfillBackend, ProgressCallback, WarmsUp
 
 log = logging.getLogger(__name__)
 
@@ -126,15 +126,14 @@ def fallback_from_args(args: argparse.Namespace) -> FallbackChoice:
 def warm_up(backend: InfillBackend, progress: ProgressCallback | None = None) -> None:
     """Pay a DiffusionGemma engine's one-time costs (on CUDA, compiling its sampling step) here, while the caller
     is still loading, so that no request pays them and a cancel never waits on a compile. Only diffusion backends
-    that have a warm_up(): the offline default warms itself inside its own loader, and remote ones have nothing to
-    warm. A failed warm-up is logged; the backend still serves (its first fill then compiles)."""
-    hook = getattr(backend, "warm_up", None)
-    if backend.info.kind != "diffusion" or not callable(hook):
+    (`WarmsUp`): the offline default warms itself inside its own loader, and remote ones have nothing to warm. A
+    failed warm-up is logged; the backend still serves (its first fill then compiles)."""
+    if backend.info.kind != "diffusion" or not isinstance(backend, WarmsUp):
         return
     if progress:
         progress(f"warming up {backend.info.label or backend.info.name}", None)
     try:
-        seconds = hook()
+        seconds = backend.warm_up()
     except Exception:  # noqa: BLE001 - warming is an optimisation; the load itself succeeded
         log.exception("warming up %s failed", backend.info.name)
         return

@@ -16,35 +16,37 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
-from infill import timing
 from infill.checks.postprocess import postprocess
 from infill.checks.watchdog import Verdict, Watchdog, WatchdogSettings, check_length, check_repetition
 from infill.completion import CompletionRequest, Fill, PipelineResult
-from infill.context.builder import ContextBuilder, ContextSettings, GapContext, find_placeholders
+from infill.context.builder import ContextBuilder, ContextSettings, find_placeholders
 from infill.context.related import OpenDocument, RelatedFiles
-from infill.context.syntax import DocumentSnapshot, resolve_language
+from infill.context.syntax import resolve_language
+from infill.prepared import MAX_GAPS, Prepared, has_text, prepare
 from infill.types import (
     MAX_CANDIDATES,
     CancelToken,
     Draft,
     DraftCallback,
-    GapFacts,
     InfillBackend,
     InfillError,
     InfillRequest,
     InfillResult,
+    WarmsPrompts,
+    WritesAlternatives,
 )
 
 log = logging.getLogger(__name__)
 
-_NON_SPACE = re.compile(r"\S")
 __all__ = [
+    "MAX_GAPS",
     "CompletionRequest",
     "Fill",
     "OpenDocument",
@@ -97,7 +99,9 @@ class PipelineSettings:
             raise InfillError("min_fallback_ms must be >= 0 and chars_per_token > 0")
 
     def context_settings(self) -> ContextSettings:
-        cap = lambda chars: max(1, math.floor(chars / self.chars_per_token))  # noqa: E731
+        def cap(chars: int) -> int:
+            return max(1, math.floor(chars / self.chars_per_token))
+
         return ContextSettings(
             prefix_tokens=min(self.prefix_tokens, cap(self.prefix_chars)),
             suffix_tokens=min(self.suffix_tokens, cap(self.suffix_chars)),
@@ -108,39 +112,18 @@ class PipelineSettings:
         )
 
 
-MAX_GAPS = 100  # placeholders filled by one request: each gets its own context and decode (callers take the first)
-
-
-def _spans(req: CompletionRequest) -> list[tuple[int, int]]:
-    cap = req.max_middle_tokens
-    if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
-        raise InfillError(f"max_middle_tokens must be a positive integer, got {cap!r}")
-    if req.mode not in ("inline", "gap", "gaps"):
-        raise InfillError(f"unknown completion mode {req.mode!r} (inline, gap or gaps)")
-    if req.mode == "gaps":
-        spans = [tuple(s) for s in req.spans]
-        if not spans:
-            raise InfillError("mode 'gaps' needs at least one span")
-        if len(spans) > MAX_GAPS:
-            raise InfillError(f"{len(spans)} gaps in one request; at most {MAX_GAPS} (fill them in parts)")
-    else:
-        spans = [(req.start, req.start if req.end is None else req.end)]
-    previous = 0
-    for a, b in spans:
-        if not (isinstance(a, int) and isinstance(b, int) and previous <= a <= b <= len(req.text)):
-            raise InfillError(
-                f"gap {a}..{b} is not a sorted, non-overlapping span inside the document (length {len(req.text)})"
-            )
-        previous = b
-    return spans  # type: ignore[return-value]
-
-
 class Pipeline:
     def __init__(
         self, backend: InfillBackend, *, fallback: InfillBackend | None = None, settings: PipelineSettings | None = None
     ) -> None:
         self.backend = backend
         self.fallback = fallback
+        # What the backends can do beyond `infill`, decided once here (infill/types.py's optional protocols).
+        self._warms = backend if isinstance(backend, WarmsPrompts) else None
+        self._branches: dict[str, WritesAlternatives] = {}  # by route
+        for route, able in (("primary", backend), ("fallback", fallback)):
+            if isinstance(able, WritesAlternatives):
+                self._branches[route] = able
         self._settings = settings or PipelineSettings()
         self.contexts = ContextBuilder(self._settings.context_settings())
         self.related = RelatedFiles()  # code from other open files (its settings: `related.settings`)
@@ -159,7 +142,7 @@ class Pipeline:
         self.contexts.settings = value.context_settings()
         self.watchdog.settings = value.watchdog
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """Routes taken and watchdog rejections so far (for infill.status and benchmarks)."""
         with self._routes_lock:
             routes = dict(self.routes)
@@ -193,55 +176,12 @@ class Pipeline:
         """Context for a request: the backend request, the gap spans, the parsed document, the gap context(s).
         Thread-safe: the server builds it on its own thread while the debounce runs, then passes it to
         `complete`."""
-        t0, trace = time.perf_counter(), timing.trace()
-        trace.start("context")
-        spans = _spans(req)
-        doc = self.contexts.document(
-            req.text, req.language, req.document_id, req.version, focus=(spans[0][0], spans[-1][1])
-        )
-        ctx = self.contexts.build(doc, spans, req.mode)
-        if req.max_middle_tokens is not None and req.max_middle_tokens < ctx.max_middle_tokens:
-            ctx = replace(ctx, max_middle_tokens=req.max_middle_tokens)
-        # Several gaps each get their own line context (a table cell, a sentence) for cleaning and checks.
-        gaps = (
-            [ctx] if len(spans) == 1 else [self.contexts.build(doc, [span], "gap", keep_window=False) for span in spans]
-        )
-        first, last = spans[0][0], spans[-1][1]
-        between = tuple(req.text[a_end:b_start] for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
-        extra = (
-            ""
-            if not (req.related and ctx.is_code)
-            else self.related.select(
-                req.related,
-                req.text,
-                first,
-                last,
-                ctx.language or req.language,
-                name=req.name,
-                document_id=req.document_id,
-            )
-        )
-        request = InfillRequest(
-            prefix=req.text[ctx.prefix_start : first],
-            suffix=req.text[last : ctx.suffix_end],
-            between=between,
-            max_middle_tokens=ctx.max_middle_tokens,
-            candidates=req.candidates,
-            single_line=ctx.single_line,
-            language=ctx.language or req.language,
-            document_id=req.document_id,
-            version=req.version,
-            extra_context=extra,
-            gap=_gap_facts(gaps[0], between[0] if between else req.text[last : ctx.suffix_end]),
-        )
-        trace.stop("context")
-        return Prepared(req, request, spans, doc, ctx, gaps, context_ms=(time.perf_counter() - t0) * 1000, trace=trace)
+        return prepare(req, self.contexts, self.related)
 
     def warm(self, prep: Prepared, cancel: CancelToken | None = None) -> int:
-        """Let the primary backend encode this request's prompt ahead of `complete` (a backend without `warm`,
+        """Let the primary backend encode this request's prompt ahead of `complete` (a backend that cannot warm,
         e.g. a remote endpoint, does nothing). Returns the prompt tokens it holds, 0 when it cannot warm."""
-        warm = getattr(self.backend, "warm", None)
-        return warm(prep.request, cancel=cancel) if warm is not None else 0
+        return self._warms.warm(prep.request, cancel=cancel) if self._warms is not None else 0
 
     def complete(
         self,
@@ -292,7 +232,14 @@ class Pipeline:
         has_before = has_text(req.text, 0, spans[0][0])
         return not has_before and (req.mode == "inline" or not has_text(req.text, spans[-1][1], len(req.text)))
 
-    def _route(self, out: PipelineResult, prep: Prepared, cancel, deadline, on_draft) -> None:
+    def _route(
+        self,
+        out: PipelineResult,
+        prep: Prepared,
+        cancel: CancelToken | None,
+        deadline: float | None,
+        on_draft: DraftCallback | None,
+    ) -> None:
         s = self.settings
         primary_deadline = deadline
         if self.fallback is not None and deadline is not None:
@@ -322,7 +269,7 @@ class Pipeline:
                 return
             out.rejections.append((result.backend, verdict.reason or "rejected"))
             if result.outcome in ("ok", "empty") and self._try_alternatives(
-                out, prep, backend, cancel, budget_end, deadline
+                out, prep, route, cancel, budget_end, deadline
             ):
                 out.route = route
                 return
@@ -331,34 +278,35 @@ class Pipeline:
         self,
         out: PipelineResult,
         prep: Prepared,
-        backend: InfillBackend,
-        cancel,
+        route: str,
+        cancel: CancelToken | None,
         budget_end: float | None,
         deadline: float | None,
     ) -> bool:
         """The backend's other fills for a one-line gap whose fill it refused or left empty, best first (a backend
         that can branch: `alternatives`); the first the checks accept is shown. Whether one was."""
         count = self.settings.alternatives if prep.source.alternatives is None else prep.source.alternatives
-        write = getattr(backend, "alternatives", None)
+        brancher, greedy = self._branches.get(route), out.result
         if (
-            not count
-            or write is None
+            greedy is None
+            or not count
+            or brancher is None
             or not prep.ctx.single_line
             or len(prep.spans) != 1
             or (cancel is not None and cancel.cancelled)
         ):
             return False
-        name, t0 = _name(backend), time.perf_counter()
+        name, t0 = greedy.backend, time.perf_counter()
         out.trace.stop("checks")
         try:
-            texts = write(prep.request, count, cancel=cancel, deadline=budget_end)
+            texts = brancher.alternatives(prep.request, count, cancel=cancel, deadline=budget_end)
         except Exception as exc:  # noqa: BLE001 - the greedy fill's verdict stands
             log.warning("backend %s failed writing other fills: %s", name, exc)
             texts = []
         out.costs[name] = out.costs.get(name, 0.0) + (time.perf_counter() - t0) * 1000
         out.trace.start("checks")
         for rank, text in enumerate(texts, 1):
-            result = replace(out.result, middles=(text,), outcome="ok")  # type: ignore[arg-type]
+            result = replace(greedy, middles=(text,), outcome="ok")
             verdict, middles = self._judge(result, prep, deadline)
             if verdict.ok:
                 out.fills, out.result, out.alternative = [Fill(*prep.spans[0], middles[0])], result, rank
@@ -366,7 +314,13 @@ class Pipeline:
         return False
 
     def _call(
-        self, backend: InfillBackend, request: InfillRequest, cancel, deadline, on_draft, out: PipelineResult
+        self,
+        backend: InfillBackend,
+        request: InfillRequest,
+        cancel: CancelToken | None,
+        deadline: float | None,
+        on_draft: DraftCallback | None,
+        out: PipelineResult,
     ) -> InfillResult:
         name = _name(backend)
         out.trace.stop("checks")  # (the backend's time is its own)
@@ -380,10 +334,13 @@ class Pipeline:
         out.trace.start("checks")
         return result
 
-    def _judge(self, result: InfillResult, prep: Prepared, deadline) -> tuple[Verdict, list[str]]:
+    def _judge(self, result: InfillResult, prep: Prepared, deadline: float | None) -> tuple[Verdict, list[str]]:
         """The cleaned middles and the verdict on them. Backend outcomes that are not candidates count as
         rejections too, under their own reasons."""
-        record = lambda reason, detail: (self.watchdog.record(Verdict(reason, detail), result.backend), [])  # noqa
+
+        def record(reason: str, detail: str) -> tuple[Verdict, list[str]]:
+            return self.watchdog.record(Verdict(reason, detail), result.backend), []
+
         if result.outcome == "error":
             return record("backend_error", result.error or "")
         if result.outcome == "empty" or not result.middles:
@@ -413,21 +370,7 @@ class Pipeline:
         return forward
 
 
-@dataclass(frozen=True)
-class Prepared:
-    """Everything a request needs after context building."""
-
-    source: CompletionRequest
-    request: InfillRequest
-    spans: list[tuple[int, int]]
-    doc: DocumentSnapshot
-    ctx: GapContext  # the whole request's context (windows, budget)
-    gaps: list[GapContext]  # one per gap (line context for cleaning and checks)
-    context_ms: float = 0.0  # time `prepare` took
-    trace: timing.Trace = field(default=timing.OFF, repr=False)  # benchmark phases, continued by `complete`
-
-
-def clean_middles(middles, prep: Prepared) -> list[str]:
+def clean_middles(middles: Sequence[str], prep: Prepared) -> list[str]:
     """Post-process each middle against the document text around its own gap."""
     text, ctx = prep.source.text, prep.ctx
     cleaned = []
@@ -439,26 +382,8 @@ def clean_middles(middles, prep: Prepared) -> list[str]:
     return cleaned
 
 
-def has_text(text: str, start: int, end: int) -> bool:
-    """Whether text[start:end] holds a non-space character: a search, not a copy of a possibly huge slice."""
-    return _NON_SPACE.search(text, start, end) is not None
-
-
 def _name(backend: InfillBackend) -> str:
     try:
         return backend.info.name
     except Exception:
         return type(backend).__name__
-
-
-def _gap_facts(ctx: GapContext, after: str) -> GapFacts:
-    """The backend's description of the first gap, from its context; `after` is the fixed text the backend sees
-    after it (the request's `between[0]` or `suffix`)."""
-    return GapFacts(
-        line_before=ctx.line_before,
-        line_after=ctx.line_after,
-        next_line=GapFacts.first_line_below(after),
-        body_indent=len(ctx.indent),
-        is_prose=ctx.is_prose,
-        shape=ctx.shape,
-    )

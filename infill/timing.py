@@ -90,7 +90,7 @@ def record(phase: str, ms: float) -> None:
         _windows[phase].append(ms)
 
 
-def summary() -> dict[str, dict]:
+def summary() -> dict[str, dict[str, float]]:
     out = {}
     for phase, values in list(_windows.items()):
         data = list(values)

@@ -10,8 +10,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 BackendKind = Literal["diffusion", "autoregressive", "remote"]
 Outcome = Literal["ok", "cut_short", "cancelled", "error", "empty"]
@@ -46,6 +48,21 @@ class CancelToken:
     def raise_if_cancelled(self) -> None:
         if self._event.is_set():
             raise Cancelled(self.reason)
+
+
+T = TypeVar("T")
+
+
+def wait_polling(future: Future[T], every_s: float, check: Callable[[], None]) -> T:
+    """`future`'s result, asking `check()` every `every_s` seconds until it is done: the one poll of a waiter that
+    may stop waiting (the model worker's callers cancel a job nobody waits for any more; the remote backend stops
+    waiting for a cancelled or late answer while its socket is still blocked). `check` raises to stop waiting, or
+    acts (cancels a token) and returns to keep waiting."""
+    while True:
+        try:
+            return future.result(timeout=every_s)
+        except FutureTimeout:
+            check()
 
 
 def deadline_in(seconds: float | None) -> float | None:
@@ -173,7 +190,7 @@ class InfillResult:
     prompt_tokens: int = 0
     reused_tokens: int = 0  # prompt tokens whose KV came from the store, not re-encoded
     version: int | None = None  # echoed from the request
-    versions: dict = field(default_factory=dict)  # model id/revision, dtype, sampler and stopping parameters
+    versions: dict[str, Any] = field(default_factory=dict)  # model id/revision, dtype, sampler and stopping parameters
     error: str | None = None
 
     @property
@@ -204,9 +221,8 @@ class BackendInfo:
 class InfillBackend(Protocol):
     """What every backend provides. `infill` is blocking (run it in a worker thread from async code), honours
     `cancel` between steps, and returns its best draft flagged `cut_short` at `deadline` (time.monotonic()).
-    A backend may also provide `warm(request, cancel=)` (encode the prompt ahead) and `alternatives(request, count,
-    cancel=, deadline=)` (other fills for a one-gap request whose fill was refused, best first); the pipeline uses
-    them where they exist."""
+    What only some backends can do is a protocol of its own below (`WarmsPrompts`, `WritesAlternatives`,
+    `WarmsUp`), checked once where a backend is taken on (the pipeline, the loader), never looked up per call."""
 
     @property
     def info(self) -> BackendInfo: ...
@@ -221,3 +237,31 @@ class InfillBackend(Protocol):
     ) -> InfillResult: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class WarmsPrompts(Protocol):
+    """A backend that can encode a request's prompt ahead of its fill (both in-process backends): the server warms
+    during its debounce, the gateway on a prompt-only request, so the fill that follows only decodes."""
+
+    def warm(self, request: InfillRequest, *, cancel: CancelToken | None = None) -> int:
+        """Encode `request`'s prompt now; the prompt tokens the backend holds for it (0: it could not warm)."""
+        ...
+
+
+@runtime_checkable
+class WritesAlternatives(Protocol):
+    """A backend that can branch (the offline default): other fills for a one-gap request whose fill was refused
+    or empty, best first, within `deadline`."""
+
+    def alternatives(
+        self, request: InfillRequest, count: int, *, cancel: CancelToken | None = None, deadline: float | None = None
+    ) -> list[str]: ...
+
+
+@runtime_checkable
+class WarmsUp(Protocol):
+    """A backend with one-time costs it can pay before serving (DiffusionGemma on CUDA compiles and captures its
+    steps); returns the seconds spent (None: not measured)."""
+
+    def warm_up(self) -> float | None: ...

@@ -16,9 +16,8 @@ a `CancelToken` and a deadline (`time.monotonic()`):
   is answered "nothing" at once, as a superseded one is, and the run answers the newest; a run that no request
   waits for any more is stopped (`Claims.leave`, `release`).
 
-`Claims` is the registry of live requests per document (a `Ticket` each, from the moment a request arrives, so a
-newer keystroke supersedes an older request still in its debounce); `ModelWorker.submit` claims for the job's own
-lifetime when the caller has not claimed already. `ModelWorker.complete` is the one way to run a pipeline's
+`Claims` (infill/claims.py) is the registry of live requests per document; `ModelWorker.submit` claims for the
+job's own lifetime when the caller has not claimed already. `ModelWorker.complete` is the one way to run a pipeline's
 completion here: its future always holds a `PipelineResult`, a job dropped unrun reading as an empty one.
 """
 
@@ -28,158 +27,55 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, field
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
+from infill.claims import NEWEST_WINS, Claim, Claims, Ticket
 from infill.pipeline import CompletionRequest, PipelineResult, Prepared
-from infill.types import Cancelled, CancelToken, DraftCallback, InfillResult
+from infill.types import Cancelled, CancelToken, DraftCallback, InfillBackend, InfillResult, wait_polling
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-NEWEST_WINS = "inline"  # the claim kind for which a newer claim on the same document supersedes the older
+__all__ = ["NEWEST_WINS", "Claim", "Claims", "Completes", "ModelWorker", "NotRun", "OnWorker", "Ticket"]
+
+
+class Completes(Protocol):
+    """What the worker runs a completion on: a Pipeline, or the pilot's RawPipeline (a backend, no checks)."""
+
+    @property
+    def backend(self) -> InfillBackend: ...
+
+    def complete(
+        self,
+        req: CompletionRequest,
+        *,
+        cancel: CancelToken | None = None,
+        deadline: float | None = None,
+        on_draft: DraftCallback | None = None,
+        prepared: Prepared | None = None,
+    ) -> PipelineResult: ...
 
 
 class NotRun(Cancelled):
     """A job the worker dropped without running it: cancelled, superseded or out of time while queued."""
 
-    def __init__(self, outcome: str, reason: str) -> None:
+    def __init__(self, outcome: Literal["cancelled", "cut_short"], reason: str) -> None:
         super().__init__(reason)
         self.outcome = outcome  # "cancelled" or "cut_short"
         self.reason = reason
 
 
 @dataclass(eq=False)
-class Ticket:
-    """One request's claim on its document, from its arrival to its reply."""
-
-    uri: str
-    kind: str  # NEWEST_WINS ("inline") or anything else ("action": runs unless the document changes)
-    token: CancelToken = field(default_factory=CancelToken)
-    key: Hashable | None = None  # what an inline request asks (version, cursor, trigger); an identical one joins
-    run: object = None  # the caller's handle on the work done for the ticket, shared by the requests that joined
-    answering: Claim | None = None  # the request the run answers; None: no request waits for it
-
-    @property
-    def stopped(self) -> bool:
-        return self.token.cancelled
-
-
-@dataclass(eq=False)
-class Claim:
-    """One request's hold on a ticket: the ticket it opened, or the one it joined (taking the run over)."""
-
-    ticket: Ticket
-    joined: bool = False
-    taken_over: Future = field(default_factory=Future)  # done when a newer identical request takes the run over
-
-    @property
-    def answered(self) -> bool:
-        """This request gets the run's answer: no identical request took it over."""
-        return self.ticket.answering is self
-
-
-class Claims:
-    """Live requests per document. Thread-safe: the server's event loop, HTTP threads and the worker use it."""
-
-    def __init__(self, on_cancel: Callable[[], None] = lambda: None) -> None:
-        self._lock = threading.Lock()
-        self._newest: dict[str, Ticket] = {}
-        self._all: dict[str, set[Ticket]] = {}
-        self._on_cancel = on_cancel  # the worker drops cancelled queued jobs at once
-
-    def open(self, uri: str, kind: str, token: CancelToken | None = None, key: Hashable | None = None) -> Ticket:
-        ticket = Ticket(uri, kind, token or CancelToken(), key)
-        older = None
-        with self._lock:
-            if kind == NEWEST_WINS:
-                older = self._newest.get(uri)
-                self._newest[uri] = ticket
-            self._all.setdefault(uri, set()).add(ticket)
-        if older is not None and older.token is not ticket.token and not older.token.cancelled:
-            older.token.cancel("superseded by a newer inline request")
-            self._on_cancel()
-        return ticket
-
-    def join_or_open(self, uri: str, key: Hashable) -> Claim:
-        """An inline request for `uri` asking `key`: it joins the document's live inline ticket when that one asks
-        the same and still runs, else it opens a new ticket, which supersedes the older one."""
-        with self._lock:
-            live = self._newest.get(uri)
-            if live is not None and live.key == key and not live.token.cancelled:
-                claim, older = Claim(live, joined=True), live.answering
-                live.answering = claim
-            else:
-                live = None
-        if live is None:
-            ticket = self.open(uri, NEWEST_WINS, key=key)
-            ticket.answering = claim = Claim(ticket)
-        elif older is not None and not older.taken_over.done():  # (done: that request stopped waiting already)
-            older.taken_over.set_result(None)
-        return claim
-
-    def leave(self, claim: Claim) -> bool:
-        """`claim`'s request stops waiting (its client cancelled it). Whether no request waits for the run now: the
-        caller then `release`s it, after a grace in which an identical request may still join."""
-        with self._lock:
-            if claim.ticket.answering is claim:
-                claim.ticket.answering = None
-            return claim.ticket.answering is None
-
-    def release(self, ticket: Ticket, reason: str = "request cancelled by the client") -> bool:
-        """Stop `ticket`'s run if no request waits for it; whether it was stopped."""
-        with self._lock:
-            unwaited = ticket.answering is None
-        if unwaited and not ticket.token.cancelled:
-            ticket.token.cancel(reason)
-            self._on_cancel()
-        return unwaited
-
-    def close(self, ticket: Ticket) -> None:
-        with self._lock:
-            if self._newest.get(ticket.uri) is ticket:
-                del self._newest[ticket.uri]
-            tickets = self._all.get(ticket.uri)
-            if tickets is not None:
-                tickets.discard(ticket)
-                if not tickets:
-                    del self._all[ticket.uri]
-
-    def document_changed(self, uri: str) -> int:
-        """Cancel every request claiming `uri` (what they compute is for an older version); returns how many."""
-        with self._lock:
-            tokens = {t.token for t in self._all.get(uri, ())}
-        for token in tokens:
-            token.cancel("the document changed")
-        if tokens:
-            self._on_cancel()
-        return len(tokens)
-
-    def cancel_all(self, reason: str) -> None:
-        with self._lock:
-            tokens = {t.token for tickets in self._all.values() for t in tickets}
-        for token in tokens:
-            token.cancel(reason)
-        self._on_cancel()
-
-    @property
-    def running(self) -> int:
-        """Requests alive (in their debounce, queued or running); a request and its job count once."""
-        with self._lock:
-            return len({t.token for tickets in self._all.values() for t in tickets})
-
-
-@dataclass(eq=False)
-class _QueuedJob:
-    run: Callable[[], object]
-    future: Future
+class _QueuedJob(Generic[T]):
+    run: Callable[[], T]
+    future: Future[T]
     token: CancelToken
     deadline: float | None
     ticket: Ticket | None
-    unrun: Callable[[NotRun], object] | None = None  # the answer of a job dropped unrun (else it raises NotRun)
+    unrun: Callable[[NotRun], T] | None = None  # the answer of a job dropped unrun (else it raises NotRun)
 
 
 class ModelWorker:
@@ -188,7 +84,7 @@ class ModelWorker:
     def __init__(self, name: str = "infill-model") -> None:
         self.claims = Claims(on_cancel=self.drop_unrunnable)
         self._cond = threading.Condition()
-        self._queue: deque[_QueuedJob] = deque()
+        self._queue: deque[_QueuedJob[Any]] = deque()
         self._closed = False
         self.busy = False  # a job is running (status "modelBusy")
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
@@ -225,7 +121,7 @@ class ModelWorker:
 
     def complete(
         self,
-        pipeline,
+        pipeline: Completes,
         req: CompletionRequest,
         *,
         cancel: CancelToken,
@@ -268,6 +164,24 @@ class ModelWorker:
             unrun=unrun,
         )
 
+    ABANDON_POLL_S = 0.02  # how often a waiting caller asks whether its client is still there
+
+    def wait(self, future: Future[T], token: CancelToken, abandoned: Callable[[], bool] | None = None) -> T:
+        """The result of a job submitted with `token`. `abandoned`, when given, is asked every ABANDON_POLL_S while
+        the caller waits (the gateway's: has the client closed its connection?); once it says yes the job is
+        cancelled, so a request nobody waits for stops within one model step (a queued one is answered at once)
+        and keeps the prompt it encoded for the next one."""
+        if abandoned is None:
+            return future.result()
+        gone = abandoned
+
+        def check() -> None:
+            if not token.cancelled and gone():
+                token.cancel("the client closed the connection")
+                self.drop_unrunnable()
+
+        return wait_polling(future, self.ABANDON_POLL_S, check)
+
     def shutdown(self, wait: bool = False) -> None:
         """Run what is queued (cancelled jobs return at once), then stop the thread."""
         with self._cond:
@@ -287,7 +201,7 @@ class ModelWorker:
                 job = self._queue.popleft()
             self._run(job)
 
-    def _run(self, job: _QueuedJob) -> None:
+    def _run(self, job: _QueuedJob[Any]) -> None:
         try:
             if not job.future.set_running_or_notify_cancel():
                 return
@@ -334,7 +248,7 @@ class ModelWorker:
                 self.claims.close(job.ticket)
 
 
-def _answer_unrun(job: _QueuedJob, why: NotRun) -> None:
+def _answer_unrun(job: _QueuedJob[Any], why: NotRun) -> None:
     if job.unrun is None:
         job.future.set_exception(why)
         return
@@ -344,7 +258,7 @@ def _answer_unrun(job: _QueuedJob, why: NotRun) -> None:
         job.future.set_exception(exc)
 
 
-def _why_not_run(job: _QueuedJob) -> NotRun | None:
+def _why_not_run(job: _QueuedJob[Any]) -> NotRun | None:
     if job.token.cancelled:
         return NotRun("cancelled", job.token.reason or "cancelled while queued")
     if job.deadline is not None and time.monotonic() >= job.deadline:
@@ -354,18 +268,16 @@ def _why_not_run(job: _QueuedJob) -> NotRun | None:
 
 class OnWorker:
     """A pipeline's `complete` run on a model worker (`ModelWorker.complete`), for callers on many threads that
-    block on it (the gateway's HTTP threads, the pilot's attempt threads).
-
-    `abandoned`, when given, is asked every ABANDON_POLL_S while the caller waits (the gateway's: has the client
-    closed its connection?); once it says yes the job is cancelled, so a request nobody waits for stops within one
-    model step and keeps the prompt it encoded for the next one."""
-
-    ABANDON_POLL_S = 0.02
+    block on it (the gateway's HTTP threads, the pilot's attempt threads). `abandoned`: see `ModelWorker.wait`."""
 
     def __init__(
-        self, pipeline, worker: ModelWorker, kind: str | None = NEWEST_WINS, abandoned: Callable[[], bool] | None = None
+        self,
+        pipeline: Completes,
+        worker: ModelWorker,
+        kind: str | None = NEWEST_WINS,
+        abandoned: Callable[[], bool] | None = None,
     ) -> None:
-        self.pipeline = pipeline  # infill.pipeline.Pipeline (or the pilot's RawPipeline)
+        self.pipeline = pipeline
         self.worker = worker
         self.kind = kind
         self.abandoned = abandoned
@@ -382,15 +294,4 @@ class OnWorker:
         future = self.worker.complete(
             self.pipeline, req, cancel=token, deadline=deadline, on_draft=on_draft, kind=self.kind
         )
-        return self._wait(future, token)
-
-    def _wait(self, future: Future, token: CancelToken) -> PipelineResult:
-        if self.abandoned is None:
-            return future.result()
-        while True:
-            try:
-                return future.result(timeout=self.ABANDON_POLL_S)
-            except FutureTimeout:
-                if not token.cancelled and self.abandoned():
-                    token.cancel("the client closed the connection")
-                    self.worker.drop_unrunnable()  # queued: answered at once
+        return self.worker.wait(future, token, self.abandoned)

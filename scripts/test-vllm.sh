@@ -4,13 +4,22 @@
 # random-weight DiffusionGemma on 127.0.0.1 and runs infill-ls's pipeline through RemoteBackend
 # (tests/vllm/integration.py), then compares the in-process engine with vLLM on the same weights
 # (tests/vllm/cross_check.py). Last line: one JSON object (requests, suffix_held, p50_ms, ..., cross_check).
-# Usage: scripts/test-vllm.sh [--build-only]. Exit 0 with "SKIPPED:" only when the vLLM venv cannot be built.
+# Usage: scripts/test-vllm.sh [--ci] [--build-only]. Outside CI, a vLLM venv that cannot be built is a skip (exit 0,
+# "SKIPPED:"); under CI (--ci, or the environment variable CI set to anything but "" / "0" / "false") it is a
+# failure (exit 1, "FAILED:"): a CI run that ran no vLLM test must not pass.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VENV="${INFILL_VLLM_VENV:-$HOME/.cache/infill-ls/vllm-venv}"
 VLLM_VERSION="0.32.0"
 TORCH_VERSION="2.13.0"
 PY="${INFILL_PYTHON:-.venv/bin/python}"
+UNDER_CI=0
+case "${CI:-}" in "" | 0 | false | False | FALSE) ;; *) UNDER_CI=1 ;; esac
+ARGS=()
+for arg in "$@"; do
+  if [ "$arg" = "--ci" ]; then UNDER_CI=1; else ARGS+=("$arg"); fi
+done
+set -- ${ARGS[@]+"${ARGS[@]}"}
 
 build_venv() {
   # A stamp file marks a finished build: a build cut off halfway is redone, never half-used.
@@ -45,6 +54,10 @@ install_plugin_and_harness() {
 }
 
 if ! build_venv; then
+  if [ "$UNDER_CI" -eq 1 ]; then
+    echo "FAILED: the vLLM venv could not be built in $VENV (see pip's message above); no vLLM test ran under CI"
+    exit 1
+  fi
   echo "SKIPPED: the vLLM venv could not be built in $VENV (see pip's message above); no vLLM test ran"
   exit 0
 fi

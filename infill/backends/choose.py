@@ -6,20 +6,26 @@ from __future__ import annotations
 import argparse
 import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from infill.device import set_threads, threads_from_env
 from infill.engine.config import EngineConfig, EngineOverrides
 from infill.types import BackendKind, InfillBackend, InfillError, ProgressCallback
+
+if TYPE_CHECKING:  # (infill.engine.loading imports torch: only a DiffusionGemma checkpoint loads it)
+    from infill.engine.loading import LoadFormat, Quantization
 
 
 @dataclass(frozen=True)
 class BackendSpec:
     model: str | None = None  # DiffusionGemma checkpoint: local directory or hub id (env INFILL_MODEL)
     revision: str | None = None
-    load_format: str = "auto"  # "dummy": the architecture from the config with random weights
+    load_format: LoadFormat = "auto"  # "dummy": the architecture from the config with random weights
     device: str | None = None  # "auto", "cpu", "cuda", "cuda:1"
     dtype: str | None = None  # "auto", "float32", "bfloat16"
-    quantization: str = "none"  # "fp8": DiffusionGemma's projections and experts quantized at load (engine/fp8.py)
+    quantization: Quantization = (
+        "none"  # "fp8": DiffusionGemma's projections and experts quantized at load (engine/fp8.py)
+    )
     endpoint: str | None = None  # remote OpenAI-compatible engine (e.g. vLLM serving DiffusionGemma)
     endpoint_model: str | None = None
     endpoint_token: str | None = None
@@ -32,13 +38,13 @@ class BackendSpec:
 
     @classmethod
     def from_env(
-        cls, *, denoising_steps: int | None = None, kv_store_mib: int | None = None, **overrides
+        cls, *, denoising_steps: int | None = None, kv_store_mib: int | None = None, **overrides: Any
     ) -> BackendSpec:
         """The spec `overrides` name (None: not set), env INFILL_MODEL / INFILL_THREADS filling gaps. The engine
         settings callers choose: `denoising_steps` caps DiffusionGemma's steps, `kv_store_mib` bounds its prompt
         cache; each one set is explicit and wins over the checkpoint's generation_config, even when it equals the
         default (engine/config.resolve_engine_config); None leaves the checkpoint's value, else the default."""
-        values = {"model": os.environ.get("INFILL_MODEL") or None, "threads": threads_from_env()}
+        values: dict[str, Any] = {"model": os.environ.get("INFILL_MODEL") or None, "threads": threads_from_env()}
         values.update({k: v for k, v in overrides.items() if v is not None})
         values["engine"] = EngineOverrides(
             max_denoising_steps=denoising_steps,
@@ -57,6 +63,7 @@ def open_backend(spec: BackendSpec, progress: ProgressCallback | None = None) ->
     if spec.kind == "remote":
         from infill.backends.remote import RemoteBackend
 
+        assert spec.endpoint is not None  # (what makes the kind "remote")
         return RemoteBackend(
             spec.endpoint,
             model=spec.endpoint_model,
@@ -68,6 +75,7 @@ def open_backend(spec: BackendSpec, progress: ProgressCallback | None = None) ->
         from infill.engine.diffusion import DiffusionEngine
         from infill.engine.loading import load_diffusion_model
 
+        assert spec.model is not None  # (what makes the kind "diffusion")
         if progress:
             progress(f"loading DiffusionGemma from {spec.model}", None)
         loaded = load_diffusion_model(
@@ -75,9 +83,9 @@ def open_backend(spec: BackendSpec, progress: ProgressCallback | None = None) ->
             revision=spec.revision,
             device=spec.device,
             dtype=spec.dtype,
-            load_format=spec.load_format,  # type: ignore[arg-type]
+            load_format=spec.load_format,
             quantization=spec.quantization,
-        )  # type: ignore[arg-type]
+        )
         return DiffusionEngine(loaded, spec.engine)
     from infill.backends.offline.backend import load_default_backend
     from infill.backends.offline.settings import ARSettings

@@ -1,6 +1,7 @@
-"""Infill canvases: free slots for the gap(s), fixed text clamped between and after them.
+"""Infill canvases: free slots for the gap(s), fixed text clamped between and after them, as the engine's tensors.
 
-One row per candidate middle length; every gap in a row gets that length. Row layout:
+One row per candidate middle length, laid out by infill/engine/layout.py (the remote backend lays out vLLM's
+canvases with it too):
 
     [gap 0: L free] [between[0] clamped] [gap 1: L free] ... [gap G-1: L free] [suffix anchor clamped] [pad ...]
 
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from infill.engine.layout import lay_out
 from infill.types import InfillError
 
 
@@ -38,35 +40,27 @@ class Canvas:
         return not bool(self.valid.all())
 
 
-def fit_lengths(candidates: list[int], gaps: int, fixed_total: int, width: int) -> list[int]:
-    return [n for n in candidates if gaps * n + fixed_total <= width]
-
-
 def build_canvas(
     lengths: list[int], fixed: list[list[int]], prompt_length: int, pad_id: int, device: torch.device
 ) -> Canvas:
     """`fixed[g]` is the clamped text after gap g (between texts, then the suffix anchor last)."""
     if not lengths:
         raise InfillError("no candidate middle length fits the canvas")
-    widths = [len(fixed) * n + sum(len(f) for f in fixed) for n in lengths]
-    width = max(widths)
-    rows = len(lengths)
-    tokens = torch.full((rows, width), pad_id, dtype=torch.long)
-    free = torch.zeros((rows, width), dtype=torch.bool)
-    anchor = torch.zeros((rows, width), dtype=torch.bool)
-    gap_of = torch.full((rows, width), -1, dtype=torch.long)
-    for r, n in enumerate(lengths):
-        at = 0
-        for g, clamp in enumerate(fixed):
-            free[r, at : at + n] = True
-            gap_of[r, at : at + n] = g
-            at += n
+    rows = [lay_out(n, [len(f) for f in fixed]) for n in lengths]
+    width = max(row.width for row in rows)
+    tokens = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    free = torch.zeros((len(rows), width), dtype=torch.bool)
+    anchor = torch.zeros((len(rows), width), dtype=torch.bool)
+    gap_of = torch.full((len(rows), width), -1, dtype=torch.long)
+    for r, row in enumerate(rows):
+        for g, ((gap_start, gap_end), (start, end), clamp) in enumerate(zip(row.gaps, row.fixed, fixed)):
+            free[r, gap_start:gap_end] = True
+            gap_of[r, gap_start:gap_end] = g
             if clamp:
-                tokens[r, at : at + len(clamp)] = torch.tensor(clamp, dtype=torch.long)
-                anchor[r, at : at + len(clamp)] = True
-                at += len(clamp)
+                tokens[r, start:end] = torch.tensor(clamp, dtype=torch.long)
+                anchor[r, start:end] = True
     valid = free | anchor
-    positions = prompt_length + torch.arange(width, dtype=torch.long).expand(rows, width)
+    positions = prompt_length + torch.arange(width, dtype=torch.long).expand(len(rows), width)
     return Canvas(
         tuple(lengths),
         tokens.to(device),

@@ -19,10 +19,11 @@ import torch
 import transformers
 
 from infill.cache.tokens import ChunkedTokenizer
-from infill.engine.canvas import Canvas, build_canvas, fit_lengths
+from infill.engine.canvas import Canvas, build_canvas
 from infill.engine.config import EngineSettings, ResolvedEngineConfig, resolve_engine_config
 from infill.engine.denoise import CanvasFill, DenoiseOutput, StepCallback, denoise
 from infill.engine.kv import PromptCache, stash_budget
+from infill.engine.layout import choose_lengths
 from infill.engine.loading import LoadedModel
 from infill.engine.model import model_limits
 from infill.engine.runner import CaptureReport, ModelRunner
@@ -232,25 +233,16 @@ class DiffusionEngine:
         return between + [anchor]
 
     def _candidate_lengths(self, request: InfillRequest, fixed: list[list[int]]) -> tuple[list[int], list[list[int]]]:
-        cap = min(request.max_middle_tokens, self.width)
         candidates = (
             self.config.single_line_lengths_for(str(self.device))
             if request.single_line
             else self.config.candidate_lengths
         )
-        lengths = sorted({min(n, cap) for n in candidates})
-        gaps, between_total = len(fixed), sum(len(f) for f in fixed[:-1])
-        if between_total + gaps > self.width:
-            raise InfillError(
-                f"the fixed text between {gaps} gaps needs {between_total} tokens plus one per gap; "
-                f"the canvas holds {self.width}"
-            )
-        anchor = fixed[-1][: max(0, self.width - between_total - gaps * lengths[0])]
-        fixed = fixed[:-1] + [anchor]
-        if not anchor and gaps == 1:
-            lengths = lengths[-1:]  # nothing to join: one row, its length bounded by EOS
-        fitting = fit_lengths(lengths, gaps, between_total + len(anchor), self.width)
-        return fitting or [(self.width - between_total - len(anchor)) // gaps], fixed
+        between, anchor = fixed[:-1], fixed[-1]
+        lengths, kept = choose_lengths(
+            candidates, request.max_middle_tokens, [len(f) for f in between], len(anchor), self.width
+        )
+        return lengths, [*between, anchor[:kept]]
 
     def _encode_prompt(
         self, key: str, ids: torch.Tensor, cancel: CancelToken | None = None, deadline: float | None = None

@@ -11,9 +11,17 @@ import logging
 import select
 import socket
 from http.server import BaseHTTPRequestHandler
+from typing import Any, Protocol
 
 from infill.gateway.front import Arrival
-from infill.gateway.openai_api import HttpError
+from infill.gateway.openai_api import GatewaySettings, HttpError
+
+
+class Serving(Protocol):
+    """What a handler reads from the server that made it (infill/gateway/server.py GatewayServer)."""
+
+    settings: GatewaySettings
+
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +32,8 @@ class ArrivalHandler(BaseHTTPRequestHandler):
     """Answers one request the front read in full (`Arrival`): it reads from memory and writes to the socket, so a
     worker never waits on a client's bytes; the front keeps the connection between requests. Subclasses route
     (`do_GET` and the rest) and keep `_body_read` (False until `_read_json` read the body)."""
+
+    server: Serving  # type: ignore[assignment]  # (socketserver types it as any BaseServer)
 
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # headers and body go out as two writes: Nagle + delayed ACK would add ~40 ms
@@ -37,7 +47,7 @@ class ArrivalHandler(BaseHTTPRequestHandler):
         if self.disable_nagle_algorithm:
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
         self.rfile = io.BytesIO(arrival.data)
-        self.wfile = SocketWriter(self.connection)
+        self.wfile = SocketWriter(self.connection)  # type: ignore[assignment]  # (a raw writer that sends whole)
 
     def handle(self) -> None:
         self.close_connection = True  # unless the request keeps it alive (parse_request decides)
@@ -57,7 +67,7 @@ class ArrivalHandler(BaseHTTPRequestHandler):
             poller.register(self.connection, select.POLLIN)
             if not poller.poll(0):
                 return False
-            return self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+            return bool(self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"")
         except BlockingIOError:
             return False
         except (OSError, ValueError):  # reset, or closed under us
@@ -113,7 +123,7 @@ class ArrivalHandler(BaseHTTPRequestHandler):
         if length > 0:
             self.close_connection = True
 
-    def _send_json(self, status: int, body: dict, headers: dict[str, str] | None = None) -> None:
+    def _send_json(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         self._send_bytes(status, json.dumps(body, default=str).encode(), "application/json", headers)
 
     def _send_bytes(
@@ -129,7 +139,7 @@ class ArrivalHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(payload)
 
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 - BaseHTTPRequestHandler's signature
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - BaseHTTPRequestHandler's signature
         log.debug("%s - %s", self.address_string(), format % args)
 
 
@@ -142,6 +152,6 @@ class SocketWriter(io.RawIOBase):
     def writable(self) -> bool:
         return True
 
-    def write(self, data) -> int:
+    def write(self, data: Any) -> int:
         self._sock.sendall(data)
         return len(data)

@@ -13,7 +13,6 @@ connection back with `resume`: kept alive it returns here to wait for the next r
 
 from __future__ import annotations
 
-import json
 import logging
 import queue
 import selectors
@@ -22,8 +21,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http import HTTPStatus
-from urllib.parse import urlsplit
+from typing import Any
+
+from infill.gateway.wire import close_socket, parse_head, reply_error, send_quietly
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class Arrival:
     `connection` is the front's record of the socket, handed back with `Front.resume`."""
 
     sock: socket.socket
-    client_address: tuple
+    client_address: tuple[Any, ...]
     data: bytes
     path: str
     connection: _Connection = field(repr=False)
@@ -70,7 +70,7 @@ class Arrival:
 @dataclass(eq=False)
 class _Connection:
     sock: socket.socket
-    address: tuple
+    address: tuple[Any, ...]
     buffer: bytearray = field(default_factory=bytearray)
     phase: str = "idle"  # idle (between requests) | head | body | discard (an oversized body being dropped)
     deadline: float = 0.0
@@ -92,7 +92,7 @@ class Front:
         self._wake_read.setblocking(False)
         self._wake_write.setblocking(False)
         self._selector.register(self._wake_read, selectors.EVENT_READ)
-        self._incoming: queue.SimpleQueue = queue.SimpleQueue()  # connections admitted or resumed
+        self._incoming: queue.SimpleQueue[Any] = queue.SimpleQueue()  # connections admitted or resumed
         self._held: set[_Connection] = set()  # waiting here (in the selector)
         self._count_lock = threading.Lock()
         self._open = 0
@@ -107,7 +107,7 @@ class Front:
             return self._open
 
     # -- from other threads ----------------------------------------------------------------------------------------
-    def admit(self, sock: socket.socket, address: tuple) -> None:
+    def admit(self, sock: socket.socket, address: tuple[Any, ...]) -> None:
         """A connection just accepted: counted and read here, or answered 503 at once when over a bound."""
         client = str(address[0]) if address else ""
         with self._count_lock:
@@ -124,8 +124,8 @@ class Front:
         if reason is not None:
             log.info("refused a connection from %s: %s", client, reason)
             sock.settimeout(1.0)
-            _reply(sock, 503, f"server busy: {reason}; retry shortly", "service_unavailable", {"Retry-After": "1"})
-            _close(sock)
+            reply_error(sock, 503, f"server busy: {reason}; retry shortly", "service_unavailable", {"Retry-After": "1"})
+            close_socket(sock)
             return
         self._incoming.put(_Connection(sock, address))
         self._wake()
@@ -255,7 +255,7 @@ class Front:
         if head_length > self.limits.max_head_bytes:
             self._refuse(connection, 431, "request head too large", "invalid_request_error")
             return False
-        head = _parse_head(bytes(buffer[:head_length]))
+        head = parse_head(bytes(buffer[:head_length]))
         if head.path is None:  # HTTP/0.9 or noise: http.server would answer it without a status line, or not at all
             self._refuse(
                 connection, 400, "malformed request line: expected METHOD TARGET HTTP/1.x", "invalid_request_error"
@@ -275,7 +275,7 @@ class Front:
         else:
             connection.phase, connection.body_length = "body", length
             if head.expects_continue and len(buffer) < head_length + length:  # the client waits for it
-                _send_quietly(connection.sock, b"HTTP/1.1 100 Continue\r\n\r\n")
+                send_quietly(connection.sock, b"HTTP/1.1 100 Continue\r\n\r\n")
         return True
 
     def _hand_over(self, connection: _Connection, length: int) -> None:
@@ -306,7 +306,7 @@ class Front:
                 )
 
     def _refuse(self, connection: _Connection, status: int, message: str, kind: str) -> None:
-        _reply(connection.sock, status, message, kind)
+        reply_error(connection.sock, status, message, kind)
         self._drop(connection)
 
     def _unhold(self, connection: _Connection) -> None:
@@ -323,7 +323,7 @@ class Front:
 
     def _release(self, connection: _Connection) -> None:
         """Close and uncount (any thread)."""
-        _close(connection.sock)
+        close_socket(connection.sock)
         client = str(connection.address[0]) if connection.address else ""
         with self._count_lock:
             self._open -= 1
@@ -332,74 +332,3 @@ class Front:
                 self._per_client[client] = left
             else:
                 self._per_client.pop(client, None)
-
-
-@dataclass(frozen=True)
-class _Head:
-    path: str | None  # None: the request line is not METHOD SP TARGET SP HTTP/1.x
-    content_length: int | None  # None: chunked, invalid, or repeated differently (the handler refuses those)
-    expects_continue: bool
-
-
-def _parse_head(head: bytes) -> _Head:
-    """What the front needs from a head: the path (to route), the body's length, Expect: 100-continue. The
-    handler parses the head again, fully; where they could disagree (chunked, an unreadable length) the front
-    waits for no body and the handler refuses the request and closes the connection."""
-    lines = head.decode("latin-1").split("\n")
-    parts = lines[0].rstrip("\r").split(" ")
-    good = (
-        len(parts) == 3
-        and parts[0].isalpha()
-        and parts[0].isupper()
-        and parts[1]
-        and parts[2] in ("HTTP/1.0", "HTTP/1.1")
-    )
-    path = (urlsplit(parts[1]).path.rstrip("/") or "/") if good else None
-    lengths, chunked, expects = [], False, False
-    for line in lines[1:]:
-        name, _, value = line.rstrip("\r").partition(":")
-        name, value = name.strip().lower(), value.strip()
-        if name == "content-length":
-            lengths.append(value)
-        elif name == "transfer-encoding":
-            chunked = chunked or "chunked" in value.lower()
-        elif name == "expect":
-            expects = value.lower() == "100-continue"
-    if chunked or len(set(lengths)) > 1:
-        return _Head(path, None, expects)
-    if not lengths:
-        return _Head(path, 0, expects)
-    try:
-        length = int(lengths[0])
-    except ValueError:
-        return _Head(path, None, expects)
-    return _Head(path, length if length >= 0 else None, expects)
-
-
-def _reply(sock: socket.socket, status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> None:
-    """An error reply (OpenAI's shape, as the handler sends) written by the front itself, best effort."""
-    body = json.dumps({"error": {"message": message, "type": kind, "param": None, "code": status}}).encode()
-    extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
-    head = (
-        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n{extra}Connection: close\r\n\r\n"
-    ).encode()
-    _send_quietly(sock, head + body)
-
-
-def _send_quietly(sock: socket.socket, data: bytes) -> None:
-    try:
-        sock.sendall(data)
-    except OSError:  # gone, or its buffer full: it was refused either way
-        pass
-
-
-def _close(sock: socket.socket) -> None:
-    try:
-        sock.shutdown(socket.SHUT_WR)
-    except OSError:
-        pass
-    try:
-        sock.close()
-    except OSError:
-        pass

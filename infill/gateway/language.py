@@ -125,7 +125,7 @@ def _by_marks(window: str, parsed: str | None) -> str | None:
     family = _FAMILY.get(best, best)
     others = max(score for key, score in scores.items() if _FAMILY.get(key, key) != family)
     clear = scores[best] >= MARKS_TO_DECIDE + (parsed is None) and scores[best] >= others + MARKS_LEAD
-    if not clear or _FAMILY.get(parsed, parsed) == family:
+    if not clear or (parsed is not None and _FAMILY.get(parsed, parsed) == family):
         return None
     return best
 

@@ -23,8 +23,9 @@ from __future__ import annotations
 import json
 import textwrap
 import time
-from concurrent.futures import TimeoutError as FutureTimeout
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from infill.gateway.language import detect_language
 from infill.gateway.openai_api import GatewaySettings, HttpError, optional_field, parse_stop
@@ -67,7 +68,10 @@ class InfillParams:
 def parse_infill_params(body: object, settings: GatewaySettings) -> InfillParams:
     if not isinstance(body, dict):
         raise HttpError(400, f"request body must be a JSON object, got {type(body).__name__}")
-    text = lambda name, what: optional_field(body, name, str, what) or ""  # noqa: E731
+
+    def text(name: str, what: str) -> str:
+        return optional_field(body, name, str, what) or ""
+
     prefix = text("input_prefix", "a string (the text before the cursor's line)")
     suffix = text("input_suffix", "a string (the text after the cursor)")
     line = text("prompt", "a string (the cursor line's text before the cursor)")
@@ -184,10 +188,14 @@ def build_document(params: InfillParams, pipeline: Pipeline) -> InfillDocument:
 
 # -- answer -----------------------------------------------------------------------------------------------------
 
-WARM_POLL_S = 0.02  # how often a waiting warm-up asks whether its client is still there (as OnWorker does)
 
-
-def _warm(pipeline: Pipeline, worker: ModelWorker, request: CompletionRequest, timeout_s: float, client_gone) -> int:
+def _warm(
+    pipeline: Pipeline,
+    worker: ModelWorker,
+    request: CompletionRequest,
+    timeout_s: float,
+    client_gone: Callable[[], bool],
+) -> int:
     """Encode the request's prompt on the model worker, queued like a fill and cancelled when the client goes;
     the prompt tokens the backend now holds (0 when it never ran)."""
     token = CancelToken()
@@ -197,18 +205,16 @@ def _warm(pipeline: Pipeline, worker: ModelWorker, request: CompletionRequest, t
         deadline=time.monotonic() + timeout_s,
         unrun=lambda why: 0,
     )
-    while True:
-        try:
-            return future.result(timeout=WARM_POLL_S)
-        except FutureTimeout:
-            if not token.cancelled and client_gone():
-                token.cancel("the client closed the connection")
-                worker.drop_unrunnable()
+    return worker.wait(future, token, client_gone)
 
 
 def answer_infill(
-    params: InfillParams, settings: GatewaySettings, pipeline: Pipeline, worker: ModelWorker, client_gone
-) -> dict:
+    params: InfillParams,
+    settings: GatewaySettings,
+    pipeline: Pipeline,
+    worker: ModelWorker,
+    client_gone: Callable[[], bool],
+) -> dict[str, Any]:
     """One /infill answer (before `response_fields` picks from it)."""
     t0 = time.perf_counter()
     doc = build_document(params, pipeline)
@@ -300,7 +306,7 @@ def _body(
     t0: float,
     language: str | None,
     budget_spent: bool = False,
-) -> dict:
+) -> dict[str, Any]:
     content, word = _cut_at_stop(content, params.stop)
     content, dedented = cut_at_dedent(content, params.n_indent)
     result = outcome.result if outcome is not None else None
@@ -357,7 +363,7 @@ def _per_second(ms: float, n: int) -> float:
     return round(n * 1000 / ms, 3) if n and ms > 0 else 0.0
 
 
-def pick_fields(body: dict, fields: tuple[str, ...] | None) -> dict:
+def pick_fields(body: dict[str, Any], fields: tuple[str, ...] | None) -> dict[str, Any]:
     """llama.cpp's `response_fields`: only the named fields, a path such as `timings/prompt_n` reaching into an
     object and keeping the path as its key; fields that are not there are left out."""
     if fields is None:
@@ -375,6 +381,6 @@ def pick_fields(body: dict, fields: tuple[str, ...] | None) -> dict:
     return picked
 
 
-def encode_body(body: dict) -> bytes:
+def encode_body(body: dict[str, Any]) -> bytes:
     """Compact JSON: llama.vim checks for `"content":"` with no space after the colon before it decodes."""
     return json.dumps(body, separators=(",", ":"), default=str).encode()

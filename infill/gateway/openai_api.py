@@ -7,10 +7,12 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Any, Literal
 
+from infill.completion import Completer
 from infill.gateway.fim_prompts import split_fim_prompt
 from infill.gateway.language import detect_language
-from infill.pipeline import CompletionRequest, Pipeline, PipelineResult
+from infill.pipeline import CompletionRequest, PipelineResult
 from infill.types import MAX_CANDIDATES, InfillError
 
 MAX_STOP_SEQUENCES = 4
@@ -32,7 +34,7 @@ class HttpError(Exception):
         self.status, self.message, self.param, self.kind = status, message, param, kind
         self.headers = headers or {}
 
-    def body(self) -> dict:
+    def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.status}}
 
 
@@ -75,7 +77,7 @@ class CompletionParams:
     max_tokens: int | None
     stop: tuple[str, ...]
     stream: bool
-    mode: str
+    mode: Literal["inline", "gap"]
     language: str | None
     budget_ms: float | None  # `infill_budget_ms`: the caller's remaining time (RemoteBackend sends it)
     document: str | None = None  # `infill_document`: an opaque document key; a newer request for it stops older ones
@@ -86,7 +88,7 @@ class CompletionParams:
 # -- request validation -----------------------------------------------------------------------------------------
 
 
-def optional_field(body: dict, name: str, kinds: type | tuple, what: str):
+def optional_field(body: dict[str, Any], name: str, kinds: type | tuple[type, ...], what: str) -> Any:
     value = body.get(name)
     accepts_bool = bool in (kinds if isinstance(kinds, tuple) else (kinds,))
     if value is not None and (not isinstance(value, kinds) or (isinstance(value, bool) and not accepts_bool)):
@@ -141,7 +143,7 @@ def parse_completion_params(body: object, settings: GatewaySettings) -> Completi
         max_tokens=max_tokens,
         stop=parse_stop(body.get("stop")),
         stream=bool(optional_field(body, "stream", bool, "true or false")),
-        mode=mode,
+        mode="gap" if mode == "gap" else "inline",
         language=optional_field(body, "language", str, "a string"),
         budget_ms=budget_ms,
         document=document,
@@ -162,7 +164,9 @@ def parse_stop(stop: object, limit: int = MAX_STOP_SEQUENCES) -> tuple[str, ...]
 # -- completion -------------------------------------------------------------------------------------------------
 
 
-def run_completion(pipeline: Pipeline, params: CompletionParams, settings: GatewaySettings) -> tuple[dict, str, str]:
+def run_completion(
+    pipeline: Completer, params: CompletionParams, settings: GatewaySettings
+) -> tuple[dict[str, Any], str, str]:
     """Run one completion; returns (infill extension object, text, finish_reason)."""
     start = len(params.prompt)
     language = params.language or detect_language(params.prompt, params.suffix)
@@ -172,7 +176,7 @@ def run_completion(pipeline: Pipeline, params: CompletionParams, settings: Gatew
         end=start,
         mode=params.mode,
         language=language,
-        max_middle_tokens=params.max_tokens,  # type: ignore[arg-type]
+        max_middle_tokens=params.max_tokens,
         document_id=f"remote:{params.document}" if params.document else None,
         candidates=params.best_of,
     )
@@ -199,7 +203,7 @@ def _apply_stop(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
     return (text[:cut], True) if cut >= 0 else (text, False)
 
 
-def _extension(outcome: PipelineResult, latency_ms: float, start: int) -> dict:
+def _extension(outcome: PipelineResult, latency_ms: float, start: int) -> dict[str, Any]:
     result = outcome.result
     fill = outcome.fills[0] if outcome.fills else None
     return {
@@ -226,7 +230,7 @@ def _extension(outcome: PipelineResult, latency_ms: float, start: int) -> dict:
     }
 
 
-def completion_body(model: str, text: str, finish: str, extension: dict) -> dict:
+def completion_body(model: str, text: str, finish: str, extension: dict[str, Any]) -> dict[str, Any]:
     prompt_tokens, completion_tokens = extension["prompt_tokens"], extension["completion_tokens"]
     return {
         "id": f"cmpl-{uuid.uuid4().hex}",

@@ -23,9 +23,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from http.server import ThreadingHTTPServer
+from typing import Any
 from urllib.parse import urlsplit
 
-from infill.backends.choose import add_model_options, spec_from_args
+from infill.backends.choose import BackendSpec, add_model_options, spec_from_args
 from infill.gateway import llama_infill
 from infill.gateway.arrival_handler import DRAIN_LIMIT_BYTES, ArrivalHandler
 from infill.gateway.front import Arrival, ConnectionLimits, Front
@@ -99,9 +100,10 @@ class GatewayServer(ThreadingHTTPServer):
     def server_bind(self) -> None:
         # HTTPServer.server_bind resolves the host's FQDN (a DNS lookup); the name is never used here.
         socketserver.TCPServer.server_bind(self)
-        self.server_name, self.server_port = self.server_address[:2]
+        host, self.server_port = self.server_address[:2]
+        self.server_name = str(host)
 
-    def process_request(self, request, client_address) -> None:
+    def process_request(self, request: Any, client_address: Any) -> None:
         self.front.admit(request, client_address)  # the front owns the connection from here to its close
 
     def _dispatch(self, arrival: Arrival) -> None:
@@ -112,7 +114,9 @@ class GatewayServer(ThreadingHTTPServer):
     def _serve_arrival(self, arrival: Arrival) -> None:
         keep_alive = False
         try:
-            keep_alive = not self.RequestHandlerClass(arrival, arrival.client_address, self).close_connection
+            # (the Arrival stands where socketserver passes a socket: ArrivalHandler.setup reads it)
+            handler = _Handler(arrival, arrival.client_address, self)  # type: ignore[arg-type]
+            keep_alive = not handler.close_connection
         except Exception:  # noqa: BLE001 - one connection's failure is logged by handle_error, the rest go on
             self.handle_error(arrival.sock, arrival.client_address)
         finally:
@@ -149,7 +153,7 @@ class GatewayServer(ThreadingHTTPServer):
     def model_name(self, pipeline: Pipeline) -> str:
         return self.settings.model_name or pipeline.backend.info.model
 
-    def health(self) -> tuple[int, dict]:
+    def health(self) -> tuple[int, dict[str, Any]]:
         with self._state_lock:
             pipeline, error = self._pipeline, self._load_error
         if pipeline is not None:
@@ -259,7 +263,7 @@ def make_server(
     port: int = 0,
     token: str | None = None,
     limits: ConnectionLimits | None = None,
-    **settings,
+    **settings: Any,
 ) -> GatewayServer:
     """A bound, not yet serving gateway (port 0: any free port, see `.server_port`). With `pipeline=None` it
     answers 503 until `set_pipeline`. Run it with `.serve_forever()`, stop it with `.shutdown()`."""
@@ -286,7 +290,7 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _load_in_background(server: GatewayServer, spec, fallback: FallbackChoice, holder: list) -> None:
+def _load_in_background(server: GatewayServer, spec: BackendSpec, fallback: FallbackChoice, holder: list[Any]) -> None:
     try:
         opened = open_pipeline(spec, fallback=fallback, progress=lambda message, fraction: log.info("%s", message))
     except Exception as exc:  # reported by /health and as 503 on every request
@@ -329,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.host not in ("127.0.0.1", "localhost", "::1") and token is None:
         log.warning("listening on %s without a token: anyone who can reach this address can use it", args.host)
-    backends: list = []
+    backends: list[Any] = []
     threading.Thread(
         target=_load_in_background,
         args=(server, spec, fallback_from_args(args), backends),

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
+from infill.completion import Completer
 from infill.context.syntax import apply_fills
 from infill.metrics import AcceptRule, edit_similarity, exact_match, retained_chars
 from infill.pilot.holes import Hole
 from infill.pilot.syntax import syntax_valid
-from infill.pipeline import CompletionRequest, Pipeline, PipelineResult
+from infill.pipeline import CompletionRequest, PipelineResult
 from infill.types import CancelToken
 
 # LSP language ids (what an editor sends) for the pilot's language names.
@@ -38,7 +40,7 @@ def predicted_middle(hole: Hole, filled: str, outcome: PipelineResult) -> tuple[
     return "".join(f.text for f in outcome.fills), True
 
 
-def score(hole: Hole, outcome: PipelineResult, rule: AcceptRule) -> dict:
+def score(hole: Hole, outcome: PipelineResult, rule: AcceptRule) -> dict[str, Any]:
     shown = bool(outcome.fills) and any(f.text for f in outcome.fills)
     fills = sorted(outcome.fills, key=lambda f: f.start)
     filled = (
@@ -78,8 +80,8 @@ def score(hole: Hole, outcome: PipelineResult, rule: AcceptRule) -> dict:
 
 
 def run_attempt(
-    pipeline: Pipeline, hole: Hole, document_id: str, rule: AcceptRule, cancel: CancelToken, deadline_s: float | None
-) -> dict:
+    pipeline: Completer, hole: Hole, document_id: str, rule: AcceptRule, cancel: CancelToken, deadline_s: float | None
+) -> dict[str, Any]:
     """Send, time and score one hole. Latency is wall time around `Pipeline.complete` (context building, the
     backend, post-processing and any fallback). Exceptions become an error record: the run goes on."""
     request = completion_request(hole, document_id)

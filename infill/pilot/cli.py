@@ -11,6 +11,7 @@ import platform
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from infill.backends.choose import BackendSpec, add_model_options, open_backend, spec_from_args
 from infill.metrics import AcceptRule
@@ -71,7 +72,7 @@ def _concurrency(text: str) -> tuple[int, ...]:
         raise InfillError(f"--concurrency must be comma-separated integers, got {text!r}") from None
 
 
-def hardware() -> dict:
+def hardware() -> dict[str, Any]:
     info = {
         "cpu": platform.processor() or platform.machine(),
         "cpus": os.cpu_count(),
@@ -121,13 +122,13 @@ class StepCapRecorder:
             )
         return backend
 
-    def meta(self) -> dict:
+    def meta(self) -> dict[str, Any]:
         """{"diffusion_steps", "diffusion_steps_from"}: one value each when every engine agrees (None when no
         in-process engine ran), else one per checkpoint."""
         steps = {model: cap for model, (cap, _) in self.by_model.items()}
         sources = {model: source for model, (_, source) in self.by_model.items()}
 
-        def one_or_each(values: dict):
+        def one_or_each(values: dict[str, Any]) -> Any:
             distinct = set(values.values())
             if len(distinct) > 1:
                 return values
@@ -136,7 +137,7 @@ class StepCapRecorder:
         return {"diffusion_steps": one_or_each(steps), "diffusion_steps_from": one_or_each(sources)}
 
 
-def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, str]:
+def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict[str, Any], str]:
     """The whole pilot; returns (summary.json content, how the run ended)."""
     specs = [parse_target(s) for s in (args.backend or ["ar"])]
     labels = [s.label for s in specs]

@@ -100,7 +100,7 @@ class Discovery:
     root: Path
     from_git: bool
     files: list[SourceFile] = field(default_factory=list)
-    skipped: Counter = field(default_factory=Counter)  # reason -> count
+    skipped: Counter[str] = field(default_factory=Counter[str])  # reason -> count
 
 
 def language_of(path: str) -> str | None:
@@ -123,7 +123,7 @@ def _git_tracked(root: Path) -> list[str] | None:
     return [p for p in listed.stdout.decode("utf-8", "surrogateescape").split("\0") if p]
 
 
-def _walk(root: Path, skipped: Counter) -> list[str]:
+def _walk(root: Path, skipped: Counter[str]) -> list[str]:
     out = []
     for dirpath, dirnames, filenames in os.walk(root, onerror=None):
         # Prune vendored directories below the root (the root itself may be one: the user asked for it). They
@@ -205,7 +205,7 @@ def discover(src: str | Path, settings: DiscoverySettings | None = None) -> Disc
             if source is not None:
                 found.files.append(source)
                 continue
-        found.skipped[reason] += 1
+        found.skipped[reason or "unreadable"] += 1
     if not found.files:
         summary = ", ".join(f"{n} {r}" for r, n in found.skipped.most_common()) or "nothing"
         raise InfillError(

@@ -108,7 +108,7 @@ def cut_holes(found: Discovery, settings: CutSettings) -> list[Hole]:
     available = {k: sum(len(s) for _, s in pools[k]) for k in settings.kinds}
     quotas = _quotas(settings.n, available)
     chosen = {k: _pick(pools[k], quotas[k], rng) for k in settings.kinds}
-    holes = []
+    holes: list[Hole] = []
     for round_index in range(max(quotas.values(), default=0)):
         for kind in settings.kinds:
             if round_index < len(chosen[kind]):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from infill.pilot.summary import latencies, read_jsonl
 
@@ -13,7 +14,7 @@ PLOTS = {
 }
 
 
-def _fmt(value, kind: str = "") -> str:
+def _fmt(value: Any, kind: str = "") -> str:
     if value is None:
         return "–"
     if kind == "%":
@@ -31,7 +32,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
-def _quality_cells(q: dict) -> list[str]:
+def _quality_cells(q: dict[str, Any]) -> list[str]:
     return [
         str(q["attempts"]),
         _fmt(q["shown_rate"], "%"),
@@ -47,7 +48,7 @@ def _quality_cells(q: dict) -> list[str]:
 QUALITY_HEADER = ["attempts", "shown", "exact match", "edit sim.", "syntax valid", "accepted", "p50 ms", "p95 ms"]
 
 
-def _side_by_side_section(summary: dict) -> list[str]:
+def _side_by_side_section(summary: dict[str, Any]) -> list[str]:
     """Each kind with every backend next to each other: the diffusion vs autoregressive comparison at a glance."""
     kinds = sorted({k for f in summary.values() for k in f["by_kind"]})
     rows = []
@@ -76,10 +77,10 @@ def _clip(text: str, limit: int = 240) -> str:
     return text.replace("~~~", "~ ~ ~")
 
 
-def _examples_section(attempts: list[dict], labels: list[str]) -> list[str]:
+def _examples_section(attempts: list[dict[str, Any]], labels: list[str]) -> list[str]:
     """The first hole of each kind, with what each backend showed (at its lowest concurrency level)."""
     lines = ["## Examples (first hole of each kind)", ""]
-    firsts: dict[str, dict] = {}
+    firsts: dict[str, dict[str, Any]] = {}
     for a in attempts:
         firsts.setdefault(a["kind"], a)
     for kind, first in sorted(firsts.items()):
@@ -109,7 +110,7 @@ def _examples_section(attempts: list[dict], labels: list[str]) -> list[str]:
     return lines
 
 
-def _backend_section(label: str, target: dict, figures: dict, meta: dict) -> list[str]:
+def _backend_section(label: str, target: dict[str, Any], figures: dict[str, Any], meta: dict[str, Any]) -> list[str]:
     lines = [f"## Backend: `{label}`", ""]
     if target.get("caveat"):
         lines += [f"> **{target['caveat'].upper().split(':')[0]}**: {target['caveat'].split(':', 1)[-1].strip()}", ""]
@@ -185,7 +186,7 @@ def _backend_section(label: str, target: dict, figures: dict, meta: dict) -> lis
     return lines
 
 
-def _setup_section(meta: dict) -> list[str]:
+def _setup_section(meta: dict[str, Any]) -> list[str]:
     skipped = ", ".join(f"{n} {r}" for r, n in meta.get("skipped", {}).items()) or "none"
     kinds = ", ".join(f"{k} {n}" for k, n in meta.get("hole_kinds", {}).items())
     hw = meta.get("hardware", {})
@@ -208,11 +209,13 @@ def _setup_section(meta: dict) -> list[str]:
     ]
 
 
-def _summary_section(summary: dict, targets: list[dict]) -> list[str]:
+def _summary_section(summary: dict[str, Any], targets: list[dict[str, Any]]) -> list[str]:
     caveats = {t["label"]: t.get("caveat") for t in targets}
     rows = []
     for label, f in summary.items():
-        best = max(f["by_concurrency"].values(), key=lambda v: v["throughput_per_hour"] or 0, default={})
+        best: dict[str, Any] = max(
+            f["by_concurrency"].values(), key=lambda v: v["throughput_per_hour"] or 0, default={}
+        )
         name = f"`{label}`" + (" ⚠ tiny/dummy" if caveats.get(label) else "")
         rows.append([name] + _quality_cells(f) + [_fmt(best.get("throughput_per_hour"), "ms")])
     return (
@@ -252,7 +255,7 @@ NOTES = """## What was measured
 """
 
 
-def write_report(out_dir: Path, summary: dict, targets: list[dict], meta: dict) -> Path:
+def write_report(out_dir: Path, summary: dict[str, Any], targets: list[dict[str, Any]], meta: dict[str, Any]) -> Path:
     lines = [f"# infill-ls pilot: {Path(str(meta.get('src', ''))).name or meta.get('src')}", ""]
     if meta.get("stopped_by") not in (None, "done"):
         lines += [f"**Partial run** — ended by {meta['stopped_by']}; the figures cover the attempts that finished.", ""]
@@ -269,7 +272,7 @@ def write_report(out_dir: Path, summary: dict, targets: list[dict], meta: dict) 
     return path
 
 
-def write_plots(out_dir: Path, summary: dict) -> list[Path]:
+def write_plots(out_dir: Path, summary: dict[str, Any]) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -350,12 +353,12 @@ def write_plots(out_dir: Path, summary: dict) -> list[Path]:
     return paths
 
 
-def _legend(axis) -> None:
+def _legend(axis: Any) -> None:
     if axis.get_legend_handles_labels()[0]:  # a run with no answered attempt has nothing to label
         axis.legend(fontsize=7)
 
 
-def _save(fig, path: Path, plt) -> Path:
+def _save(fig: Any, path: Path, plt: Any) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

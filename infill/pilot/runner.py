@@ -13,9 +13,10 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from infill.backends.choose import BackendSpec
+from infill.completion import Completer
 from infill.metrics import AcceptRule
 from infill.pilot.attempt import run_attempt
 from infill.pilot.holes import Hole
@@ -56,7 +57,7 @@ class JsonlWriter:
         self._file = open(path, "a", encoding="utf-8")
         self._lock = threading.Lock()
 
-    def write(self, record: dict) -> None:
+    def write(self, record: dict[str, Any]) -> None:
         line = json.dumps(record, ensure_ascii=False)
         with self._lock:
             if self._file.closed:  # a worker left behind after its grace time: the run is over
@@ -98,8 +99,8 @@ class Progress:
 @dataclass
 class PilotRun:
     stopped_by: str = "done"  # "done", "time cap" or "interrupted"
-    targets: list[dict] = field(default_factory=list)
-    cells: list[dict] = field(default_factory=list)
+    targets: list[dict[str, Any]] = field(default_factory=list)
+    cells: list[dict[str, Any]] = field(default_factory=list)
 
 
 class _Cell:
@@ -158,6 +159,7 @@ class _Cell:
             document_id = f"pilot/{self.index}/{hole.id}"  # unique: no KV reuse or supersession across attempts
             started = time.time()
             try:
+                assert self.front is not None  # (a cell whose target did not open runs no attempt)
                 record = run_attempt(self.front, hole, document_id, self.settings.accept, token, deadline_s)
             except Exception as exc:  # a scoring bug must not silently lose the hole: it is recorded as an error
                 record = {
@@ -185,7 +187,7 @@ class _Cell:
                 {**self._identity(hole), "started_at": round(started, 3), **record, "stopped": token.cancelled}
             )
 
-    def _identity(self, hole: Hole) -> dict:
+    def _identity(self, hole: Hole) -> dict[str, Any]:
         return {
             "hole_id": hole.id,
             "kind": hole.kind,
@@ -198,7 +200,7 @@ class _Cell:
             "expected": hole.middle,
         }
 
-    def run_failed_open(self) -> dict:
+    def run_failed_open(self) -> dict[str, Any]:
         for hole in self.holes:
             self.attempts.write(
                 {
@@ -220,7 +222,7 @@ class _Cell:
         self.done = self.errors = len(self.holes)
         return self._record(0.0, "open failed")
 
-    def run(self, cell_seconds: float, progress: Progress) -> dict:
+    def run(self, cell_seconds: float, progress: Progress) -> dict[str, Any]:
         label = f"{self.target.spec.label} c={self.concurrency}"
         workers = [
             threading.Thread(target=self._worker, daemon=True, name=f"pilot-{self.index}-{i}")
@@ -254,7 +256,7 @@ class _Cell:
             raise _Interrupted(record)
         return record
 
-    def _record(self, wall: float, stopped_by: str) -> dict:
+    def _record(self, wall: float, stopped_by: str) -> dict[str, Any]:
         return {
             "cell": self.index,
             "backend": self.target.spec.label,
@@ -267,27 +269,28 @@ class _Cell:
 
 
 class _Interrupted(Exception):
-    def __init__(self, record: dict) -> None:
+    def __init__(self, record: dict[str, Any]) -> None:
         super().__init__("interrupted")
         self.record = record
 
 
-def _front(target: OpenedTarget, worker: ModelWorker | None):
+def _front(target: OpenedTarget, worker: ModelWorker | None) -> Completer | None:
     """What attempts call: a pipeline with an in-process backend through the one model worker (backends are
     single-threaded; concurrent attempts queue for it as an editor's requests would); one that only talks to
     remote endpoints directly, so that the concurrency reaches the server it measures."""
     pipeline = target.pipeline
     backends = [b for b in (pipeline.backend, pipeline.fallback) if b is not None] if pipeline is not None else []
-    if worker is None or all(b.info.kind == "remote" for b in backends):
+    if pipeline is None or worker is None or all(b.info.kind == "remote" for b in backends):
         return pipeline
     return OnWorker(pipeline, worker, kind=None)  # (attempts are separate documents: nothing to supersede)
 
 
 def _warm_up(target: OpenedTarget, hole: Hole, settings: RunSettings, worker: ModelWorker) -> None:
-    if target.pipeline is None:
+    front = _front(target, worker)
+    if front is None:
         return
     run_attempt(
-        _front(target, worker),
+        front,
         hole,
         "pilot/warmup",
         settings.accept,

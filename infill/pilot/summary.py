@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Any
 
 from infill.metrics import cost_per_accepted, mean, share, throughput_per_hour
 from infill.stats import percentile
@@ -13,7 +14,7 @@ from infill.stats import percentile
 FAILED_OUTCOMES = ("exception", "error")
 
 
-def read_jsonl(path: Path) -> list[dict]:
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """Records of a JSONL file; a torn last line (a run killed mid-write) is dropped."""
     if not path.exists():
         return []
@@ -30,14 +31,14 @@ def _r(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def latencies(attempts: list[dict]) -> list[float]:
+def latencies(attempts: list[dict[str, Any]]) -> list[float]:
     """Latencies of attempts a backend actually answered (failures return early and would flatter p50)."""
     return [
         a["latency_ms"] for a in attempts if a.get("latency_ms") is not None and a.get("outcome") not in FAILED_OUTCOMES
     ]
 
 
-def quality(attempts: list[dict]) -> dict:
+def quality(attempts: list[dict[str, Any]]) -> dict[str, Any]:
     shown = [a for a in attempts if a.get("shown")]
     syntax_judged = [a["syntax_valid"] for a in shown if a.get("syntax_valid") is not None]
     lat = latencies(attempts)
@@ -57,7 +58,7 @@ def quality(attempts: list[dict]) -> dict:
     }
 
 
-def _by_concurrency(attempts: list[dict], cells: list[dict], price: float | None) -> dict:
+def _by_concurrency(attempts: list[dict[str, Any]], cells: list[dict[str, Any]], price: float | None) -> dict[str, Any]:
     out = {}
     for cell in sorted(cells, key=lambda c: c["concurrency"]):
         mine = [a for a in attempts if a.get("cell") == cell["cell"]]
@@ -83,15 +84,17 @@ def _reason(text: str) -> str:
     return " ".join(str(text).split())[:100]
 
 
-def summarise_backend(label: str, attempts: list[dict], cells: list[dict], price: float | None) -> dict:
+def summarise_backend(
+    label: str, attempts: list[dict[str, Any]], cells: list[dict[str, Any]], price: float | None
+) -> dict[str, Any]:
     answered = [a for a in attempts if not a.get("stopped")]
-    rejections: Counter = Counter()
+    rejections: Counter[str] = Counter()
     for a in answered:
         for _backend, reason in a.get("rejections") or []:
             rejections[_reason(reason)] += 1
     errors = Counter(_reason(a["error"]) for a in answered if a.get("error"))
     tpf = [a["tokens_per_forward"] for a in answered if (a.get("tokens_per_forward") or 0) > 0]
-    kinds: dict[str, list[dict]] = defaultdict(list)
+    kinds: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for a in answered:
         kinds[a["kind"]].append(a)
     return {
@@ -108,7 +111,7 @@ def summarise_backend(label: str, attempts: list[dict], cells: list[dict], price
     }
 
 
-def summarise(out_dir: Path, targets: list[dict], price: float | None) -> dict:
+def summarise(out_dir: Path, targets: list[dict[str, Any]], price: float | None) -> dict[str, Any]:
     attempts = read_jsonl(out_dir / "attempts.jsonl")
     cells = read_jsonl(out_dir / "cells.jsonl")
     labels = [t["label"] for t in targets] or sorted({a["backend"] for a in attempts})

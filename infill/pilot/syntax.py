@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import functools
 
+from tree_sitter import Tree
+
 from infill.context.syntax import error_nodes, new_parser, resolve_language
 from infill.languages import python_error
 
 
-def parse_tree(language: str, text: str):
+def parse_tree(language: str, text: str) -> Tree | None:
     """A tree-sitter tree from the project's grammars (infill.syntax), or None when `language` has none. A fresh
     parser per call: parsers are not shared between threads."""
     parser = new_parser(resolve_language(language))

@@ -15,14 +15,16 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from infill.backends.choose import BackendSpec, open_backend
-from infill.loader import NO_FALLBACK, FallbackChoice, fallback_spec, offline_default
-from infill.pipeline import CompletionRequest, Fill, Pipeline, PipelineResult, PipelineSettings
-from infill.types import InfillBackend, InfillError, InfillResult
+from infill.loader import NO_FALLBACK, FallbackChoice, fallback_spec, offline_default, warm_up
+from infill.pipeline import CompletionRequest, Fill, Pipeline, PipelineResult, PipelineSettings, Prepared
+from infill.types import CancelToken, DraftCallback, InfillBackend, InfillError, InfillResult
 
 ENGINES = ("ar", "diffusion", "diffusion-dummy", "remote")
 TINY_HIDDEN_SIZE = 512  # a DiffusionGemma below this width is a test checkpoint, not a model
@@ -43,7 +45,7 @@ def parse_target(text: str) -> TargetSpec:
     spec = text.strip()
     if not spec:
         raise InfillError("empty --backend spec")
-    core, flags = spec, set()
+    core, flags = spec, set[str]()
     while core.endswith(("+fallback", "+raw")):
         flag = "+fallback" if core.endswith("+fallback") else "+raw"
         core, flags = core.removesuffix(flag), flags | {flag}
@@ -116,13 +118,19 @@ class RawPipeline:
         self.fallback = None
 
     def forget(self, document_id: str) -> None:
-        forget = getattr(self.inner, "forget", None)
-        if forget is not None:
-            forget(document_id)
+        self.inner.forget(document_id)
 
-    def complete(self, req: CompletionRequest, *, cancel=None, deadline=None, on_draft=None) -> PipelineResult:
+    def complete(
+        self,
+        req: CompletionRequest,
+        *,
+        cancel: CancelToken | None = None,
+        deadline: float | None = None,
+        on_draft: DraftCallback | None = None,
+        prepared: Prepared | None = None,
+    ) -> PipelineResult:
         started = time.perf_counter()
-        prepared = self.inner.prepare(req)
+        prepared = prepared or self.inner.prepare(req)
         request, spans = prepared.request, prepared.spans
         context_ms = (time.perf_counter() - started) * 1000
         try:
@@ -151,7 +159,7 @@ class OpenedTarget:
     caveat: str | None
     shared: bool = False  # the primary engine was already open for an earlier backend
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         """Backend identity for the report: name, kind, model, device, dtype of the primary (and fallback)."""
         if self.pipeline is None:
             return {"label": self.spec.label, "engine": self.spec.engine, "open_error": self.open_error}
@@ -177,7 +185,12 @@ class OpenedTarget:
 class TargetPool:
     """Opens engines on demand, once each per spec (the offline default is shared by `ar` and every `+fallback`)."""
 
-    def __init__(self, settings: PipelineSettings, open_fn=open_backend, base: BackendSpec | None = None) -> None:
+    def __init__(
+        self,
+        settings: PipelineSettings,
+        open_fn: Callable[[BackendSpec], InfillBackend] = open_backend,
+        base: BackendSpec | None = None,
+    ) -> None:
         self.settings = settings
         self.base = base or BackendSpec()  # model options shared by every engine opened
         self._open_fn = open_fn
@@ -187,7 +200,9 @@ class TargetPool:
     def _engine(self, spec: BackendSpec) -> InfillBackend:
         with self._lock:
             if spec not in self._engines:
-                self._engines[spec] = self._open_fn(spec)
+                engine = self._open_fn(spec)
+                warm_up(engine)  # the loader's warm-up: no attempt pays a DiffusionGemma engine's one-time costs
+                self._engines[spec] = engine
             return self._engines[spec]
 
     def open(self, spec: TargetSpec) -> OpenedTarget:

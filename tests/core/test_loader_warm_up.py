@@ -101,3 +101,34 @@ def test_only_diffusion_backends_are_warmed_and_a_failed_warm_up_still_serves(ti
 
     open_pipeline(None, fallback=NO_FALLBACK, opener=lambda spec, progress: NotDiffusion(tiny_engine.loaded))
     assert log.names() == ["warm_up"]  # not asked: the offline default warms itself as it loads
+
+
+def test_infill_ls_fill_warms_up_at_load_and_fills_on_the_model_worker(tmp_path, tiny_checkpoint, monkeypatch, capsys):
+    from infill.fill_cli import main as fill_main
+
+    log = WarmUpLog()
+    warm_up, infill = DiffusionEngine.warm_up, DiffusionEngine.infill
+    monkeypatch.setattr(DiffusionEngine, "warm_up", lambda self: log.note("warm_up") or warm_up(self))
+    monkeypatch.setattr(DiffusionEngine, "infill", lambda self, *a, **k: log.note("infill") or infill(self, *a, **k))
+    doc = tmp_path / "add.py"
+    doc.write_text(PROMPT + "\n")
+    argv = [str(doc), "--at", f"2:{len('    return ') + 1}", "--model", str(tiny_checkpoint)]  # after "return "
+    assert fill_main([*argv, "--steps", "2", "--no-fallback"]) == 0
+    assert log.names() == ["warm_up", "infill"]
+    assert log.events[0][1] == "MainThread" and log.events[1][1] == "infill-fill-model"
+
+
+def test_the_pilot_warms_each_engine_up_once_before_its_attempts(tiny_engine):
+    from infill.pilot.targets import TargetPool, parse_target
+    from infill.pipeline import PipelineSettings
+
+    log = WarmUpLog()
+    pool = TargetPool(PipelineSettings(), open_fn=lambda spec: engine_noting_to(log, tiny_engine.loaded))
+    try:
+        first = pool.open(parse_target("diffusion-dummy:tiny"))
+        pool.open(parse_target("diffusion-dummy:tiny+raw"))  # the same engine, shared: not warmed again
+        assert log.names() == ["warm_up"]
+        first.pipeline.complete(CompletionRequest(PROMPT, len(PROMPT)))
+        assert log.names() == ["warm_up", "infill"]
+    finally:
+        pool.close()

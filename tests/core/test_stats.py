@@ -1,30 +1,17 @@
-"""The intervals every benchmark reports."""
+"""The one percentile every figure shares (server status, pilot, benchmarks)."""
 
 import pytest
 
-from infill.stats import mean_interval, percentile, wilson_interval
+from infill.stats import percentile
 from infill.types import InfillError
-
-
-def test_wilson_interval_matches_the_score_interval_textbook_values():
-    # Newcombe (1998), table I: 0/10 gives 0-0.2775, 1/29 gives 0.0061-0.1718.
-    assert wilson_interval(0, 10) == pytest.approx((0.0, 0.2775), abs=1e-4)
-    assert wilson_interval(1, 29) == pytest.approx((0.0061, 0.1718), abs=1e-4)
-    low, high = wilson_interval(10, 10)
-    assert high == 1.0 and low == pytest.approx(0.7225, abs=1e-4)
-
-
-def test_wilson_interval_refuses_impossible_counts_and_is_vacuous_without_trials():
-    assert wilson_interval(0, 0) == (0.0, 1.0)
-    with pytest.raises(InfillError):
-        wilson_interval(3, 2)
-
-
-def test_mean_interval_narrows_with_more_values_and_needs_two():
-    assert mean_interval([0.5]) is None
-    few, many = mean_interval([0.0, 1.0] * 5), mean_interval([0.0, 1.0] * 50)
-    assert few[0] < many[0] < 0.5 < many[1] < few[1]
 
 
 def test_percentile_interpolates_between_ranks():
     assert percentile([1, 2, 3, 4], 50) == 2.5
+
+
+def test_percentile_is_none_without_values_and_refuses_a_rank_outside_0_to_100():
+    assert percentile([], 50) is None
+    assert (percentile([3, 1, 2], 0), percentile([3, 1, 2], 100)) == (1, 3)
+    with pytest.raises(InfillError):
+        percentile([1.0], 101)

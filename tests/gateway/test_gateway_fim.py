@@ -6,16 +6,13 @@ so the watchdog has no grammar to reject the tiny model's words by and the compa
 
 from __future__ import annotations
 
-import threading
-
 import httpx
 import pytest
 
 from infill.gateway.fim_prompts import FORMATS, split_fim_prompt
 from infill.gateway.language import detect_language
 from infill.gateway.openai_api import GatewaySettings, parse_completion_params
-from infill.gateway.server import make_server
-from infill.pipeline import CompletionRequest, Pipeline
+from infill.pipeline import CompletionRequest
 
 PREFIX = (
     "Dear team,\n\nThank you all for the work on the spring release. It went out on time, and the customers "
@@ -61,20 +58,9 @@ ZED_REQUESTS = {
 
 
 @pytest.fixture(scope="module")
-def pipeline(tiny_engine):
-    return Pipeline(tiny_engine)
-
-
-@pytest.fixture(scope="module")
-def client(pipeline):
-    server = make_server(pipeline, "127.0.0.1", 0)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    with httpx.Client(base_url=server.url, timeout=60) as http:
+def client(pipeline, gateway_running):
+    with gateway_running(pipeline) as server, httpx.Client(base_url=server.url, timeout=60) as http:
         yield http
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
 
 
 @pytest.fixture(scope="module")

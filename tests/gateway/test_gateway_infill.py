@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 
 import httpx
@@ -17,7 +16,6 @@ from recording import Recording
 from infill.gateway.language import detect_language
 from infill.gateway.llama_infill import ExtraChunk, InfillParams, build_document, cut_at_dedent, parse_infill_params
 from infill.gateway.openai_api import GatewaySettings
-from infill.gateway.server import make_server
 from infill.pipeline import CompletionRequest, Pipeline
 
 PREFIX = (
@@ -66,19 +64,6 @@ def llama_vim_request(**fields) -> dict:
     }
 
 
-def start(pipeline, **settings):
-    server = make_server(pipeline, "127.0.0.1", 0, **settings)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    return server, thread
-
-
-def stop(server, thread) -> None:
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
-
-
 @pytest.fixture(scope="module")
 def backend(tiny_engine):
     return Recording(tiny_engine)
@@ -90,10 +75,9 @@ def pipeline(backend):
 
 
 @pytest.fixture(scope="module")
-def server(pipeline):
-    server, thread = start(pipeline)
-    yield server
-    stop(server, thread)
+def server(pipeline, gateway_running):
+    with gateway_running(pipeline) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -222,17 +206,14 @@ def test_n_predict_0_warms_the_cache_and_generates_nothing(client, backend):
 
 
 @pytest.mark.slow
-def test_past_its_time_limit_the_answer_is_the_best_drafts_whole_lines(ar_backend):
+def test_past_its_time_limit_the_answer_is_the_best_drafts_whole_lines(ar_backend, gateway_running):
     """llama.cpp ends generation at the first line end past t_max_predict_ms; so does /infill, with the real
     offline default (greedy: the cut answer is the start of the whole one)."""
-    server, thread = start(Pipeline(ar_backend))
     body = {"input_prefix": CODE, "prompt": "", "input_suffix": "\n", "n_predict": 48, "stream": False}
-    try:
+    with gateway_running(Pipeline(ar_backend)) as server:
         with httpx.Client(base_url=server.url, timeout=120) as http:
             whole = http.post("/infill", json={**body, "t_max_predict_ms": 0}).json()  # 0: no limit
             cut = http.post("/infill", json={**body, "t_max_prompt_ms": 0, "t_max_predict_ms": 1}).json()
-    finally:
-        stop(server, thread)
     assert whole["content"].count("\n") >= 1 and whole["stop_type"] == "eos", whole  # two lines or more
     assert cut["stop_type"] == "limit" and cut["infill"]["time_limit_reached"], cut
     assert cut["content"].strip() and whole["content"].startswith(cut["content"] + "\n")
@@ -240,7 +221,7 @@ def test_past_its_time_limit_the_answer_is_the_best_drafts_whole_lines(ar_backen
 
 
 @pytest.mark.slow
-def test_both_apis_count_the_offline_defaults_tokens_one_per_step_with_drafts_on(ar_backend):
+def test_both_apis_count_the_offline_defaults_tokens_one_per_step_with_drafts_on(ar_backend, gateway_running):
     """An autoregressive step is one generated token however many drafted tokens a forward confirmed: usage
     (/v1/completions) and tokens_predicted (/infill) say so, on code whose repeats the drafts continue."""
     from dataclasses import replace
@@ -249,9 +230,8 @@ def test_both_apis_count_the_offline_defaults_tokens_one_per_step_with_drafts_on
     prompt, suffix = "def totals(items, rates):\n" + lines + "    total_8 = compute_total(", "\n    return total_8\n"
     original = ar_backend.settings
     ar_backend.settings = replace(original, draft_tokens=3)
-    server, thread = start(Pipeline(ar_backend))
     try:
-        with httpx.Client(base_url=server.url, timeout=120) as http:
+        with gateway_running(Pipeline(ar_backend)) as server, httpx.Client(base_url=server.url, timeout=120) as http:
             openai = http.post("/v1/completions", json={"prompt": prompt, "suffix": suffix, "max_tokens": 32}).json()
             llama = http.post(
                 "/infill",
@@ -264,7 +244,6 @@ def test_both_apis_count_the_offline_defaults_tokens_one_per_step_with_drafts_on
                 },
             ).json()
     finally:
-        stop(server, thread)
         ar_backend.settings = original
     steps = openai["infill"]["steps"]
     assert openai["infill"]["tokens_per_forward"] > 1  # drafts were confirmed: fewer forwards than tokens
@@ -322,18 +301,15 @@ def test_params_join_the_line_to_the_prefix_and_sum_the_time_limits():
     assert parse_infill_params({"n_predict": -1, "t_max_predict_ms": 0}, GatewaySettings()).budget_ms is None
 
 
-def test_token_is_required_when_configured(pipeline):
-    server, thread = start(pipeline, token=TOKEN)
-    try:
+def test_token_is_required_when_configured(pipeline, gateway_running):
+    with gateway_running(pipeline, token=TOKEN) as server:
         with httpx.Client(base_url=server.url, timeout=120) as http:
             assert http.post("/infill", json=llama_vim_request()).status_code == 401
             ok = http.post("/infill", json=llama_vim_request(), headers={"Authorization": f"Bearer {TOKEN}"})
             assert ok.status_code == 200 and "content" in ok.json()
-    finally:
-        stop(server, thread)
 
 
-def test_a_request_whose_client_hung_up_is_cancelled(tiny_engine):
+def test_a_request_whose_client_hung_up_is_cancelled(tiny_engine, gateway_running):
     """llama.vim stops its curl job for a stale request: the run is cancelled within a step, not run to its end."""
     from infill.engine.config import EngineConfig
     from infill.engine.diffusion import DiffusionEngine
@@ -341,8 +317,7 @@ def test_a_request_whose_client_hung_up_is_cancelled(tiny_engine):
     slow = Recording(
         DiffusionEngine(tiny_engine.loaded, EngineConfig(max_denoising_steps=256, confidence_threshold=1e-9))
     )
-    server, thread = start(Pipeline(slow))
-    try:
+    with gateway_running(Pipeline(slow)) as server:
         body = json.dumps(llama_vim_request()).encode()
         with httpx.Client(base_url=server.url, timeout=120) as http:
             started = time.monotonic()
@@ -362,5 +337,3 @@ def test_a_request_whose_client_hung_up_is_cancelled(tiny_engine):
             time.sleep(0.01)
         assert len(slow.results) == 2 and slow.results[-1].outcome == "cancelled", slow.results[-1:]
         assert time.monotonic() - hung_up < alone_s + 5  # (and not after a whole run's worth of steps)
-    finally:
-        stop(server, thread)

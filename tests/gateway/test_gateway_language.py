@@ -4,14 +4,11 @@ around the gap, so the watchdog checks fills against the right grammar; prose st
 from __future__ import annotations
 
 import json
-import threading
 import urllib.request
 
 import pytest
 
 from infill.gateway.language import _by_grammar, _window, detect_language
-from infill.gateway.server import make_server
-from infill.pipeline import Pipeline
 
 PYTHON = '''import os
 
@@ -151,14 +148,10 @@ def _post(url: str, body: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def noisy_gateway(tiny_engine):
+def noisy_gateway(pipeline, gateway_running):
     """The real gateway over the tiny random-weight DiffusionGemma: it writes noise, which never parses as code."""
-    server = make_server(Pipeline(tiny_engine))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server.url
-    server.shutdown()
-    server.server_close()
+    with gateway_running(pipeline) as server:
+        yield server.url
 
 
 def test_noise_in_python_without_a_language_is_not_returned(noisy_gateway):

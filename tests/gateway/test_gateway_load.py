@@ -7,8 +7,6 @@ from __future__ import annotations
 import socket
 import threading
 
-from infill.gateway.server import make_server
-
 CONNECTIONS = 200
 
 
@@ -25,11 +23,8 @@ def _one(port: int, start: threading.Barrier, outcomes: list, index: int) -> Non
         outcomes[index] = type(exc).__name__
 
 
-def test_200_simultaneous_connections_all_get_an_answer():
-    server = make_server(None)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+def test_200_simultaneous_connections_all_get_an_answer(gateway_running):
+    with gateway_running(None) as server:
         outcomes: list = [None] * CONNECTIONS
         start = threading.Barrier(CONNECTIONS)
         clients = [
@@ -39,23 +34,17 @@ def test_200_simultaneous_connections_all_get_an_answer():
             client.start()
         for client in clients:
             client.join(120)
-    finally:
-        server.shutdown()
-        server.server_close()
     unanswered = [o for o in outcomes if not (o or "").startswith("HTTP/1.")]
     assert not unanswered, f"{len(unanswered)} of {CONNECTIONS} got no HTTP answer: {sorted(set(unanswered))}"
     assert all(o.split()[1] == "503" for o in outcomes)  # loading: /health says 503 (or busy: 503 Retry-After)
 
 
-def test_over_capacity_is_refused_with_retry_after(monkeypatch):
+def test_over_capacity_is_refused_with_retry_after(monkeypatch, gateway_running):
     """Past max_pending, a connection is answered 503 with Retry-After at once instead of waiting or a reset."""
     from infill.gateway.server import GatewayServer
 
     monkeypatch.setattr(GatewayServer, "max_pending", 1)
-    server = make_server(None)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with gateway_running(None) as server:
         hold = socket.create_connection(("127.0.0.1", server.server_port), timeout=10)  # occupies the one slot
         hold.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # headers not finished: its worker waits on it
         with socket.create_connection(("127.0.0.1", server.server_port), timeout=10) as sock:
@@ -64,7 +53,4 @@ def test_over_capacity_is_refused_with_retry_after(monkeypatch):
             while chunk := sock.recv(65536):
                 data += chunk
         hold.close()
-    finally:
-        server.shutdown()
-        server.server_close()
     assert data.startswith(b"HTTP/1.1 503") and b"Retry-After: 1" in data and b"server busy" in data

@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 
 import pytest
 
 from infill.gateway.front import ConnectionLimits
-from infill.gateway.server import make_server
-from infill.pipeline import Pipeline
 
 SLOW = 200
 BODY = json.dumps({"prompt": "Dear team,\nthe plan", "suffix": "", "max_tokens": 8, "language": "plaintext"}).encode()
@@ -24,22 +21,6 @@ COMPLETION = (
 )
 HEALTH = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
 ANSWER_S = 60  # a hang guard, not a speed bound
-
-
-@pytest.fixture(scope="module")
-def pipeline(tiny_engine):
-    return Pipeline(tiny_engine)
-
-
-def serving(pipeline, limits=None):
-    server = make_server(pipeline, limits=limits)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    return server
-
-
-def stop(server) -> None:
-    server.shutdown()
-    server.server_close()
 
 
 class Replies:
@@ -83,9 +64,8 @@ def open_slow(port: int, count: int) -> list[socket.socket]:
     return socks
 
 
-def test_health_and_a_completion_are_served_while_200_slow_connections_are_open(pipeline):
-    server = serving(pipeline)
-    try:
+def test_health_and_a_completion_are_served_while_200_slow_connections_are_open(pipeline, gateway_running):
+    with gateway_running(pipeline) as server:
         _, _, alone = one_request(server.server_port, COMPLETION)
         slow = open_slow(server.server_port, SLOW)
         deadline = time.monotonic() + ANSWER_S
@@ -101,13 +81,10 @@ def test_health_and_a_completion_are_served_while_200_slow_connections_are_open(
         assert server.front.open_connections >= SLOW  # the slow ones were still open meanwhile
         for sock in slow:
             sock.close()
-    finally:
-        stop(server)
 
 
-def test_a_request_not_in_by_its_deadline_gets_408(pipeline):
-    server = serving(pipeline, ConnectionLimits(header_timeout_s=0.3, body_timeout_s=0.3))
-    try:
+def test_a_request_not_in_by_its_deadline_gets_408(pipeline, gateway_running):
+    with gateway_running(pipeline, limits=ConnectionLimits(header_timeout_s=0.3, body_timeout_s=0.3)) as server:
         for partial, what in ((b"GET /health HTTP/1.1\r\nHost: x\r\n", "header"), (COMPLETION[:-10], "body")):
             with socket.create_connection(("127.0.0.1", server.server_port), timeout=ANSWER_S) as sock:
                 sock.sendall(partial)
@@ -116,24 +93,18 @@ def test_a_request_not_in_by_its_deadline_gets_408(pipeline):
                 assert f"the {what} limit is 0.3 s" in json.loads(body)["error"]["message"]
                 assert sock.recv(1) == b""  # and the connection is closed
         assert one_request(server.server_port, COMPLETION)[0] == 200
-    finally:
-        stop(server)
 
 
-def test_an_idle_connection_is_closed_quietly(pipeline):
-    server = serving(pipeline, ConnectionLimits(idle_timeout_s=0.3))
-    try:
+def test_an_idle_connection_is_closed_quietly(pipeline, gateway_running):
+    with gateway_running(pipeline, limits=ConnectionLimits(idle_timeout_s=0.3)) as server:
         with socket.create_connection(("127.0.0.1", server.server_port), timeout=ANSWER_S) as sock:
             sock.sendall(HEALTH)
             assert Replies(sock).next()[0] == 200  # kept alive, then idle
             assert sock.recv(1) == b""  # closed without a reply
-    finally:
-        stop(server)
 
 
-def test_connections_are_bounded_per_client(pipeline):
-    server = serving(pipeline, ConnectionLimits(max_per_client=3))
-    try:
+def test_connections_are_bounded_per_client(pipeline, gateway_running):
+    with gateway_running(pipeline, limits=ConnectionLimits(max_per_client=3)) as server:
         held = open_slow(server.server_port, 3)
         status, headers, body = one_request(server.server_port, HEALTH)
         assert status == 503 and headers["retry-after"] == "1" and b"from this client" in body
@@ -144,13 +115,10 @@ def test_connections_are_bounded_per_client(pipeline):
         assert one_request(server.server_port, HEALTH)[0] == 200
         for sock in held:
             sock.close()
-    finally:
-        stop(server)
 
 
-def test_keep_alive_pipelining_and_expect_continue(pipeline):
-    server = serving(pipeline)
-    try:
+def test_keep_alive_pipelining_and_expect_continue(pipeline, gateway_running):
+    with gateway_running(pipeline) as server:
         with socket.create_connection(("127.0.0.1", server.server_port), timeout=ANSWER_S) as sock:
             replies = Replies(sock)
             sock.sendall(HEALTH + COMPLETION)  # two requests in one write: answered in order on one connection
@@ -162,8 +130,6 @@ def test_keep_alive_pipelining_and_expect_continue(pipeline):
             assert replies.next()[0] == 100  # the front asks for the body
             sock.sendall(body)
             assert replies.next()[0] == 200
-    finally:
-        stop(server)
 
 
 def test_limits_are_validated():

@@ -14,7 +14,6 @@ import os
 import re
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nvim"))
 from nvim_harness import DRIVER, LINES, NVIM, REPO, Nvim  # noqa: E402
 
 from infill.checks.watchdog import WatchdogSettings  # noqa: E402
-from infill.gateway.server import make_server  # noqa: E402
 from infill.pipeline import Pipeline, PipelineSettings  # noqa: E402
 
 LLAMA_VIM = REPO.parent / "shared" / "third_party" / "llama.vim"
@@ -80,15 +78,10 @@ class Editor(Nvim):
 
 
 @pytest.fixture(scope="module")
-def gateway(tiny_engine):
+def gateway(tiny_engine, gateway_running):
     settings = PipelineSettings(max_middle_tokens=12, watchdog=WatchdogSettings(check_syntax=False))
-    server = make_server(Pipeline(tiny_engine, settings=settings), "127.0.0.1", 0)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
+    with gateway_running(Pipeline(tiny_engine, settings=settings)) as server:
+        yield server
 
 
 @pytest.fixture()

@@ -229,13 +229,29 @@ def _pool_over(engine) -> TargetPool:
 
 def test_time_cap_keeps_partial_results_and_reports_them(tree, tmp_path, tiny_engine):
     holes = cut_holes(discover(tree), CutSettings(n=30, seed=1))
+    spec = parse_target("diffusion:tiny")
+    # The cap comes from a run measured here, now: what a run costs besides its attempts, plus about 8 attempts'
+    # time, so that some of the 30 holes are attempted and not all, on a fast machine or a loaded one alike.
+    measured = tmp_path / "measured"
+    measured.mkdir()
+    started = time.monotonic()
+    run_pilot(
+        holes[:3],
+        [spec],
+        RunSettings(concurrency=(1,), warmup=False),
+        measured,
+        Progress(enabled=False),
+        pool=_pool_over(tiny_engine),
+    )
+    elapsed = time.monotonic() - started
+    attempt_s = sum(a["latency_ms"] for a in read_jsonl(measured / "attempts.jsonl")) / 3 / 1000
+    cap = max(0.01, elapsed - 3 * attempt_s) + 8 * attempt_s
     out = tmp_path / "out"
     out.mkdir()
-    spec = parse_target("diffusion:tiny")
     run = run_pilot(
         holes,
         [spec],
-        RunSettings(concurrency=(1,), max_seconds=1.0, warmup=False),
+        RunSettings(concurrency=(1,), max_seconds=cap, warmup=False),
         out,
         Progress(enabled=False),
         pool=_pool_over(tiny_engine),

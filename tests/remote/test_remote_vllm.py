@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 
 import pytest
 from test_remote import ScriptedServer
@@ -257,3 +259,41 @@ def test_an_outage_is_logged_once_and_again_after_the_server_came_back_and_faile
         server.down = "restarting"
         assert "restarting" in backend.infill(request).error
     assert len([r for r in caplog.records if "restarting" in r.message]) == 2
+
+
+@pytest.mark.parametrize(
+    ("between", "anchor", "candidates", "max_middle"),
+    [
+        ([], [7, 8, 9], (4, 8, 16), 64),
+        ([[5, 6]], [7, 8], (4, 8), 6),
+        ([[5], [6, 6]], [], (3, 5), 64),
+        ([], [], (4, 8), 8),
+    ],
+)
+def test_vllm_canvases_are_laid_out_as_the_engines_rows(between, anchor, candidates, max_middle):
+    """The remote backend's canvases and the in-process engine's rows come from one layout: the same free slots per
+    gap and the same fixed text at the same slots."""
+    import torch
+
+    from infill.backends.remote.vllm_diffusion import plan_canvases
+    from infill.engine.canvas import build_canvas
+    from infill.engine.layout import choose_lengths
+
+    noise = iter(range(1000, 2000)).__next__
+    plans = plan_canvases(between, anchor, candidates, max_middle, CANVAS, noise)
+    lengths, kept = choose_lengths(candidates, max_middle, [len(b) for b in between], len(anchor), CANVAS)
+    canvas = build_canvas(lengths, [*between, anchor[:kept]], 10, PAD, torch.device("cpu"))
+    assert [p.length for p in plans] == list(canvas.lengths)
+    for row, plan in enumerate(plans):
+        free = [i for i in range(plan.width) if canvas.free[row, i]]
+        assert free == [i for start, end in plan.gaps for i in range(start, end)]
+        fixed = [i for i in range(plan.width) if canvas.anchor[row, i]]
+        assert fixed == list(plan.pinned) and [plan.seed[i] for i in fixed] == canvas.fixed_tokens[row, fixed].tolist()
+        assert all(plan.seed[i] >= 1000 for i in free)  # free slots start as noise
+
+
+def test_the_remote_backend_does_not_import_torch():
+    script = "import sys, infill.backends.remote.backend; print('torch' in sys.modules)"
+    assert (
+        subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout == "False\n"
+    )

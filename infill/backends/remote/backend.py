@@ -9,8 +9,9 @@ Two protocols (`protocol`, "auto" by default):
 It exists only when the user configured an endpoint, so nothing leaves the machine otherwise.
 
 Every failure (endpoint down, slow, HTTP error, garbage JSON) becomes an `InfillResult` with outcome "error" and a
-message; nothing escapes `infill`. The HTTP exchange runs in a daemon thread while the caller polls the cancel token
-and the deadline, so a cancelled or late request returns at once even while the socket is still blocked.
+message; nothing escapes `infill`. The HTTP exchanges (exchange.py) run on the backend's small pool of HTTP threads
+("infill-remote-http") while the caller polls the cancel token and the deadline, so a cancelled or late request
+returns at once even while its socket is still blocked.
 """
 
 from __future__ import annotations
@@ -18,25 +19,21 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import socket
-import ssl
 import threading
 import time
+from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
-
 import infill.backends.remote.vllm_diffusion as vd
+from infill.backends.remote.exchange import Exchanges
 from infill.backends.remote.http import (
     RemoteFailure,
     RemoteHTTPError,
     _count,
-    _decode,
-    _describe_http_error,
     _GapAnswer,
-    _is_loopback,
     _ms,
     _NotFound,
+    json_object,
     normalize_endpoint,
     render_fim,
 )
@@ -51,12 +48,12 @@ from infill.types import (
     InfillError,
     InfillRequest,
     InfillResult,
+    Outcome,
     Timings,
 )
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.01  # how often the waiting caller looks at its cancel token and deadline
 FAILED = "remote infill via"  # how a failed request's log line starts
 TOKEN_ENV = "INFILL_ENDPOINT_TOKEN"  # bearer token when none is passed (keeps it out of editor settings files)
 
@@ -112,16 +109,7 @@ class RemoteBackend(NativeDiffusionRoute):
         self._model_known = self._model is not None
         self._model_lock = threading.Lock()
         token = token if token is not None else os.environ.get(TOKEN_ENV) or None
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        # A proxy from the environment (HTTP_PROXY, ALL_PROXY) is used for remote hosts only: code for an endpoint
-        # on this machine must not travel through a proxy, with the token, unless NO_PROXY happens to say so.
-        self._client_options = {
-            "headers": headers,
-            "follow_redirects": False,
-            "trust_env": not _is_loopback(urlsplit(self.endpoint).hostname),
-            "verify": ssl.create_default_context(),
-        }  # made once, shared by every client
-        self._client = httpx.Client(**self._client_options)
+        self.http = Exchanges(self.endpoint, token, self.connect_timeout_s)
         self._closed = False
 
     # -- InfillBackend ------------------------------------------------------------------------------------------
@@ -171,7 +159,7 @@ class RemoteBackend(NativeDiffusionRoute):
 
     def close(self) -> None:
         self._closed = True
-        self._client.close()
+        self.http.close()
 
     # -- routes -------------------------------------------------------------------------------------------------
 
@@ -220,7 +208,7 @@ class RemoteBackend(NativeDiffusionRoute):
             prompt = request.prefix + "".join(m + b for m, b in zip(middles, request.between))
             suffix = "".join(request.between[index:]) + request.suffix
             body = self._completion_body(request, model, prompt, suffix, end)
-            answer = self._parse_completion(self._exchange("POST", "/v1/completions", body, cancel, end))
+            answer = self._parse_completion(self.http.one("POST", "/v1/completions", body, cancel, end))
             if request.single_line:  # in case the server ignored `stop`
                 answer.text = answer.text.split("\n", 1)[0]
             answers.append(answer)
@@ -229,8 +217,10 @@ class RemoteBackend(NativeDiffusionRoute):
                 on_draft(Draft(step=index + 1, middles=shown, confidence=()))
         return answers
 
-    def _completion_body(self, request: InfillRequest, model: str | None, prompt: str, suffix: str, end: float) -> dict:
-        body: dict = {
+    def _completion_body(
+        self, request: InfillRequest, model: str | None, prompt: str, suffix: str, end: float
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
             "prompt": prompt,
             "suffix": suffix,
             "max_tokens": request.max_middle_tokens,
@@ -260,15 +250,14 @@ class RemoteBackend(NativeDiffusionRoute):
                 body["infill_document"] = key[:24]
         return body
 
-    def _parse_completion(self, data: dict) -> _GapAnswer:
+    def _parse_completion(self, data: dict[str, Any]) -> _GapAnswer:
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             raise RemoteFailure(f"response from {self.endpoint} has no choices")
         text = choices[0].get("text")
         if not isinstance(text, str):
             raise RemoteFailure(f"response from {self.endpoint} has no text in choices[0]")
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-        extension = data.get("infill") if isinstance(data.get("infill"), dict) else {}
+        usage, extension = json_object(data.get("usage")), json_object(data.get("infill"))
         return _GapAnswer(
             text=text,
             finish_reason=choices[0].get("finish_reason"),
@@ -280,12 +269,12 @@ class RemoteBackend(NativeDiffusionRoute):
     def _result(self, request: InfillRequest, model: str | None, answers: list[_GapAnswer], t0: float) -> InfillResult:
         middles = tuple(a.text for a in answers)
         outcomes = {a.extension.get("outcome") for a in answers}
-        outcome = "empty" if not any(middles) else "cut_short" if "cut_short" in outcomes else "ok"
+        outcome: Outcome = "empty" if not any(middles) else "cut_short" if "cut_short" in outcomes else "ok"
         completion_tokens = sum(a.completion_tokens for a in answers)
         # `infill-ls serve` reports decoder forwards; other servers decode one token per step.
         steps = sum(_count(a.extension.get("steps")) or a.completion_tokens for a in answers)
         remote_versions = [a.extension.get("versions") for a in answers if a.extension.get("versions")]
-        versions = {
+        versions: dict[str, Any] = {
             "endpoint": self.endpoint,
             "model": model,
             "remote": remote_versions[0] if remote_versions else {},
@@ -310,11 +299,11 @@ class RemoteBackend(NativeDiffusionRoute):
             versions=versions,
         )
 
-    def _failed(self, request: InfillRequest, outcome: str, message: str, t0: float) -> InfillResult:
+    def _failed(self, request: InfillRequest, outcome: Outcome, message: str, t0: float) -> InfillResult:
         return InfillResult(
             middles=(),
             outcome=outcome,
-            backend=self.info.name,  # type: ignore[arg-type]
+            backend=self.info.name,
             timings=Timings(total_ms=(time.perf_counter() - t0) * 1000),
             version=request.version,
             versions={"endpoint": self.endpoint, "model": self._model},
@@ -334,7 +323,7 @@ class RemoteBackend(NativeDiffusionRoute):
             if self._model_known:
                 return self._model
             try:
-                data = self._exchange("GET", "/v1/models", None, cancel, end)
+                data = self.http.one("GET", "/v1/models", None, cancel, end)
             except _NotFound:
                 log.info("%s has no /v1/models; sending completions without a model name", self.endpoint)
                 self._model_known = True
@@ -360,81 +349,3 @@ class RemoteBackend(NativeDiffusionRoute):
     def _end_time(self, deadline: float | None) -> float:
         own = time.monotonic() + self.timeout_s
         return own if deadline is None else min(own, deadline)
-
-    def _exchange(self, method: str, path: str, body: dict | None, cancel: CancelToken | None, end: float) -> dict:
-        """One request, bounded by `end` (time.monotonic()) and abandoned at once when `cancel` fires."""
-        return self._exchange_many([(method, path, body)], cancel, end)[0]
-
-    def _exchange_many(
-        self, calls: list, cancel: CancelToken | None, end: float, *, hang_up: bool = False
-    ) -> list[dict]:
-        """Requests sent together (a batching server serves them in one step), each in a daemon thread, bounded
-        by `end` and abandoned at once when `cancel` fires. The first failure (in call order) is raised.
-        `hang_up`: the calls get their own connections, closed when abandoned, so a server that aborts on
-        disconnect (vLLM) stops computing an answer nobody waits for."""
-        remaining = end - time.monotonic()
-        if remaining <= 0:
-            raise RemoteFailure(f"deadline passed before the request to {self.endpoint + calls[0][1]} was sent")
-        boxes: list[dict] = [{} for _ in calls]
-        done = [threading.Event() for _ in calls]
-        timeout = httpx.Timeout(remaining, connect=min(self.connect_timeout_s, remaining))
-        client = httpx.Client(**self._client_options) if hang_up else self._client
-        try:
-            return self._wait_all(client, calls, boxes, done, timeout, cancel, end, remaining)
-        except (Cancelled, RemoteFailure):
-            if hang_up and not all(event.is_set() for event in done):
-                _hang_up(client)
-            raise
-        finally:
-            if hang_up and all(event.is_set() for event in done):
-                client.close()
-
-    def _wait_all(
-        self,
-        client: httpx.Client,
-        calls: list,
-        boxes: list[dict],
-        done: list[threading.Event],
-        timeout: httpx.Timeout,
-        cancel: CancelToken | None,
-        end: float,
-        remaining: float,
-    ) -> list[dict]:
-        def send(index: int) -> None:
-            method, path, body = calls[index]
-            try:
-                boxes[index]["response"] = client.request(method, self.endpoint + path, json=body, timeout=timeout)
-            except BaseException as exc:  # reported to the waiting caller
-                boxes[index]["error"] = exc
-            finally:
-                done[index].set()
-
-        # Daemon threads: an abandoned exchange ends by itself within its own timeout.
-        for index in range(len(calls)):
-            threading.Thread(target=send, args=(index,), name="infill-remote-http", daemon=True).start()
-        for event, (_, path, _) in zip(done, calls):
-            while not event.wait(POLL_S):
-                if cancel is not None and cancel.cancelled:
-                    raise Cancelled(cancel.reason)
-                if time.monotonic() >= end:
-                    raise RemoteFailure(f"no answer from {self.endpoint + path} within {remaining:.2f} s")
-        results = []
-        for box, (_, path, _) in zip(boxes, calls):
-            if "error" in box:
-                raise RemoteFailure(_describe_http_error(self.endpoint + path, box["error"], remaining))
-            results.append(_decode(self.endpoint + path, box["response"]))
-        return results
-
-
-def _hang_up(client: httpx.Client) -> None:
-    """Close an abandoned client's connections now. `close()` alone does not wake a thread blocked reading the
-    socket (so no FIN is sent until the answer comes); shutting the sockets down does. Reaches into httpcore's
-    pool: any failure only means the connection ends by itself within its timeout, as before."""
-    try:
-        for connection in list(client._transport._pool.connections):  # type: ignore[attr-defined]
-            stream = getattr(getattr(connection, "_connection", None), "_network_stream", None)
-            sock = getattr(stream, "_sock", None)
-            if sock is not None:
-                sock.shutdown(socket.SHUT_RDWR)
-    except Exception:  # noqa: BLE001 - best effort, see above
-        log.debug("could not shut down an abandoned connection", exc_info=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -23,7 +24,9 @@ class _GapAnswer:
     finish_reason: str | None
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    extension: dict = field(default_factory=dict)  # the `infill` object `infill-ls serve` adds, if any
+    extension: dict[str, Any] = field(
+        default_factory=dict[str, Any]
+    )  # the `infill` object `infill-ls serve` adds, if any
 
 
 class RemoteFailure(Exception):
@@ -60,7 +63,7 @@ class _NotFound(RemoteHTTPError):
     pass
 
 
-def _decode(url: str, response: httpx.Response) -> dict:
+def _decode(url: str, response: httpx.Response) -> dict[str, Any]:
     if response.status_code == 404:
         raise _NotFound(f"HTTP 404 from {url}: {_error_text(response)}", 404, _error_text(response))
     if response.status_code != 200:
@@ -98,11 +101,16 @@ def _describe_http_error(url: str, exc: BaseException, waited_s: float) -> str:
     return f"request to {url} failed unexpectedly: {type(exc).__name__}: {exc}"
 
 
-def _count(value) -> int:
+def json_object(value: Any) -> dict[str, Any]:
+    """`value` when it is a JSON object, else an empty one (a field a server left out or sent malformed)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def _ms(value) -> float:
+def _ms(value: Any) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else 0.0
 
 

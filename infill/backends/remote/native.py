@@ -5,16 +5,35 @@ from __future__ import annotations
 
 import logging
 import random
+from typing import Any
 
 import infill.backends.remote.vllm_diffusion as vd
+from infill.backends.remote.exchange import Call, Exchanges
 from infill.backends.remote.http import RemoteFailure, RemoteHTTPError, _GapAnswer
+from infill.engine.config import EngineConfig
 from infill.types import CancelToken, Draft, DraftCallback, InfillError, InfillRequest
 
 log = logging.getLogger("infill.backends.remote")
 
 
 class NativeDiffusionRoute:
-    """Methods of RemoteBackend for the "vllm-diffusion" protocol."""
+    """Methods of RemoteBackend for the "vllm-diffusion" protocol, over the state RemoteBackend sets up."""
+
+    endpoint: str
+    protocol: str
+    fim_template: str | None
+    engine: EngineConfig
+    http: Exchanges
+    _route: str | None
+    _facts: vd.ServerFacts | None
+    _max_model_len: int | None
+    _pins_exact: bool | None
+    _tokens: vd.TokenCache
+    _stop_ids: frozenset[int] | None
+    _drop_ids: frozenset[int]
+
+    def _say_once(self, level: int, message: str) -> None:
+        raise NotImplementedError  # RemoteBackend's
 
     def _native_unusable(self) -> bool:
         """A server without the infill-vllm plugin does not hold the suffix: use the FIM template route when
@@ -47,10 +66,10 @@ class NativeDiffusionRoute:
         )
         return True
 
-    def _probe(self, model: str | None, xargs: dict, cancel: CancelToken | None, end: float) -> str:
+    def _probe(self, model: str | None, xargs: dict[str, Any], cancel: CancelToken | None, end: float) -> str:
         """The server's refusal message ("" when it served the probe)."""
         try:
-            self._exchange("POST", "/v1/completions", vd.probe_body(model, xargs), cancel, end)
+            self.http.one("POST", "/v1/completions", vd.probe_body(model, xargs), cancel, end)
             return ""
         except RemoteHTTPError as exc:
             return exc.detail
@@ -81,7 +100,8 @@ class NativeDiffusionRoute:
         # Free slots start as uniform noise over the vocabulary, as the model was trained (vLLM names its size).
         rng = random.Random(request.seed)
         known = sorted({*anchor, *sum(between, [])}) or [0]
-        noise = (lambda: rng.randrange(facts.vocab_size)) if facts.vocab_size else (lambda: rng.choice(known))
+        vocab = facts.vocab_size
+        noise = (lambda: rng.randrange(vocab)) if vocab else (lambda: rng.choice(known))
         try:
             plans = vd.plan_canvases(
                 between, anchor[:anchor_size], candidates, request.max_middle_tokens, facts.canvas_length, noise
@@ -93,7 +113,7 @@ class NativeDiffusionRoute:
             budget = -1  # unknown model length: vLLM's own check applies
         bodies = [vd.completion_body(p, request.prefix, model, budget) for p in plans]
         try:
-            replies = self._exchange_many([("POST", "/v1/completions", b) for b in bodies], cancel, end, hang_up=True)
+            replies = self.http.many([("POST", "/v1/completions", b) for b in bodies], cancel, end, hang_up=True)
         except RemoteHTTPError as exc:
             if "diffusion" in exc.detail:  # restarted with another canvas? the next request asks again
                 self._facts = None
@@ -137,7 +157,7 @@ class NativeDiffusionRoute:
         missing = self._tokens.missing(texts)
         if not missing:
             return
-        replies = self._exchange_many([("POST", "/tokenize", vd.tokenize_body(t, model)) for t in missing], cancel, end)
+        replies = self.http.many([("POST", "/tokenize", vd.tokenize_body(t, model)) for t in missing], cancel, end)
         for text, reply in zip(missing, replies):
             if self._max_model_len is None and isinstance(reply.get("max_model_len"), int):
                 self._max_model_len = reply["max_model_len"]  # (no discovery ran when the model was configured)
@@ -158,10 +178,10 @@ class NativeDiffusionRoute:
         self, pieces: list[list[int]], model: str | None, cancel: CancelToken | None, end: float
     ) -> list[str]:
         pieces = [[i for i in ids if i not in self._drop_ids] for ids in pieces]
-        calls = [
+        calls: list[Call] = [
             ("POST", "/detokenize", {"tokens": ids, **({"model": model} if model else {})}) for ids in pieces if ids
         ]
-        texts = iter(self._exchange_many(calls, cancel, end)) if calls else iter(())
+        texts = iter(self.http.many(calls, cancel, end)) if calls else iter(())
         out = []
         for ids in pieces:
             text = next(texts).get("prompt") if ids else ""

@@ -4,7 +4,7 @@ One request per candidate middle length, each with its own canvas (`vllm_xargs`)
 
     [gap 0: L free] [between[0] pinned] [gap 1: L free] ... [gap G-1: L free] [suffix anchor pinned]
 
-as the in-process engine lays out its rows (infill/engine/canvas.py), with `diffusion_read_only` (the one canvas is
+as the in-process engine lays out its rows (infill/engine/layout.py), with `diffusion_read_only` (the one canvas is
 the whole answer). The candidate whose canvas best joins the fixed text wins: the mean log-probability of the
 anchor tokens at their positions (infill/engine/denoise.py's join score; vLLM reports it at temperature 1 through
 `logprob_token_ids`). Middles are read from the returned token ids, each cut at its first end/pad token, so the
@@ -20,7 +20,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from infill.backends.remote.http import json_object
+from infill.engine.layout import RowLayout, choose_lengths, lay_out
 from infill.types import InfillError
 
 STOP_TEXTS = ("<eos>", "<pad>")  # Gemma's end and padding tokens: a middle ends at the first of either
@@ -43,12 +46,6 @@ class CanvasPlan:
         return len(self.seed)
 
 
-def fitting_lengths(candidates: tuple[int, ...], cap: int, gaps: int, fixed_total: int, width: int) -> list[int]:
-    """Candidate middle lengths (capped) whose canvas fits `width`, as the in-process engine picks them."""
-    lengths = sorted({min(n, cap) for n in candidates})
-    return [n for n in lengths if gaps * n + fixed_total <= width]
-
-
 def plan_canvases(
     between: list[list[int]],
     anchor: list[int],
@@ -57,46 +54,30 @@ def plan_canvases(
     width: int,
     noise: Callable[[], int],
 ) -> list[CanvasPlan]:
-    """One plan per candidate middle length that fits the server's canvas. `between[g]` is the fixed text after
-    gap g (g < G-1), `anchor` the head of the suffix; `noise()` draws the id a free slot starts from."""
-    gaps = len(between) + 1
-    between_total = sum(len(b) for b in between)
-    if between_total + gaps > width:
-        raise InfillError(
-            f"the fixed text between {gaps} gaps needs {between_total} tokens plus one per gap; "
-            f"the server's canvas holds {width}"
-        )
-    cap = min(max_middle, width)
-    shortest = min(min(n, cap) for n in candidates)
-    anchor = anchor[: max(0, width - between_total - gaps * shortest)]  # a long suffix: its head only
-    if not anchor and gaps == 1:
-        candidates = (max(candidates),)  # nothing to join: one canvas, its length bounded by the end token
-    lengths = fitting_lengths(candidates, cap, gaps, between_total + len(anchor), width)
-    if not lengths:
-        lengths = [max(1, (width - between_total - len(anchor)) // gaps)]
-    return [_plan(n, between + [anchor], noise) for n in lengths]
+    """One plan per candidate middle length that fits the server's canvas, chosen and laid out as the in-process
+    engine does (infill/engine/layout.py). `between[g]` is the fixed text after gap g (g < G-1), `anchor` the head
+    of the suffix; `noise()` draws the id a free slot starts from."""
+    try:
+        lengths, kept = choose_lengths(candidates, max_middle, [len(b) for b in between], len(anchor), width)
+    except InfillError as exc:
+        raise InfillError(str(exc).replace("the canvas", "the server's canvas")) from None
+    return [_plan(lay_out(n, [*map(len, between), kept]), [*between, anchor[:kept]], noise) for n in lengths]
 
 
-def _plan(length: int, fixed: list[list[int]], noise: Callable[[], int]) -> CanvasPlan:
-    seed: list[int] = []
-    pinned: list[int] = []
-    gaps: list[tuple[int, int]] = []
-    anchor: list[int] = []
-    for g, clamp in enumerate(fixed):
-        gaps.append((len(seed), len(seed) + length))
-        seed += [noise() for _ in range(length)]
-        start = len(seed)
-        seed += clamp
-        pinned += range(start, len(seed))
-        if g == len(fixed) - 1:
-            anchor = list(range(start, len(seed)))
-    return CanvasPlan(length, tuple(seed), tuple(pinned), tuple(gaps), tuple(anchor))
+def _plan(row: RowLayout, fixed: list[list[int]], noise: Callable[[], int]) -> CanvasPlan:
+    seed = [0] * row.width
+    for (gap_start, gap_end), (start, end), clamp in zip(row.gaps, row.fixed, fixed):
+        seed[gap_start:gap_end] = [noise() for _ in range(gap_end - gap_start)]
+        seed[start:end] = clamp
+    pinned = [p for start, end in row.fixed for p in range(start, end)]
+    start, end = row.anchor
+    return CanvasPlan(row.length, tuple(seed), tuple(pinned), row.gaps, tuple(range(start, end)))
 
 
-def completion_body(plan: CanvasPlan, prompt: str, model: str | None, prompt_budget: int) -> dict:
+def completion_body(plan: CanvasPlan, prompt: str, model: str | None, prompt_budget: int) -> dict[str, Any]:
     """Only fields a diffusion server accepts: no `suffix`, `temperature`, `seed`, `stop` (vLLM refuses the first
     three; a stop string would cut the canvas before the suffix comes back)."""
-    body: dict = {
+    body: dict[str, Any] = {
         "prompt": prompt,
         "max_tokens": plan.width,
         "n": 1,
@@ -135,7 +116,7 @@ class CanvasAnswer:
         return self.held_count == len(self.plan.pinned)
 
 
-def read_answer(plan: CanvasPlan, data: dict, where: str) -> CanvasAnswer:
+def read_answer(plan: CanvasPlan, data: dict[str, Any], where: str) -> CanvasAnswer:
     """The canvas, join score and pin check from one vLLM completion response; raises ValueError on a malformed
     one (the caller reports it as the server's failure)."""
     choices = data.get("choices")
@@ -149,12 +130,12 @@ def read_answer(plan: CanvasPlan, data: dict, where: str) -> CanvasAnswer:
     tokens = tokens[: plan.width]
     held = sum(tokens[p] == plan.seed[p] for p in plan.pinned)
     score = _join_score(plan, choices[0].get("logprobs")) if plan.anchor else 0.0
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-    prompt_tokens = usage.get("prompt_tokens") if isinstance(usage.get("prompt_tokens"), int) else 0
+    usage = json_object(data.get("usage"))
+    prompt_tokens = usage["prompt_tokens"] if isinstance(usage.get("prompt_tokens"), int) else 0
     return CanvasAnswer(plan, tuple(tokens), score, held, prompt_tokens)
 
 
-def _join_score(plan: CanvasPlan, logprobs) -> float:
+def _join_score(plan: CanvasPlan, logprobs: Any) -> float:
     top = logprobs.get("top_logprobs") if isinstance(logprobs, dict) else None
     if not isinstance(top, list) or len(top) < plan.width:
         raise ValueError("response has no per-position logprobs for the anchor")
@@ -202,7 +183,7 @@ UNCONFIGURED_CANVAS = 32  # what vLLM 0.32's DiffusionGemma uses when the server
 _WIDTH_SAYS = "diffusion_canvas_length must be a positive integer no larger than the served canvas"
 
 
-def probe_body(model: str | None, xargs: dict) -> dict:
+def probe_body(model: str | None, xargs: dict[str, Any]) -> dict[str, Any]:
     """A request vLLM's diffusion validation refuses at admission (vllm/utils/diffusion.py), so no model runs; a
     server that is not serving a diffusion model runs one token instead."""
     return {"prompt": "\n", "max_tokens": 1, "vllm_xargs": xargs, **({"model": model} if model else {})}
@@ -211,7 +192,7 @@ def probe_body(model: str | None, xargs: dict) -> dict:
 # Asked in order; each answer decides the next (see RemoteBackend._detect_diffusion). Never a request that passes
 # validation with a seed canvas of the wrong width: vLLM's engine (not its validation) would fail on it.
 PROBE_WIDTH = {"diffusion_canvas_length": 2**20, "diffusion_seed_canvas": [UNSEEN]}
-PROBE_CANVAS = {"diffusion_seed_canvas": []}
+PROBE_CANVAS: dict[str, Any] = {"diffusion_seed_canvas": []}
 PROBE_VOCAB = {"diffusion_seed_canvas": [UNSEEN]}
 
 
@@ -250,7 +231,7 @@ class TokenCache:
         return self._ids.get(text, []) if text else []
 
 
-def tokenize_body(text: str, model: str | None) -> dict:
+def tokenize_body(text: str, model: str | None) -> dict[str, Any]:
     return {"prompt": text, "add_special_tokens": False, **({"model": model} if model else {})}
 
 
