@@ -363,7 +363,7 @@ def test_a_prompt_grows_from_its_cached_start_while_little_is_new(small_backend)
     def warm(n):
         request = InfillRequest(prefix=text(n) + "total", document_id="doc", single_line=True)
         backend.warm(request)
-        return backend._fit(request.prefix, request)
+        return backend.prompts.fit(request.prefix, request)
 
     first = warm(40)
     assert 16 < len(first.ids) <= 64 and first.anchor  # from scratch: the near end within 64
