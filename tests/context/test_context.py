@@ -465,7 +465,7 @@ class _CountingBytes(bytes):
 def test_a_window_costs_the_window_not_the_document(text):
     """Each candidate boundary used to cost the whole document (a decode from its start, a search back for a
     newline): 2.6 s for this one-line list, over 60 s in the fuzzer. Now the bytes decoded stay near the window."""
-    from infill.context.builder import _node_at
+    from infill.context.surroundings import node_at
     from infill.context.windows import syntactic_window
 
     builder = ContextBuilder()
@@ -473,6 +473,6 @@ def test_a_window_costs_the_window_not_the_document(text):
     doc.__dict__["data"] = _CountingBytes(text.encode("utf-8"))  # DocumentSnapshot.data is a cached_property
     cursor = len(text) * 3 // 4
     _CountingBytes.sliced = 0
-    start, end, _ = syntactic_window(doc, _node_at(doc, cursor), cursor, cursor, 7000, 2000)
+    start, end, _ = syntactic_window(doc, node_at(doc, cursor), cursor, cursor, 7000, 2000)
     assert start <= cursor <= end
     assert _CountingBytes.sliced < 4 * (7000 + 2000) * 2, _CountingBytes.sliced  # 'é' is 2 bytes
