@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from infill.cache.tokens import clean_text
 from infill.context.edits import Edit
-from infill.context.indentation import block_indent, indent_unit
+from infill.context.gap_facts import gap_facts
+from infill.context.indentation import block_indent, unit_near
 from infill.context.shape import read_shape
 from infill.context.surroundings import (
     fence_content,
@@ -37,12 +38,11 @@ from infill.context.windows import (
     syntactic_window,
 )
 from infill.languages import PROSE_LANGUAGES
-from infill.types import GapShape, InfillError
+from infill.types import GapFacts, GapShape, InfillError
 
 # A placeholder sits on one line (any LSP line ending) and is short: a match never scans far.
 _PLACEHOLDER = re.compile(r"\[\[[^\[\]\r\n]{0,1000}\]\]|\{\{[^{}\r\n]{0,1000}\}\}|_{3,}")
 _NOT_RULE = re.compile(r"[^ \t_]")
-INDENT_SAMPLE_CHARS = 2000  # text before the gap read for the indentation step (half that after it)
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class GapContext:
     """The context stage's record of a gap: where the window starts and ends (str indices into the document),
     the middle budget, and what cleaning and judging a fill need (indentation unit, comment or string, fence,
     syntactic unit). It stays with the pipeline and infill/checks/; a backend gets only `GapFacts`
-    (infill/types.py), the few facts that tell it where a fill ends, made from this by the pipeline."""
+    (infill/types.py), the few facts that tell it where a fill ends (`facts`, gap_facts.py)."""
 
     language: str | None
     prefix_start: int
@@ -88,6 +88,11 @@ class GapContext:
     @property
     def is_code(self) -> bool:
         return not self.is_prose and self.language not in (None, "json")
+
+    def facts(self, after: str) -> GapFacts:
+        """The backend's description of this gap; `after` is the fixed text the backend sees after it (the
+        request's `between[0]` or `suffix`)."""
+        return gap_facts(self.line_before, self.line_after, after, self.indent, self.is_prose, self.shape)
 
 
 def find_placeholders(
@@ -244,13 +249,7 @@ class ContextBuilder:
         single = single_line(mode, text, spans, line_before, line_after, node, is_prose, in_comment, language) or (
             mode == "inline" and shape.one_line
         )
-        # The indentation step is read near the gap (enough lines to find it; the whole window costs 3x more).
-        sample_start = (
-            prefix_start
-            if first - INDENT_SAMPLE_CHARS <= prefix_start
-            else text.find("\n", first - INDENT_SAMPLE_CHARS, first) + 1 or prefix_start
-        )
-        unit_indent = indent_unit(text, sample_start, min(suffix_end, last + INDENT_SAMPLE_CHARS // 2), language)
+        unit_indent = unit_near(text, first, last, prefix_start, suffix_end, language)
         indent = block_indent(text, line_start, line_before, unit_indent, language)
         return GapContext(
             language=language,

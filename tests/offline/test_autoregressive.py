@@ -18,8 +18,9 @@ from infill.backends.offline import calibration, model_file
 from infill.backends.offline.backend import load_default_backend
 from infill.backends.offline.sequences import DocumentSequences
 from infill.backends.offline.settings import ARSettings
-from infill.backends.offline.stops import cut_fill, ends_on_its_line, read_gap, trim_unfinished
+from infill.backends.offline.stops import cut_fill, ends_on_its_line, trim_unfinished
 from infill.cache.tokens import fit_prompt
+from infill.context.gap_facts import read_gap
 from infill.types import CancelToken, InfillBackend, InfillError, InfillRequest
 
 REAL_SOURCE = Path(__file__).resolve().parents[2] / "infill" / "types.py"

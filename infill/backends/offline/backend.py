@@ -25,9 +25,10 @@ from infill.backends.offline.prompt import Prompts
 from infill.backends.offline.runtime import LlamaRuntime
 from infill.backends.offline.sequences import DocumentSequences
 from infill.backends.offline.settings import ARSettings
-from infill.backends.offline.stops import HEADER_WORDS, read_gap
+from infill.backends.offline.stops import HEADER_WORDS
 from infill.backends.offline.tokens import TokenTexts
 from infill.cache.tokens import ChunkedTokenizer
+from infill.context.gap_facts import read_gap
 from infill.types import (
     BackendInfo,
     Cancelled,
