@@ -66,6 +66,16 @@ def indent_width(line: str) -> int:
     return len(line) - len(line.lstrip(" \t"))
 
 
+def encodable(text: str) -> str:
+    """`text` with lone surrogates (undecodable bytes smuggled in by surrogateescape, or a JSON "\\ud800") as
+    U+FFFD, one character for one, so that UTF-8 encoders (the tokenizers, tree-sitter's input) take it."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 # -- comment-only and stutter tests -----------------------------------------------------------------------------
 
 

@@ -14,7 +14,6 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from infill.cache.tokens import clean_text
 from infill.context.edits import Edit
 from infill.context.gap_facts import gap_facts
 from infill.context.indentation import block_indent, unit_near
@@ -37,7 +36,7 @@ from infill.context.windows import (
     sticky_start,
     syntactic_window,
 )
-from infill.languages import PROSE_LANGUAGES
+from infill.languages import PROSE_LANGUAGES, encodable
 from infill.types import GapFacts, GapShape, InfillError
 
 # A placeholder sits on one line (any LSP line ending) and is short: a match never scans far.
@@ -177,7 +176,7 @@ class ContextBuilder:
         document's tree may cover only the part a context for that focus can reach."""
         key = resolve_language(language, document_id)
         if not text.isascii():
-            text = clean_text(text)  # a lone surrogate (U+FFFD after, same length) cannot be encoded for the parser
+            text = encodable(text)  # a lone surrogate (U+FFFD after, same length) cannot be encoded for the parser
         s = self.settings
         reach = (int(s.prefix_tokens * s.chars_per_token), int(s.suffix_tokens * s.chars_per_token))
         if document_id is None:

@@ -10,6 +10,7 @@ import pytest
 from infill.context import syntax
 from infill.context.builder import ContextBuilder, ContextSettings, find_placeholders
 from infill.context.syntax import ParsedDocument, error_nodes, resolve_language
+from infill.languages import encodable
 from infill.types import InfillError
 
 PY = """import os
@@ -476,3 +477,14 @@ def test_a_window_costs_the_window_not_the_document(text):
     start, end, _ = syntactic_window(doc, node_at(doc, cursor), cursor, cursor, 7000, 2000)
     assert start <= cursor <= end
     assert _CountingBytes.sliced < 4 * (7000 + 2000) * 2, _CountingBytes.sliced  # 'é' is 2 bytes
+
+
+def test_a_lone_surrogate_is_parsed_as_one_replacement_character():
+    # JSON may carry "\ud800"; tree-sitter takes UTF-8, so the text is made encodable first, one character for one
+    # (str offsets keep their meaning).
+    text = "s = '\udcff'\nx = 1\n"
+    assert encodable(text) == "s = '\ufffd'\nx = 1\n" and encodable("plain") == "plain"
+    builder = ContextBuilder()
+    doc = builder.document(text, "python", "file:///surrogate.py")
+    ctx = builder.build(doc, [(len(text), len(text))], "inline")
+    assert doc.text[4:7] == "'\ufffd'" and doc.tree is not None and ctx.language == "python"
