@@ -15,6 +15,7 @@ import re
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from infill.languages import encodable
 
@@ -27,10 +28,16 @@ def split_chunks(text: str) -> list[str]:
     return [c for c in _CHUNK_BOUNDARY.split(text) if c]
 
 
+class Tokenizer(Protocol):
+    """What a tokenizer gives this module: ids for text (Hugging Face's call shape; llama.cpp's runtime has it)."""
+
+    def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
+
+
 class ChunkedTokenizer:
     """Token ids per chunk, memoised by content (bounded, least recently used dropped)."""
 
-    def __init__(self, tokenizer, max_entries: int = 50_000) -> None:
+    def __init__(self, tokenizer: Tokenizer, max_entries: int = 50_000) -> None:
         self.tokenizer = tokenizer
         self.max_entries = max_entries
         self._memo: OrderedDict[str, tuple[int, ...]] = OrderedDict()

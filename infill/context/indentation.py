@@ -68,9 +68,10 @@ def block_indent(text: str, line_start: int, line_before: str, unit: str, langua
     elif line_before:
         return line_before
     else:
-        base_line = _previous_nonblank_line(text, line_start)
-        if base_line is None:
+        above = _previous_nonblank_line(text, line_start)
+        if above is None:
             return ""
+        base_line = above
     ws = base_line[: len(base_line) - len(base_line.lstrip())]
     return ws + unit if opens_block(base_line, language) else ws
 

@@ -4,9 +4,14 @@ which language), and whether its fill is one line or a block (the context builde
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from infill.context.syntax import DocumentSnapshot, resolve_language
 from infill.context.windows import byte_offset, char_index
 from infill.languages import opens_block
+
+if TYPE_CHECKING:
+    from tree_sitter import Node
 
 # Nodes whose children sit one per line (call arguments, literals): an empty line there gets one more element.
 _ONE_PER_LINE = frozenset(
@@ -50,7 +55,7 @@ def looks_like_prose(line: str) -> bool:
     return len(words) >= 4 and sum(w.isalpha() for w in words) >= 0.75 * len(words)
 
 
-def node_at(doc: DocumentSnapshot, index: int):
+def node_at(doc: DocumentSnapshot, index: int) -> Node | None:
     if doc.tree is None:
         return None
     offset = byte_offset(doc, index)
@@ -79,7 +84,7 @@ def inside_inline_node(doc: DocumentSnapshot, offset: int) -> bool:
     return False
 
 
-def fence_language(doc: DocumentSnapshot, node) -> str | None:
+def fence_language(doc: DocumentSnapshot, node: Node | None) -> str | None:
     while node is not None and node.type != "fenced_code_block":
         node = node.parent
     info = next((c for c in node.children if c.type == "info_string"), None) if node is not None else None
@@ -89,7 +94,7 @@ def fence_language(doc: DocumentSnapshot, node) -> str | None:
     return resolve_language(words[0]) if words else None
 
 
-def fence_content(doc: DocumentSnapshot, node) -> tuple[int, int] | None:
+def fence_content(doc: DocumentSnapshot, node: Node | None) -> tuple[int, int] | None:
     while node is not None and node.type not in ("fenced_code_block", "indented_code_block"):
         node = node.parent
     if node is None:
@@ -102,7 +107,7 @@ def fence_content(doc: DocumentSnapshot, node) -> tuple[int, int] | None:
     return char_index(doc, content.start_byte), char_index(doc, content.end_byte)
 
 
-def inside(node, types) -> bool:
+def inside(node: Node | None, types: tuple[str, ...]) -> bool:
     while node is not None:
         if node.type in types:
             return True
@@ -113,10 +118,10 @@ def inside(node, types) -> bool:
 def single_line(
     mode: str,
     text: str,
-    spans,
+    spans: list[tuple[int, int]],
     line_before: str,
     line_after: str,
-    node,
+    node: Node | None,
     is_prose: bool,
     in_comment: bool,
     language: str | None,
@@ -136,7 +141,7 @@ def single_line(
     return _enclosing_container(node) in _ONE_PER_LINE
 
 
-def _enclosing_container(node) -> str | None:
+def _enclosing_container(node: Node | None) -> str | None:
     while node is not None:
         if node.is_named and node.child_count > 0:
             return node.type

@@ -37,6 +37,7 @@ from infill.types import (
     InfillError,
     InfillRequest,
     InfillResult,
+    Outcome,
     ProgressCallback,
     Timings,
 )
@@ -216,7 +217,7 @@ class GemmaBackend:
             return 0
 
     def _result(
-        self, request: InfillRequest, tally: Tally, outcome: str, started: float, error: str | None = None
+        self, request: InfillRequest, tally: Tally, outcome: Outcome, started: float, error: str | None = None
     ) -> InfillResult:
         middles = tuple(tally.middles) + ("",) * (request.gap_count - len(tally.middles))
         versions = dict(
@@ -235,7 +236,7 @@ class GemmaBackend:
         return InfillResult(
             middles=middles,
             outcome=outcome,
-            backend=self._info.name,  # type: ignore[arg-type]
+            backend=self._info.name,
             steps=tally.steps,
             tokens_per_forward=tally.steps / max(1, tally.forwards + 1),
             generated_tokens=tally.steps,
@@ -254,7 +255,7 @@ class GemmaBackend:
         deadline: float | None,
         on_draft: DraftCallback | None,
         tally: Tally,
-    ) -> tuple[str, str | None]:
+    ) -> tuple[Outcome, str | None]:
         """Fill each gap left to right; each later gap sees the earlier fills and the fixed text between."""
         before = request.prefix
         afters = list(request.between) + [request.suffix]
