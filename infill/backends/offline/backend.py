@@ -7,6 +7,10 @@ with token healing of the prompt's last token; the prompt is tokenised by lines 
 recently used document keeps its own llama.cpp KV sequence, so a keystroke encodes only what changed and switching
 files re-encodes nothing. A forward may also verify tokens drafted from the document (prompt lookup), where a
 wider forward is cheap enough on this CPU to pay: the tokens of one token per forward, in fewer forwards.
+
+This module is the backend's front (loading, the request, its gaps left to right, the result); a gap's prompt is
+prompt.py's, its greedy decoding decoding.py's, its other fills branches.py's, and what one gap's fill carries
+while it is written fill.py's.
 """
 
 from __future__ import annotations
@@ -205,7 +209,7 @@ class GemmaBackend:
         if token.cancelled or self._closed or not request.prefix.strip():
             return 0
         try:
-            # The same prompt `_fill_gap` will build: same fitter, same anchor, same healing.
+            # The prompt `_fill_gap` will hold: the fill that follows takes this very fit (prompt.py).
             with self.prompts.hold(request.prefix, request, Tally()) as held:
                 try:
                     self.decoder.prefill(held, held.ids[:-1], token, None, logits=False)
