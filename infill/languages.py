@@ -11,6 +11,7 @@ import ast
 import re
 import threading
 import warnings
+from collections.abc import Iterator
 
 # -- language tables --------------------------------------------------------------------------------------------
 
@@ -66,6 +67,16 @@ def indent_width(line: str) -> int:
     return len(line) - len(line.lstrip(" \t"))
 
 
+def encodable(text: str) -> str:
+    """`text` with lone surrogates (undecodable bytes smuggled in by surrogateescape, or a JSON "\\ud800") as
+    U+FFFD, one character for one, so that UTF-8 encoders (the tokenizers, tree-sitter's input) take it."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 # -- comment-only and stutter tests -----------------------------------------------------------------------------
 
 
@@ -113,7 +124,7 @@ def _closes_quote(text: str, i: int, quote: str) -> bool:
     return text[i] == quote and (i == 0 or text[i - 1] != "\\")
 
 
-def code_characters(text: str):
+def code_characters(text: str) -> Iterator[tuple[int, str, bool, bool]]:
     """Yields (index, char, code, in_string) per character: `code` is False for a string's quotes and contents,
     `in_string` says whether a string is still open after this character."""
     quote = ""
@@ -145,7 +156,7 @@ def first_unopened(text: str, closers: str) -> int | None:
     return None
 
 
-def balance_points(text: str):
+def balance_points(text: str) -> Iterator[tuple[int, str, bool, bool]]:
     """Walk `text` tracking the brackets and strings the fill itself opens. Yields, after each character,
     (index, char, balanced, in_string); `balanced` means no bracket opened within `text` is still open (closing
     brackets of the prefix is fine)."""

@@ -15,30 +15,29 @@ import re
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
+
+from infill.languages import encodable
 
 _CHUNK_BOUNDARY = re.compile(r"(?<=\n)(?=[^\n])")
 
 Chunk = tuple[str, tuple[int, ...]]  # a chunk's text and its token ids
 
 
-def clean_text(text: str) -> str:
-    """Lone surrogates (undecodable bytes smuggled in by surrogateescape) become U+FFFD instead of crashing the
-    tokenizer."""
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-
-
 def split_chunks(text: str) -> list[str]:
     return [c for c in _CHUNK_BOUNDARY.split(text) if c]
+
+
+class Tokenizer(Protocol):
+    """What a tokenizer gives this module: ids for text (Hugging Face's call shape; llama.cpp's runtime has it)."""
+
+    def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
 
 
 class ChunkedTokenizer:
     """Token ids per chunk, memoised by content (bounded, least recently used dropped)."""
 
-    def __init__(self, tokenizer, max_entries: int = 50_000) -> None:
+    def __init__(self, tokenizer: Tokenizer, max_entries: int = 50_000) -> None:
         self.tokenizer = tokenizer
         self.max_entries = max_entries
         self._memo: OrderedDict[str, tuple[int, ...]] = OrderedDict()
@@ -49,7 +48,7 @@ class ChunkedTokenizer:
         if ids is not None:
             self._memo.move_to_end(chunk)
             return ids
-        ids = tuple(self.tokenizer.encode(clean_text(chunk), add_special_tokens=False))
+        ids = tuple(self.tokenizer.encode(encodable(chunk), add_special_tokens=False))
         self.chunks_tokenised += 1
         self._memo[chunk] = ids
         if len(self._memo) > self.max_entries:
@@ -69,7 +68,7 @@ class ChunkedTokenizer:
     def encode_head(self, text: str, max_tokens: int, max_chars_per_token: int = 16) -> list[int]:
         """The first `max_tokens` tokens of `text`, tokenising only a bounded head of it (suffix anchors)."""
         head = text[: max_tokens * max_chars_per_token]
-        return list(self.tokenizer.encode(clean_text(head), add_special_tokens=False))[:max_tokens]
+        return list(self.tokenizer.encode(encodable(head), add_special_tokens=False))[:max_tokens]
 
 
 @dataclass(frozen=True)

@@ -246,7 +246,7 @@ def fit_list_markers(middle: str, ctx: GapContext, prefix: str) -> str:
     return "\n".join(lines)
 
 
-def _last_list_item(prefix: str, line_start: int):
+def _last_list_item(prefix: str, line_start: int) -> re.Match[str] | None:
     """The list item the cursor's list continues: the closest item line above, within the same block."""
     lines = prefix[:line_start].split("\n")[-30:]
     for line in reversed(lines):

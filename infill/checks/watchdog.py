@@ -9,6 +9,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from infill import languages
 from infill.context.builder import GapContext
@@ -100,7 +101,7 @@ class Watchdog:
             log.info("watchdog rejected a fill from %s: %s (%s)", backend or "?", verdict.reason, verdict.detail)
         return verdict
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         with self._lock:
             return {"checked": self.checked, "rejected": dict(self.counts)}
 
@@ -317,7 +318,7 @@ def check_python_line_finished(
     after = re.search(r"\n([ \t]*)\S", text[line_end:end])  # the next non-blank line: a body under this one?
     if not any(
         languages.python_error(text[start:line_start] + indent + stand_in + text[line_end:end]) is None
-        for stand_in in _stand_ins(shape, bool(after) and len(after.group(1)) > len(indent))
+        for stand_in in _stand_ins(shape, after is not None and len(after.group(1)) > len(indent))
     ):
         return None
     return Verdict("syntax", f"the fill leaves its statement unfinished: {error}")

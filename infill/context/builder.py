@@ -14,62 +14,34 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from infill.cache.tokens import clean_text
 from infill.context.edits import Edit
-from infill.context.indentation import block_indent, indent_unit
+from infill.context.gap_facts import gap_facts
+from infill.context.indentation import block_indent, unit_near
 from infill.context.shape import read_shape
+from infill.context.surroundings import (
+    fence_content,
+    fence_language,
+    inside,
+    inside_inline_node,
+    looks_like_prose,
+    node_at,
+    single_line,
+)
 from infill.context.syntax import DocumentSnapshot, ParsedDocument, resolve_language
 from infill.context.windows import (
     WINDOW_HEADROOM,
     byte_offset,
-    char_index,
     line_end,
     line_window,
     sticky_start,
     syntactic_window,
 )
-from infill.languages import PROSE_LANGUAGES, opens_block
-from infill.types import GapShape, InfillError
+from infill.languages import PROSE_LANGUAGES, encodable
+from infill.types import GapFacts, GapShape, InfillError
 
-# Nodes whose children sit one per line (call arguments, literals): an empty line there gets one more element.
-_ONE_PER_LINE = frozenset(
-    {
-        "argument_list",
-        "arguments",
-        "list",
-        "dictionary",
-        "set",
-        "tuple",
-        "array",
-        "object",
-        "parameters",
-        "formal_parameters",
-        "parameter_list",
-        "field_declaration_list",
-        "object_type",
-        "enum_body",
-        "enum_variant_list",
-        "literal_value",
-        "import_spec_list",
-        "use_list",
-        "named_imports",
-    }
-)
-_IN_LINE_NODES = (
-    "comment",
-    "string",
-    "template_string",
-    "line_comment",
-    "block_comment",
-    "raw_string_literal",
-    "interpreted_string_literal",
-    "string_content",
-    "string_literal",
-)
 # A placeholder sits on one line (any LSP line ending) and is short: a match never scans far.
 _PLACEHOLDER = re.compile(r"\[\[[^\[\]\r\n]{0,1000}\]\]|\{\{[^{}\r\n]{0,1000}\}\}|_{3,}")
 _NOT_RULE = re.compile(r"[^ \t_]")
-INDENT_SAMPLE_CHARS = 2000  # text before the gap read for the indentation step (half that after it)
 
 
 @dataclass(frozen=True)
@@ -95,7 +67,7 @@ class GapContext:
     """The context stage's record of a gap: where the window starts and ends (str indices into the document),
     the middle budget, and what cleaning and judging a fill need (indentation unit, comment or string, fence,
     syntactic unit). It stays with the pipeline and infill/checks/; a backend gets only `GapFacts`
-    (infill/types.py), the few facts that tell it where a fill ends, made from this by the pipeline."""
+    (infill/types.py), the few facts that tell it where a fill ends (`facts`, gap_facts.py)."""
 
     language: str | None
     prefix_start: int
@@ -115,6 +87,11 @@ class GapContext:
     @property
     def is_code(self) -> bool:
         return not self.is_prose and self.language not in (None, "json")
+
+    def facts(self, after: str) -> GapFacts:
+        """The backend's description of this gap; `after` is the fixed text the backend sees after it (the
+        request's `between[0]` or `suffix`)."""
+        return gap_facts(self.line_before, self.line_after, after, self.indent, self.is_prose, self.shape)
 
 
 def find_placeholders(
@@ -199,7 +176,7 @@ class ContextBuilder:
         document's tree may cover only the part a context for that focus can reach."""
         key = resolve_language(language, document_id)
         if not text.isascii():
-            text = clean_text(text)  # a lone surrogate (U+FFFD after, same length) cannot be encoded for the parser
+            text = encodable(text)  # a lone surrogate (U+FFFD after, same length) cannot be encoded for the parser
         s = self.settings
         reach = (int(s.prefix_tokens * s.chars_per_token), int(s.suffix_tokens * s.chars_per_token))
         if document_id is None:
@@ -240,9 +217,7 @@ class ContextBuilder:
         gap_line_end = line_end(text, last)
         line_before, line_after = text[line_start:first], text[last:gap_line_end]
         language = doc.language
-        is_prose = language in PROSE_LANGUAGES or (
-            language is None and _looks_like_prose(text[line_start:gap_line_end])
-        )
+        is_prose = language in PROSE_LANGUAGES or (language is None and looks_like_prose(text[line_start:gap_line_end]))
         prefix_budget = int(s.prefix_tokens * s.chars_per_token)
         suffix_budget = int(s.suffix_tokens * s.chars_per_token)
         # The window keeps its start while that still fits, so typing on does not change the start of the prompt
@@ -250,7 +225,7 @@ class ContextBuilder:
         previous = doc.memo.get("window_start") if doc.memo and keep_window else None
         sticky = sticky_start(text, first, prefix_budget, previous)
         snap_budget = prefix_budget if previous is None else int(prefix_budget * (1 - WINDOW_HEADROOM))
-        node = _node_at(doc, first) if doc.has_grammar else None
+        node = node_at(doc, first) if doc.has_grammar else None
         if node is not None:
             prefix_start, suffix_end, unit = syntactic_window(doc, node, first, last, snap_budget, suffix_budget)
         else:
@@ -259,27 +234,21 @@ class ContextBuilder:
             prefix_start = sticky
         if doc.memo is not None and keep_window:
             doc.memo["window_start"] = (prefix_start, text[prefix_start : line_end(text, prefix_start)])
-        in_comment = node is not None and _inside_inline_node(doc, byte_offset(doc, first))
+        in_comment = node is not None and inside_inline_node(doc, byte_offset(doc, first))
         fence = None
-        if is_prose and node is not None and _inside(node, ("fenced_code_block", "indented_code_block")):
+        if is_prose and node is not None and inside(node, ("fenced_code_block", "indented_code_block")):
             is_prose = False  # code in a Markdown fence follows code rules, of the fence's language if named
-            language = _fence_language(doc, node) or language
-            fence = _fence_content(doc, node)
+            language = fence_language(doc, node) or language
+            fence = fence_content(doc, node)
         shape = (
             GapShape()
             if is_prose or fence is not None
             else read_shape(doc, node, prefix_start, first, last, line_before, line_after, in_comment)
         )
-        single = _single_line(mode, text, spans, line_before, line_after, node, is_prose, in_comment, language) or (
+        single = single_line(mode, text, spans, line_before, line_after, node, is_prose, in_comment, language) or (
             mode == "inline" and shape.one_line
         )
-        # The indentation step is read near the gap (enough lines to find it; the whole window costs 3x more).
-        sample_start = (
-            prefix_start
-            if first - INDENT_SAMPLE_CHARS <= prefix_start
-            else text.find("\n", first - INDENT_SAMPLE_CHARS, first) + 1 or prefix_start
-        )
-        unit_indent = indent_unit(text, sample_start, min(suffix_end, last + INDENT_SAMPLE_CHARS // 2), language)
+        unit_indent = unit_near(text, first, last, prefix_start, suffix_end, language)
         indent = block_indent(text, line_start, line_before, unit_indent, language)
         return GapContext(
             language=language,
@@ -307,108 +276,3 @@ class ContextBuilder:
         # A "Fill gap" over a selection may need about as much text as it replaces.
         selected = max(b - a for a, b in spans)
         return max(s.multi_line_tokens, min(s.max_gap_tokens, math.ceil(selected / s.chars_per_token * 1.5)))
-
-
-def _looks_like_prose(line: str) -> bool:
-    words = line.split()
-    return len(words) >= 4 and sum(w.isalpha() for w in words) >= 0.75 * len(words)
-
-
-def _node_at(doc: DocumentSnapshot, index: int):
-    if doc.tree is None:
-        return None
-    offset = byte_offset(doc, index)
-    return doc.tree.root_node.descendant_for_byte_range(offset, offset)
-
-
-def _inside_inline_node(doc: DocumentSnapshot, offset: int) -> bool:
-    """The gap is inside a comment (or at the end of a line comment, trailing spaces allowed) or strictly inside a
-    string (right after a closing quote is code again)."""
-    root = doc.tree.root_node  # type: ignore[union-attr]
-    for probe in (offset, max(0, offset - 1)):
-        node = root.descendant_for_byte_range(probe, probe)
-        while node is not None:
-            if node.type in _IN_LINE_NODES and node.start_byte < offset:
-                if offset < node.end_byte:
-                    return True
-                gap = doc.byte_slice(node.end_byte, offset)
-                if (
-                    "comment" in node.type
-                    and not gap.strip()
-                    and b"\n" not in gap
-                    and not doc.byte_slice(node.start_byte, node.end_byte).endswith(b"*/")
-                ):
-                    return True
-            node = node.parent
-    return False
-
-
-def _fence_language(doc: DocumentSnapshot, node) -> str | None:
-    while node is not None and node.type != "fenced_code_block":
-        node = node.parent
-    info = next((c for c in node.children if c.type == "info_string"), None) if node is not None else None
-    if info is None or info.end_byte <= info.start_byte:
-        return None
-    words = doc.byte_slice(info.start_byte, info.end_byte).decode("utf-8", "replace").split()
-    return resolve_language(words[0]) if words else None
-
-
-def _fence_content(doc: DocumentSnapshot, node) -> tuple[int, int] | None:
-    while node is not None and node.type not in ("fenced_code_block", "indented_code_block"):
-        node = node.parent
-    if node is None:
-        return None
-    content = next((c for c in node.children if c.type == "code_fence_content"), None)
-    if node.type == "indented_code_block":
-        content = node
-    if content is None:
-        return None
-    return char_index(doc, content.start_byte), char_index(doc, content.end_byte)
-
-
-def _inside(node, types) -> bool:
-    while node is not None:
-        if node.type in types:
-            return True
-        node = node.parent
-    return False
-
-
-def _single_line(
-    mode: str,
-    text: str,
-    spans,
-    line_before: str,
-    line_after: str,
-    node,
-    is_prose: bool,
-    in_comment: bool,
-    language: str | None,
-) -> bool:
-    if mode != "inline":
-        # A gap inside a line (a placeholder in a sentence, a selected expression) is filled in that line.
-        return all("\n" not in text[a:b] for a, b in spans) and bool(line_before.strip() or line_after.strip())
-    if line_after.strip() or in_comment:
-        return True
-    before = line_before.rstrip()
-    if before:
-        if is_prose:
-            return True
-        return not opens_block(before, language)
-    if is_prose:
-        return _in_markdown_table(text, spans[0][0])
-    return _enclosing_container(node) in _ONE_PER_LINE
-
-
-def _enclosing_container(node) -> str | None:
-    while node is not None:
-        if node.is_named and node.child_count > 0:
-            return node.type
-        node = node.parent
-    return None
-
-
-def _in_markdown_table(text: str, index: int) -> bool:
-    line_start = text.rfind("\n", 0, index) + 1
-    previous_start = text.rfind("\n", 0, max(0, line_start - 1)) + 1
-    return text[previous_start:line_start].lstrip().startswith("|") and line_start > 0

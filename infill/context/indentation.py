@@ -10,6 +10,18 @@ from infill.languages import opens_block
 # Tabs, and every character str.splitlines() splits at or str.strip() strips besides " " and "\n".
 _UNUSUAL_SPACE = re.compile("[\t\r\x0b\x0c\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
 _LEADING_SPACES = re.compile(r"^ *(?=[^ \n])", re.M)  # the indentation of each non-blank line
+INDENT_SAMPLE_CHARS = 2000  # text before a gap read for the indentation step (half that after it)
+
+
+def unit_near(text: str, first: int, last: int, start: int, end: int, language: str | None) -> str:
+    """One indentation level as written near the gap text[first:last], reading within text[start:end] only enough
+    lines to find it (the whole window costs 3x more)."""
+    sample_start = (
+        start
+        if first - INDENT_SAMPLE_CHARS <= start
+        else text.find("\n", first - INDENT_SAMPLE_CHARS, first) + 1 or start
+    )
+    return indent_unit(text, sample_start, min(end, last + INDENT_SAMPLE_CHARS // 2), language)
 
 
 def indent_unit(text: str, start: int, end: int, language: str | None) -> str:
@@ -56,9 +68,10 @@ def block_indent(text: str, line_start: int, line_before: str, unit: str, langua
     elif line_before:
         return line_before
     else:
-        base_line = _previous_nonblank_line(text, line_start)
-        if base_line is None:
+        above = _previous_nonblank_line(text, line_start)
+        if above is None:
             return ""
+        base_line = above
     ws = base_line[: len(base_line) - len(base_line.lstrip())]
     return ws + unit if opens_block(base_line, language) else ws
 

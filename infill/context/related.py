@@ -281,7 +281,14 @@ class RelatedFiles:
         ranked = sorted((key for key, score in scores.items() if score > 0), key=lambda k: (-scores[k], k))
         return self._render(others, outlines, ranked, language, name)
 
-    def _render(self, others, outlines, ranked, language: str | None, name: str | None) -> str:
+    def _render(
+        self,
+        others: Sequence[OpenDocument],
+        outlines: list[_Outline],
+        ranked: list[tuple[int, int]],
+        language: str | None,
+        name: str | None,
+    ) -> str:
         """The chosen lines per file in source order, members under their class line, within the budget."""
         s, marker = self.settings, _line_comment(language)
         chosen: dict[int, set[int]] = {}

@@ -12,11 +12,16 @@ A model that only continues the prefix cannot see these; the backend's stop rule
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from infill.context.syntax import DocumentSnapshot
 from infill.context.windows import byte_offset
 from infill.languages import INDENT_LANGUAGES
 from infill.types import GapShape
+
+if TYPE_CHECKING:
+    from tree_sitter import Node
 
 SCAN_CHARS = 4000  # text after the gap read for the brackets it closes (a statement rarely runs longer)
 _CLOSERS = {")": "(", "]": "[", "}": "{"}
@@ -27,7 +32,7 @@ _HASH_COMMENTS = frozenset({"python", "ruby", "bash", "shell", "toml", "yaml"})
 
 def read_shape(
     doc: DocumentSnapshot,
-    node,
+    node: Node | None,
     window_start: int,
     start: int,
     end: int,
@@ -79,7 +84,7 @@ def _width(indentation: str) -> int:
     return len(indentation.expandtabs(4))
 
 
-def _string_end(doc: DocumentSnapshot, node, start: int) -> str:
+def _string_end(doc: DocumentSnapshot, node: Node | None, start: int) -> str:
     """The closing delimiter of the Python string the gap is inside, when that string ends on a later line."""
     offset = byte_offset(doc, start)
     while node is not None and node.type != "string":
@@ -100,7 +105,7 @@ _SLASH_TOKENS = re.compile(r"[()\[\]{}\n`]|//|/\*|[\"']")
 _NEXT_CODE = re.compile(r"[ \t]*(?=\S)")  # the indentation of the next non-blank line
 
 
-def _brackets(text: str, start: int, limit: int, python: bool):
+def _brackets(text: str, start: int, limit: int, python: bool) -> Iterator[tuple[int, str]]:
     """(position, token) of the brackets and line breaks in text[start:limit], strings and comments skipped."""
     tokens = _PYTHON_TOKENS if python else _SLASH_TOKENS
     position = start

@@ -12,10 +12,14 @@ import os
 import threading
 from dataclasses import dataclass, field
 from functools import cache, cached_property
+from typing import TYPE_CHECKING, Any
 
 from infill.context.edits import ChangedSpan, Edit
 from infill.context.regions import REGION_MIN_CHARS, Cuts, covers, region_for, shift_region
 from infill.context.tree_edits import apply_edit, diff_edit, edit_tree, included_range, parse_text
+
+if TYPE_CHECKING:
+    from tree_sitter import Language, Parser, Tree
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +86,7 @@ def resolve_language(language: str | None, document_id: str | None = None) -> st
 
 
 @cache
-def load_language(key: str | None):
+def load_language(key: str | None) -> Language | None:
     """The tree-sitter Language for a grammar key, or None (unknown language, or a grammar that failed to load)."""
     if key not in _GRAMMARS:
         return None
@@ -97,7 +101,7 @@ def load_language(key: str | None):
         return None
 
 
-def new_parser(key: str | None):
+def new_parser(key: str | None) -> Parser | None:
     language = load_language(key)
     if language is None:
         return None
@@ -124,10 +128,10 @@ class DocumentSnapshot:
 
     language: str | None
     text: str
-    tree: object | None
+    tree: Tree | None
     region: tuple[int, int] | None = None  # the tree covers only text[region[0]:region[1]] (a large document)
     # The document's own scratch space, kept across versions (the ContextBuilder keeps its last window there).
-    memo: dict | None = field(default=None, compare=False, repr=False)
+    memo: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def has_grammar(self) -> bool:
@@ -145,7 +149,7 @@ class DocumentSnapshot:
         """data[start:end] without encoding the whole document when it is ASCII."""
         return self.text[start:end].encode("ascii") if self.is_ascii else self.data[start:end]
 
-    def parse_filled(self, spans: list[tuple[int, int]], middles: list[str]):
+    def parse_filled(self, spans: list[tuple[int, int]], middles: list[str]) -> Tree | None:
         """The tree of this document with each `middles[i]` in place of `spans[i]` (sorted str spans), parsed
         incrementally from this tree with a private parser (the changed range is known: nothing is compared)."""
         parser = new_parser(self.language) if self.tree is not None else None
@@ -173,13 +177,13 @@ class ParsedDocument:
     def __init__(self, language: str | None) -> None:
         self.language = language
         self.parser = new_parser(language)
-        self.tree = None
+        self.tree: Tree | None = None
         self.text = ""
         self.region: tuple[int, int] | None = None  # the tree covers only this part of the text
         self.lock = threading.Lock()  # serialises update (held by the ContextBuilder)
         self._cuts: Cuts | None = None  # top-level statement starts, for choosing regions
-        self.memo: dict = {}  # see DocumentSnapshot.memo
-        self._region_parser = None
+        self.memo: dict[str, Any] = {}  # see DocumentSnapshot.memo
+        self._region_parser: Parser | None = None
         # (version, edit) for each change the editor reported, in str offsets of the text just before it;
         # version None: unversioned.
         self._notes: list[tuple[int | None, Edit]] = []
@@ -233,7 +237,9 @@ class ParsedDocument:
                 self._cuts = None  # a change known only as a byte range: the cuts are lost
             elif span.changed:
                 self._cuts.note(span.edit)  # type: ignore[arg-type]
-        region = self._choose_region(text, span, focus, reach) if use_region and old_tree is not None else None
+        region = None
+        if use_region and focus is not None and old_tree is not None:
+            region = self._choose_region(text, span, focus, reach)
         if region is None:
             # The whole document; from scratch when the old tree covered only a region.
             self.tree = parse_text(self.parser, text, old_tree if self.region is None else None)
@@ -243,14 +249,18 @@ class ParsedDocument:
         else:
             if self._region_parser is None:
                 self._region_parser = new_parser(self.language)
-            self._region_parser.included_ranges = [included_range(text, *region)]
+            parser = self._region_parser
+            assert parser is not None  # a region is chosen only where the document has a tree, so a grammar
+            parser.included_ranges = [included_range(text, *region)]
             reuse = self.region is not None and span is not None and shift_region(self.region, span.edit) == region
-            self.tree = parse_text(self._region_parser, text, old_tree if reuse else None)
+            self.tree = parse_text(parser, text, old_tree if reuse else None)
             self.region = region
         self.text = text
         return self.snapshot()
 
-    def _choose_region(self, text: str, span: ChangedSpan | None, focus, reach) -> tuple[int, int] | None:
+    def _choose_region(
+        self, text: str, span: ChangedSpan | None, focus: tuple[int, int], reach: tuple[int, int]
+    ) -> tuple[int, int] | None:
         """The current region moved with the edits when it still holds the gap's context, else a new one from the
         cuts (None: parse the whole document, which also renews the cuts)."""
         if self.region is not None and span is not None:
@@ -261,7 +271,7 @@ class ParsedDocument:
             return None
         return region_for(self._cuts, len(text), focus, reach)
 
-    def _edit(self, tree, text: str, notes: list[tuple[int | None, Edit]] | None) -> ChangedSpan | None:
+    def _edit(self, tree: Tree, text: str, notes: list[tuple[int | None, Edit]] | None) -> ChangedSpan | None:
         """Tell `tree` (of self.text) what changed to make `text`: from the notes, or by comparing the texts. The
         change as a str span, or None when only a byte range is known (non-ASCII text compared)."""
         span = self._fold(notes, len(text)) if notes else None
@@ -319,7 +329,7 @@ class ParsedDocument:
         return DocumentSnapshot(self.language, self.text, self.tree, self.region, self.memo)
 
 
-def _line_start_children(tree, text: str) -> list[int]:
+def _line_start_children(tree: Tree, text: str) -> list[int]:
     """Starts of the root's children that begin a line (a statement after `;` is no place to start parsing)."""
     return [
         c.start_byte
@@ -328,7 +338,7 @@ def _line_start_children(tree, text: str) -> list[int]:
     ]
 
 
-def error_nodes(tree, start_byte: int = 0, end_byte: int | None = None) -> int:
+def error_nodes(tree: Tree | None, start_byte: int = 0, end_byte: int | None = None) -> int:
     """ERROR and MISSING nodes overlapping [start_byte, end_byte); only subtrees flagged with errors are walked."""
     if tree is None:
         return 0
@@ -348,7 +358,7 @@ def error_nodes(tree, start_byte: int = 0, end_byte: int | None = None) -> int:
     return count
 
 
-def errors_inside(tree, start_byte: int, end_byte: int) -> int:
+def errors_inside(tree: Tree | None, start_byte: int, end_byte: int) -> int:
     """ERROR nodes lying wholly inside [start_byte, end_byte): broken text that nothing outside it caused."""
     if tree is None or end_byte <= start_byte:
         return 0

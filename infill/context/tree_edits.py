@@ -7,7 +7,12 @@ next parse to reuse it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from infill.context.edits import Edit
+
+if TYPE_CHECKING:
+    from tree_sitter import Parser, Range, Tree
 
 _READ_CHUNK = 16384  # bytes handed to tree-sitter per read of an ASCII document
 
@@ -48,7 +53,7 @@ def diff_edit(old: bytes, new: bytes) -> Edit | None:
     return Edit(head, len(old) - tail, len(new) - tail)
 
 
-def apply_edit(tree, old: bytes, new: bytes, edit: Edit) -> None:
+def apply_edit(tree: Tree, old: bytes, new: bytes, edit: Edit) -> None:
     """Tell `tree` (parsed from `old`) about an edit in byte offsets, so the next parse with it as old tree is
     incremental."""
     tree.edit(
@@ -61,7 +66,7 @@ def apply_edit(tree, old: bytes, new: bytes, edit: Edit) -> None:
     )
 
 
-def edit_tree(tree, old: str, new: str, region: Edit) -> None:
+def edit_tree(tree: Tree, old: str, new: str, region: Edit) -> None:
     """tree.edit for a region of str offsets (old[start:old_end] became new[start:new_end]); byte offsets are the
     str offsets for ASCII text, else only the text before the region's end is encoded."""
     ascii_old, ascii_new = old.isascii(), new.isascii()
@@ -83,14 +88,17 @@ def edit_tree(tree, old: str, new: str, region: Edit) -> None:
     )
 
 
-def parse_text(parser, text: str, old_tree=None):
+def parse_text(parser: Parser, text: str, old_tree: Tree | None = None) -> Tree:
+    # (the binding takes no None for an old tree: it is passed only when there is one)
     if text.isascii():
         # Read what the parser asks for: an incremental parse reads little beyond the edit, so the whole
         # document is never encoded.
-        source = lambda offset, _point: text[offset : offset + _READ_CHUNK].encode("ascii")  # noqa: E731
-    else:
-        source = text.encode("utf-8")
-    return parser.parse(source) if old_tree is None else parser.parse(source, old_tree)
+        def read(offset: int, _point: tuple[int, int]) -> bytes:
+            return text[offset : offset + _READ_CHUNK].encode("ascii")
+
+        return parser.parse(read) if old_tree is None else parser.parse(read, old_tree)
+    data = text.encode("utf-8")
+    return parser.parse(data) if old_tree is None else parser.parse(data, old_tree)
 
 
 def _point_at(text: str, index: int, ascii_text: bool, known: tuple[int, int] = (0, 0)) -> tuple[int, int]:
@@ -101,7 +109,7 @@ def _point_at(text: str, index: int, ascii_text: bool, known: tuple[int, int] = 
     return known[1] + text.count("\n", known[0], index), column
 
 
-def included_range(text: str, start: int, end: int):
+def included_range(text: str, start: int, end: int) -> Range:
     """A tree-sitter Range over text[start:end] (ASCII text: str indices are byte offsets)."""
     import tree_sitter
 

@@ -3,7 +3,13 @@ units (or whole lines without a grammar), with a start kept while the user types
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
 from infill.context.syntax import DocumentSnapshot
+
+if TYPE_CHECKING:
+    from tree_sitter import Node
 
 # Share of the prefix budget left free when a window start is chosen anew, so it stays put while the user types.
 WINDOW_HEADROOM = 0.1
@@ -33,7 +39,7 @@ def char_index(doc: DocumentSnapshot, offset: int) -> int:
 
 
 def syntactic_window(
-    doc: DocumentSnapshot, node, first: int, last: int, prefix_budget: int, suffix_budget: int
+    doc: DocumentSnapshot, node: Node, first: int, last: int, prefix_budget: int, suffix_budget: int
 ) -> tuple[int, int, str]:
     """Prefer the farthest start / end of a whole unit (an enclosing node or one of its children) in budget.
     Work is proportional to the window, whatever the line endings or the characters (one line of megabytes,
@@ -44,7 +50,7 @@ def syntactic_window(
     low_char, high_char = max(0, first - prefix_budget), min(len(text), last + suffix_budget)
     low, high = begin - _utf8_length(doc, low_char, first), finish + _utf8_length(doc, last, high_char)
     starts, ends, unit = [], [], "document"
-    ancestor = node
+    ancestor: Node | None = node
     while ancestor is not None:
         if ancestor.start_byte <= begin:
             starts.append(ancestor.start_byte)
@@ -120,7 +126,7 @@ def _blank_after(text: str, index: int, high: int) -> bool:
     return text[index : newline if newline >= 0 else ceiling].strip() == ""
 
 
-def _children_near(node, low: int, high: int):
+def _children_near(node: Node, low: int, high: int) -> Iterator[Node]:
     """The children of `node` that can give a window boundary within budget: those ending after `low` and
     starting at or before `high` (siblings are ordered and do not overlap). A module of thousands of top-level
     definitions is not walked whole on every keystroke."""
@@ -131,7 +137,7 @@ def _children_near(node, low: int, high: int):
     found = cursor.goto_first_child() if low <= 0 else cursor.goto_first_child_for_byte(low - 1) is not None
     if not found:
         return
-    while cursor.node.start_byte <= high:
+    while cursor.node is not None and cursor.node.start_byte <= high:
         yield cursor.node
         if not cursor.goto_next_sibling():
             return

@@ -10,6 +10,7 @@ import pytest
 from infill.context import syntax
 from infill.context.builder import ContextBuilder, ContextSettings, find_placeholders
 from infill.context.syntax import ParsedDocument, error_nodes, resolve_language
+from infill.languages import encodable
 from infill.types import InfillError
 
 PY = """import os
@@ -465,7 +466,7 @@ class _CountingBytes(bytes):
 def test_a_window_costs_the_window_not_the_document(text):
     """Each candidate boundary used to cost the whole document (a decode from its start, a search back for a
     newline): 2.6 s for this one-line list, over 60 s in the fuzzer. Now the bytes decoded stay near the window."""
-    from infill.context.builder import _node_at
+    from infill.context.surroundings import node_at
     from infill.context.windows import syntactic_window
 
     builder = ContextBuilder()
@@ -473,6 +474,17 @@ def test_a_window_costs_the_window_not_the_document(text):
     doc.__dict__["data"] = _CountingBytes(text.encode("utf-8"))  # DocumentSnapshot.data is a cached_property
     cursor = len(text) * 3 // 4
     _CountingBytes.sliced = 0
-    start, end, _ = syntactic_window(doc, _node_at(doc, cursor), cursor, cursor, 7000, 2000)
+    start, end, _ = syntactic_window(doc, node_at(doc, cursor), cursor, cursor, 7000, 2000)
     assert start <= cursor <= end
     assert _CountingBytes.sliced < 4 * (7000 + 2000) * 2, _CountingBytes.sliced  # 'é' is 2 bytes
+
+
+def test_a_lone_surrogate_is_parsed_as_one_replacement_character():
+    # JSON may carry "\ud800"; tree-sitter takes UTF-8, so the text is made encodable first, one character for one
+    # (str offsets keep their meaning).
+    text = "s = '\udcff'\nx = 1\n"
+    assert encodable(text) == "s = '\ufffd'\nx = 1\n" and encodable("plain") == "plain"
+    builder = ContextBuilder()
+    doc = builder.document(text, "python", "file:///surrogate.py")
+    ctx = builder.build(doc, [(len(text), len(text))], "inline")
+    assert doc.text[4:7] == "'\ufffd'" and doc.tree is not None and ctx.language == "python"

@@ -12,10 +12,11 @@ import threading
 import pytest
 
 from infill import languages
-from infill.backends.offline.stops import cut_fill, read_gap
+from infill.backends.offline.stops import cut_fill
 from infill.checks.postprocess import trim_unbalanced_closer
 from infill.checks.watchdog import Watchdog
 from infill.context.builder import ContextBuilder
+from infill.context.gap_facts import read_gap
 from infill.pilot.syntax import syntax_valid
 from infill.pipeline import CompletionRequest, Pipeline
 from infill.types import BackendInfo, InfillResult
@@ -114,8 +115,9 @@ def test_a_comment_line_inside_a_docstring_is_not_a_comment_only_fill():
 
 
 def test_gemma_ends_a_block_where_the_pipeline_says_the_block_is():
-    # The cursor dedented to the `if`'s level: the pipeline's indentation for later lines is the cursor's; Gemma
-    # alone read the deeper line above and cut the fill after its first line.
+    # The cursor dedented to the `if`'s level: the pipeline's indentation for later lines is the cursor's. Gemma's
+    # own reading of the text once took the deeper line above and cut the fill after its first line; both now
+    # follow one rule (context/gap_facts.py).
     text = "def f(x):\n    if x:\n        return 1\n    \n"
     at = len(text) - 1
     backend = _Echo()
@@ -124,7 +126,7 @@ def test_gemma_ends_a_block_where_the_pipeline_says_the_block_is():
     assert request.gap.body_indent == 4 and not request.single_line
     fill = "y = 2\n    return y\n\ndef g():\n"
     assert cut_fill(fill, request.gap, False) == ("y = 2\n    return y\n", True)  # ends where the function ends
-    assert cut_fill(fill, read_gap(request.prefix, request.suffix, "python"), False) == ("y = 2", True)
+    assert read_gap(request.prefix, request.suffix, "python").body_indent == request.gap.body_indent
 
 
 @pytest.mark.parametrize("language", [None, "json", "markdown"])
@@ -132,3 +134,34 @@ def test_no_comment_rule_where_there_is_no_code_language(language):
     # The watchdog judges comments in code only (Gemma's own copy of the rule once dropped these too).
     source = "notes\n§\n"
     assert watchdog_verdict(source, language, "# later").reason != "comment_only"
+
+
+@pytest.mark.parametrize(
+    "source, language",
+    [
+        ("def f(x):\n§", "python"),  # below a header, at column 0: one unit deeper
+        ("def f(x):\n    if x:\n        return 1\n    §\n", "python"),  # a blank line's indentation is the cursor's
+        ("class A:\n  def f(self):\n    §\n", "python"),  # a two-space file
+        ("d = {\n    'a': 1,\n    'b': §\n}\n", "python"),  # a dict key's colon opens no block
+        ("function f() {\n\t§\n}\n", "javascript"),  # tabs
+        ("const g = (x) =>\n§", "typescript"),
+        ("server:\n  port: 80\n§", "yaml"),  # a YAML key's colon: no block rule outside Python
+        ("# Title\n\nSome prose §\n", "markdown"),
+    ],
+)
+def test_the_backend_reads_the_depth_of_a_gap_as_the_pipeline_does(source, language):
+    # Gemma's own reading of a bare request or a later gap once kept its own rule (any line ending in `:`, `{`, `(`
+    # or `[` opened a block one column deeper); both producers now keep one (context/gap_facts.py).
+    at = source.index("§")
+    text = source.replace("§", "", 1)
+    builder = ContextBuilder()
+    ctx = builder.build(builder.document(text, language, None), [(at, at)], "inline")
+    from_context = ctx.facts(text[at : ctx.suffix_end])
+    from_text = read_gap(text[ctx.prefix_start : at], text[at : ctx.suffix_end], language)
+    assert from_text.body_indent == from_context.body_indent
+    assert (from_text.line_before, from_text.line_after, from_text.next_line, from_text.is_prose) == (
+        from_context.line_before,
+        from_context.line_after,
+        from_context.next_line,
+        from_context.is_prose,
+    )

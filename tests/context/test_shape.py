@@ -8,9 +8,10 @@ import time
 
 import pytest
 
-from infill.backends.offline.stops import HEADER_WORDS, cut_fill, leaves_open, line_held_open, read_gap, trim_unfinished
+from infill.backends.offline.stops import HEADER_WORDS, cut_fill, leaves_open, line_held_open, trim_unfinished
 from infill.checks.watchdog import Watchdog
 from infill.context.builder import ContextBuilder
+from infill.context.gap_facts import read_gap
 from infill.pipeline import CompletionRequest, Pipeline, PipelineSettings
 from infill.types import BackendInfo, GapFacts, GapShape, InfillError, InfillRequest, InfillResult
 

@@ -18,8 +18,9 @@ from infill.backends.offline import calibration, model_file
 from infill.backends.offline.backend import load_default_backend
 from infill.backends.offline.sequences import DocumentSequences
 from infill.backends.offline.settings import ARSettings
-from infill.backends.offline.stops import cut_fill, ends_on_its_line, read_gap, trim_unfinished
+from infill.backends.offline.stops import cut_fill, ends_on_its_line, trim_unfinished
 from infill.cache.tokens import fit_prompt
+from infill.context.gap_facts import read_gap
 from infill.types import CancelToken, InfillBackend, InfillError, InfillRequest
 
 REAL_SOURCE = Path(__file__).resolve().parents[2] / "infill" / "types.py"
@@ -363,7 +364,7 @@ def test_a_prompt_grows_from_its_cached_start_while_little_is_new(small_backend)
     def warm(n):
         request = InfillRequest(prefix=text(n) + "total", document_id="doc", single_line=True)
         backend.warm(request)
-        return backend._fit(request.prefix, request)
+        return backend.prompts.fit(request.prefix, request)
 
     first = warm(40)
     assert 16 < len(first.ids) <= 64 and first.anchor  # from scratch: the near end within 64
@@ -479,3 +480,19 @@ def test_a_cancelled_prefill_stops_early_and_keeps_what_it_encoded(ar_backend):
         assert hot.reused_tokens == held and hot.middles == cold.middles
     finally:
         ar_backend.settings = original
+
+
+@pytest.mark.slow
+def test_a_request_fits_its_prompt_once_from_warm_to_its_other_fills(ar_backend):
+    """warm() fits and heals the prompt; the infill and the other fills that follow for the same text take that
+    fit (the window a refit would choose), and a keystroke fits again."""
+    prefix = "import os\n\n\ndef config_path(name):\n    base = os.path.expanduser('~')\n    path = os.path."
+    request = InfillRequest(prefix=prefix, suffix="\n    return path\n", single_line=True, document_id="fit-once")
+    fits = ar_backend.prompts.fits
+    ar_backend.warm(request)
+    result = ar_backend.infill(request)
+    ar_backend.alternatives(request, 2)
+    assert ar_backend.prompts.fits == fits + 1
+    assert result.prompt_tokens == len(ar_backend.prompts.fit(request.prefix, request).ids)  # what a refit gives
+    ar_backend.infill(replace(request, prefix=prefix + "j"))
+    assert ar_backend.prompts.fits == fits + 3  # (the refit above, and the keystroke's)

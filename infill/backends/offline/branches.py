@@ -12,12 +12,10 @@ Both run on the document's sequence right after the prompt was encoded, and leav
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
-
 import numpy as np
 
+from infill.backends.offline.decoding import GreedyDecoder
+from infill.backends.offline.fill import DeadlineReached, FillState
 from infill.backends.offline.ranking import (
     SUFFIX_CHARS,
     SUFFIX_TOKENS,
@@ -27,116 +25,83 @@ from infill.backends.offline.ranking import (
     follow,
     log_softmax,
 )
-from infill.backends.offline.runtime import LlamaRuntime
-from infill.types import CancelToken, GapFacts, InfillRequest
 
 
-class DeadlineReached(Exception):
-    """Raised between forwards when a request's deadline passes (args[0]: the fill cut so far)."""
+def _restore(decoder: GreedyDecoder, fill: FillState) -> None:
+    """The sequence cut back to the prompt."""
+    held = fill.held
+    decoder.runtime.cut(held.seq, len(held.ids))
+    del held.fed[len(held.ids) :]
 
 
-@dataclass
-class Branching:
-    """Where branches start: the document's sequence holding the prompt, and what decoding continues from."""
-
-    runtime: LlamaRuntime
-    prefill: Callable  # the backend's prompt encoder: (seq, ids, fed, token, deadline, logits=False)
-    decode: Callable  # the backend's greedy decoding with its stop rules (GemmaBackend._decode)
-    seq: int
-    fed: list[int]  # the tokens the sequence holds (grows while a branch decodes)
-    prompt_length: int
-    first: np.ndarray  # the first token's logits after the prompt, healing and shape masks applied
-    after: str  # the text after the gap
-    lookahead: list[int]  # drafts' extra source: the text after the gap, tokenised
-    gap: GapFacts
-    healed: str
-    request: InfillRequest
-    token: CancelToken
-    deadline: float | None
-
-    def restore(self) -> None:
-        self.runtime.cut(self.seq, self.prompt_length)
-        del self.fed[self.prompt_length :]
-
-    def judged(
-        self, text: str, first_lp: np.ndarray, suffix: list[int], branch: int | None
-    ) -> tuple[Candidate, list[int], Followed]:
-        """The fill `text` scored by its join with the suffix."""
-        self.restore()
-        ids = self.runtime.tokenize(self.healed + text) if self.healed + text else []
-        seen = follow(self.runtime, self.seq, first_lp, ids + suffix)
-        return Candidate(text, sum(seen.logprobs[: len(ids)]), sum(seen.logprobs[len(ids) :]), branch), ids, seen
-
-    def decode_from(self, choice: int, generated: list[int], tally) -> str:
-        """The greedy continuation after the prompt, the tokens `generated` and then `choice`."""
-        self.restore()
-        forced = np.where(np.arange(self.first.size) == choice, 0.0, -np.inf)
-        self.prefill(self.seq, self.fed + generated, self.fed, self.token, self.deadline, logits=False)
-        return self.decode(
-            self.seq,
-            forced,
-            self.fed,
-            self.lookahead,
-            self.gap,
-            self.healed,
-            self.request,
-            self.token,
-            self.deadline,
-            None,
-            tally,
-            generated=generated,
-        )
-
-    def suffix_ids(self) -> list[int]:
-        return self.runtime.tokenize(self.after[:SUFFIX_CHARS])[:SUFFIX_TOKENS]
-
-    def out_of_time(self) -> bool:
-        return self.deadline is not None and time.monotonic() >= self.deadline
+def _judged(
+    decoder: GreedyDecoder, fill: FillState, text: str, first_lp: np.ndarray, suffix: list[int], branch: int | None
+) -> tuple[Candidate, list[int], Followed]:
+    """The fill `text` scored by its join with the suffix."""
+    _restore(decoder, fill)
+    healed = fill.held.healed
+    ids = decoder.runtime.tokenize(healed + text) if healed + text else []
+    seen = follow(decoder.runtime, fill.held.seq, first_lp, ids + suffix)
+    return Candidate(text, sum(seen.logprobs[: len(ids)]), sum(seen.logprobs[len(ids) :]), branch), ids, seen
 
 
-def best_branch(at: Branching, greedy: str, tally) -> str:
+def _decode_from(decoder: GreedyDecoder, fill: FillState, choice: int, generated: list[int]) -> str:
+    """The greedy continuation after the prompt, the tokens `generated` and then `choice`."""
+    _restore(decoder, fill)
+    forced = np.where(np.arange(fill.first.size) == choice, 0.0, -np.inf)
+    held = fill.held
+    decoder.prefill(held, held.fed + generated, fill.order.token, fill.order.deadline, logits=False)
+    return decoder.decode(fill, forced, generated=generated)
+
+
+def _suffix_ids(decoder: GreedyDecoder, fill: FillState) -> list[int]:
+    return decoder.runtime.tokenize(fill.order.after[:SUFFIX_CHARS])[:SUFFIX_TOKENS]
+
+
+def best_branch(decoder: GreedyDecoder, fill: FillState, greedy: str) -> str:
     """The fill among greedy and `request.candidates - 1` branches of it that best joins the suffix. Branches stop
     at the deadline, greedy always stands."""
-    suffix, first_lp = at.suffix_ids(), log_softmax(np.atleast_2d(at.first)[-1])
+    suffix, first_lp = _suffix_ids(decoder, fill), log_softmax(np.atleast_2d(fill.first)[-1])
+    tally = fill.order.tally
     try:
-        best, ids, seen = at.judged(greedy, first_lp, suffix, None)
+        best, ids, seen = _judged(decoder, fill, greedy, first_lp, suffix, None)
         tally.candidates = 1
-        for position, choice in branch_points(ids, seen, at.request.candidates - 1):
-            if at.out_of_time():
+        for position, choice in branch_points(ids, seen, fill.order.request.candidates - 1):
+            if fill.order.out_of_time():
                 break
             try:
-                text = at.decode_from(choice, ids[:position], tally)
+                text = _decode_from(decoder, fill, choice, ids[:position])
             except DeadlineReached:
                 break
             tally.candidates += 1
             if text.strip() and text != best.text:
-                best = max(best, at.judged(text, first_lp, suffix, position)[0], key=lambda c: c.score)
+                best = max(best, _judged(decoder, fill, text, first_lp, suffix, position)[0], key=lambda c: c.score)
         return best.text
     finally:
-        at.restore()
+        _restore(decoder, fill)
 
 
-def first_token_fills(at: Branching, count: int, tally) -> list[str]:
+def first_token_fills(decoder: GreedyDecoder, fill: FillState, count: int) -> list[str]:
     """Up to `count` fills that start with the model's 2nd, 3rd, ... most likely first token (the 1st is the
     greedy fill's), each continued greedily, non-blank and distinct, best join with the suffix first. Branches
     stop at the deadline; what was written by then is ranked."""
-    first = np.atleast_2d(at.first)[-1]
+    first = np.atleast_2d(fill.first)[-1]
     first_lp = log_softmax(first)
     finite = np.flatnonzero(np.isfinite(first))
     order = finite[np.argsort(-first[finite], kind="stable")][1 : count + 1]
-    suffix = at.suffix_ids()
+    suffix = _suffix_ids(decoder, fill)
     found: list[Candidate] = []
     try:
         for choice in order:
-            if at.out_of_time():
+            if fill.order.out_of_time():
                 break
             try:
-                text = at.decode_from(int(choice), [], tally)
+                text = _decode_from(decoder, fill, int(choice), [])
             except DeadlineReached:
                 break
-            tally.candidates += 1
+            fill.order.tally.candidates += 1
             if text.strip() and all(text != c.text for c in found):
-                found.append(at.judged(text, first_lp, suffix, 0)[0])
+                found.append(_judged(decoder, fill, text, first_lp, suffix, 0)[0])
         return [c.text for c in sorted(found, key=lambda c: c.score, reverse=True)]
     finally:
-        at.restore()
+        _restore(decoder, fill)

@@ -8,6 +8,8 @@ import logging
 import time
 from typing import Protocol
 
+import numpy as np
+
 log = logging.getLogger(__name__)
 
 # A prompt encoded from scratch (a jump, a file switch, a generic client's first key) holds as many tokens as
@@ -26,7 +28,7 @@ DRAFTS_PAY_BELOW = 1.6
 
 
 class Decoder(Protocol):
-    def decode(self, seq: int, tokens: list[int], outputs: int = 1): ...
+    def decode(self, seq: int, tokens: list[int], outputs: int = 1) -> np.ndarray | None: ...
 
     def cut(self, seq: int, keep: int) -> None: ...
 

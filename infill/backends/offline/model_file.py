@@ -17,6 +17,7 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 from infill.types import InfillError, ProgressCallback
 
@@ -39,7 +40,7 @@ def cache_root() -> Path:
     return base / "infill-ls"
 
 
-def chunk_package():
+def chunk_package() -> ModuleType:
     """The installed chunk package, its chunks present; a clear InfillError naming the package otherwise."""
     try:
         package = importlib.import_module(MODULE)
@@ -55,7 +56,7 @@ def chunk_package():
 
 
 def model_path(root: Path | None = None) -> Path:
-    return (root or cache_root()) / chunk_package().MODEL_NAME
+    return (root or cache_root()) / str(chunk_package().MODEL_NAME)
 
 
 def _sha256(path: Path) -> str:
@@ -116,8 +117,8 @@ def ensure_model(progress: ProgressCallback | None = None, root: Path | None = N
         raise InfillError(
             f"cannot create the model cache {root} ({exc}); set INFILL_CACHE_DIR to a writable directory"
         ) from exc
-    target = root / package.MODEL_NAME
-    expected = package.EXPECTED_SHA256
+    target = root / str(package.MODEL_NAME)
+    expected = str(package.EXPECTED_SHA256)
     if check_model(target, expected) is None:
         return target
     with _lock(root):

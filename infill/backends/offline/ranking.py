@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from infill.backends.offline.runtime import LlamaRuntime
+
 SUFFIX_TOKENS = 16  # suffix tokens a fill's join is scored on
 SUFFIX_CHARS = 400  # text after the gap tokenized for them (16 tokens are rarely more than ~100 characters)
 
@@ -49,7 +51,8 @@ class Followed:
 def log_softmax(row: np.ndarray) -> np.ndarray:
     row = row.astype(np.float32, copy=False)
     top = row.max()
-    return row - top - np.log(np.exp(row - top).sum())
+    result: np.ndarray = row - top - np.log(np.exp(row - top).sum())
+    return result
 
 
 def _position(logprobs: np.ndarray, actual: int) -> tuple[float, tuple[int, float]]:
@@ -58,10 +61,11 @@ def _position(logprobs: np.ndarray, actual: int) -> tuple[float, tuple[int, floa
     return float(logprobs[actual]), (other, float(logprobs[actual] - logprobs[other]))
 
 
-def follow(runtime, seq: int, first: np.ndarray, ids: list[int]) -> Followed:
+def follow(runtime: LlamaRuntime, seq: int, first: np.ndarray, ids: list[int]) -> Followed:
     """Feed `ids` after what `seq` holds (`first`: the log-probabilities for ids[0] there) and read the model's
     view at each position. The caller cuts the sequence back afterwards."""
-    logprobs, alternatives = [], []
+    logprobs: list[float] = []
+    alternatives: list[tuple[int, float]] = []
     if not ids:
         return Followed(logprobs, alternatives)
     lp, alt = _position(first, ids[0])
@@ -72,6 +76,7 @@ def follow(runtime, seq: int, first: np.ndarray, ids: list[int]) -> Followed:
     for start in range(0, len(fed), width):
         part = fed[start : start + width]
         rows = runtime.decode(seq, part, outputs=len(part))
+        assert rows is not None  # outputs > 0
         for offset in range(len(part)):
             lp, alt = _position(log_softmax(rows[offset]), ids[start + offset + 1])
             logprobs.append(lp)

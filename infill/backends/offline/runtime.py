@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -24,7 +25,7 @@ log = logging.getLogger(__name__)
 _GGML_LEVELS = {3: logging.INFO, 4: logging.ERROR}
 
 
-def _import_llama_cpp():
+def _import_llama_cpp() -> Any:
     try:
         import llama_cpp
     except ImportError as exc:
@@ -194,7 +195,7 @@ class LlamaRuntime:
 
     # --- the build --------------------------------------------------------------------------------------------
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         """The runtime and its build, for results' versions and logs."""
         lib = self._lib
         base = _ggml_base(Path(lib.__file__).parent / "lib")
@@ -219,7 +220,7 @@ class LlamaRuntime:
         self._lib.llama_model_free(self._model)
 
 
-def lib_attr(lib, name: str) -> int:
+def lib_attr(lib: Any, name: str) -> int:
     return int(getattr(lib, f"LLAMA_TOKEN_ATTR_{name}"))
 
 
@@ -234,7 +235,7 @@ def cpu_features(system_info: str) -> list[str]:
     return features
 
 
-def _ggml_base(directory: Path):
+def _ggml_base(directory: Path) -> ctypes.CDLL | None:
     for name in ("libggml-base.so", "libggml-base.dylib", "ggml-base.dll"):
         if (directory / name).exists():
             base = ctypes.CDLL(str(directory / name))
@@ -244,16 +245,16 @@ def _ggml_base(directory: Path):
     return None
 
 
-_LOG_CALLBACK = []  # the one callback given to llama.cpp, alive as long as the process (C keeps calling it)
+_LOG_CALLBACK: list[Any] = []  # the one callback given to llama.cpp, alive as long as the process (C keeps calling it)
 
 
-def _route_logs(lib) -> None:
+def _route_logs(lib: Any) -> None:
     if not _LOG_CALLBACK:
         _LOG_CALLBACK.append(lib.llama_log_callback(_forward_log))
         lib.llama_log_set(_LOG_CALLBACK[0], ctypes.c_void_p(0))
 
 
-def _forward_log(level: int, text: bytes, _user_data) -> None:
+def _forward_log(level: int, text: bytes, _user_data: object) -> None:
     # ggml writes a line in pieces; warnings and errors are worth a log line of their own
     if level in _GGML_LEVELS:
         log.log(_GGML_LEVELS[level], "llama.cpp: %s", text.decode("utf-8", "replace").rstrip())

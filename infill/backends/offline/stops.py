@@ -1,12 +1,13 @@
 """Where an autoregressive fill ends (cleaning and judging what it wrote is the pipeline's: infill/checks/).
 
 A base model without FIM tokens only continues the prefix, so the gap's end is decided here from its GapFacts
-(the pipeline's, or read from the text by `read_gap`): single-line gaps end at the newline; multi-line gaps end
-when a generated line dedents out of the enclosing block, when a line repeats the first line after the gap, at a
-blank line in prose, or at the token bound / EOS. The gap's shape (`GapFacts.shape`, what the text after it says)
-ends fills sooner: inside a string that goes on below, before the string's end; where the text below closes
-brackets the fill must open, right after it opens them; and a line the lines below must find open, or ended by a
-block's colon, may not end before it is (`line_held_open`).
+(infill/context/gap_facts.py: the pipeline's, or read from the text): single-line gaps end at the newline;
+multi-line gaps end when a generated line dedents out of the enclosing block, when a line repeats the first line
+after the gap, at a blank line in prose, or at the token bound / EOS. The gap's shape (`GapFacts.shape`, what the
+text after it says) ends fills sooner: inside a string that goes on below, before the string's end; where the text
+below closes brackets the fill must open, right after it opens them; and a line the lines below must find open, or
+ended by a block's colon, may not end before it is (`line_held_open`). A fill the token bound or the deadline ends
+inside brackets it opened ends at its last balanced point (`trim_unfinished`): where it ends, not cleaning.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 from infill import languages
 from infill.types import GapFacts
 
-_OPENERS = (":", "{", "(", "[")  # a line ending so is followed by deeper lines (a block, a call, a dict value)
 _CLOSERS_AND_SEPARATORS = set(",;:.!?)]}")
 _PAIRS = {"(": ")", "[": "]", "{": "}"}
 # A block's header above the block (GapShape.header) starts with one of these.
@@ -40,24 +40,6 @@ STUTTER_MIN_CHARS = 4  # a repeated line this long ends the fill (cutting loses 
 def ends_on_its_line(gap: GapFacts, single_line: bool) -> bool:
     """A single-line request, or text after the gap on its line: the fill ends on the gap's line."""
     return single_line or bool(gap.line_after.strip())
-
-
-def read_gap(before: str, after: str, language: str | None) -> GapFacts:
-    """The gap between `before` and `after` as the text alone says it, where the pipeline's context did not (a
-    bare request, a later gap): the line that sets the block is the cursor's, or the last non-blank one above, and
-    a body line must be deeper than a line that opens a block."""
-    cursor_line = before.rsplit("\n", 1)[-1]
-    reference = (
-        cursor_line if cursor_line.strip() else before[: len(before) - len(cursor_line)].rstrip().rsplit("\n", 1)[-1]
-    )
-    opener = reference.rstrip().endswith(_OPENERS)
-    return GapFacts(
-        line_before=cursor_line,
-        line_after=after.partition("\n")[0],
-        next_line=GapFacts.first_line_below(after),
-        body_indent=languages.indent_width(reference) + (1 if opener else 0),
-        is_prose=languages.is_prose_language(language),
-    )
 
 
 def trim_unfinished(text: str, gap: GapFacts, single_line: bool) -> str:
