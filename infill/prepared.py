@@ -13,7 +13,7 @@ from infill.completion import CompletionRequest
 from infill.context.builder import ContextBuilder, GapContext
 from infill.context.related import RelatedFiles
 from infill.context.syntax import DocumentSnapshot
-from infill.types import GapFacts, InfillError, InfillRequest
+from infill.types import InfillError, InfillRequest
 
 _NON_SPACE = re.compile(r"\S")
 
@@ -97,7 +97,7 @@ def prepare(req: CompletionRequest, contexts: ContextBuilder, related: RelatedFi
         document_id=req.document_id,
         version=req.version,
         extra_context=extra,
-        gap=_gap_facts(gaps[0], between[0] if between else req.text[last : ctx.suffix_end]),
+        gap=gaps[0].facts(between[0] if between else req.text[last : ctx.suffix_end]),
     )
     trace.stop("context")
     return Prepared(req, request, spans, doc, ctx, gaps, context_ms=(time.perf_counter() - t0) * 1000, trace=trace)
@@ -106,16 +106,3 @@ def prepare(req: CompletionRequest, contexts: ContextBuilder, related: RelatedFi
 def has_text(text: str, start: int, end: int) -> bool:
     """Whether text[start:end] holds a non-space character: a search, not a copy of a possibly huge slice."""
     return _NON_SPACE.search(text, start, end) is not None
-
-
-def _gap_facts(ctx: GapContext, after: str) -> GapFacts:
-    """The backend's description of the first gap, from its context; `after` is the fixed text the backend sees
-    after it (the request's `between[0]` or `suffix`)."""
-    return GapFacts(
-        line_before=ctx.line_before,
-        line_after=ctx.line_after,
-        next_line=GapFacts.first_line_below(after),
-        body_indent=len(ctx.indent),
-        is_prose=ctx.is_prose,
-        shape=ctx.shape,
-    )

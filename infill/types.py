@@ -91,7 +91,7 @@ class GapFacts:
     """The one description of a gap that reaches a backend: what a backend that only continues the text needs to
     know to end the fill where the gap ends. The pipeline makes it for the first gap from the parsed document
     (`InfillRequest.gap`); a backend given none (a bare request, a later gap of several, whose text before it
-    holds the earlier fills) reads the same facts from the text (infill/backends/offline/stops.py `read_gap`)."""
+    holds the earlier fills) reads the same facts from the text (infill/context/gap_facts.py `read_gap`)."""
 
     line_before: str  # the gap's line up to the gap (whole, even when the prompt window starts inside it)
     line_after: str  # the rest of the gap's line after the gap
