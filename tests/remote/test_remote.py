@@ -14,7 +14,6 @@ import pytest
 from infill.backends.choose import BackendSpec, open_backend
 from infill.backends.remote import RemoteBackend
 from infill.backends.remote.exchange import HTTP_THREADS
-from infill.gateway.server import make_server
 from infill.pipeline import CompletionRequest, Pipeline
 from infill.types import CancelToken, InfillError, InfillRequest, deadline_in
 
@@ -111,13 +110,9 @@ def pipeline(tiny_engine):
 
 
 @pytest.fixture(scope="module")
-def gateway(pipeline):
-    server = make_server(pipeline, "127.0.0.1", 0, token=TOKEN)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+def gateway(pipeline, gateway_running):
+    with gateway_running(pipeline, token=TOKEN) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -237,19 +232,13 @@ def test_gateway_as_the_fallback_endpoint_of_another_pipeline(gateway, expected)
     assert outcome.result.backend == fallback.info.name
 
 
-def test_a_gateway_whose_own_engine_is_down_passes_the_failure_on(bound_s):
+def test_a_gateway_whose_own_engine_is_down_passes_the_failure_on(bound_s, gateway_running):
     """Gateway → pipeline → RemoteBackend to a dead port: the gateway answers 500 with the backend's message, and a
     RemoteBackend in front of it reports both."""
-    server = make_server(Pipeline(RemoteBackend(dead_url(), model="m")), "127.0.0.1", 0)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with gateway_running(Pipeline(RemoteBackend(dead_url(), model="m"))) as server:
         result, elapsed = timed(RemoteBackend(server.url), gap_request(), deadline=deadline_in(far(bound_s)))
         assert result.outcome == "error" and "HTTP 500" in result.error and "cannot connect" in result.error
         assert elapsed < bound_s
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 # -- request shape (a recording server) --------------------------------------------------------------------------
