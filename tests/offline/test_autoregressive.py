@@ -467,14 +467,13 @@ def test_a_cancelled_prefill_stops_early_and_keeps_what_it_encoded(ar_backend):
         assert whole > 2 * original.prefill_chunk_tokens
         token = CancelToken()
         timer = threading.Timer(alone / 2, token.cancel, args=("typed on",))
-        started = time.perf_counter()
         timer.start()
         held = ar_backend.warm(
             InfillRequest(prefix=prefix, single_line=True, max_middle_tokens=4, document_id="cancel-hot"), cancel=token
         )
-        took = time.perf_counter() - started
         timer.join()
-        assert 0 < held < whole and took < alone  # stopped part-way, keeping the work done
+        # stopped part-way (a count of tokens, not a time: a loaded machine stretches both runs unequally)
+        assert 0 < held < whole
         hot = ar_backend.infill(replace(request, document_id="cancel-hot"))
         cold = ar_backend.infill(replace(request, document_id="cancel-fresh"))
         assert hot.reused_tokens == held and hot.middles == cold.middles
