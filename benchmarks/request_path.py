@@ -28,6 +28,8 @@ FRONT = (
     "infill/worker.py",
     "infill/loader.py",
     "infill/completion.py",
+    "infill/claims.py",
+    "infill/prepared.py",
     "infill/gateway/",
     "infill/pilot/",
     "infill/cli.py",
