@@ -10,10 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from lsprotocol import types
+from pygls.exceptions import JsonRpcException
 
 from .documents import text_fingerprint
 from .fills import LIST_LIMIT, compute_fill, gap_spans, is_markdown, off_loop
 from .gate import refusal
+from .jsonrpc import public_message
 from .settings import plain_json
 
 KIND = types.CodeActionKind.RefactorRewrite
@@ -204,14 +206,25 @@ async def run_fill_command(ls, args: tuple, mode: str) -> dict:
     if outcome.edit is None:
         ls.log(f"{TITLES[mode]}: no edit: {outcome.reason}", types.MessageType.Warning)
         return {"applied": False, "reason": outcome.reason}
-    response = await ls.workspace_apply_edit_async(
-        types.ApplyWorkspaceEditParams(edit=outcome.edit, label=TITLES[mode])
-    )
-    applied = bool(getattr(response, "applied", False))
-    reason = "" if applied else (getattr(response, "failure_reason", None) or "the client did not apply the edit")
+    applied, reason = await apply_edit(ls, outcome.edit, TITLES[mode])
     if not applied:
-        ls.log(f"{TITLES[mode]}: client refused the edit: {reason}", types.MessageType.Warning)
+        ls.log(f"{TITLES[mode]}: the edit was not applied: {reason}", types.MessageType.Warning)
     return {"applied": applied, "reason": reason}
+
+
+async def apply_edit(ls, edit: types.WorkspaceEdit, label: str) -> tuple[bool, str]:
+    """Send `edit` with workspace/applyEdit: (True, "") only when it was sent and the client answered applied: true;
+    else (False, why). A client without the applyEdit capability is not sent one."""
+    workspace = ls.client_capabilities.workspace
+    if not (workspace and workspace.apply_edit):
+        return False, "the client cannot apply edits the server sends (no workspace.applyEdit capability)"
+    try:
+        response = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=edit, label=label))
+    except JsonRpcException as exc:  # the client answered with an error, or with a reply that cannot be read
+        return False, f"the client answered workspace/applyEdit with an error: {public_message(exc.message)}"
+    if response is not None and response.applied is True:
+        return True, ""
+    return False, (response.failure_reason if response else None) or "the client did not apply the edit"
 
 
 def _command_target(args: tuple) -> tuple[str | None, types.Range | None, dict | None]:

@@ -25,6 +25,7 @@ import asyncio
 import inspect
 import json
 import logging
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -71,6 +72,16 @@ def strict_converter():
     converter.register_structure_hook(Union[int, str], _structure_id)  # noqa: UP007
     converter.register_structure_hook(Optional[Union[int, str]], _structure_id)  # noqa: UP007, UP045
     converter.register_structure_hook_factory(_is_sequence, lambda to: _sequence_hook(converter, to))
+    # What the server reports as applied must be what the client said: `"applied": "false"` read as true before.
+    structure_apply_result = converter.get_structure_hook(types.ApplyWorkspaceEditResult)
+
+    def structure_applied(value: Any, to: type) -> types.ApplyWorkspaceEditResult:
+        if not isinstance(value, dict) or not isinstance(value.get("applied"), bool):
+            raise TypeError(f"expected {{applied: true or false}}, got {value!r:.60}")
+        result: types.ApplyWorkspaceEditResult = structure_apply_result(value, to)
+        return result
+
+    converter.register_structure_hook(types.ApplyWorkspaceEditResult, structure_applied)
     return converter
 
 
@@ -150,6 +161,20 @@ def _json_type(value: Any) -> str:
     return {str: "a string", list: "an array"}.get(type(value), "a value of another kind")
 
 
+def _is_lsp_id(value: Any) -> bool:
+    """An id LSP allows: an integer or a string (JSON-RPC's null id, which its replies to unreadable ids carry, is
+    refused: no reply to it could be told from another)."""
+    return isinstance(value, str) or type(value) is int
+
+
+def _echoable(value: Any) -> bool:
+    """An id a reply can carry back: a string or a finite number (JSON-RPC allows fractions; LSP refuses them, but
+    the client still waits for the reply that names its id)."""
+    if isinstance(value, str) or type(value) is int:
+        return True
+    return type(value) is float and math.isfinite(value)
+
+
 def _is_lsp_notification(method: str) -> bool:
     """An LSP method that is a notification (its message type has no id)."""
     message_type = types.METHOD_TO_TYPES.get(method, (None,))[0]
@@ -163,6 +188,14 @@ class Unreadable:
     id: Any
     method: Any
     error: JsonRpcException
+    request: bool  # the message had an id member (null included): it is owed a reply
+
+
+@dataclass
+class UnreadableReply:
+    """A client reply to one of the server's requests that pygls could not structure (the request has failed)."""
+
+    error: JsonRpcException
 
 
 ONCE = (types.INITIALIZE, types.INITIALIZED)  # each counts the first time only
@@ -175,22 +208,36 @@ class GuardedProtocol(LanguageServerProtocol):
     def structure_message(self, data: dict[str, Any]):
         if isinstance(data, dict) and "jsonrpc" in data and "method" in data:
             if (refused := self._refusal_at_edge(data)) is not None:
-                return Unreadable(data.get("id"), data.get("method"), refused)
+                return Unreadable(data.get("id"), data.get("method"), refused, "id" in data)
         try:
             return super().structure_message(data)
         except JsonRpcException as exc:
+            if isinstance(data, dict) and "method" not in data and self._fail_request(data.get("id"), exc):
+                return UnreadableReply(exc)
             if not isinstance(data, dict) or "method" not in data:
-                raise  # a malformed response to one of our requests: pygls logs it
+                raise  # a malformed response to no request of ours: pygls logs it
             method = data.get("method")
             if not self._known(method):  # no such method: its params were never the problem
-                return Unreadable(data.get("id"), method, JsonRpcMethodNotFound.of(str(method)[:100]))
-            return Unreadable(
-                data.get("id"), method, JsonRpcInvalidParams(f"invalid params for {method!r}: {_what_is_wrong(exc)}")
-            )
+                return Unreadable(data.get("id"), method, JsonRpcMethodNotFound.of(str(method)[:100]), "id" in data)
+            why = JsonRpcInvalidParams(f"invalid params for {method!r}: {_what_is_wrong(exc)}")
+            return Unreadable(data.get("id"), method, why, "id" in data)
+
+    def _fail_request(self, msg_id: Any, exc: JsonRpcException) -> bool:
+        """A client reply to one of the server's own requests (workspace/applyEdit, workspace/configuration) that
+        cannot be read fails that request, so the handler awaiting it answers its own request instead of waiting
+        forever. False when `msg_id` names no request of ours."""
+        future = self._request_futures.pop(msg_id, None) if isinstance(msg_id, (int, str)) else None
+        if future is None:
+            return False
+        if not future.done():
+            future.set_exception(JsonRpcInvalidParams(f"the client's reply could not be read: {_what_is_wrong(exc)}"))
+        return True
 
     def _refusal_at_edge(self, data: dict[str, Any]) -> JsonRpcException | None:
         """What is wrong with a client message before any converter or handler sees it (None: nothing)."""
         method = data["method"]
+        if "id" in data and not _is_lsp_id(data["id"]):
+            return JsonRpcInvalidRequest(f"the id must be an integer or a string, got {_json_type(data['id'])}")
         if not self._known(method) or method == types.EXIT:
             return None  # unknown: MethodNotFound (a request) or ignored (a notification); exit always ends
         params = data.get("params")
@@ -213,14 +260,18 @@ class GuardedProtocol(LanguageServerProtocol):
             return self.get_message_type(method) is not None
 
     def handle_message(self, message) -> None:
+        if isinstance(message, UnreadableReply):
+            log.warning("a reply from the client could not be read: %s", _what_is_wrong(message.error))
+            return None
         if isinstance(message, Unreadable):
-            return self._refuse(message.id, message.method, message.error)
+            return self._refuse(message.id, message.method, message.error, request=message.request)
         if isinstance(message, dict) or getattr(message, "jsonrpc", None) != self.VERSION:
             if isinstance(message, dict) and "method" in message:  # no "jsonrpc" member: pygls passes it raw
                 return self._refuse(
                     message.get("id"),
                     message.get("method"),
                     JsonRpcInvalidRequest('not a JSON-RPC 2.0 message (jsonrpc must be "2.0")'),
+                    request="id" in message,
                 )
             if not isinstance(message, dict) and isinstance(message, RPCRequest):
                 return self._refuse(
@@ -243,6 +294,7 @@ class GuardedProtocol(LanguageServerProtocol):
                     getattr(message, "id", None),
                     method,
                     JsonRpcInvalidRequest(f"{method!r} was already received; it counts once"),
+                    request=isinstance(message, RPCRequest),
                 )
             self._seen_once = self._seen_once | {method}
         return super().handle_message(message)
@@ -270,19 +322,25 @@ class GuardedProtocol(LanguageServerProtocol):
             return
         super()._send_handler_result(future, msg_id=msg_id)
 
-    def _refuse(self, msg_id: Any, method: Any, error: JsonRpcException) -> None:
-        """Answer a request with `error`; a notification (no id) can only be logged."""
-        if msg_id is None:
+    def _refuse(self, msg_id: Any, method: Any, error: JsonRpcException, request: bool = True) -> None:
+        """Answer a request (a message with an id member, null included) with `error`; a notification can only be
+        logged."""
+        if not request:
             log.warning("ignored notification %.100r: %s", method, error.message)
             return
-        if not isinstance(msg_id, (int, str)) or isinstance(msg_id, bool):
-            msg_id = None  # JSON-RPC: an id that cannot be echoed is answered with null
+        if not _echoable(msg_id):
+            msg_id = None  # JSON-RPC: an id that is no string or number is answered with null
         log.warning("refused request %.100r: %s", method, error.message)
         self._send_response(msg_id, error=error.to_response_error())
 
     def _send_response(self, msg_id, result=None, error: types.ResponseError | None = None) -> None:
         if error is not None:  # a message only: pygls puts tracebacks in data
             error = types.ResponseError(code=error.code, message=public_message(error.message))
+            if msg_id is None:  # pygls leaves a None id out; JSON-RPC's reply to an unreadable id says "id": null
+                self._send_data(
+                    {"jsonrpc": self.VERSION, "id": None, "error": {"code": error.code, "message": error.message}}
+                )
+                return
         super()._send_response(msg_id, result, error)
 
     def _send_data(self, data: Any) -> None:
