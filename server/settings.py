@@ -12,6 +12,8 @@ from typing import Any
 
 from infill.types import MAX_CANDIDATES, InfillError
 
+from .json_values import json_integer
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -76,7 +78,7 @@ class Settings:
     def language_enabled(self, language: str | None) -> bool:
         return not self.enabled_languages or (language or "") in self.enabled_languages
 
-    def backend_key(self) -> tuple:
+    def backend_key(self) -> tuple[object, ...]:
         """What selects and loads the backend: a change in any of these reloads it."""
         return (
             self.model,
@@ -145,14 +147,9 @@ def _coerce(name: str, value: Any) -> Any:
     if name in ("denoising_steps", "kv_store_mib", *_MEASURED) and value is None:
         return None
     if name in _INTEGERS:
-        # Python's JSON reads 1e400 as inf and NaN as nan: int() of those raises, and nan != nan.
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or (isinstance(value, float) and not value.is_integer())
-        ):
+        if (number := json_integer(value)) is None:
             raise TypeError("an integer")
-        return int(value)
+        return number
     if name == "enabled_languages":
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
             return tuple(value)
@@ -201,14 +198,3 @@ def parse_settings(raw: Any, base: Settings) -> tuple[Settings, list[str]]:
         except InfillError as exc:  # valid alone, but not together with the other settings
             problems.append(f"{exc}; kept {getattr(settings, name)!r}")
     return settings, problems
-
-
-def plain_json(value: Any) -> Any:
-    """JSON-like Python values from whatever pygls produced for an untyped payload (dicts, namedtuples, attrs)."""
-    if hasattr(value, "_asdict"):
-        return {k: plain_json(v) for k, v in value._asdict().items()}
-    if isinstance(value, dict):
-        return {k: plain_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain_json(v) for v in value]
-    return value
