@@ -65,7 +65,9 @@ async def list_actions(ls: InfillServer, params: types.CodeActionParams) -> list
     gap, spans = await off_loop(len(text), _scan, text, start, end, is_markdown(uri, document.language_id))
     if ls.documents.get(uri) is not document or document.text is not text:
         return []  # edited while scanning: the editor asks again for the new text
-    identity = document.identity()  # O(1): _scan hashed this text, and a str keeps its hash
+    # O(1): _scan hashed this text, and a str keeps its hash; "span" is the selection in offsets of this exact text,
+    # so the fill converts no position again (the text fingerprint beside it is checked first)
+    identity = {**document.identity(), "span": [start, end]}
     if spans:
         document.placeholders = (text, start, end, tuple(spans))  # the fill of "Fill all gaps" reads them
     actions = []
@@ -81,7 +83,7 @@ def _fill_command(action: types.CodeAction) -> types.Command:
     """The command that fills what `action` names, with the same text identity (run_fill_command's object form)."""
     data: dict[str, Any] = action.data or {}
     line, character, end_line, end_character = data["range"]
-    target = {key: data[key] for key in ("uri", "generation", "version", "text")}
+    target: dict[str, Any] = {k: data[k] for k in ("uri", "generation", "version", "text", "span") if k in data}
     target["range"] = {
         "start": {"line": line, "character": character},
         "end": {"line": end_line, "character": end_character},
@@ -121,13 +123,20 @@ def _range_of(values: list[Any]) -> types.Range | None:
 
 
 def _expected(data: dict[str, Any]) -> dict[str, Any] | None:
-    """The text identity an action or command names (generation, version, fingerprint), checked for type."""
-    expected: dict[str, Any] = {key: data[key] for key in ("generation", "version", "text") if key in data}
+    """The text identity an action or command names (generation, version, fingerprint, and the selection's span in
+    offsets of that text), checked for type."""
+    expected: dict[str, Any] = {key: data[key] for key in ("generation", "version", "text", "span") if key in data}
     version = expected.get("version")
     if version is not None and json_integer(version, -(2**31), 2**31 - 1) is None:
         return None
     if any(not isinstance(expected.get(key, ""), str) for key in ("generation", "text")):
         return None
+    if "span" in expected:
+        span = expected["span"]
+        offsets = [json_integer(v, 0, 2**53) for v in span] if isinstance(span, list) and len(span) == 2 else [None]
+        if None in offsets:
+            return None
+        expected["span"] = offsets
     return expected
 
 

@@ -87,8 +87,12 @@ async def compute_fill(
     if (stale := stale_reason(document, uri, expected)) is not None:
         return FillOutcome(None, stale)
     version, text = document.version, document.text
-    start, end = offset_logged(ls, document, rng.start), offset_logged(ls, document, rng.end)
-    start, end = min(start, end), max(start, end)
+    span = expected.get("span") if expected and "text" in expected else None  # offsets in this exact text
+    if span is not None and span[0] <= span[1] <= len(text):
+        start, end = span  # the listing converted the selection already: no position is converted again
+    else:
+        start, end = offset_logged(ls, document, rng.start), offset_logged(ls, document, rng.end)
+        start, end = min(start, end), max(start, end)
     # The first MAX_GAPS placeholders: a file of thousands of blanks once held the model thread for minutes.
     listed = document.placeholders
     if mode == "gaps" and listed is not None and listed[0] is text and listed[1:3] == (start, end):

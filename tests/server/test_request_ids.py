@@ -159,3 +159,29 @@ def test_fill_all_gaps_counts_the_placeholders_of_the_version_it_names(edge_serv
     assert fill_all_title(edge_server, uri, nothing) == ("Fill all gaps (4)", 5)
     whole = {"start": {"line": 0, "character": 0}, "end": {"line": 4, "character": 0}}
     assert fill_all_title(edge_server, uri, whole) == ("Fill all gaps (4)", 5)
+
+
+def test_a_fill_gap_selection_is_converted_to_offsets_once_at_listing(edge_server):
+    """Issue 41: a Fill gap's range went LSP -> offset -> LSP -> offset -> LSP. The listing now names the selection
+    in offsets of the exact text it saw ("span", beside that text's fingerprint); resolve fills that span without
+    converting the range again (here the range is even replaced: the span alone decides), and only the edit's
+    range is converted back. A span that does not fit the text falls back to the range."""
+    uri = "file:///span.txt"
+    open_text(edge_server, uri, TEXT)
+    listing = edge_server.call(
+        "textDocument/codeAction", {"textDocument": {"uri": uri}, "range": WHOLE, "context": {"diagnostics": []}}, 30
+    )
+    assert listing is not None and "result" in listing, listing
+    (action,) = [a for a in listing["result"] if a["data"]["infill"] == "gap"]
+    line = TEXT.splitlines(keepends=True)
+    start = len(line[0]) + WHOLE["start"]["character"]
+    assert action["data"]["span"] == [start, start + 6]
+    moved = {**action, "data": {**action["data"], "range": [0, 0, 0, 0]}}
+    resolved = edge_server.call("codeAction/resolve", moved, 120)
+    assert resolved is not None and resolved["result"].get("edit"), resolved  # (the tiny model fills plain text)
+    (change,) = resolved["result"]["edit"]["documentChanges"]
+    assert [e["range"] for e in change["edits"]] == [WHOLE]
+    unfit = {**action, "data": {**action["data"], "span": [0, len(TEXT) + 1]}}
+    resolved = edge_server.call("codeAction/resolve", unfit, 120)
+    (change,) = resolved["result"]["edit"]["documentChanges"]
+    assert [e["range"] for e in change["edits"]] == [WHOLE]
