@@ -10,7 +10,17 @@ import os
 
 import pytest
 import pytest_asyncio
-from lsp_helpers import apply_edits, log_records, log_text, open_doc, start, status, utf16_offset, wait_ready
+from lsp_helpers import (
+    apply_edits,
+    log_records,
+    log_text,
+    open_doc,
+    start,
+    status,
+    utf16_offset,
+    wait_ready,
+    wait_status,
+)
 from lsprotocol import types
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -142,9 +152,10 @@ async def test_accept_by_plain_edit_is_inferred_and_retained_is_reported(lsp):
     doc.edit(item.range, item.insert_text)  # Tab in a client that reports nothing
     after = await counts(lsp)
     assert gained(before, after) == {"accepted": 1, "accepted_full": 1, "accepted_chars": len(item.insert_text)}
-    # Still there after the retain delay: every accepted character retained.
-    await asyncio.sleep(RETAIN_SECONDS + 0.5)
-    retained = await counts(lsp)
+    # Still there after the retain delay: every accepted character retained (waited for, not slept past).
+    retained = (await wait_status(lsp, lambda s: s["telemetry"]["retained_measured"] > after["retained_measured"]))[
+        "telemetry"
+    ]
     assert gained(after, retained) == {
         "retained_measured": 1,
         "retained_of_chars": len(item.insert_text),
@@ -166,8 +177,9 @@ async def test_accept_undone_before_the_delay_is_not_retained(lsp):
     end = utf16_offset(doc.text, at) + len(item.insert_text)
     assert doc.text[utf16_offset(doc.text, at) : end] == item.insert_text
     doc.edit(types.Range(start=at, end=plus(1, 7 + utf16_length(item.insert_text))), "")  # undone at once
-    await asyncio.sleep(RETAIN_SECONDS + 0.5)
-    after = await counts(lsp)
+    after = (await wait_status(lsp, lambda s: s["telemetry"]["retained_measured"] > before["retained_measured"]))[
+        "telemetry"
+    ]
     assert gained(before, after) == {
         "accepted": 1,
         "accepted_full": 1,
