@@ -5,7 +5,6 @@ measured again after the retain delay (shortened here through INFILL_RETAIN_SECO
 
 from __future__ import annotations
 
-import asyncio
 import os
 
 import pytest
@@ -138,13 +137,20 @@ async def test_copilot_notifications_and_accept_command_are_counted(lsp):
     }
 
 
-async def settle() -> None:
-    """Counts are the server's, and the server is this module's: let earlier tests' accepts be measured first."""
-    await asyncio.sleep(RETAIN_SECONDS + 0.5)
+async def settle(lsp) -> None:
+    """Counts are the server's, and the server is this module's: wait until every suggestion accepted so far got its
+    retained measurement (the timer's record in the completion log), so earlier tests' timers count before."""
+
+    def measured(records: list[dict]) -> bool:
+        accepted = {r["itemId"] for r in records if r.get("event") == "accepted" and r.get("itemId")}
+        timed = {r["itemId"] for r in records if r.get("event") in ("retained", "retained_unmeasured")}
+        return accepted <= timed
+
+    await log_records(lsp.log_path, measured, timeout=20 * RETAIN_SECONDS)
 
 
 async def test_accept_by_plain_edit_is_inferred_and_retained_is_reported(lsp):
-    await settle()
+    await settle(lsp)
     doc = Doc(lsp, "typed", "Meeting notes\nThe plan is\n")
     at = plus(1, 11)
     item = await doc.suggestion(at)
@@ -168,7 +174,7 @@ async def test_accept_by_plain_edit_is_inferred_and_retained_is_reported(lsp):
 
 
 async def test_accept_undone_before_the_delay_is_not_retained(lsp):
-    await settle()
+    await settle(lsp)
     doc = Doc(lsp, "undone", "Shopping list\nWe need\n")
     at = plus(1, 7)
     item = await doc.suggestion(at, min_chars=8)
