@@ -1,14 +1,18 @@
 """Server settings as one validated, typed dataclass, read from initializationOptions, workspace/configuration
 (section "infill") and workspace/didChangeConfiguration.
 
-Clients send camelCase keys (see docs/TEAM.md, "LSP protocol"). Unknown or ill-typed keys never fail a request:
-`parse_settings` keeps the previous value and returns a problem line that the server logs via window/logMessage.
+Clients send camelCase keys (see docs/TEAM.md, "LSP protocol"). Each key's type is its field's annotation, which a
+cattrs converter structures (a JSON integer by server/json_values.py's one rule): adding a setting is adding a
+field (its range, if any, in `__post_init__`). Unknown or ill-typed keys never fail a request: `parse_settings`
+keeps the previous value and returns a problem line that the server logs via window/logMessage.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, Optional, get_type_hints
+
+from cattrs import Converter
 
 from infill.types import MAX_CANDIDATES, InfillError
 
@@ -102,59 +106,61 @@ def _camel(name: str) -> str:
     return head + "".join(part.capitalize() for part in rest)
 
 
-_MEASURED = ("inline_budget_ms", "invoked_budget_ms")  # None: the guard server/scheduling.py measures
+_MEASURED = ("inline_budget_ms", "invoked_budget_ms")  # None: the guard server/budget.py measures
 _CAMEL = {f.name: _camel(f.name) for f in fields(Settings)}
 _FIELD_OF = {camel: name for name, camel in _CAMEL.items()}
-_OPTIONAL_TEXT = {
-    "model",
-    "device",
-    "dtype",
-    "fallback_endpoint",
-    "fallback_model",
-    "remote_endpoint",
-    "remote_model",
-    "completion_log",
-}
-_INTEGERS = {
-    "inline_budget_ms",
-    "invoked_budget_ms",
-    "code_action_budget_ms",
-    "debounce_ms",
-    "max_middle_tokens",
-    "max_document_chars",
-    "denoising_steps",
-    "kv_store_mib",
-    "fill_candidates",
-}
+_TYPES = get_type_hints(Settings)  # each setting's type is its annotation above: the one place to add a setting
+
+
+def _text(value: Any, _type: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError("a string")
+    return value
+
+
+def _optional_text(value: Any, _type: Any) -> str | None:
+    if value is None:
+        return None
+    return _text(value, str).strip() or None  # "" means "not set"
+
+
+def _integer(value: Any, _type: Any) -> int:
+    if (number := json_integer(value)) is None:
+        raise TypeError("an integer")
+    return number
+
+
+def _switch(value: Any, _type: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError("true or false")
+    return value
+
+
+def _languages(value: Any, _type: Any) -> tuple[str, ...]:
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise TypeError("a list of language ids")
+
+
+_CONVERTER = Converter()
+_CONVERTER.register_structure_hook(str, _text)
+_CONVERTER.register_structure_hook(Optional[str], _optional_text)  # noqa: UP045 - cattrs matches the object
+_CONVERTER.register_structure_hook(int, _integer)
+_CONVERTER.register_structure_hook(Optional[int], lambda v, t: None if v is None else _integer(v, t))  # noqa: UP045
+_CONVERTER.register_structure_hook(bool, _switch)
+_CONVERTER.register_structure_hook_func(lambda t: t == tuple[str, ...], _languages)
 
 
 def _coerce(name: str, value: Any) -> Any:
-    """The typed value for field `name`, or raise TypeError naming the expected type."""
-    if name in _OPTIONAL_TEXT:
-        if isinstance(value, str):
-            return value.strip() or None  # "" means "not set"
-        if value is None:
-            return None
-        raise TypeError("a string")
-    if name in ("load_format", "remote_protocol", "quantization"):
-        if isinstance(value, str):
-            return value
-        raise TypeError("a string")
-    if name in ("enabled", "related_files", "fallback"):
-        if isinstance(value, bool):
-            return value
-        raise TypeError("true or false")
-    if name in ("denoising_steps", "kv_store_mib", *_MEASURED) and value is None:
-        return None
-    if name in _INTEGERS:
-        if (number := json_integer(value)) is None:
-            raise TypeError("an integer")
-        return number
-    if name == "enabled_languages":
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            return tuple(value)
-        raise TypeError("a list of language ids")
-    raise TypeError("a known type")  # unreachable: every field is listed above
+    """The typed value for field `name` (structured by its annotation), or raise TypeError naming the expected
+    type."""
+    try:
+        return _CONVERTER.structure(value, _TYPES[name])
+    except TypeError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - cattrs wraps a hook's TypeError in its own errors
+        cause = next((e for e in getattr(exc, "exceptions", ()) if isinstance(e, TypeError)), None)
+        raise TypeError(str(cause) if cause else "a known type") from exc
 
 
 def clean_layer(raw: Any, current: Settings) -> tuple[dict[str, Any], list[str]]:
