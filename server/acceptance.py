@@ -28,10 +28,11 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from infill.metrics import retained_chars
 
-from .documents import utf16_to_index
+from .documents import Document, utf16_to_index
 
 ACCEPT_COMMAND = "infill.didAcceptCompletion"
 RETAIN_DELAY_S = float(os.environ.get("INFILL_RETAIN_SECONDS", "30"))  # the environment shortens it for tests
@@ -66,6 +67,7 @@ class Suggestion:
 class Reply:
     id: str
     items: list[Suggestion]
+    rejected: bool = False  # counted rejected (every item went stale, none accepted)
 
 
 @dataclass
@@ -73,15 +75,15 @@ class AcceptanceTracker:
     """Turns the client's reports and the edits after each reply into events for `record`."""
 
     record: Callable[..., None]  # (event, suggestion or None, **fields): Telemetry.count_event
-    _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
-    _by_id: OrderedDict = field(default_factory=OrderedDict)  # id -> Suggestion
-    _live: dict = field(default_factory=dict)  # uri -> Reply still compared with edits
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    _by_id: OrderedDict[str, Suggestion] = field(default_factory=OrderedDict)
+    _live: dict[str, Reply] = field(default_factory=dict)  # uri -> Reply still compared with edits
     inferring: bool = True  # off once a client reports with the old infill/telemetry (it tells everything)
     on_first_accept: Callable[[Suggestion], None] | None = None  # schedules the retained check
     client_reports_shown: bool = False  # once it sent didShowCompletion, only shown suggestions can be rejected
 
     # -- replies ---------------------------------------------------------------------------------------------------
-    def offer(self, document, items: list[tuple[str, int, int]]) -> list[str]:
+    def offer(self, document: Document, items: list[tuple[str, int, int]]) -> list[str]:
         """Remember a reply's items (text, start, end in `document.text`); returns their ids for the accept
         command. A newer reply for the same document supersedes the older one."""
         self._live.pop(document.uri, None)
@@ -110,13 +112,14 @@ class AcceptanceTracker:
         while len(self._by_id) > KEEP_SUGGESTIONS:
             self._by_id.popitem(last=False)
 
-    def find(self, item: dict) -> Suggestion | None:
+    def find(self, item: dict[str, Any]) -> Suggestion | None:
         """The suggestion a client's item stands for: by the id in its command, else by its text among the
         replies still live."""
         command = item.get("command")
         arguments = command.get("arguments") if isinstance(command, dict) else None
         if isinstance(arguments, list) and arguments and isinstance(arguments[0], str):
-            if (found := self._by_id.get(arguments[0])) is not None:
+            found: Suggestion | None = self._by_id.get(arguments[0])
+            if found is not None:
                 return found
         insert = item_text(item)
         for reply in self._live.values():
@@ -126,7 +129,7 @@ class AcceptanceTracker:
         return None
 
     # -- what clients report ---------------------------------------------------------------------------------------
-    def shown(self, item: dict) -> None:
+    def shown(self, item: dict[str, Any]) -> None:
         self.client_reports_shown = True
         suggestion = self.find(item)
         if suggestion is None:
@@ -135,7 +138,7 @@ class AcceptanceTracker:
             suggestion.shown = True
             self.record("shown", suggestion, source="client", totalChars=len(suggestion.text))
 
-    def partially_accepted(self, item: dict, accepted_utf16: int) -> None:
+    def partially_accepted(self, item: dict[str, Any], accepted_utf16: int) -> None:
         text = item_text(item)
         chars = utf16_to_index(text, accepted_utf16)
         suggestion = self.find(item)
@@ -175,7 +178,7 @@ class AcceptanceTracker:
         )
 
     # -- what the edits show ---------------------------------------------------------------------------------------
-    def changed(self, document) -> None:
+    def changed(self, document: Document) -> None:
         """After a didChange: compare each live suggestion of the document with its text at the anchor."""
         reply = self._live.get(document.uri)
         if reply is None or not self.inferring:
@@ -223,7 +226,7 @@ class AcceptanceTracker:
         self._live.pop(uri, None)
 
     # -- retained --------------------------------------------------------------------------------------------------
-    def check_retained(self, suggestion_id: str, document) -> None:
+    def check_retained(self, suggestion_id: str, document: Document | None) -> None:
         """Measure once how much of a suggestion's accepted text is still around its anchor (`document` is the
         document now, None when it was closed)."""
         suggestion = self._by_id.get(suggestion_id)
@@ -249,7 +252,7 @@ class AcceptanceTracker:
         )
 
 
-def item_text(item: dict) -> str:
+def item_text(item: dict[str, Any]) -> str:
     """An InlineCompletionItem's insertText (a string, or a StringValue snippet's value)."""
     insert = item.get("insertText")
     if isinstance(insert, dict):

@@ -15,18 +15,20 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
+from typing import TypeVar
 
 from infill.backends.choose import BackendSpec, open_backend
 from infill.loader import FallbackChoice, Opened, close_quietly, describe_spec, open_pipeline
-from infill.pipeline import Pipeline
-from infill.types import BackendInfo
-from infill.worker import ModelWorker
+from infill.pipeline import CompletionRequest, Pipeline, PipelineResult, Prepared
+from infill.types import BackendInfo, CancelToken, InfillBackend
+from infill.worker import Claims, ModelWorker
 
 from .settings import Settings
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # (state, message, fraction or None) -> called on the loader thread; the server hops to the event loop.
 LoadListener = Callable[[str, str, "float | None"], None]
@@ -54,7 +56,7 @@ def fallback_for(settings: Settings) -> FallbackChoice:
 
 
 class BackendHost:
-    def __init__(self, listener: LoadListener, opener: Callable = open_backend) -> None:
+    def __init__(self, listener: LoadListener, opener: Callable[..., InfillBackend] = open_backend) -> None:
         self._listener = listener
         self._opener = opener
         self._lock = threading.Lock()
@@ -62,12 +64,47 @@ class BackendHost:
         self._generation = 0
         self.state = "loading"
         self.error: str | None = None
-        self.loaded_key: tuple | None = None
+        self.loaded_key: tuple[object, ...] | None = None
         self.worker = ModelWorker("infill-model")  # its `claims` are the server's per-document tickets
         # Contexts built ahead (during an automatic request's debounce) get their own thread: the model thread
         # may still be finishing a cancelled run, and parsing must not wait for it. (No model work runs there.)
         self.context_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="infill-context")
         self._max_middle_tokens = Settings().max_middle_tokens
+
+    # -- the threads model and context work run on -----------------------------------------------------------------
+    @property
+    def claims(self) -> Claims:
+        """The model worker's per-document tickets: supersession, joining (infill/worker.py)."""
+        return self.worker.claims
+
+    def complete(
+        self,
+        pipeline: Pipeline,
+        request: CompletionRequest,
+        *,
+        cancel: CancelToken,
+        deadline: float | None,
+        context: Future[Prepared] | None = None,
+    ) -> Future[PipelineResult]:
+        """`request` run on the model thread; the deadline bounds the backend, not the wait in the queue (the
+        server's choice: docs/concurrency.md)."""
+        return self.worker.complete(
+            pipeline, request, cancel=cancel, deadline=deadline, queue_deadline=False, context=context
+        )
+
+    def submit(self, run: Callable[[], T], cancel: CancelToken) -> Future[T]:
+        """Other model work (encoding a prompt ahead) on the model thread."""
+        return self.worker.submit(run, cancel=cancel)
+
+    def prepare(self, pipeline: Pipeline, request: CompletionRequest, cancel: CancelToken) -> Future[Prepared]:
+        """`request`'s context built on the context thread (no model work there, so parsing never waits behind a
+        cancelled run still finishing its step)."""
+
+        def build() -> Prepared:
+            cancel.raise_if_cancelled()
+            return pipeline.prepare(request)
+
+        return self.context_worker.submit(build)
 
     # -- state -----------------------------------------------------------------------------------------------------
     @property
@@ -156,7 +193,7 @@ class BackendHost:
             return
         # Close on the worker so a request still running on the old backend finishes first.
         for backend in replaced:
-            self.worker.submit(lambda backend=backend: close_quietly(backend))
+            self.worker.submit(_closer(backend))
         seconds = time.perf_counter() - started
         self._listener(
             "ready",
@@ -180,13 +217,20 @@ class BackendHost:
             self._generation += 1
             loaded, self._loaded = self._loaded, None
         for backend in loaded.backends if loaded else ():
-            self.worker.submit(lambda backend=backend: close_quietly(backend))
+            self.worker.submit(_closer(backend))
         self.worker.shutdown(wait=False)
         self.context_worker.shutdown(wait=False, cancel_futures=True)
 
 
+def _closer(backend: InfillBackend) -> Callable[[], None]:
+    return lambda: close_quietly(backend)
+
+
 def _names(pipeline: Pipeline) -> str:
     """The primary, and the fallback behind it, as the ready message names them."""
-    name = lambda info: info.label or info.name  # noqa: E731
+
+    def name(info: BackendInfo) -> str:
+        return info.label or info.name
+
     behind = f" (fallback: {name(pipeline.fallback.info)})" if pipeline.fallback is not None else ""
     return name(pipeline.backend.info) + behind

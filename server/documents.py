@@ -11,6 +11,7 @@ import itertools
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from lsprotocol import types
@@ -93,6 +94,9 @@ class Document:
         self.last_change_ms = 0.0  # server time spent applying the latest didChange (benchmarks/server.py)
         self.last_change_cpu_ms = 0.0  # the same in CPU time of the event-loop thread
         self.last_edit_line: int | None = None  # where the latest edit was (server/scheduling.after_edit)
+        # The placeholders a listing found (text, start, end, spans): its "Fill all gaps" fill reuses them for
+        # the same text and selection instead of scanning again (server/fills.py)
+        self.placeholders: tuple[str, int, int, tuple[tuple[int, int], ...]] | None = None
 
     def _set_text(self, text: str) -> None:
         self.untrusted = ""  # a full text is the editor's text again
@@ -126,7 +130,7 @@ class Document:
             cached = self._fingerprint = (text, text_fingerprint(text))
         return cached[1]
 
-    def identity(self) -> dict:
+    def identity(self) -> dict[str, Any]:
         """What code-action data carries to name this exact text: the open, the version and the text itself."""
         return {"generation": f"{SESSION}:{self.generation}", "version": self.version, "text": self.fingerprint}
 
@@ -293,7 +297,7 @@ class DocumentStore:
     def others(self, uri: str, limit: int = 8) -> tuple[OpenDocument, ...]:
         """The other open documents a fill of `uri` may read (infill/context/related.py), the most recently
         opened or edited first; never one that is oversized, distrusted or binary."""
-        found = []
+        found: list[OpenDocument] = []
         for document in reversed(self._documents.values()):
             if len(found) == limit:
                 break

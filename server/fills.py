@@ -7,16 +7,19 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from lsprotocol import types
 
 from infill.pipeline import MAX_GAPS, CompletionRequest, PipelineResult, find_placeholders, has_text, resolve_language
-from infill.types import deadline_in
 
 from .documents import SESSION, Document, text_fingerprint
 from .gate import offset_logged, refusal
+from .model_runs import run_on_model
 from .scheduling import related
+
+if TYPE_CHECKING:
+    from .server import InfillServer
 
 T = TypeVar("T")
 LOOP_SCAN_CHARS = 100_000  # texts longer than this are scanned on a worker thread, never on the event loop
@@ -59,7 +62,7 @@ async def off_loop(size: int, work: Callable[..., T], *args: Any) -> T:
     return await asyncio.to_thread(work, *args)
 
 
-def stale_reason(document: Document | None, uri: str, expected: dict | None) -> str | None:
+def stale_reason(document: Document | None, uri: str, expected: dict[str, Any] | None) -> str | None:
     """Why `document` is not the text an action was computed for (`expected`: its generation, version and text
     fingerprint as Document.identity gave them), or None when it is."""
     if document is None or not expected:
@@ -73,23 +76,33 @@ def stale_reason(document: Document | None, uri: str, expected: dict | None) -> 
     return None
 
 
-async def compute_fill(ls, uri: str, rng: types.Range, mode: str, expected: dict | None) -> FillOutcome:
+async def compute_fill(
+    ls: InfillServer, uri: str, rng: types.Range, mode: str, expected: dict[str, Any] | None
+) -> FillOutcome:
     """The fill for `rng`, refused unless the document is exactly the text `expected` names (see stale_reason)."""
     started = time.perf_counter()
     document = ls.documents.get(uri)
-    if (why := refusal(ls, document, uri)) is not None:
-        return FillOutcome(None, why)
-    if (why := stale_reason(document, uri, expected)) is not None:
-        return FillOutcome(None, why)
+    if (why := refusal(ls, document, uri)) is not None or document is None:
+        return FillOutcome(None, why or "")
+    if (stale := stale_reason(document, uri, expected)) is not None:
+        return FillOutcome(None, stale)
     version, text = document.version, document.text
-    start, end = offset_logged(ls, document, rng.start), offset_logged(ls, document, rng.end)
-    start, end = min(start, end), max(start, end)
+    span = expected.get("span") if expected and "text" in expected else None  # offsets in this exact text
+    if span is not None and span[0] <= span[1] <= len(text):
+        start, end = span  # the listing converted the selection already: no position is converted again
+    else:
+        start, end = offset_logged(ls, document, rng.start), offset_logged(ls, document, rng.end)
+        start, end = min(start, end), max(start, end)
     # The first MAX_GAPS placeholders: a file of thousands of blanks once held the model thread for minutes.
-    spans, why = await off_loop(len(text), gap_spans, text, start, end, mode, MAX_GAPS)
+    listed = document.placeholders
+    if mode == "gaps" and listed is not None and listed[0] is text and listed[1:3] == (start, end):
+        spans, no_spans = list(listed[3][:MAX_GAPS]), ""  # found by the listing of this text and selection
+    else:
+        spans, no_spans = await off_loop(len(text), gap_spans, text, start, end, mode, MAX_GAPS)
     if ls.documents.get(uri) is not document or document.version != version:
         return FillOutcome(None, f"{uri} changed while its placeholders were found; no edit for the old version")
     if not spans:
-        return FillOutcome(None, why)
+        return FillOutcome(None, no_spans)
     if mode == "gaps" and len(spans) == MAX_GAPS:
         ls.log(
             f"Fill all gaps in {uri}: filling the first {MAX_GAPS} placeholders; run it again for the rest",
@@ -110,34 +123,27 @@ async def compute_fill(ls, uri: str, rng: types.Range, mode: str, expected: dict
     pipeline = ls.host.pipeline
     if pipeline is None:
         return FillOutcome(None, f"the backend is not ready (state {ls.host.state})")
-    ticket = ls.claims.open(uri, "action")
-    try:
-        future = ls.host.worker.complete(
-            pipeline,
-            request,
-            cancel=ticket.token,
-            queue_deadline=False,
-            deadline=deadline_in(ls.settings.code_action_budget_ms / 1000),
-        )
-        result: PipelineResult = await asyncio.wrap_future(future)
-    except asyncio.CancelledError:
-        ticket.token.cancel("request cancelled by the client")
-        raise
-    except Exception as exc:  # noqa: BLE001 - a failing backend (OOM, bug) costs this request only
-        ls.log(f"fill for {uri} failed: {type(exc).__name__}: {exc}", types.MessageType.Error)
-        return FillOutcome(None, f"the backend failed: {type(exc).__name__}: {exc}")
-    finally:
-        ls.claims.close(ticket)
-    if result.route == "not_run":
+    run = await run_on_model(
+        ls,
+        ls.claims.open(uri, "action"),
+        pipeline,
+        request,
+        budget_s=ls.settings.code_action_budget_ms / 1000,
+        what=f"fill for {uri}",
+    )
+    if run.failure:
+        return FillOutcome(None, f"the backend failed: {run.failure}")
+    if run.result is None:
         return FillOutcome(None, f"{uri} changed before the fill started; no edit for the old version")
+    result = run.result
     server_ms = (time.perf_counter() - started) * 1000
-    stale = (
-        ticket.stopped
+    changed = (
+        run.stopped
         or ls.documents.get(uri) is not document
         or document.version != version
         or (document.text is not text and document.fingerprint != text_fingerprint(text))
     )
-    outcome = "discarded" if stale else ("ok" if result.fills else "empty")
+    outcome = "discarded" if changed else ("ok" if result.fills else "empty")
     ls.telemetry.record_completion(
         kind=mode,
         uri=uri,
@@ -148,7 +154,7 @@ async def compute_fill(ls, uri: str, rng: types.Range, mode: str, expected: dict
         server_ms=server_ms,
         fills=[f.text for f in result.fills],
     )
-    if stale:
+    if changed:
         return FillOutcome(
             None,
             f"{uri} changed while the fill was computed (was version {version}); no edit for the old version",

@@ -4,12 +4,17 @@ A refusal is logged once per document version (a client asks on every keystroke;
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from lsprotocol import types
 
 from .documents import Clamp, Document
 
+if TYPE_CHECKING:
+    from .server import InfillServer
 
-def refusal(ls, document: Document | None, uri: str) -> str | None:
+
+def refusal(ls: InfillServer, document: Document | None, uri: str) -> str | None:
     """Why no model work is done for `uri` right now, or None when it may proceed."""
     if document is None:
         return f"{uri} is not open (no didOpen, or closed)"
@@ -27,24 +32,20 @@ def refusal(ls, document: Document | None, uri: str) -> str | None:
         )
     if document.has_nul:
         return f"{uri} contains NUL bytes (binary?); not sending it to the model"
-    if not ls.host.ready:
-        return f"the backend is not ready (state {ls.host.state}{': ' + ls.host.error if ls.host.error else ''})"
+    host = ls.host
+    if not host.ready:
+        return f"the backend is not ready (state {host.state}{': ' + host.error if host.error else ''})"
     return None
 
 
-def log_refusal(ls, uri: str, version: int | None, reason: str, *, quiet_when_loading: bool = True) -> None:
-    key = (uri, version, reason)
-    if key in ls.logged_refusals:
-        return
-    if len(ls.logged_refusals) > 1000:
-        ls.logged_refusals.clear()
-    ls.logged_refusals.add(key)
-    if quiet_when_loading and ls.host.state == "loading" and "not ready" in reason:
-        return  # expected during start-up; progress notifications already say so
-    ls.log(f"no completion for {uri}: {reason}", types.MessageType.Info)
+def log_refusal(ls: InfillServer, uri: str, version: int | None, reason: str) -> None:
+    """Log why `uri` gets no completion, once per version and reason; quiet while the backend loads (progress
+    notifications already say so)."""
+    if ls.refusals.first(uri, version, reason) and not (ls.host.state == "loading" and "not ready" in reason):
+        ls.log(f"no completion for {uri}: {reason}", types.MessageType.Info)
 
 
-def offset_logged(ls, document: Document, position: types.Position) -> int:
+def offset_logged(ls: InfillServer, document: Document, position: types.Position) -> int:
     """Offset of `position`, logging when the client sent a position outside the document."""
     clamp = Clamp()
     offset = document.offset_at(position, clamp)

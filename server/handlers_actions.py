@@ -1,237 +1,44 @@
 """Code actions "Fill gap" / "Fill all gaps" and the commands infill.fillGap / infill.fillAllGaps / infill.status /
-infill.toggle. Listing never runs the model: the fill runs in codeAction/resolve, or, for a client that cannot
-resolve `edit`, when it executes the command the action carries, or that is listed in its place for a client
-without code-action literal support (infill.fillGap / infill.fillAllGaps, which apply the edit with
-workspace/applyEdit). Resolve data the server did not produce is refused: the action comes back
-without an edit."""
+infill.toggle: each handler reads its request and asks server/actions.py (fills) or the server (status, toggle)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 
-from .documents import text_fingerprint
-from .fills import LIST_LIMIT, compute_fill, gap_spans, is_markdown, off_loop
-from .gate import refusal
-from .settings import plain_json
+from .actions import KIND, code_actions, resolve, run_fill_command
 
-KIND = types.CodeActionKind.RefactorRewrite
-TITLES = {"gap": "Fill gap", "gaps": "Fill all gaps"}
-COMMANDS = {"gap": "infill.fillGap", "gaps": "infill.fillAllGaps"}
+if TYPE_CHECKING:
+    from .server import InfillServer
 
 
-def register(server) -> None:
+def register(server: InfillServer) -> None:
     @server.feature(
         types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(code_action_kinds=[KIND], resolve_provider=True)
     )
-    async def code_action(ls, params: types.CodeActionParams) -> list[types.CodeAction | types.Command] | None:
-        actions = await list_actions(ls, params)
-        if actions and not _client_resolves_edit(ls):  # the fill runs when the client executes the command
-            if not _client_takes_literals(ls):
-                return [_fill_command(action) for action in actions]  # LSP: commands only, without literal support
-            for action in actions:
-                action.command = _fill_command(action)
-        return actions or None
+    async def code_action(
+        ls: InfillServer, params: types.CodeActionParams
+    ) -> list[types.CodeAction | types.Command] | None:
+        return await code_actions(ls, params) or None
 
     @server.feature(types.CODE_ACTION_RESOLVE)
-    async def code_action_resolve(ls, action: types.CodeAction) -> types.CodeAction:
+    async def code_action_resolve(ls: InfillServer, action: types.CodeAction) -> types.CodeAction:
         return await resolve(ls, action)
 
     @server.command("infill.status")
-    def status_command(ls, *args) -> dict:
+    def status_command(ls: InfillServer, *args: Any) -> dict[str, Any]:
         return ls.status()
 
     @server.command("infill.toggle")
-    def toggle_command(ls, *args) -> dict:
-        wanted = args[0] if args and isinstance(args[0], bool) else not ls.settings.enabled
-        ls.set_enabled(wanted)
-        ls.log(f"completions {'enabled' if wanted else 'disabled'} (infill.toggle)")
+    def toggle_command(ls: InfillServer, *args: Any) -> dict[str, Any]:
+        ls.set_enabled(args[0] if args and isinstance(args[0], bool) else not ls.settings.enabled)
         return ls.status()
 
     @server.command("infill.fillGap")
-    async def fill_gap_command(ls, *args) -> dict:
+    async def fill_gap_command(ls: InfillServer, *args: Any) -> dict[str, Any]:
         return await run_fill_command(ls, args, "gap")
 
     @server.command("infill.fillAllGaps")
-    async def fill_all_gaps_command(ls, *args) -> dict:
+    async def fill_all_gaps_command(ls: InfillServer, *args: Any) -> dict[str, Any]:
         return await run_fill_command(ls, args, "gaps")
-
-
-def _client_resolves_edit(ls) -> bool:
-    caps = ls.client_capabilities.text_document
-    resolve_support = caps.code_action.resolve_support if caps and caps.code_action else None
-    return bool(resolve_support and "edit" in resolve_support.properties)
-
-
-def _client_takes_literals(ls) -> bool:
-    caps = ls.client_capabilities.text_document
-    return bool(caps and caps.code_action and caps.code_action.code_action_literal_support)
-
-
-async def list_actions(ls, params: types.CodeActionParams) -> list[types.CodeAction]:
-    """The actions that apply here; no model work (resolve does it), and a large text is scanned off the loop."""
-    only = [getattr(kind, "value", kind) for kind in params.context.only or ()]
-    if only and not any(KIND.value == kind or KIND.value.startswith(f"{kind}.") for kind in only):
-        return []  # the client asked for other kinds (e.g. quickfix, source.organizeImports)
-    uri = params.text_document.uri
-    document = ls.documents.get(uri)
-    if refusal(ls, document, uri) is not None:
-        return []  # why is logged when a fill is asked for; listing stays quiet and instant
-    text = document.text
-    start, end = sorted((document.offset_at(params.range.start), document.offset_at(params.range.end)))
-    gap, spans = await off_loop(len(text), _scan, text, start, end, is_markdown(uri, document.language_id))
-    if ls.documents.get(uri) is not document or document.text is not text:
-        return []  # edited while scanning: the editor asks again for the new text
-    identity = document.identity()  # O(1): _scan hashed this text, and a str keeps its hash
-    actions = []
-    if gap:
-        actions.append(_action("gap", uri, identity, params.range))
-    if spans:
-        count = f"{len(spans)}+" if len(spans) >= LIST_LIMIT else str(len(spans))
-        actions.append(_action("gaps", uri, identity, params.range, count=count))
-    return actions
-
-
-def _fill_command(action: types.CodeAction) -> types.Command:
-    """The command that fills what `action` names, with the same text identity (run_fill_command's object form)."""
-    data = action.data
-    line, character, end_line, end_character = data["range"]
-    target = {key: data[key] for key in ("uri", "generation", "version", "text")}
-    target["range"] = {
-        "start": {"line": line, "character": character},
-        "end": {"line": end_line, "character": end_character},
-    }
-    return types.Command(title=action.title, command=COMMANDS[data["infill"]], arguments=[target])
-
-
-def _scan(text: str, start: int, end: int, markdown: bool) -> tuple[bool, list]:
-    """What listing needs from the text: whether "Fill gap" applies and the placeholders (up to LIST_LIMIT) for
-    "Fill all gaps". It also fingerprints the text, since hashing a large str is scan work too."""
-    text_fingerprint(text)
-    gap = start < end and bool(gap_spans(text, start, end, "gap")[0])
-    spans = gap_spans(text, start, end, "gaps", LIST_LIMIT)[0] if markdown else []
-    return gap, spans
-
-
-def _action(mode: str, uri: str, identity: dict, rng: types.Range, count: str = "") -> types.CodeAction:
-    title = TITLES[mode] + (f" ({count})" if count else "")
-    data = {
-        "infill": mode,
-        "uri": uri,
-        **identity,
-        "range": [rng.start.line, rng.start.character, rng.end.line, rng.end.character],
-    }
-    return types.CodeAction(title=title, kind=KIND, data=data)
-
-
-def lsp_uint(value: Any) -> int | None:
-    """An LSP uinteger (a line or character), or None: not bool, finite, whole, in 0..2^31-1."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    if isinstance(value, float) and not (value.is_integer() and abs(value) < 2**53):
-        return None  # inf, nan, 1.5
-    return int(value) if 0 <= value <= 2**31 - 1 else None
-
-
-def _range_of(values: list) -> types.Range | None:
-    numbers = [lsp_uint(v) for v in values]
-    if len(numbers) != 4 or None in numbers:
-        return None
-    return types.Range(types.Position(numbers[0], numbers[1]), types.Position(numbers[2], numbers[3]))
-
-
-def _expected(data: dict) -> dict | None:
-    """The text identity an action or command names (generation, version, fingerprint), checked for type."""
-    expected = {key: data[key] for key in ("generation", "version", "text") if key in data}
-    version = expected.get("version")
-    if version is not None and (lsp_int(version) is None):
-        return None
-    if any(not isinstance(expected.get(key, ""), str) for key in ("generation", "text")):
-        return None
-    return expected
-
-
-def lsp_int(value: Any) -> int | None:
-    """A document version: a whole number in LSP's integer range."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        return None
-    return value if -(2**31) <= value <= 2**31 - 1 else None
-
-
-def _parse_data(data: Any) -> tuple[str, str, dict | None, types.Range] | None:
-    if not isinstance(data, dict):
-        return None
-    mode, uri, r = data.get("infill"), data.get("uri"), data.get("range")
-    if not isinstance(mode, str) or mode not in TITLES or not isinstance(uri, str) or not isinstance(r, list):
-        return None
-    rng, expected = _range_of(r), _expected(data)
-    if rng is None or expected is None:
-        return None
-    return mode, uri, expected, rng
-
-
-async def resolve(ls, action: types.CodeAction) -> types.CodeAction:
-    parsed = _parse_data(plain_json(action.data))
-    if parsed is None:  # not data this server listed: refused inside the result (no edit), with one log line
-        ls.log(
-            f"codeAction/resolve: not an action this server listed (data {action.data!r:.200}); no edit",
-            types.MessageType.Warning,
-        )
-        return action
-    mode, uri, expected, rng = parsed
-    outcome = await compute_fill(ls, uri, rng, mode, expected)
-    if outcome.edit is None:
-        ls.log(f"{TITLES[mode]}: no edit: {outcome.reason}", types.MessageType.Warning)
-    action.edit = outcome.edit
-    return action
-
-
-async def run_fill_command(ls, args: tuple, mode: str) -> dict:
-    """Arguments: (uri, range) or ({uri, range}); range may be omitted for infill.fillAllGaps (whole document).
-    The object form may also name the text it means ("version", and "generation"/"text" as code-action data
-    carries them): the fill is refused for any other text."""
-    uri, rng, expected = _command_target(args)
-    if uri is None:
-        reason = "arguments must be (uri, range) or ({uri, range})"
-        ls.log(f"{TITLES[mode]} command: {reason}; got {args!r}", types.MessageType.Warning)
-        return {"applied": False, "reason": reason}
-    if rng is None:
-        if mode == "gap":
-            return {"applied": False, "reason": "infill.fillGap needs a range"}
-        rng = types.Range(types.Position(0, 0), types.Position(0, 0))
-    outcome = await compute_fill(ls, uri, rng, mode, expected)
-    if outcome.edit is None:
-        ls.log(f"{TITLES[mode]}: no edit: {outcome.reason}", types.MessageType.Warning)
-        return {"applied": False, "reason": outcome.reason}
-    response = await ls.workspace_apply_edit_async(
-        types.ApplyWorkspaceEditParams(edit=outcome.edit, label=TITLES[mode])
-    )
-    applied = bool(getattr(response, "applied", False))
-    reason = "" if applied else (getattr(response, "failure_reason", None) or "the client did not apply the edit")
-    if not applied:
-        ls.log(f"{TITLES[mode]}: client refused the edit: {reason}", types.MessageType.Warning)
-    return {"applied": applied, "reason": reason}
-
-
-def _command_target(args: tuple) -> tuple[str | None, types.Range | None, dict | None]:
-    expected: dict | None = {}
-    if len(args) == 1 and isinstance(plain_json(args[0]), dict):
-        target = plain_json(args[0])
-        uri, raw_range = target.get("uri"), target.get("range")
-        expected = _expected(target)
-    elif args:
-        uri, raw_range = args[0], (args[1] if len(args) > 1 else None)
-    else:
-        return None, None, None
-    if not isinstance(uri, str) or expected is None:
-        return None, None, None
-    if raw_range is None:
-        return uri, None, expected
-    r = plain_json(raw_range)
-    start = plain_json(r.get("start")) if isinstance(r, dict) else None
-    end = plain_json(r.get("end")) if isinstance(r, dict) else None
-    if not isinstance(start, dict) or not isinstance(end, dict):
-        return None, None, None
-    rng = _range_of([start.get("line"), start.get("character"), end.get("line"), end.get("character")])
-    return (uri, rng, expected) if rng is not None else (None, None, None)

@@ -6,6 +6,7 @@ suggestion was computed ahead (server/next_line.py: a request waits for it while
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
@@ -16,19 +17,26 @@ from .gate import log_refusal, offset_logged, refusal
 from .handlers_telemetry import offer
 from .overhead import record_overhead
 from .scheduling import InlineRun, run_inline
+from .typed_through import SentSuggestion
+
+if TYPE_CHECKING:
+    from .documents import Document
+    from .server import InfillServer
 
 
-def register(server) -> None:
+def register(server: InfillServer) -> None:
     @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
-    async def inline_completion(ls, params: types.InlineCompletionParams) -> types.InlineCompletionList | None:
+    async def inline_completion(
+        ls: InfillServer, params: types.InlineCompletionParams
+    ) -> types.InlineCompletionList | None:
         return await complete_inline(ls, params)
 
 
-async def complete_inline(ls, params: types.InlineCompletionParams) -> types.InlineCompletionList | None:
+async def complete_inline(ls: InfillServer, params: types.InlineCompletionParams) -> types.InlineCompletionList | None:
     uri = params.text_document.uri
     document = ls.documents.get(uri)
-    if (why := refusal(ls, document, uri)) is not None:
-        log_refusal(ls, uri, document.version if document else None, why)
+    if (why := refusal(ls, document, uri)) is not None or document is None:
+        log_refusal(ls, uri, document.version if document else None, why or "")
         return None  # at once: no debounce, no model
     invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
     offset = offset_logged(ls, document, params.position)
@@ -50,7 +58,9 @@ async def complete_inline(ls, params: types.InlineCompletionParams) -> types.Inl
     return reply
 
 
-def _typed_through_reply(ls, params, document, typed) -> types.InlineCompletionList:
+def _typed_through_reply(
+    ls: InfillServer, params: types.InlineCompletionParams, document: Document, typed: SentSuggestion
+) -> types.InlineCompletionList:
     ls.telemetry.record_completion(
         kind="inline",
         uri=document.uri,
@@ -66,7 +76,9 @@ def _typed_through_reply(ls, params, document, typed) -> types.InlineCompletionL
     return types.InlineCompletionList(items=[item])
 
 
-def _reply(ls, params, document, ran: InlineRun):
+def _reply(
+    ls: InfillServer, params: types.InlineCompletionParams, document: Document, ran: InlineRun
+) -> types.InlineCompletionList | None:
     version, completion = ran.version, ran.completion
     server_ms = (time.perf_counter() - ran.started) * 1000
     uri = params.text_document.uri

@@ -1,28 +1,30 @@
-"""initialize / initialized / configuration / shutdown, and the client's infill/telemetry notifications."""
+"""initialize / initialized / configuration / shutdown."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 
-from .server import TELEMETRY
-from .settings import plain_json
+from .json_values import plain_json
+
+if TYPE_CHECKING:
+    from .server import InfillServer
 
 
-def register(server) -> None:
+def register(server: InfillServer) -> None:
     @server.feature(types.INITIALIZE)
-    def initialize(ls, params: types.InitializeParams) -> None:
+    def initialize(ls: InfillServer, params: types.InitializeParams) -> None:
         if params.initialization_options is not None:
             ls.apply_settings(plain_json(params.initialization_options), "initializationOptions", layer="init")
 
     @server.feature(types.INITIALIZED)
-    async def initialized(ls, params: types.InitializedParams) -> None:
+    async def initialized(ls: InfillServer, params: types.InitializedParams) -> None:
         await fetch_configuration(ls)
         ls.start_loading()
 
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
-    async def did_change_configuration(ls, params: types.DidChangeConfigurationParams) -> None:
+    async def did_change_configuration(ls: InfillServer, params: types.DidChangeConfigurationParams) -> None:
         settings = plain_json(params.settings)
         if isinstance(settings, dict) and isinstance(settings.get("infill"), dict):
             ls.apply_settings(settings["infill"], "didChangeConfiguration")
@@ -31,30 +33,19 @@ def register(server) -> None:
         elif settings not in (None, {}):
             ls.apply_settings(settings, "didChangeConfiguration")
 
-    @server.feature(TELEMETRY)
-    def telemetry(ls, params: Any) -> None:
-        event = plain_json(params)
-        problem = (
-            ls.telemetry.record_event(event)
-            if isinstance(event, dict)
-            else f"infill/telemetry: params must be an object, got {event!r}; ignored"
-        )
-        if problem:
-            ls.log(problem, types.MessageType.Warning)
-
     @server.feature(types.SHUTDOWN)
-    def shutdown(ls, params: Any) -> None:
+    def shutdown(ls: InfillServer, params: Any) -> None:
         ls.claims.cancel_all("server shutting down")
         ls.host.close()
         ls.telemetry.flush()  # the completion log's queued records reach the file before exit
 
 
-def _client_has_configuration(ls) -> bool:
+def _client_has_configuration(ls: InfillServer) -> bool:
     workspace = ls.client_capabilities.workspace
     return bool(workspace and workspace.configuration)
 
 
-async def fetch_configuration(ls) -> None:
+async def fetch_configuration(ls: InfillServer) -> None:
     if not _client_has_configuration(ls):
         return
     try:

@@ -1,25 +1,31 @@
-"""What the client reports about suggestions, in Copilot's shape: `textDocument/didShowCompletion` ({item}),
-`textDocument/didPartiallyAcceptCompletion` ({item, acceptedLength} in UTF-16 units from the start of the item's
-text) and the accept command every inline item carries, and the timer that measures retained characters. What a
-client does not report the server infers from didChange and didClose (acceptance.py), which handlers_documents.py
-passes on to the tracker."""
+"""What the client reports about suggestions, all of it here: in Copilot's shape `textDocument/didShowCompletion`
+({item}), `textDocument/didPartiallyAcceptCompletion` ({item, acceptedLength} in UTF-16 units from the start of the
+item's text) and the accept command every inline item carries; infill's own `infill/telemetry` events ({event:
+shown | accepted | rejected, ...}); and the timer that measures retained characters. What a client does not report
+the server infers from didChange and didClose (acceptance.py), which handlers_documents.py passes on to the
+tracker."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 
 from .acceptance import ACCEPT_COMMAND, RETAIN_DELAY_S, Suggestion
-from .settings import plain_json
+from .documents import Document
+from .json_values import plain_json
+
+if TYPE_CHECKING:
+    from .server import InfillServer
 
 DID_SHOW = "textDocument/didShowCompletion"
 DID_PARTIALLY_ACCEPT = "textDocument/didPartiallyAcceptCompletion"
+TELEMETRY = "infill/telemetry"
 
 
-def register(server) -> None:
-    tracker = server.telemetry.acceptance
+def register(server: InfillServer) -> None:
+    tracker = server.acceptance
 
     def schedule_retained(suggestion: Suggestion) -> None:
         def check() -> None:
@@ -29,13 +35,24 @@ def register(server) -> None:
 
     tracker.on_first_accept = schedule_retained
 
+    @server.feature(TELEMETRY)
+    def telemetry(ls: InfillServer, params: Any) -> None:
+        event = plain_json(params)
+        problem = (
+            ls.telemetry.record_event(event)
+            if isinstance(event, dict)
+            else f"{TELEMETRY}: params must be an object, got {event!r}; ignored"
+        )
+        if problem:
+            ls.log(problem, types.MessageType.Warning)
+
     @server.feature(DID_SHOW)
-    def did_show(ls, params: Any) -> None:
+    def did_show(ls: InfillServer, params: Any) -> None:
         if (item := _item(ls, DID_SHOW, params)) is not None:
             tracker.shown(item)
 
     @server.feature(DID_PARTIALLY_ACCEPT)
-    def did_partially_accept(ls, params: Any) -> None:
+    def did_partially_accept(ls: InfillServer, params: Any) -> None:
         item = _item(ls, DID_PARTIALLY_ACCEPT, params)
         length = plain_json(params).get("acceptedLength") if item is not None else None
         if item is None:
@@ -49,23 +66,23 @@ def register(server) -> None:
         tracker.partially_accepted(item, length)
 
     @server.command(ACCEPT_COMMAND)
-    def did_accept(ls, *arguments: Any) -> None:
+    def did_accept(ls: InfillServer, *arguments: Any) -> None:
         if not arguments or not isinstance(arguments[0], str) or not tracker.accepted(arguments[0]):
             ls.log(f"{ACCEPT_COMMAND}: unknown suggestion {list(arguments)!r}; not counted", types.MessageType.Log)
 
 
-def offer(ls, document, items: list[types.InlineCompletionItem], spans: list[tuple[int, int]]) -> None:
+def offer(
+    ls: InfillServer, document: Document, items: list[types.InlineCompletionItem], spans: list[tuple[int, int]]
+) -> None:
     """Give each item of an inline reply the accept command, and remember the reply to infer what became of it
     (`spans`: each item's str range in the document, as the fills gave it)."""
-    ids = ls.telemetry.acceptance.offer(
-        document, [(item.insert_text, start, end) for item, (start, end) in zip(items, spans)]
-    )
-    ls.telemetry.counts["offered"] += 1
+    texts = [item.insert_text if isinstance(item.insert_text, str) else item.insert_text.value for item in items]
+    ids = ls.telemetry.offered(document, [(text, start, end) for text, (start, end) in zip(texts, spans)])
     for item, suggestion_id in zip(items, ids):
         item.command = types.Command(title="infill: accepted", command=ACCEPT_COMMAND, arguments=[suggestion_id])
 
 
-def _item(ls, method: str, params: Any) -> dict | None:
+def _item(ls: InfillServer, method: str, params: Any) -> dict[str, Any] | None:
     params = plain_json(params)
     item = params.get("item") if isinstance(params, dict) else None
     if not isinstance(item, dict) or not isinstance(item.get("insertText"), (str, dict)):

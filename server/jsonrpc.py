@@ -25,18 +25,22 @@ import asyncio
 import inspect
 import json
 import logging
+import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Optional, Union, get_args, get_origin
 
 import attrs
-from cattrs import transform_error
+from cattrs import Converter, transform_error
 from cattrs.errors import ClassValidationError
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams, JsonRpcInvalidRequest, JsonRpcMethodNotFound
 from pygls.protocol import LanguageServerProtocol, default_converter
 from pygls.protocol.json_rpc import RPCRequest
+
+from .json_values import json_integer
 
 log = logging.getLogger(__name__)
 
@@ -52,15 +56,16 @@ def public_message(message: str) -> str:
     return _PATH.sub("<path>", first)[:MAX_ERROR_CHARS]
 
 
-def strict_converter():
+def strict_converter() -> Converter:
     """pygls' converter, except that an LSP integer (line, character, version, kind) must be a JSON integer: 1.5,
     "3", true or null make the message invalid params (a request gets -32602, a notification is logged and ignored)."""
-    converter = default_converter()
+    converter: Converter = default_converter()  # type: ignore[no-untyped-call]
 
-    def structure_int(value: Any, to: type) -> int:
-        if type(value) is not int:  # a bool is an int subclass: refused too
+    def structure_int(value: Any, to: type[int]) -> int:
+        number = json_integer(value)
+        if number is None:
             raise TypeError(f"expected an integer, got {value!r:.40}")
-        return to(value)  # int subclasses come here too: an IntEnum (a kind) still refuses unknown members
+        return to(number)  # int subclasses come here too: an IntEnum (a kind) still refuses unknown members
 
     converter.register_structure_hook(int, structure_int)
     # cattrs dispatches bool (an int subclass) to the int hook: booleans keep pygls' own reading
@@ -71,13 +76,23 @@ def strict_converter():
     converter.register_structure_hook(Union[int, str], _structure_id)  # noqa: UP007
     converter.register_structure_hook(Optional[Union[int, str]], _structure_id)  # noqa: UP007, UP045
     converter.register_structure_hook_factory(_is_sequence, lambda to: _sequence_hook(converter, to))
+    # What the server reports as applied must be what the client said: `"applied": "false"` read as true before.
+    structure_apply_result = converter.get_structure_hook(types.ApplyWorkspaceEditResult)
+
+    def structure_applied(value: Any, to: type) -> types.ApplyWorkspaceEditResult:
+        if not isinstance(value, dict) or not isinstance(value.get("applied"), bool):
+            raise TypeError(f"expected {{applied: true or false}}, got {value!r:.60}")
+        result: types.ApplyWorkspaceEditResult = structure_apply_result(value, to)
+        return result
+
+    converter.register_structure_hook(types.ApplyWorkspaceEditResult, structure_applied)
     return converter
 
 
 def _structure_str(value: Any, to: type) -> str:
     if not isinstance(value, str):
         raise TypeError(f"expected a string, got {value!r:.40}")
-    return to(value)  # str subclasses come here too (a string enum keeps refusing unknown members)
+    return str(to(value))  # str subclasses come here too (a string enum keeps refusing unknown members)
 
 
 def _structure_id(value: Any, _to: type) -> int | str | None:
@@ -91,13 +106,13 @@ def _is_sequence(to: Any) -> bool:
     return get_origin(to) in (Sequence, list, tuple) and to is not tuple and len(get_args(to)) == 1
 
 
-def _sequence_hook(converter, to: Any):
+def _sequence_hook(converter: Converter, to: Any) -> Callable[[Any, Any], Sequence[Any]]:
     """An LSP array must be a JSON array (cattrs iterates any iterable: a string became its characters, an object
     its keys)."""
     (item_type,) = get_args(to)
     build = list if get_origin(to) is list else tuple
 
-    def structure(value: Any, _to: Any):
+    def structure(value: Any, _to: Any) -> Sequence[Any]:
         if not isinstance(value, list):
             raise TypeError(f"expected an array, got {value!r:.40}")
         return build(converter.structure(item, item_type) for item in value)
@@ -147,13 +162,29 @@ def _json_type(value: Any) -> str:
         return "a boolean"
     if isinstance(value, (int, float)):
         return "a number"
-    return {str: "a string", list: "an array"}.get(type(value), "a value of another kind")
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "a value of another kind"
+
+
+def _is_lsp_id(value: Any) -> bool:
+    """An id LSP allows: an integer or a string (JSON-RPC's null id, which its replies to unreadable ids carry, is
+    refused: no reply to it could be told from another)."""
+    return isinstance(value, str) or type(value) is int
+
+
+def _echoable(value: Any) -> bool:
+    """An id a reply can carry back: a string or a finite number (JSON-RPC allows fractions; LSP refuses them, but
+    the client still waits for the reply that names its id)."""
+    if isinstance(value, str) or type(value) is int:
+        return True
+    return type(value) is float and math.isfinite(value)
 
 
 def _is_lsp_notification(method: str) -> bool:
     """An LSP method that is a notification (its message type has no id)."""
     message_type = types.METHOD_TO_TYPES.get(method, (None,))[0]
-    return attrs.has(message_type) and "id" not in attrs.fields_dict(message_type)
+    return message_type is not None and attrs.has(message_type) and "id" not in attrs.fields_dict(message_type)
 
 
 @dataclass
@@ -163,6 +194,14 @@ class Unreadable:
     id: Any
     method: Any
     error: JsonRpcException
+    request: bool  # the message had an id member (null included): it is owed a reply
+
+
+@dataclass
+class UnreadableReply:
+    """A client reply to one of the server's requests that pygls could not structure (the request has failed)."""
+
+    error: JsonRpcException
 
 
 ONCE = (types.INITIALIZE, types.INITIALIZED)  # each counts the first time only
@@ -170,27 +209,41 @@ ONCE = (types.INITIALIZE, types.INITIALIZED)  # each counts the first time only
 
 class GuardedProtocol(LanguageServerProtocol):
     closed = False  # the client's stream is gone (or `exit` came): nothing more is written
-    _seen_once: frozenset = frozenset()  # which of ONCE have been handled
+    _seen_once: frozenset[str] = frozenset()  # which of ONCE have been handled
 
-    def structure_message(self, data: dict[str, Any]):
+    def structure_message(self, data: dict[str, Any]) -> Any:
         if isinstance(data, dict) and "jsonrpc" in data and "method" in data:
             if (refused := self._refusal_at_edge(data)) is not None:
-                return Unreadable(data.get("id"), data.get("method"), refused)
+                return Unreadable(data.get("id"), data.get("method"), refused, "id" in data)
         try:
             return super().structure_message(data)
         except JsonRpcException as exc:
+            if isinstance(data, dict) and "method" not in data and self._fail_request(data.get("id"), exc):
+                return UnreadableReply(exc)
             if not isinstance(data, dict) or "method" not in data:
-                raise  # a malformed response to one of our requests: pygls logs it
+                raise  # a malformed response to no request of ours: pygls logs it
             method = data.get("method")
             if not self._known(method):  # no such method: its params were never the problem
-                return Unreadable(data.get("id"), method, JsonRpcMethodNotFound.of(str(method)[:100]))
-            return Unreadable(
-                data.get("id"), method, JsonRpcInvalidParams(f"invalid params for {method!r}: {_what_is_wrong(exc)}")
-            )
+                return Unreadable(data.get("id"), method, JsonRpcMethodNotFound.of(str(method)[:100]), "id" in data)
+            why = JsonRpcInvalidParams(f"invalid params for {method!r}: {_what_is_wrong(exc)}")
+            return Unreadable(data.get("id"), method, why, "id" in data)
+
+    def _fail_request(self, msg_id: Any, exc: JsonRpcException) -> bool:
+        """A client reply to one of the server's own requests (workspace/applyEdit, workspace/configuration) that
+        cannot be read fails that request, so the handler awaiting it answers its own request instead of waiting
+        forever. False when `msg_id` names no request of ours."""
+        future = self._request_futures.pop(msg_id, None) if isinstance(msg_id, (int, str)) else None
+        if future is None:
+            return False
+        if not future.done():
+            future.set_exception(JsonRpcInvalidParams(f"the client's reply could not be read: {_what_is_wrong(exc)}"))
+        return True
 
     def _refusal_at_edge(self, data: dict[str, Any]) -> JsonRpcException | None:
         """What is wrong with a client message before any converter or handler sees it (None: nothing)."""
         method = data["method"]
+        if "id" in data and not _is_lsp_id(data["id"]):
+            return JsonRpcInvalidRequest(f"the id must be an integer or a string, got {_json_type(data['id'])}")
         if not self._known(method) or method == types.EXIT:
             return None  # unknown: MethodNotFound (a request) or ignored (a notification); exit always ends
         params = data.get("params")
@@ -212,15 +265,19 @@ class GuardedProtocol(LanguageServerProtocol):
         except JsonRpcMethodNotFound:
             return self.get_message_type(method) is not None
 
-    def handle_message(self, message) -> None:
+    def handle_message(self, message: Any) -> None:
+        if isinstance(message, UnreadableReply):
+            log.warning("a reply from the client could not be read: %s", _what_is_wrong(message.error))
+            return None
         if isinstance(message, Unreadable):
-            return self._refuse(message.id, message.method, message.error)
+            return self._refuse(message.id, message.method, message.error, request=message.request)
         if isinstance(message, dict) or getattr(message, "jsonrpc", None) != self.VERSION:
             if isinstance(message, dict) and "method" in message:  # no "jsonrpc" member: pygls passes it raw
                 return self._refuse(
                     message.get("id"),
                     message.get("method"),
                     JsonRpcInvalidRequest('not a JSON-RPC 2.0 message (jsonrpc must be "2.0")'),
+                    request="id" in message,
                 )
             if not isinstance(message, dict) and isinstance(message, RPCRequest):
                 return self._refuse(
@@ -243,11 +300,13 @@ class GuardedProtocol(LanguageServerProtocol):
                     getattr(message, "id", None),
                     method,
                     JsonRpcInvalidRequest(f"{method!r} was already received; it counts once"),
+                    request=isinstance(message, RPCRequest),
                 )
             self._seen_once = self._seen_once | {method}
-        return super().handle_message(message)
+        super().handle_message(message)
+        return None
 
-    def _handle_response(self, msg_id, result=None, error=None) -> None:
+    def _handle_response(self, msg_id: Any, result: Any = None, error: Any = None) -> None:
         """pygls keeps the futures of the client's requests and of the server's own in one table, so a "response"
         that names one already done (a request the client cancelled, a reply sent twice) raised InvalidStateError
         with a traceback: it is ignored with one log line."""
@@ -258,7 +317,7 @@ class GuardedProtocol(LanguageServerProtocol):
             return
         super()._handle_response(msg_id, result, error)
 
-    def _send_handler_result(self, future, *, msg_id) -> None:
+    def _send_handler_result(self, future: Future[Any], *, msg_id: Any) -> None:
         """A handler that refused its request (a JsonRpcException: unknown command, bad arguments) is answered
         with its error and one log line; pygls logs a traceback for each. Anything else stays pygls' (an
         internal error, with the traceback in the local log: a bug)."""
@@ -270,19 +329,25 @@ class GuardedProtocol(LanguageServerProtocol):
             return
         super()._send_handler_result(future, msg_id=msg_id)
 
-    def _refuse(self, msg_id: Any, method: Any, error: JsonRpcException) -> None:
-        """Answer a request with `error`; a notification (no id) can only be logged."""
-        if msg_id is None:
+    def _refuse(self, msg_id: Any, method: Any, error: JsonRpcException, request: bool = True) -> None:
+        """Answer a request (a message with an id member, null included) with `error`; a notification can only be
+        logged."""
+        if not request:
             log.warning("ignored notification %.100r: %s", method, error.message)
             return
-        if not isinstance(msg_id, (int, str)) or isinstance(msg_id, bool):
-            msg_id = None  # JSON-RPC: an id that cannot be echoed is answered with null
+        if not _echoable(msg_id):
+            msg_id = None  # JSON-RPC: an id that is no string or number is answered with null
         log.warning("refused request %.100r: %s", method, error.message)
         self._send_response(msg_id, error=error.to_response_error())
 
-    def _send_response(self, msg_id, result=None, error: types.ResponseError | None = None) -> None:
+    def _send_response(self, msg_id: Any, result: Any = None, error: types.ResponseError | None = None) -> None:
         if error is not None:  # a message only: pygls puts tracebacks in data
             error = types.ResponseError(code=error.code, message=public_message(error.message))
+            if msg_id is None:  # pygls leaves a None id out; JSON-RPC's reply to an unreadable id says "id": null
+                self._send_data(
+                    {"jsonrpc": self.VERSION, "id": None, "error": {"code": error.code, "message": error.message}}
+                )
+                return
         super()._send_response(msg_id, result, error)
 
     def _send_data(self, data: Any) -> None:
@@ -313,8 +378,9 @@ class GuardedProtocol(LanguageServerProtocol):
             self.closed = True
             log.warning("the client's stream is closed (%s); nothing more will be written", exc)
 
-    def lsp_exit(self, *args) -> None:
+    def lsp_exit(self, *args: Any) -> None:  # type: ignore[override]
         """End the process now, with LSP's code: 0 after shutdown, 1 without."""
-        self._server.stop(0 if self._shutdown else 1)
+        stop: Callable[[int], None] = getattr(self._server, "stop")  # noqa: B009 - InfillServer.stop (server.py)
+        stop(0 if self._shutdown else 1)
 
     lsp_exit.method_name = types.EXIT  # type: ignore[attr-defined]

@@ -8,11 +8,15 @@ import logging
 import os
 import signal
 import sys
+from typing import TYPE_CHECKING, TextIO, cast
 
 from infill.backends.choose import add_model_options, spec_from_args
 from infill.types import InfillError
 
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from .server import InfillServer
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,11 +28,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def create_server(base: Settings):
-    from . import handlers_actions, handlers_inline, handlers_lifecycle, handlers_telemetry
+def create_server(base: Settings) -> InfillServer:
+    from . import handlers_actions, handlers_documents, handlers_inline, handlers_lifecycle, handlers_telemetry
     from .server import InfillServer
 
     server = InfillServer(base)
+    # Text sync is the server's own, not an optional feature: InfillProtocol hands it to these handlers only.
+    handlers_documents.register(server)
     handlers_lifecycle.register(server)
     handlers_inline.register(server)
     handlers_actions.register(server)
@@ -63,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     # (didChange, request building) can wait that long per keystroke. 0.5 ms keeps the editor side responsive.
     sys.setswitchinterval(0.0005)
     if hasattr(signal, "SIGUSR1"):  # `kill -USR1 <pid>`: every thread's stack into the log, to see what waits on what
-        faulthandler.register(signal.SIGUSR1, file=handler.stream, all_threads=True)
+        faulthandler.register(signal.SIGUSR1, file=cast(TextIO, handler.stream), all_threads=True)
     server = create_server(base)
     server.start_io()
     # stdin closed without `exit`: end the same way (pygls would wait on its reader and model threads)

@@ -13,15 +13,19 @@ new line starts, and its first keys come faster than a fill.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from infill.context.indentation import indent_unit
 from infill.languages import opens_block
-from infill.pipeline import CompletionRequest, PipelineResult
+from infill.pipeline import CompletionRequest, Pipeline, PipelineResult
 from infill.types import CancelToken, deadline_in
 
-from .gate import refusal
+from .backend_host import BackendHost
+from .budget import BudgetPolicy
+from .documents import Document
+from .typed_through import TypedThrough
 
 SETTLE_GRACE_S = 1.0  # a request waits for the speculation it would be answered from until its deadline and this
 
@@ -52,23 +56,28 @@ class Ahead:
 class NextLine:
     """The document's running speculation, one per document at most. Event loop only."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: BackendHost, typed_through: TypedThrough, budget: BudgetPolicy) -> None:
+        self._host = host  # runs the speculation on the model thread
+        self._budget = budget  # its deadline, an inline request's
+        self._typed_through = typed_through  # answers from it, and says when a suggestion was typed through
         self._ahead: dict[str, Ahead] = {}
         self.started = 0  # speculations started
         self.answered = 0  # requests answered from one (also counted by typed_through)
 
-    def edited(self, ls, document, offset: int) -> bool:
-        """After an edit that left the cursor at `offset`: keep, cancel or start the document's speculation.
+    def edited(self, document: Document, offset: int, allowed: Callable[[], bool], budget_ms: int | None) -> bool:
+        """After an edit that left the cursor at `offset`: keep, cancel or start the document's speculation
+        (`allowed()`: the document passes server/gate.py's checks; `budget_ms`: the inlineBudgetMs setting).
         Whether one runs for the document now."""
         ahead = self._ahead.get(document.uri)
         text = document.text
         if ahead is not None and ahead.covers(text, offset):
             return not ahead.done.is_set()  # typing on at its cursor, or the Enter it foresaw: it stands
         self.cancel(document.uri)
-        target = _new_line(text, offset) or _after_accepted(ls, document, offset)
-        if target is None or refusal(ls, document, document.uri) is not None or ls.host.pipeline is None:
+        target = _new_line(text, offset) or self._after_accepted(document, offset)
+        pipeline = self._host.pipeline
+        if target is None or pipeline is None or not allowed():
             return False
-        self._start(ls, document, *target)
+        self._start(pipeline, document, self._budget.budget_ms(budget_ms) / 1000, *target)
         return True
 
     def cancel(self, uri: str) -> None:
@@ -89,9 +98,10 @@ class NextLine:
                 return False
         return True
 
-    def _start(self, ls, document, text: str, cursor: int, real: bool) -> None:
-        budget = ls.budget.budget_ms(ls.settings.inline_budget_ms) / 1000
-        ahead = Ahead(document.uri, text, cursor, budget)
+    def _start(
+        self, pipeline: Pipeline, document: Document, budget_s: float, text: str, cursor: int, real: bool
+    ) -> None:
+        ahead = Ahead(document.uri, text, cursor, budget_s)
         self._ahead[document.uri] = ahead
         self.started += 1
         # A text the document does not have yet (the line an Enter will open) is no version of it: it gets no
@@ -107,20 +117,38 @@ class NextLine:
             version=document.version if real else None,
             alternatives=0,
         )
-        future: Future = ls.host.worker.complete(
-            ls.host.pipeline, request, cancel=ahead.token, deadline=deadline_in(budget), queue_deadline=False
-        )
+        future = self._host.complete(pipeline, request, cancel=ahead.token, deadline=deadline_in(budget_s))
         loop = asyncio.get_running_loop()
-        future.add_done_callback(lambda done: loop.call_soon_threadsafe(self._finish, ls, ahead, done))
+        future.add_done_callback(lambda done: loop.call_soon_threadsafe(self._finish, ahead, done))
 
-    def _finish(self, ls, ahead: Ahead, done: Future) -> None:
+    def _finish(self, ahead: Ahead, done: Future[PipelineResult]) -> None:
         ahead.done.set()
         if self._ahead.get(ahead.uri) is not ahead or ahead.token.cancelled or done.exception() is not None:
             return
         completion: PipelineResult = done.result()
         fills = [f for f in completion.fills if f.text.strip()]
         if fills:
-            ls.typed_through.remember(ahead.uri, ahead.text, ahead.cursor, fills[0].start, fills[0].end, fills[0].text)
+            self._typed_through.remember(
+                ahead.uri, ahead.text, ahead.cursor, fills[0].start, fills[0].end, fills[0].text
+            )
+
+    def _after_accepted(self, document: Document, offset: int) -> tuple[str, int, bool] | None:
+        """A suggestion just accepted (or typed through) to the end of its line: the line an Enter opens next, with
+        the indentation an editor gives it (the line's own, one step deeper after a block opener)."""
+        text = document.text
+        if not self._typed_through.completed(document.uri, text, offset):
+            return None
+        line_start = text.rfind("\n", 0, offset) + 1
+        line_end = text.find("\n", offset)
+        line_end = len(text) if line_end < 0 else line_end
+        line = text[line_start:offset]
+        if not line.strip() or text[offset:line_end].strip():
+            return None
+        indent = line[: len(line) - len(line.lstrip())]
+        if opens_block(line, document.language_id):
+            indent += indent_unit(text, max(0, line_start - 2000), min(len(text), offset + 1000), document.language_id)
+        cursor = offset + 1 + len(indent)
+        return text[:offset] + "\n" + indent + text[offset:], cursor, False
 
 
 def _new_line(text: str, offset: int) -> tuple[str, int, bool] | None:
@@ -130,22 +158,3 @@ def _new_line(text: str, offset: int) -> tuple[str, int, bool] | None:
         return None
     line_end = text.find("\n", offset)
     return (text, offset, True) if not text[offset : len(text) if line_end < 0 else line_end].strip() else None
-
-
-def _after_accepted(ls, document, offset: int) -> tuple[str, int, bool] | None:
-    """A suggestion just accepted (or typed through) to the end of its line: the line an Enter opens next, with
-    the indentation an editor gives it (the line's own, one step deeper after a block opener)."""
-    text = document.text
-    if not ls.typed_through.completed(document.uri, text, offset):
-        return None
-    line_start = text.rfind("\n", 0, offset) + 1
-    line_end = text.find("\n", offset)
-    line_end = len(text) if line_end < 0 else line_end
-    line = text[line_start:offset]
-    if not line.strip() or text[offset:line_end].strip():
-        return None
-    indent = line[: len(line) - len(line.lstrip())]
-    if opens_block(line, document.language_id):
-        indent += indent_unit(text, max(0, line_start - 2000), min(len(text), offset + 1000), document.language_id)
-    cursor = offset + 1 + len(indent)
-    return text[:offset] + "\n" + indent + text[offset:], cursor, False

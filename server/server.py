@@ -8,6 +8,7 @@ import inspect
 import logging
 import os
 import uuid
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from lsprotocol import types
@@ -15,22 +16,23 @@ from pygls.exceptions import JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 
 from infill import __version__, timing
+from infill.types import BackendInfo
+from infill.worker import Claims
 
-from . import handlers_documents
+from .acceptance import AcceptanceTracker
 from .backend_host import BackendHost
+from .budget import BudgetPolicy
 from .documents import DocumentStore
 from .jsonrpc import GuardedProtocol, public_message, strict_converter
 from .next_line import NextLine
-from .scheduling import BudgetPolicy
 from .settings import Settings, clean_layer, parse_settings
-from .telemetry import LogThrottle, Telemetry
+from .telemetry import LogThrottle, RefusalLog, Telemetry
 from .typed_through import TypedThrough
 
 log = logging.getLogger(__name__)
 
 COMMANDS = ("infill.status", "infill.fillGap", "infill.fillAllGaps", "infill.toggle", "infill.didAcceptCompletion")
 STATUS_CHANGED = "infill/statusChanged"
-TELEMETRY = "infill/telemetry"
 
 
 class InfillProtocol(GuardedProtocol):
@@ -38,20 +40,20 @@ class InfillProtocol(GuardedProtocol):
     DocumentStore instead of pygls' workspace, whose incremental change re-joins the whole document on every
     keystroke."""
 
-    def _text_sync(self, method: str, params):
+    def _text_sync(self, method: str, params: object) -> Iterator[tuple[Callable[..., object], tuple[object], None]]:
         if (handler := self.fm.features.get(method)) is not None:
             yield handler, (params,), None
 
-    def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams):
+    def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams) -> Iterator[Any]:
         yield from self._text_sync(types.TEXT_DOCUMENT_DID_OPEN, params)
 
-    def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams):
+    def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams) -> Iterator[Any]:
         yield from self._text_sync(types.TEXT_DOCUMENT_DID_CHANGE, params)
 
-    def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams):
+    def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams) -> Iterator[Any]:
         yield from self._text_sync(types.TEXT_DOCUMENT_DID_CLOSE, params)
 
-    async def lsp_workspace__execute_command(self, params: types.ExecuteCommandParams) -> Any:
+    async def lsp_workspace__execute_command(self, params: types.ExecuteCommandParams) -> Any:  # type: ignore[override]
         """Commands run as the request's own task (pygls runs them as a detached inner task), so $/cancelRequest
         reaches a running infill.fillGap: its fill stops and no workspace/applyEdit follows."""
         handler = self.fm.commands.get(params.command)
@@ -70,6 +72,12 @@ class InfillProtocol(GuardedProtocol):
 
 
 class InfillServer(LanguageServer):
+    """The server: pygls' LanguageServer with infill's state. Handlers (server/handlers_*.py) receive it typed and
+    ask one of its collaborators: `documents`, `host` (the backend and the threads it runs on), `claims`,
+    `telemetry` / `acceptance`, `budget`, `typed_through`, `next_line`, `refusals`."""
+
+    protocol: InfillProtocol
+
     def __init__(self, base: Settings) -> None:
         super().__init__(
             "infill-ls",
@@ -78,24 +86,24 @@ class InfillServer(LanguageServer):
             converter_factory=strict_converter,
             text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
         )
-        self.base_settings = base  # command-line options; client settings overlay them
-        self.settings = base
-        self.documents = DocumentStore()
-        self.telemetry = Telemetry(base.completion_log)
-        self.host = BackendHost(self._on_load_event)
-        self.claims = self.host.worker.claims  # per-document tickets: supersession, joining (infill/worker.py)
+        self.base_settings: Settings = base  # command-line options; client settings overlay them
+        self.settings: Settings = base
+        self.documents: DocumentStore = DocumentStore()
+        self.telemetry: Telemetry = Telemetry(base.completion_log)
+        self.acceptance: AcceptanceTracker = self.telemetry.acceptance  # what became of each suggestion
+        self.host: BackendHost = BackendHost(self._on_load_event)
+        self.claims: Claims = self.host.claims  # per-document tickets: supersession, joining (infill/worker.py)
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.logged_refusals: set[tuple] = set()  # (uri, version, reason) already logged once
-        self.discard_log = LogThrottle()  # completions superseded or outdated while computing
-        self.budget = BudgetPolicy()  # inline deadlines: a runaway guard measured on this machine
-        self.typed_through = TypedThrough()  # the rest of a suggestion the person types through
-        self.next_line = NextLine()  # the next line's suggestion, computed ahead (server/next_line.py)
+        self.refusals: RefusalLog = RefusalLog()  # why no model work is done, logged once per document version
+        self.discard_log: LogThrottle = LogThrottle()  # completions superseded or outdated while computing
+        self.budget: BudgetPolicy = BudgetPolicy()  # inline deadlines: a runaway guard measured on this machine
+        self.typed_through: TypedThrough = TypedThrough()  # the rest of a suggestion the person types through
+        # the next line's suggestion, computed ahead (server/next_line.py)
+        self.next_line: NextLine = NextLine(self.host, self.typed_through, self.budget)
         self.joined = 0  # inline requests that joined an identical run in flight
         self._progress_token: str | None = None
-        self._progress_ready: asyncio.Future | None = None
-        self._raw_layers: dict[str, dict] = {}  # "init" (initializationOptions) and "config" (workspace config)
-        # Text sync is the server's own, not an optional feature: InfillProtocol hands it to these handlers only.
-        handlers_documents.register(self)
+        self._progress_ready: asyncio.Future[bool] | None = None
+        self._raw_layers: dict[str, dict[str, Any]] = {}  # "init" (initializationOptions), "config", "toggle"
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
     def stop(self, exit_code: int) -> None:
@@ -112,7 +120,7 @@ class InfillServer(LanguageServer):
                 handler.flush()
             os._exit(exit_code)
 
-    def report_server_error(self, error: Exception, source) -> None:
+    def report_server_error(self, error: Exception, source: object) -> None:
         """Errors outside a request (a malformed message, a failing notification handler): the local log has the
         traceback; the client gets one log line (pygls' default pops up a message box each time)."""
         log.error("server error (%s): %s", getattr(source, "__name__", source), error)
@@ -208,6 +216,7 @@ class InfillServer(LanguageServer):
         """infill.toggle: kept across later configuration changes that do not set `enabled` themselves."""
         self._raw_layers["toggle"] = {"enabled": enabled}
         self.settings = _with(self.settings, "enabled", enabled)
+        self.log(f"completions {'enabled' if enabled else 'disabled'} (infill.toggle)")
         self.notify_status()
 
     # -- loading and progress --------------------------------------------------------------------------------------
@@ -226,7 +235,7 @@ class InfillServer(LanguageServer):
             asyncio.ensure_future(self._end_progress(self._progress_token, self._progress_ready, "superseded"))
         token = f"infill-load-{uuid.uuid4().hex[:8]}"
         self._progress_token = token
-        ready: asyncio.Future = asyncio.get_running_loop().create_future()
+        ready: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._progress_ready = ready
 
         async def create_then_begin() -> None:
@@ -249,7 +258,7 @@ class InfillServer(LanguageServer):
 
         asyncio.ensure_future(create_then_begin())
 
-    async def _end_progress(self, token: str, ready: asyncio.Future | None, message: str) -> None:
+    async def _end_progress(self, token: str, ready: asyncio.Future[bool] | None, message: str) -> None:
         """End a progress once its begin went out (a reload can supersede it before that)."""
         if ready is None or await ready:
             self.work_done_progress.end(token, types.WorkDoneProgressEnd(message=message))
@@ -281,7 +290,7 @@ class InfillServer(LanguageServer):
         self.notify_status()
 
 
-def _describe(info) -> dict[str, Any] | None:
+def _describe(info: BackendInfo | None) -> dict[str, Any] | None:
     """The fallback backend as `infill.status` names it (None: no fallback serves)."""
     if info is None:
         return None

@@ -1,16 +1,22 @@
 """Server settings as one validated, typed dataclass, read from initializationOptions, workspace/configuration
 (section "infill") and workspace/didChangeConfiguration.
 
-Clients send camelCase keys (see docs/TEAM.md, "LSP protocol"). Unknown or ill-typed keys never fail a request:
-`parse_settings` keeps the previous value and returns a problem line that the server logs via window/logMessage.
+Clients send camelCase keys (see docs/TEAM.md, "LSP protocol"). Each key's type is its field's annotation, which a
+cattrs converter structures (a JSON integer by server/json_values.py's one rule): adding a setting is adding a
+field (its range, if any, in `__post_init__`). Unknown or ill-typed keys never fail a request: `parse_settings`
+keeps the previous value and returns a problem line that the server logs via window/logMessage.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, Optional, get_type_hints
+
+from cattrs import Converter
 
 from infill.types import MAX_CANDIDATES, InfillError
+
+from .json_values import json_integer
 
 
 @dataclass(frozen=True)
@@ -76,7 +82,7 @@ class Settings:
     def language_enabled(self, language: str | None) -> bool:
         return not self.enabled_languages or (language or "") in self.enabled_languages
 
-    def backend_key(self) -> tuple:
+    def backend_key(self) -> tuple[object, ...]:
         """What selects and loads the backend: a change in any of these reloads it."""
         return (
             self.model,
@@ -100,64 +106,61 @@ def _camel(name: str) -> str:
     return head + "".join(part.capitalize() for part in rest)
 
 
-_MEASURED = ("inline_budget_ms", "invoked_budget_ms")  # None: the guard server/scheduling.py measures
+_MEASURED = ("inline_budget_ms", "invoked_budget_ms")  # None: the guard server/budget.py measures
 _CAMEL = {f.name: _camel(f.name) for f in fields(Settings)}
 _FIELD_OF = {camel: name for name, camel in _CAMEL.items()}
-_OPTIONAL_TEXT = {
-    "model",
-    "device",
-    "dtype",
-    "fallback_endpoint",
-    "fallback_model",
-    "remote_endpoint",
-    "remote_model",
-    "completion_log",
-}
-_INTEGERS = {
-    "inline_budget_ms",
-    "invoked_budget_ms",
-    "code_action_budget_ms",
-    "debounce_ms",
-    "max_middle_tokens",
-    "max_document_chars",
-    "denoising_steps",
-    "kv_store_mib",
-    "fill_candidates",
-}
+_TYPES = get_type_hints(Settings)  # each setting's type is its annotation above: the one place to add a setting
+
+
+def _text(value: Any, _type: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError("a string")
+    return value
+
+
+def _optional_text(value: Any, _type: Any) -> str | None:
+    if value is None:
+        return None
+    return _text(value, str).strip() or None  # "" means "not set"
+
+
+def _integer(value: Any, _type: Any) -> int:
+    if (number := json_integer(value)) is None:
+        raise TypeError("an integer")
+    return number
+
+
+def _switch(value: Any, _type: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError("true or false")
+    return value
+
+
+def _languages(value: Any, _type: Any) -> tuple[str, ...]:
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise TypeError("a list of language ids")
+
+
+_CONVERTER = Converter()
+_CONVERTER.register_structure_hook(str, _text)
+_CONVERTER.register_structure_hook(Optional[str], _optional_text)  # noqa: UP045 - cattrs matches the object
+_CONVERTER.register_structure_hook(int, _integer)
+_CONVERTER.register_structure_hook(Optional[int], lambda v, t: None if v is None else _integer(v, t))  # noqa: UP045
+_CONVERTER.register_structure_hook(bool, _switch)
+_CONVERTER.register_structure_hook_func(lambda t: t == tuple[str, ...], _languages)
 
 
 def _coerce(name: str, value: Any) -> Any:
-    """The typed value for field `name`, or raise TypeError naming the expected type."""
-    if name in _OPTIONAL_TEXT:
-        if isinstance(value, str):
-            return value.strip() or None  # "" means "not set"
-        if value is None:
-            return None
-        raise TypeError("a string")
-    if name in ("load_format", "remote_protocol", "quantization"):
-        if isinstance(value, str):
-            return value
-        raise TypeError("a string")
-    if name in ("enabled", "related_files", "fallback"):
-        if isinstance(value, bool):
-            return value
-        raise TypeError("true or false")
-    if name in ("denoising_steps", "kv_store_mib", *_MEASURED) and value is None:
-        return None
-    if name in _INTEGERS:
-        # Python's JSON reads 1e400 as inf and NaN as nan: int() of those raises, and nan != nan.
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or (isinstance(value, float) and not value.is_integer())
-        ):
-            raise TypeError("an integer")
-        return int(value)
-    if name == "enabled_languages":
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            return tuple(value)
-        raise TypeError("a list of language ids")
-    raise TypeError("a known type")  # unreachable: every field is listed above
+    """The typed value for field `name` (structured by its annotation), or raise TypeError naming the expected
+    type."""
+    try:
+        return _CONVERTER.structure(value, _TYPES[name])
+    except TypeError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - cattrs wraps a hook's TypeError in its own errors
+        cause = next((e for e in getattr(exc, "exceptions", ()) if isinstance(e, TypeError)), None)
+        raise TypeError(str(cause) if cause else "a known type") from exc
 
 
 def clean_layer(raw: Any, current: Settings) -> tuple[dict[str, Any], list[str]]:
@@ -201,14 +204,3 @@ def parse_settings(raw: Any, base: Settings) -> tuple[Settings, list[str]]:
         except InfillError as exc:  # valid alone, but not together with the other settings
             problems.append(f"{exc}; kept {getattr(settings, name)!r}")
     return settings, problems
-
-
-def plain_json(value: Any) -> Any:
-    """JSON-like Python values from whatever pygls produced for an untyped payload (dicts, namedtuples, attrs)."""
-    if hasattr(value, "_asdict"):
-        return {k: plain_json(v) for k, v in value._asdict().items()}
-    if isinstance(value, dict):
-        return {k: plain_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain_json(v) for v in value]
-    return value

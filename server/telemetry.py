@@ -11,12 +11,13 @@ import queue
 import threading
 import time
 from collections import Counter, deque
-from typing import Any
+from typing import Any, TextIO
 
 from infill.pipeline import PipelineResult
 from infill.stats import percentile
 
 from .acceptance import AcceptanceTracker, Suggestion
+from .documents import Document
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +33,16 @@ class Telemetry:
         self.acceptance = AcceptanceTracker(self.count_event)
 
     # -- counters --------------------------------------------------------------------------------------------------
+    def offered(self, document: Document, items: list[tuple[str, int, int]]) -> list[str]:
+        """An inline reply sent (each item's text and str range): counted, and remembered to infer what becomes
+        of it; the ids of its suggestions."""
+        self.counts["offered"] += 1
+        return self.acceptance.offer(document, items)
+
     def record_latency(self, ms: float) -> None:
         self.latencies_ms.append(ms)
 
-    def latency_summary(self) -> dict:
+    def latency_summary(self) -> dict[str, Any]:
         values = list(self.latencies_ms)
         p50, p95 = percentile(values, 50), percentile(values, 95)
         return {
@@ -96,7 +103,7 @@ class Telemetry:
             }
         )
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, int]:
         return {
             key: self.counts.get(key, 0)
             for key in (
@@ -165,7 +172,7 @@ class Telemetry:
             }
         )
 
-    def append(self, record: dict) -> None:
+    def append(self, record: dict[str, Any]) -> None:
         path = self.log_path
         if not path:
             return
@@ -181,7 +188,7 @@ class LogWriter:
     appending to a file costs milliseconds on a cold cache, in the reply path of every completion)."""
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[str | None, Any]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
 
@@ -200,7 +207,8 @@ class LogWriter:
         done.wait(timeout)
 
     def _run(self) -> None:
-        handle, open_path = None, None
+        handle: TextIO | None = None
+        open_path: str | None = None
         while True:
             path, line = self._queue.get()
             try:
@@ -215,6 +223,7 @@ class LogWriter:
                     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
                     # (a lone surrogate from a client's text must not stop the log)
                     handle, open_path = open(path, "a", encoding="utf-8", errors="backslashreplace"), path
+                assert handle is not None  # (opened above)
                 handle.write(line + "\n")
                 if self._queue.empty():
                     handle.flush()
@@ -223,6 +232,25 @@ class LogWriter:
             finally:
                 if path is None:
                     line.set()
+
+
+class RefusalLog:
+    """Which refusals were logged already: each (uri, version, reason) once (server/gate.py logs them)."""
+
+    REMEMBERED = 1000  # keys kept; past it the log starts over
+
+    def __init__(self) -> None:
+        self._logged: set[tuple[str, int | None, str]] = set()
+
+    def first(self, uri: str, version: int | None, reason: str) -> bool:
+        """Whether this refusal is new (and now remembered)."""
+        key = (uri, version, reason)
+        if key in self._logged:
+            return False
+        if len(self._logged) >= self.REMEMBERED:
+            self._logged.clear()
+        self._logged.add(key)
+        return True
 
 
 class LogThrottle:

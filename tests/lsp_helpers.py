@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # The shared server of the test_server_*.py modules (the `lsp` fixture in conftest.py). Budgets are generous: the
 # tiny engine runs on a shared 2-core CPU, and a fill cut short by its deadline is (rightly) not shown. Python text
 # from random weights never parses, so the watchdog rejects it: fills that must produce text use plaintext/Markdown
-# documents. The fallback is off: these tests are about the tiny engine's own fills (tests/server/test_server_fallback.py
-# checks the default, with the offline default behind the checkpoint).
+# documents. The fallback is off: these tests are about the tiny engine's own fills
+# (tests/server/test_server_fallback.py checks the default, with the offline default behind the checkpoint).
 INIT_OPTIONS = {"inlineBudgetMs": 400, "debounceMs": 40, "enabled": "yes", "bogusKey": 1, "fallback": False}
 CONFIG = {
     "invokedBudgetMs": 30000,
@@ -85,6 +85,16 @@ async def wait_ready(client: LanguageClient, timeout: float = 90.0, state: str =
         if current["state"] == state or time.monotonic() > end:
             return current
         await asyncio.sleep(0.1)
+
+
+async def wait_status(client: LanguageClient, done, timeout: float = 60.0) -> dict:
+    """infill.status once `done(status)` holds (or, past `timeout`, as it is: the caller's assertion says why)."""
+    end = time.monotonic() + timeout
+    while True:
+        current = await status(client)
+        if done(current) or time.monotonic() > end:
+            return current
+        await asyncio.sleep(0.05)
 
 
 async def log_records(path, done, timeout: float = 10.0) -> list[dict]:

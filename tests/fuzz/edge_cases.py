@@ -1,5 +1,5 @@
-"""What a client may send that the server never produced (issue 24): params of every JSON type on every method
-the server registers, code-action resolve data of every shape, command arguments of every shape. Each generator
+"""What a client may send that the server never produced (issue 24): params of every JSON type (null too) on every
+method the server registers, code-action resolve data of every shape, command arguments of every shape. Each generator
 returns (kind, method, raw params): "edge_params" is owed -32602, "edge_resolve" a result without an edit,
 "invalid" any answer that is not an internal error (session.py checks them)."""
 
@@ -46,8 +46,10 @@ def registered_methods() -> tuple[str, ...]:
 
 def edge_request(rng: random.Random, uri: str) -> tuple[str, str, str]:
     roll = rng.random()
-    if roll < 0.4:
+    if roll < 0.35:
         return "edge_params", rng.choice(registered_methods()), rng.choice(NON_OBJECTS)
+    if roll < 0.4:  # null params: refused where the method needs an object, valid where its params are optional
+        return "invalid", rng.choice([m for m in registered_methods() if m != "shutdown"]), "null"
     if roll < 0.75:
         return (
             "edge_resolve",

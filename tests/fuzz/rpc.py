@@ -41,7 +41,9 @@ class RawServer:
         self.configuration = configuration or {}
         self.responses: dict[Any, dict] = {}
         self.notifications: list[dict] = []
-        self.applied_edits: list[dict] = []
+        self.applied_edits: list[dict] = []  # every workspace/applyEdit the server sent
+        self.apply_reply: Any = {"applied": True}  # what this client answers to each
+        self.accepted_edits = 0  # applyEdits answered {"applied": true}
         self.unparsable = 0  # frames from the server that were not JSON (must stay 0)
         self._next_id = 0
         self._cond = threading.Condition()
@@ -73,11 +75,19 @@ class RawServer:
         self._next_id += 1
         return self._next_id
 
-    def request(self, method: str, params: Any = None, raw_params: str | None = None) -> int:
-        """Send a request (params as JSON, or `raw_params` as literal JSON text such as '{"x": 1e400}')."""
-        msg_id = self.new_id()
+    def request(
+        self, method: str, params: Any = None, raw_params: str | None = None, string_id: bool = False
+    ) -> int | str:
+        """Send a request (params as JSON, or `raw_params` as literal JSON text such as '{"x": 1e400}'); its id is
+        an integer, or a string when `string_id` (JSON-RPC and LSP allow both)."""
+        msg_id: int | str = self.new_id()
+        if string_id:
+            msg_id = f"s-{msg_id}"
         if raw_params is not None:
-            self.send(f'{{"jsonrpc": "2.0", "id": {msg_id}, "method": {json.dumps(method)}, "params": {raw_params}}}')
+            self.send(
+                f'{{"jsonrpc": "2.0", "id": {json.dumps(msg_id)}, "method": {json.dumps(method)}, '
+                f'"params": {raw_params}}}'
+            )
         else:
             self.send({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
         return msg_id
@@ -99,8 +109,8 @@ class RawServer:
                 self._cond.wait(min(left, 0.2))
             return self.responses[msg_id]
 
-    def call(self, method: str, params: Any = None, timeout: float = 60.0) -> dict | None:
-        return self.wait(self.request(method, params), timeout)
+    def call(self, method: str, params: Any = None, timeout: float = 60.0, string_id: bool = False) -> dict | None:
+        return self.wait(self.request(method, params, string_id=string_id), timeout)
 
     def _read_loop(self) -> None:
         stream = self.proc.stdout
@@ -143,7 +153,9 @@ class RawServer:
             return [self.configuration for _ in request.get("params", {}).get("items", [])]
         if method == "workspace/applyEdit":
             self.applied_edits.append(request["params"]["edit"])
-            return {"applied": True}
+            if isinstance(self.apply_reply, dict) and self.apply_reply.get("applied") is True:
+                self.accepted_edits += 1
+            return self.apply_reply
         return None
 
     def logs(self) -> str:

@@ -11,7 +11,11 @@ the invariants of issue 14 checked as replies arrive:
 - no internal error (-32603, `internal_errors`), no error with data, a traceback or a machine path
   (`protocol_errors`), and no traceback on the server's stderr (`tracebacks`);
 - what the server never produced (edge_cases.py) is refused: non-object params get -32602, resolve data of any
-  other shape comes back without an edit.
+  other shape comes back without an edit;
+- every reply carries the id of its request, an integer or a string (half the requests use string ids), never null
+  (`protocol_errors`);
+- a Fill command answers `applied: true` only as often as the client accepted a workspace/applyEdit (the client
+  of a session accepts them, refuses them, or answers what is not {applied: bool}) (`bad_edits`).
 """
 
 from __future__ import annotations
@@ -72,12 +76,13 @@ class Session:
         self.actions: list[tuple[dict, Pending]] = []  # listed actions with what they were listed for
         self.generations = 0
         self.checked_edits = 0
+        self.applied_replies = 0  # Fill commands answered applied: true
 
     # -- sending ---------------------------------------------------------------------------------------------------
     def request(
         self, kind: str, method: str, params=None, doc: Doc | None = None, raw: str | None = None, **extra
     ) -> int:
-        msg_id = self.server.request(method, params, raw_params=raw)
+        msg_id = self.server.request(method, params, raw_params=raw, string_id=self.rng.random() < 0.5)
         self.pending[msg_id] = Pending(kind, time.monotonic(), doc, doc.snapshot() if doc else None, extra)
         self.stats.requests += 1
         return msg_id
@@ -261,14 +266,14 @@ class Session:
         elif choice == 1:
             self.server.send_bytes(self.rng.choice([b"42", b"[]", b'"x"', b"null", b"\xff\xfe"]))
         else:
-            msg_id = self.server.new_id()
+            msg_id = self.server.new_id() if self.rng.random() < 0.5 else f"m-{self.server.new_id()}"
             body = self.rng.choice(
                 [
-                    f'{{"id": {msg_id}, "method": "infill/none"}}',
-                    f'{{"jsonrpc": "1.0", "id": {msg_id}, "method": "workspace/executeCommand", '
+                    f'{{"id": {json.dumps(msg_id)}, "method": "infill/none"}}',
+                    f'{{"jsonrpc": "1.0", "id": {json.dumps(msg_id)}, "method": "workspace/executeCommand", '
                     f'"params": {{"command": "infill.status"}}}}',
-                    f'{{"jsonrpc": "2.0", "id": {msg_id}, "method": "no/such/method"}}',
-                    f'{{"jsonrpc": "2.0", "id": {msg_id}, "method": "workspace/executeCommand", '
+                    f'{{"jsonrpc": "2.0", "id": {json.dumps(msg_id)}, "method": "no/such/method"}}',
+                    f'{{"jsonrpc": "2.0", "id": {json.dumps(msg_id)}, "method": "workspace/executeCommand", '
                     f'"params": {{"command": "infill.nope"}}}}',
                 ]
             )
@@ -293,6 +298,8 @@ class Session:
     # -- checking --------------------------------------------------------------------------------------------------
     def check(self, now: float, owed: bool = True) -> None:
         """Check replies that arrived; a request owed a reply for longer than HANG_S is a hang."""
+        if (lost := self.server.responses.pop(None, None)) is not None:  # every id this client sends can be echoed
+            self.stats.note("protocol_errors", f"seed {self.seed}: a reply without its request's id: {str(lost)[:200]}")
         for msg_id, pending in list(self.pending.items()):
             reply = self.server.responses.get(msg_id)
             if reply is None:
@@ -331,6 +338,14 @@ class Session:
         if pending.kind in ("invalid", "edge_resolve"):
             return  # some are valid after all (a null line is refused, "x" is not): an answer is what is owed
         result = reply.get("result")
+        if pending.kind == "fill" and isinstance(result, dict) and result.get("applied") is True:
+            self.applied_replies += 1
+            if self.applied_replies > self.server.accepted_edits:
+                self.stats.note(
+                    "bad_edits",
+                    f"seed {self.seed}: applied: true {self.applied_replies} times, "
+                    f"{self.server.accepted_edits} applyEdits accepted",
+                )
         if pending.kind == "actions" and pending.doc is not None and result:
             generation, version, text = pending.state
             for action in result:
@@ -434,6 +449,9 @@ def run_session(checkpoint: str, seed: int, seconds: float, stats: Stats, stderr
             stats.note("hangs", f"not ready: {ready}")
             return
         session = Session(server, rng, stats, seed)
+        server.apply_reply = rng.choice(
+            [{"applied": True}] * 4 + [{"applied": False, "failureReason": "read-only"}, {"applied": "false"}, None]
+        )
         end = time.monotonic() + seconds
         steps = 0
         while time.monotonic() < end:

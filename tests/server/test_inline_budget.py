@@ -11,7 +11,7 @@ import pytest_asyncio
 from lsp_helpers import log_text, open_doc, start, status, wait_ready
 from lsprotocol import types
 
-from server.scheduling import GUARD_CAP_MS, GUARD_FACTOR, GUARD_FLOOR_MS, MIN_SAMPLES, TOO_SLOW_P50_MS, BudgetPolicy
+from server.budget import GUARD_CAP_MS, GUARD_FACTOR, GUARD_FLOOR_MS, MIN_SAMPLES, TOO_SLOW_P50_MS, BudgetPolicy
 from server.settings import Settings, parse_settings
 
 # -- the policy itself ------------------------------------------------------------------------------------------
@@ -59,10 +59,9 @@ def test_budget_settings_default_to_measured_and_accept_null_or_a_number():
 # -- through the real server ------------------------------------------------------------------------------------
 
 # 256 denoising steps: a fill of the tiny engine takes about a second or more on a quiet 2-core machine, longer
-# than the old 600 ms default, and inside the guard's cap unless the machine is loaded many times over (then the
-# test says so and skips: nothing can show past the cap, by design). The fallback is off: the guard's rules are
-# about the model's own fill times, and with a fallback the slow engine gets 60% of each deadline, its cut fills
-# answered by the offline default (docs/server.md, "Fallback").
+# than the old 600 ms default; the tests measure it in the same run rather than assume it. The fallback is off: the
+# guard's rules are about the model's own fill times, and with a fallback the slow engine gets 60% of each
+# deadline, its cut fills answered by the offline default (docs/server.md, "Fallback").
 SLOW_ARGS = ["--denoising-steps", "256"]
 
 
@@ -102,38 +101,39 @@ def _automatic(client, uri: str, position: types.Position):
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_a_slow_model_still_shows_its_suggestion_with_default_settings(slow_lsp):
+    """What holds on any machine: the guard starts at its cap and then follows this machine's own fill times, so a
+    fill that runs within the cap is shown (the warm-up fill, timed in this same run, says how long one takes here),
+    and after MIN_SAMPLES fills the deadline is GUARD_FACTOR x their p95, clamped to [floor, cap]."""
+    warm = (await status(slow_lsp))["budget"]
+    assert warm["samples"] == 1 and warm["source"]["inline"] == "cap", warm  # the warm-up fill alone, timed
+    fits_the_cap = warm["fillP50Ms"] < 0.5 * GUARD_CAP_MS  # (half: room for this machine's noise)
     texts = ["The meeting moved to ", "Bring the report and ", "Lunch is at "]
+    shown = 0
     for index, text in enumerate(texts):
         uri = f"file:///slow-{index}.txt"
         open_doc(slow_lsp, uri, text, language="plaintext")
         reply = await _automatic(slow_lsp, uri, types.Position(0, len(text)))
-        if reply is None and (await status(slow_lsp))["budget"]["fillP95Ms"] >= 0.9 * GUARD_CAP_MS:
-            pytest.skip(
-                "this machine is loaded past the guard's cap: fills take longer than "
-                f"{GUARD_CAP_MS / 1000:.0f} s (nothing can show then, by design)"
-            )
-        assert reply is not None and reply.items and reply.items[0].insert_text.strip(), log_text(slow_lsp)
-        if index == 0:  # it ran under the cap: only the warm-up fill was timed before it
+        shown += bool(reply is not None and reply.items and reply.items[0].insert_text.strip())
+        if index == 0:  # its deadline was the cap: only the warm-up fill was timed before it
             first = (await status(slow_lsp))["budget"]
             assert first["samples"] == 2 and first["source"]["inline"] == "cap", first
+    if fits_the_cap:
+        assert shown == len(texts), (warm, log_text(slow_lsp))
     after = await status(slow_lsp)
     budget = after["budget"]
-    assert budget["samples"] == len(texts) + 1, budget
-    if budget["fillP50Ms"] <= 600:
-        pytest.skip(f"fills took {budget['fillP50Ms']} ms here: not slower than the old 600 ms default")
-    assert budget["source"]["inline"] == "measured"
+    assert budget["samples"] == len(texts) + 1 and budget["source"]["inline"] == "measured", budget
     assert (
         budget["inlineMs"] == round(min(GUARD_CAP_MS, max(GUARD_FLOOR_MS, GUARD_FACTOR * budget["fillP95Ms"])))
         or abs(budget["inlineMs"] - GUARD_FACTOR * budget["fillP95Ms"]) <= GUARD_FACTOR
     ), budget
-    assert "cut_short" not in after["pipeline"]["rejected"], after["pipeline"]
+    if fits_the_cap:
+        assert "cut_short" not in after["pipeline"]["rejected"], after["pipeline"]
 
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_status_says_when_the_machine_is_too_slow_for_automatic_suggestions(slow_lsp):
     current = (await status(slow_lsp))["budget"]
-    if current["samples"] < MIN_SAMPLES:
-        pytest.skip("the fills before this test did not all run (see the test before)")
+    assert current["samples"] >= MIN_SAMPLES, current  # the fills of the test before, each timed
     slow = current["fillP50Ms"] > TOO_SLOW_P50_MS
     assert current["tooSlowForTyping"] is slow
     if slow:  # the notification went out when the verdict flipped

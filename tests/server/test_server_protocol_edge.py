@@ -23,21 +23,6 @@ def registered_methods() -> list[str]:
     return sorted((set(protocol.fm.builtin_features) | set(protocol.fm.features)) - {"exit"})
 
 
-@pytest.fixture(scope="module")
-def edge_server(tiny_checkpoint, tmp_path_factory):
-    stderr = tmp_path_factory.mktemp("edge") / "server.log"
-    server = RawServer(
-        ["--model", str(tiny_checkpoint), "--denoising-steps", "2"],
-        configuration={"enabledLanguages": ["plaintext"], "codeActionBudgetMs": 30000},
-        stderr_path=str(stderr),
-    )
-    assert "result" in server.initialize()
-    assert server.wait_ready(240)["state"] == "ready"
-    server.stderr_path = stderr
-    yield server
-    server.kill()
-
-
 def ask(server: RawServer, method: str, raw: str) -> dict:
     reply = server.wait(server.request(method, raw_params=raw), ANSWER_S)
     assert reply is not None, f"{method} with params {raw} got no answer"

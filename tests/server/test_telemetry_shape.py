@@ -5,12 +5,21 @@ measured again after the retain delay (shortened here through INFILL_RETAIN_SECO
 
 from __future__ import annotations
 
-import asyncio
 import os
 
 import pytest
 import pytest_asyncio
-from lsp_helpers import apply_edits, log_records, log_text, open_doc, start, status, utf16_offset, wait_ready
+from lsp_helpers import (
+    apply_edits,
+    log_records,
+    log_text,
+    open_doc,
+    start,
+    status,
+    utf16_offset,
+    wait_ready,
+    wait_status,
+)
 from lsprotocol import types
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -128,13 +137,20 @@ async def test_copilot_notifications_and_accept_command_are_counted(lsp):
     }
 
 
-async def settle() -> None:
-    """Counts are the server's, and the server is this module's: let earlier tests' accepts be measured first."""
-    await asyncio.sleep(RETAIN_SECONDS + 0.5)
+async def settle(lsp) -> None:
+    """Counts are the server's, and the server is this module's: wait until every suggestion accepted so far got its
+    retained measurement (the timer's record in the completion log), so earlier tests' timers count before."""
+
+    def measured(records: list[dict]) -> bool:
+        accepted = {r["itemId"] for r in records if r.get("event") == "accepted" and r.get("itemId")}
+        timed = {r["itemId"] for r in records if r.get("event") in ("retained", "retained_unmeasured")}
+        return accepted <= timed
+
+    await log_records(lsp.log_path, measured, timeout=20 * RETAIN_SECONDS)
 
 
 async def test_accept_by_plain_edit_is_inferred_and_retained_is_reported(lsp):
-    await settle()
+    await settle(lsp)
     doc = Doc(lsp, "typed", "Meeting notes\nThe plan is\n")
     at = plus(1, 11)
     item = await doc.suggestion(at)
@@ -142,9 +158,10 @@ async def test_accept_by_plain_edit_is_inferred_and_retained_is_reported(lsp):
     doc.edit(item.range, item.insert_text)  # Tab in a client that reports nothing
     after = await counts(lsp)
     assert gained(before, after) == {"accepted": 1, "accepted_full": 1, "accepted_chars": len(item.insert_text)}
-    # Still there after the retain delay: every accepted character retained.
-    await asyncio.sleep(RETAIN_SECONDS + 0.5)
-    retained = await counts(lsp)
+    # Still there after the retain delay: every accepted character retained (waited for, not slept past).
+    retained = (await wait_status(lsp, lambda s: s["telemetry"]["retained_measured"] > after["retained_measured"]))[
+        "telemetry"
+    ]
     assert gained(after, retained) == {
         "retained_measured": 1,
         "retained_of_chars": len(item.insert_text),
@@ -157,7 +174,7 @@ async def test_accept_by_plain_edit_is_inferred_and_retained_is_reported(lsp):
 
 
 async def test_accept_undone_before_the_delay_is_not_retained(lsp):
-    await settle()
+    await settle(lsp)
     doc = Doc(lsp, "undone", "Shopping list\nWe need\n")
     at = plus(1, 7)
     item = await doc.suggestion(at, min_chars=8)
@@ -166,8 +183,9 @@ async def test_accept_undone_before_the_delay_is_not_retained(lsp):
     end = utf16_offset(doc.text, at) + len(item.insert_text)
     assert doc.text[utf16_offset(doc.text, at) : end] == item.insert_text
     doc.edit(types.Range(start=at, end=plus(1, 7 + utf16_length(item.insert_text))), "")  # undone at once
-    await asyncio.sleep(RETAIN_SECONDS + 0.5)
-    after = await counts(lsp)
+    after = (await wait_status(lsp, lambda s: s["telemetry"]["retained_measured"] > before["retained_measured"]))[
+        "telemetry"
+    ]
     assert gained(before, after) == {
         "accepted": 1,
         "accepted_full": 1,

@@ -1,0 +1,63 @@
+"""One request's model run, the same for an inline request and a Fill gap: run the request on the model thread
+under the ticket it claimed, stop it when the client cancels, cost a failing backend this request only, close the
+ticket, and say whether the run was superseded or edited meanwhile. Callers decide what to answer."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from lsprotocol import types
+
+from infill.pipeline import CompletionRequest, Pipeline, PipelineResult, Prepared
+from infill.types import deadline_in
+from infill.worker import Ticket
+
+if TYPE_CHECKING:
+    from .server import InfillServer
+
+
+@dataclass
+class ModelRun:
+    """What a request's run came to: `result` None when it failed (`failure` says why) or never ran (`failure`
+    empty: cancelled by an edit or a newer request before the model thread got to it)."""
+
+    result: PipelineResult | None
+    stopped: bool  # superseded or edited while computing
+    failure: str = ""
+
+
+async def run_on_model(
+    ls: InfillServer,
+    ticket: Ticket,
+    pipeline: Pipeline,
+    request: CompletionRequest,
+    *,
+    budget_s: float,
+    what: str,
+    context: Future[Prepared] | None = None,
+) -> ModelRun:
+    """Run `request` on the model thread under `ticket` (closed here, whatever happens); `what` names the request
+    in the log line of a failure."""
+    failure = ""
+    result: PipelineResult | None = None
+    try:
+        future = ls.host.complete(
+            pipeline, request, cancel=ticket.token, deadline=deadline_in(budget_s), context=context
+        )
+        result = await asyncio.wrap_future(future)
+    except asyncio.CancelledError:
+        ticket.token.cancel("request cancelled by the client")  # the backend stops within one step
+        raise
+    except Exception as exc:  # noqa: BLE001 - a failing backend (OOM, bug) costs this request only
+        failure = f"{type(exc).__name__}: {exc}"
+        ls.log(f"{what} failed: {failure}", types.MessageType.Error)
+    finally:
+        ls.claims.close(ticket)
+        stopped = ticket.stopped  # (read before the cancel below, which would set it)
+        ticket.token.cancel("request ended")  # nothing queued for it (context, warm) may run on after it
+    if result is not None and result.route == "not_run":
+        return ModelRun(None, True)
+    return ModelRun(result, stopped, failure)

@@ -1,0 +1,50 @@
+"""Shared fixtures of the server tests: the real infill-ls over raw JSON-RPC (tests/fuzz/rpc.py) with the tiny
+random-weight DiffusionGemma, one per module, and a factory for tests that need a server of their own."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fuzz.rpc import RawServer
+
+RawServerFactory = Callable[..., RawServer]
+
+
+@pytest.fixture
+def raw_server(tiny_checkpoint: Path, tmp_path: Path) -> Iterator[RawServerFactory]:
+    """Start servers (initialized, backend ready) that this test alone uses; each is killed at its end."""
+    started: list[RawServer] = []
+
+    def start(*args: str, configuration: dict[str, Any] | None = None, capabilities: dict | None = None) -> RawServer:
+        server = RawServer(
+            ["--model", str(tiny_checkpoint), "--denoising-steps", "2", *args],
+            configuration=configuration or {"enabledLanguages": ["plaintext", "markdown"], "codeActionBudgetMs": 60000},
+            stderr_path=str(tmp_path / f"server-{len(started)}.log"),
+        )
+        started.append(server)
+        assert "result" in (server.initialize(capabilities=capabilities) or {})
+        assert (server.wait_ready(240) or {}).get("state") == "ready"
+        return server
+
+    yield start
+    for server in started:
+        server.kill()
+
+
+@pytest.fixture(scope="module")
+def edge_server(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RawServer]:
+    """One server for a module's edge cases (its stderr at `server.stderr_path`)."""
+    stderr = tmp_path_factory.mktemp("edge") / "server.log"
+    server = RawServer(
+        ["--model", str(tiny_checkpoint), "--denoising-steps", "2"],
+        configuration={"enabledLanguages": ["plaintext", "markdown"], "codeActionBudgetMs": 30000},
+        stderr_path=str(stderr),
+    )
+    assert "result" in (server.initialize() or {})
+    assert (server.wait_ready(240) or {}).get("state") == "ready"
+    server.stderr_path = stderr  # type: ignore[attr-defined]
+    yield server
+    server.kill()
