@@ -58,7 +58,7 @@ from infill.testing.benchmark_figures import (  # noqa: E402
     mean_interval,
     wilson_interval,
 )
-from server.scheduling import GUARD_CAP_MS  # noqa: E402
+from server.budget import GUARD_CAP_MS  # noqa: E402
 from server.settings import Settings  # noqa: E402
 
 PREFIX_SEEN = 1500  # about the offline default's fresh prompt (384 tokens)

@@ -43,7 +43,7 @@ from infill.pilot.holes import CutSettings, cut_holes  # noqa: E402
 from infill.pipeline import Pipeline, PipelineSettings  # noqa: E402
 from infill.stats import percentile  # noqa: E402
 from infill.testing.benchmark_figures import kernel_flags  # noqa: E402
-from server.scheduling import GUARD_CAP_MS  # noqa: E402
+from server.budget import GUARD_CAP_MS  # noqa: E402
 from server.settings import Settings  # noqa: E402
 
 LOAD_ONE = """

@@ -70,7 +70,7 @@ from infill.testing.benchmark_figures import (  # noqa: E402
     wilson_interval,
 )
 from server import scheduling  # noqa: E402
-from server.scheduling import GUARD_CAP_MS  # noqa: E402
+from server.budget import GUARD_CAP_MS  # noqa: E402
 from server.settings import Settings  # noqa: E402
 
 HELD_OUT_PACKAGES = ("cattrs", "h11", "anyio", "fsspec", "markdown_it", "networkx")

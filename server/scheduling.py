@@ -30,7 +30,6 @@ from infill.pipeline import CompletionRequest, Pipeline, PipelineResult, Prepare
 from infill.types import CancelToken
 from infill.worker import Claims, Ticket
 
-from .budget import GUARD_CAP_MS  # noqa: F401 - benchmarks/fallback.py imports it from here (moved to budget.py)
 from .documents import Document, document_name
 from .gate import refusal
 from .model_runs import run_on_model
@@ -68,8 +67,9 @@ async def run_inline(ls: InfillServer, document: Document, cursor: int, invoked:
         ticket.run = asyncio.ensure_future(_debounce_and_run(ls, document, ticket, cursor, invoked))
     run = cast("asyncio.Future[InlineRun | None]", ticket.run)
     taken_over = asyncio.wrap_future(claim.taken_over)
+    either: set[asyncio.Future[Any]] = {run, taken_over}
     try:
-        await asyncio.wait({run, taken_over}, return_when=asyncio.FIRST_COMPLETED)  # (never cancels the run)
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)  # (never cancels the run)
     except asyncio.CancelledError:
         if ls.claims.leave(claim):  # no one waits for the run now: stop it, unless an identical request joins
             asyncio.get_running_loop().call_later(JOIN_GRACE_S, _release, ls.claims, ticket)
