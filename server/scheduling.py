@@ -137,16 +137,7 @@ async def _debounce(
     pipeline = ls.host.pipeline
     if pipeline is None:
         return None
-    request = CompletionRequest(
-        text=document.text,
-        start=cursor,
-        mode="inline",
-        language=document.language_id,
-        document_id=document.uri,
-        version=document.version,
-        alternatives=None if invoked else INLINE_ALTERNATIVES,
-        **related(ls, document.uri),
-    )
+    request = inline_request(ls, document, cursor, invoked)
     if debounce <= 0:
         return pipeline, request, None
     context = ls.host.prepare(pipeline, request, ticket.token)
@@ -177,6 +168,21 @@ def related(ls: InfillServer, uri: str) -> dict[str, Any]:
     return {"name": document_name(uri), "related": ls.documents.others(uri) if ls.settings.related_files else ()}
 
 
+def inline_request(ls: InfillServer, document: Document, cursor: int, invoked: bool) -> CompletionRequest:
+    """What an inline request at `cursor` asks the pipeline (the same for its run and for a prompt warmed ahead,
+    so that the warm's fit is the run's)."""
+    return CompletionRequest(
+        text=document.text,
+        start=cursor,
+        mode="inline",
+        language=document.language_id,
+        document_id=document.uri,
+        version=document.version,
+        alternatives=None if invoked else INLINE_ALTERNATIVES,
+        **related(ls, document.uri),
+    )
+
+
 def after_edit(ls: InfillServer, document: Document, offset: int) -> None:
     """After an edit that left the cursor at `offset`: a new line's suggestion computed ahead (server/next_line.py),
     or after a jump to another line than the document's last edit, the prompt there encoded now (on a slow CPU
@@ -194,14 +200,6 @@ def after_edit(ls: InfillServer, document: Document, offset: int) -> None:
     if not jumped or pipeline is None or not allowed():
         return
     ticket = ls.claims.open(document.uri, "inline")
-    request = CompletionRequest(
-        text=document.text,
-        start=offset,
-        mode="inline",
-        language=document.language_id,
-        document_id=document.uri,
-        version=document.version,
-        **related(ls, document.uri),
-    )
+    request = inline_request(ls, document, offset, invoked=False)
     warmed = _warm_ahead(ls, pipeline, ls.host.prepare(pipeline, request, ticket.token), ticket.token)
     warmed.add_done_callback(lambda _: ls.claims.close(ticket))
