@@ -29,6 +29,23 @@ JOIN_POLL_S = 0.1
 CANCEL_GRACE_S = 30.0  # after a stop, how long in-flight attempts get to return before their threads are abandoned
 
 
+def failed_attempt(error: str) -> dict[str, Any]:
+    """The record of an attempt that produced nothing: a scoring bug, or a target whose backend did not open."""
+    return {
+        "latency_ms": None,
+        "shown": False,
+        "predicted": "",
+        "exact_match": False,
+        "edit_similarity": 0.0,
+        "syntax_valid": None,
+        "accepted": False,
+        "route": "none",
+        "rejections": [],
+        "outcome": "exception",
+        "error": error,
+    }
+
+
 @dataclass(frozen=True)
 class RunSettings:
     concurrency: tuple[int, ...] = (1, 4, 16)
@@ -162,19 +179,7 @@ class _Cell:
                 assert self.front is not None  # (a cell whose target did not open runs no attempt)
                 record = run_attempt(self.front, hole, document_id, self.settings.accept, token, deadline_s)
             except Exception as exc:  # a scoring bug must not silently lose the hole: it is recorded as an error
-                record = {
-                    "latency_ms": None,
-                    "shown": False,
-                    "predicted": "",
-                    "exact_match": False,
-                    "edit_similarity": 0.0,
-                    "syntax_valid": None,
-                    "accepted": False,
-                    "route": "none",
-                    "rejections": [],
-                    "outcome": "exception",
-                    "error": f"pilot: {type(exc).__name__}: {exc}",
-                }
+                record = failed_attempt(f"pilot: {type(exc).__name__}: {exc}")
             try:  # each document is seen once: its cached syntax tree is dead weight
                 getattr(self.target.pipeline, "forget", lambda _id: None)(document_id)
             except Exception:
@@ -205,17 +210,7 @@ class _Cell:
             self.attempts.write(
                 {
                     **self._identity(hole),
-                    "latency_ms": None,
-                    "shown": False,
-                    "predicted": "",
-                    "exact_match": False,
-                    "edit_similarity": 0.0,
-                    "syntax_valid": None,
-                    "accepted": False,
-                    "route": "none",
-                    "rejections": [],
-                    "outcome": "exception",
-                    "error": f"backend failed to open: {self.target.open_error}",
+                    **failed_attempt(f"backend failed to open: {self.target.open_error}"),
                     "stopped": False,
                 }
             )
