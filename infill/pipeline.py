@@ -73,8 +73,8 @@ class PipelineSettings:
     primary_share: float = 0.6  # share of a deadline the primary gets when a fallback is configured (else 1.0)
     min_fallback_ms: float = 30.0  # a fallback is not started with less time than this left
     accept_cut_short: bool = False  # show a primary's best draft at its deadline (else: try the fallback)
-    # Other fills a backend that can branch (`alternatives`) writes for a one-line gap whose fill was refused or
-    # empty, within the request's budget; the first its checks accept is shown (0: none).
+    # Other fills a backend that can branch (`alternatives`) writes for a one-line gap whose fill was refused, or
+    # any one gap whose fill was empty, within the request's budget; the first its checks accept is shown (0: none).
     alternatives: int = 4
     watchdog: WatchdogSettings = field(default_factory=WatchdogSettings)
 
@@ -283,15 +283,16 @@ class Pipeline:
         budget_end: float | None,
         deadline: float | None,
     ) -> bool:
-        """The backend's other fills for a one-line gap whose fill it refused or left empty, best first (a backend
-        that can branch: `alternatives`); the first the checks accept is shown. Whether one was."""
+        """The backend's other fills for a one-line gap whose fill it refused, or a gap it left empty, best first (a
+        backend that can branch: `alternatives`); the first the checks accept is shown. Whether one was. (A refused
+        fill of several lines is not retried: as many more lines would cost about as much again.)"""
         count = self.settings.alternatives if prep.source.alternatives is None else prep.source.alternatives
         brancher, greedy = self._branches.get(route), out.result
         if (
             greedy is None
             or not count
             or brancher is None
-            or not prep.ctx.single_line
+            or not (prep.ctx.single_line or greedy.outcome == "empty")
             or len(prep.spans) != 1
             or (cancel is not None and cancel.cancelled)
         ):

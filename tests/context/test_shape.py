@@ -83,7 +83,13 @@ def test_stop_rules_read_the_shape():
     opens = facts(must_open="(", one_line=True)
     assert cut_fill("return (\n        a,", opens, True) == ("return (", True)
     assert cut_fill("return f(\n", opens, True) == ("return f(", True)
-    assert cut_fill("return f(a)\n", opens, True) == ("return f(a)", True)  # the checks judge it
+    # a fill that closes what it opened for the lines below ends right after opening it: `= {"a": 1}` or a
+    # merged token (`{"`) wrote on past the point where the lines below take over
+    assert cut_fill("return f(a)\n", opens, True) == ("return f(", True)
+    assert cut_fill('x = {"a": 1}', facts(must_open="{", one_line=True), True) == ("x = {", True)
+    assert cut_fill('x = {"a"', facts(must_open="{", one_line=True), False) == ('x = {"a"', False)  # not yet
+    assert cut_fill("def g() -> int:", opens, True) == ("def g(", True)
+    assert cut_fill("return [f(a)]", opens, True) == ("return [f(a)]", False)  # never left just `(` open: goes on
     assert cut_fill("return f(", opens, True) == ("return f(", True)  # right after opening what is closed below
     header = facts(header=True, one_line=True)
     assert line_held_open("if x", header) and not line_held_open("if x:", header)
@@ -174,6 +180,9 @@ def test_other_fills_are_not_asked_for_when_the_first_stands_or_nothing_may_be_t
     assert ask(off, alternatives=0).fills == [] and off.asked == []
     block = Refused("if y:", ["y += x"])  # a blank line below: a multi-line gap, not one line
     assert ask(block, "def f(x):\n    y = 1\n    |\n\n    return y\n").fills == [] and block.asked == []
+    nothing = Refused("", ["y += x"])  # ... where the first fill is empty, the others are tried all the same
+    out = ask(nothing, "def f(x):\n    y = 1\n    |\n\n    return y\n")
+    assert [f.text for f in out.fills] == ["y += x"] and nothing.asked == [PipelineSettings().alternatives]
     with pytest.raises(InfillError, match="alternatives"):
         PipelineSettings(alternatives=-1)
 

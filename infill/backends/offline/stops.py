@@ -5,7 +5,8 @@ A base model without FIM tokens only continues the prefix, so the gap's end is d
 multi-line gaps end when a generated line dedents out of the enclosing block, when a line repeats the first line
 after the gap, at a blank line in prose, or at the token bound / EOS. The gap's shape (`GapFacts.shape`, what the
 text after it says) ends fills sooner: inside a string that goes on below, before the string's end; where the text
-below closes brackets the fill must open, right after it opens them; and a line the lines below must find open, or
+below closes brackets the fill must open, right after it opens them (cut back there when the line went on to close
+one); and a line the lines below must find open, or
 ended by a block's colon, may not end before it is (`line_held_open`). A fill the token bound or the deadline ends
 inside brackets it opened ends at its last balanced point (`trim_unfinished`): where it ends, not cleaning.
 """
@@ -67,6 +68,9 @@ def cut_fill(text: str, gap: GapFacts, single_line: bool) -> tuple[str, bool]:
         head = text.partition("\n")[0]
         if leaves_open(head) == shape.must_open and head.rstrip().endswith(shape.must_open[-1]):
             return head.rstrip(), True
+        passed = closed_past(head, shape.must_open)
+        if passed is not None:  # `= {"a": 1}` where the lines below are the dict's items: `= {`
+            return head[:passed], True
     if ends_on_its_line(gap, single_line):
         head, newline, _ = text.partition("\n")
         after_line = gap.line_after.strip()  # writing the rest of the gap's line ends a one-line fill
@@ -119,3 +123,24 @@ def leaves_open(line: str) -> str:
                 return ""
             stack.pop()
     return "".join(stack)
+
+
+def closed_past(line: str, must_open: str) -> int | None:
+    """Where `line` left open just `must_open` (the index after its last opener) when it then went on to close
+    one of them: the fill wrote on past where the lines below take over. None when it never did both."""
+    stack: list[str] = []
+    held: int | None = None
+    for i, ch, code, _ in languages.code_characters(line):
+        if not code:
+            continue
+        if ch in _PAIRS:
+            stack.append(ch)
+            if held is None and "".join(stack) == must_open:
+                held = i + 1
+        elif ch in _PAIRS.values():
+            if not stack or _PAIRS[stack[-1]] != ch:
+                return held
+            stack.pop()
+            if held is not None and len(stack) < len(must_open):
+                return held
+    return None
