@@ -6,8 +6,8 @@ multi-line gaps end when a generated line dedents out of the enclosing block, wh
 after the gap, at a blank line in prose, or at the token bound / EOS. The gap's shape (`GapFacts.shape`, what the
 text after it says) ends fills sooner: inside a string that goes on below, before the string's end; where the text
 below closes brackets the fill must open, right after it opens them (cut back there when the line went on to close
-one); and a line the lines below must find open, or
-ended by a block's colon, may not end before it is (`line_held_open`). A fill the token bound or the deadline ends
+one); and a line the lines below must find open, or ended by a block's colon, may not end before it is
+(`line_held_open`). A fill the token bound or the deadline ends
 inside brackets it opened ends at its last balanced point (`trim_unfinished`): where it ends, not cleaning.
 """
 
