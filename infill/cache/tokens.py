@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -61,9 +61,10 @@ class ChunkedTokenizer:
     def encode(self, text: str) -> list[int]:
         return [i for _, ids in self.chunks(text) for i in ids]
 
-    def encode_tail(self, text: str, max_tokens: int) -> list[int]:
-        """Token ids of `text`, keeping only whole trailing chunks that fit in `max_tokens` (the near context)."""
-        return fit_prompt(self.chunks(text), (), max_tokens, refit_fraction=1.0).ids
+    def encode_tail(self, text: str, max_tokens: int, cuts: Collection[int] = ()) -> list[int]:
+        """Token ids of `text`, keeping only whole trailing chunks that fit in `max_tokens` (the near context),
+        from one of `cuts` where one fits (offsets into `text`: `choose_start`)."""
+        return fit_prompt(self.chunks(text), (), max_tokens, refit_fraction=1.0, cuts=cuts).ids
 
     def encode_head(self, text: str, max_tokens: int, max_chars_per_token: int = 16) -> list[int]:
         """The first `max_tokens` tokens of `text`, tokenising only a bounded head of it (suffix anchors)."""
@@ -85,42 +86,77 @@ def fit_prompt(
     anchor: str = "",
     refit_fraction: float = 0.75,
     keep_anchor: bool = False,
+    cuts: Collection[int] = (),
 ) -> FittedPrompt:
-    """`head` (e.g. BOS) + the near end of the text within `budget` tokens, dropping whole leading chunks.
-
-    When it must cut, it first tries the previous cut (`anchor`, the first kept chunks last time) so that the prompt
-    start, and with it the reusable KV, stays put while the user types; otherwise it cuts down to
-    `refit_fraction` of the budget, leaving room for the next keystrokes before it must cut again (1.0: keep as
-    many whole chunks as fit). With `keep_anchor`, the anchor is kept even where the whole text would fit (a
-    prompt that grows from a cached start instead of starting over).
-    """
+    """`head` (e.g. BOS) + the near end of the text within `budget` tokens, dropping whole leading chunks (where
+    the prompt starts is `choose_start`'s; `cuts`: the starts the context proposed, offsets into the text)."""
     head = list(head)
-    counts = [len(ids) for _, ids in chunks]
-    fits = len(head) + sum(counts) <= budget
-    if fits and not (keep_anchor and anchor):
-        return FittedPrompt(head + [i for _, ids in chunks for i in ids], 0, "")
+    texts, counts = [text for text, _ in chunks], [len(ids) for _, ids in chunks]
     room = budget - len(head)
-    if room <= 0:
-        return FittedPrompt(head[: max(0, budget)], sum(len(text) for text, _ in chunks), "")
-    tails = [0] * (len(chunks) + 1)  # tails[k]: tokens of chunks[k:]
-    for k in range(len(chunks) - 1, -1, -1):
-        tails[k] = tails[k + 1] + counts[k]
-    start = None
-    if anchor:
-        start = next((k for k in range(1, len(chunks)) if tails[k] <= room and _starts_with(chunks, k, anchor)), None)
-    if start is None and fits:
+    if room <= 0 and len(head) + sum(counts) > budget:
+        return FittedPrompt(head[: max(0, budget)], sum(map(len, texts)), "")
+    refit_room = max(1, int(budget * refit_fraction)) - len(head)
+    start = choose_start(texts, counts, room, refit_room, anchor=anchor, keep_anchor=keep_anchor, cuts=cuts)
+    if start == 0 and sum(counts) <= room:
         return FittedPrompt(head + [i for _, ids in chunks for i in ids], 0, "")
-    if start is None:
-        target = max(1, int(budget * refit_fraction)) - len(head)
-        start = next((k for k in range(1, len(chunks)) if tails[k] <= target), len(chunks) - 1)
     kept = [i for _, ids in chunks[start:] for i in ids][-room:]  # one chunk longer than the budget: its end
-    dropped = sum(len(text) for text, _ in chunks[:start])
-    return FittedPrompt(head + kept, dropped, "".join(text for text, _ in chunks[start : start + 3]))
+    return FittedPrompt(head + kept, sum(map(len, texts[:start])), anchor_at(texts, start))
 
 
-def _starts_with(chunks: list[Chunk], k: int, anchor: str) -> bool:
+def choose_start(
+    texts: Sequence[str],
+    counts: Sequence[int],
+    room: int,
+    refit_room: int,
+    *,
+    anchor: str = "",
+    keep_anchor: bool = False,
+    cuts: Collection[int] = (),
+    truncated: bool = False,
+) -> int:
+    """The one rule for where a prompt starts: the index of the first chunk kept of chunks `texts` costing
+    `counts` (tokens, or characters where a backend has no tokenizer) within `room`.
+
+    All of it when it fits. Otherwise the previous cut (`anchor`, the first kept chunks last time) while it fits,
+    so that the prompt start, and with it the reusable KV, stays put while the user types; otherwise a new cut
+    within `refit_room`, below `room` to leave room for the next keystrokes before it must cut again (equal: as
+    many whole chunks as fit). A new cut is one of `cuts` (char offsets into the joined texts: the starts of
+    whole syntactic units the context proposed) where one fits, else any chunk start. With `keep_anchor`, the
+    anchor is kept even where the whole text would fit (a prompt that grows from a cached start instead of
+    starting over). `truncated`: the chunks are the tail of a longer text, so never "all of it" but from chunk 0.
+    """
+    if not texts:
+        return 0
+    tails = [0] * (len(texts) + 1)  # tails[k]: the cost of chunks[k:]
+    for k in range(len(texts) - 1, -1, -1):
+        tails[k] = tails[k + 1] + counts[k]
+    fits = tails[0] <= room and not truncated
+    if fits and not (keep_anchor and anchor):
+        return 0
+    first = 0 if truncated else 1  # (chunk 0 of a whole text: the "all of it" above)
+    if anchor:
+        kept = next((k for k in range(first, len(texts)) if tails[k] <= room and _starts_with(texts, k, anchor)), None)
+        if kept is not None:
+            return kept
+    if fits:
+        return 0
+    offsets, at = [], 0
+    for text in texts:
+        offsets.append(at)
+        at += len(text)
+    proposed = set(cuts)
+    fitting = [k for k in range(first, len(texts)) if tails[k] <= refit_room]
+    return next((k for k in fitting if offsets[k] in proposed), fitting[0] if fitting else len(texts) - 1)
+
+
+def anchor_at(texts: Sequence[str], start: int) -> str:
+    """What identifies a cut on the next keystroke: the text of the first three chunks kept."""
+    return "".join(texts[start : start + 3])
+
+
+def _starts_with(texts: Sequence[str], k: int, anchor: str) -> bool:
     joined = ""
-    for text, _ in chunks[k : k + 3]:
+    for text in texts[k : k + 3]:
         joined += text
         if len(joined) >= len(anchor):
             break

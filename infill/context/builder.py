@@ -28,14 +28,7 @@ from infill.context.surroundings import (
     single_line,
 )
 from infill.context.syntax import DocumentSnapshot, ParsedDocument, resolve_language
-from infill.context.windows import (
-    WINDOW_HEADROOM,
-    byte_offset,
-    line_end,
-    line_window,
-    sticky_start,
-    syntactic_window,
-)
+from infill.context.windows import byte_offset, fit_prefix, line_end, line_window, syntactic_window
 from infill.languages import PROSE_LANGUAGES, encodable
 from infill.types import GapFacts, GapShape, InfillError
 
@@ -83,6 +76,9 @@ class GapContext:
     unit: str  # the enclosing syntactic unit (for logs), "lines" without a grammar
     fence: tuple[int, int] | None = None  # code in a Markdown fence: the fence content's span (str indices)
     shape: GapShape = GapShape()  # what the text after the gap says the fill must look like (context/shape.py)
+    # The line starts after prefix_start and before the gap where whole syntactic units start (str indices): where a
+    # backend fitting the prompt in its own tokens may cut it (InfillRequest.prefix_cuts)
+    cuts: tuple[int, ...] = ()
 
     @property
     def is_code(self) -> bool:
@@ -220,20 +216,18 @@ class ContextBuilder:
         is_prose = language in PROSE_LANGUAGES or (language is None and looks_like_prose(text[line_start:gap_line_end]))
         prefix_budget = int(s.prefix_tokens * s.chars_per_token)
         suffix_budget = int(s.suffix_tokens * s.chars_per_token)
-        # The window keeps its start while that still fits, so typing on does not change the start of the prompt
-        # (a backend re-encodes everything after the first changed token); a start chosen again leaves headroom.
-        previous = doc.memo.get("window_start") if doc.memo and keep_window else None
-        sticky = sticky_start(text, first, prefix_budget, previous)
-        snap_budget = prefix_budget if previous is None else int(prefix_budget * (1 - WINDOW_HEADROOM))
         node = node_at(doc, first) if doc.has_grammar else None
+        cuts: list[int] = []
         if node is not None:
-            prefix_start, suffix_end, unit = syntactic_window(doc, node, first, last, snap_budget, suffix_budget)
+            cuts, suffix_end, unit = syntactic_window(doc, node, first, last, prefix_budget, suffix_budget)
         else:
-            (prefix_start, suffix_end), unit = line_window(text, first, last, snap_budget, suffix_budget), "lines"
-        if sticky is not None:
-            prefix_start = sticky
+            suffix_end, unit = line_window(text, first, last, prefix_budget, suffix_budget)[1], "lines"
+        # The window keeps its start while that still fits, so typing on does not change the start of the prompt
+        # (a backend re-encodes everything after the first changed token).
+        anchor = doc.memo.get("window_anchor", "") if doc.memo is not None and keep_window else ""
+        prefix_start, anchor = fit_prefix(text, first, prefix_budget, anchor, cuts)
         if doc.memo is not None and keep_window:
-            doc.memo["window_start"] = (prefix_start, text[prefix_start : line_end(text, prefix_start)])
+            doc.memo["window_anchor"] = anchor
         in_comment = node is not None and inside_inline_node(doc, byte_offset(doc, first))
         fence = None
         if is_prose and node is not None and inside(node, ("fenced_code_block", "indented_code_block")):
@@ -265,6 +259,7 @@ class ContextBuilder:
             unit=unit,
             fence=fence,
             shape=shape,
+            cuts=tuple(c for c in cuts if prefix_start < c < first),
         )
 
     def _middle_budget(self, mode: str, single: bool, text: str, spans: list[tuple[int, int]]) -> int:

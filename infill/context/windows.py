@@ -1,11 +1,13 @@
-"""The prefix/suffix windows around a gap: within an approximate character budget, snapped to whole syntactic
-units (or whole lines without a grammar), with a start kept while the user types (prompt-cache reuse)."""
+"""The prefix/suffix windows around a gap: within an approximate character budget, starting and ending at whole
+syntactic units (or whole lines without a grammar). Where the prefix starts is cache/tokens.py's `choose_start`,
+the one rule every prompt fit follows (kept while the user types, for prompt-cache reuse), here in characters."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from infill.cache.tokens import anchor_at, choose_start, split_chunks
 from infill.context.syntax import DocumentSnapshot
 
 if TYPE_CHECKING:
@@ -15,14 +17,19 @@ if TYPE_CHECKING:
 WINDOW_HEADROOM = 0.1
 
 
-def sticky_start(text: str, first: int, budget: int, previous: tuple[int, str] | None) -> int | None:
-    """The previous window start, if its line is unchanged, still starts a line, and is still within budget."""
-    if previous is None:
-        return None
-    index, line = previous
-    if not 0 <= first - index <= budget or (index > 0 and text[index - 1] != "\n"):
-        return None
-    return index if text.startswith(line, index) and line_end(text, index) == index + len(line) else None
+def fit_prefix(text: str, first: int, budget: int, anchor: str, cuts: Sequence[int]) -> tuple[int, str]:
+    """Where the window before `first` starts, at a line start within `budget` characters, preferring `cuts` (the
+    starts of whole units), and what identifies that start on the next keystroke (`anchor`: the last one's). Work
+    is proportional to the budget."""
+    scan = 0  # the farthest line start in budget
+    if first > budget:
+        newline = text.find("\n", first - budget, first)
+        scan = first if newline < 0 else newline + 1  # (a line before the gap longer than the budget: none of it)
+    texts = split_chunks(text[scan:first])
+    refit = budget if not anchor else int(budget * (1 - WINDOW_HEADROOM))
+    relative = [c - scan for c in cuts if scan <= c < first]
+    k = choose_start(texts, [len(t) for t in texts], budget, refit, anchor=anchor, cuts=relative, truncated=scan > 0)
+    return scan + sum(len(t) for t in texts[:k]), anchor_at(texts, k)
 
 
 def line_end(text: str, index: int) -> int:
@@ -40,10 +47,12 @@ def char_index(doc: DocumentSnapshot, offset: int) -> int:
 
 def syntactic_window(
     doc: DocumentSnapshot, node: Node, first: int, last: int, prefix_budget: int, suffix_budget: int
-) -> tuple[int, int, str]:
-    """Prefer the farthest start / end of a whole unit (an enclosing node or one of its children) in budget.
-    Work is proportional to the window, whatever the line endings or the characters (one line of megabytes,
-    CR-only text and non-ASCII text once cost the whole document per candidate boundary)."""
+) -> tuple[list[int], int, str]:
+    """The line starts in budget before the gap where a whole unit (an enclosing node or one of its children)
+    starts, in order (where a window may start: `fit_prefix` chooses), the farthest end of a whole unit in
+    budget after it, and the enclosing unit's type. Work is proportional to the window, whatever the line endings
+    or the characters (one line of megabytes, CR-only text and non-ASCII text once cost the whole document per
+    candidate boundary)."""
     text = doc.text
     begin, finish = byte_offset(doc, first), byte_offset(doc, last)
     # Budgets are in characters; tree offsets are bytes (the same numbers for ASCII text).
@@ -71,16 +80,17 @@ def syntactic_window(
         ancestor = ancestor.parent
     starts = sorted({b for b in starts if low <= b <= begin})
     ends = sorted({b for b in ends if finish <= b <= high}, reverse=True)
-    # Only boundaries at line starts / line ends count: a window never begins or ends mid-line.
-    # The farthest candidate that passes is taken, so candidates are tried from the farthest on.
+    # Only boundaries at line starts / line ends count: a window never begins or ends mid-line. Of the ends, the
+    # farthest that passes is taken, so they are tried from the farthest on.
     start_chars = _char_indices(doc, starts, begin, first)
     end_chars = _char_indices(doc, ends, finish, last)
-    farthest_start = next((i for i in start_chars if _blank_before(text, i, low_char)), None)
+    cuts = sorted({min(_snap_to_line_start(text, i), first) for i in start_chars if _blank_before(text, i, low_char)})
     farthest_end = next((i for i in end_chars if _blank_after(text, i, high_char)), None)
-    fallback = line_window(text, first, last, prefix_budget, suffix_budget)
-    prefix_start = _snap_to_line_start(text, farthest_start) if farthest_start is not None else fallback[0]
-    suffix_end = _snap_to_line_end(text, farthest_end) if farthest_end is not None else fallback[1]
-    return min(prefix_start, first), max(suffix_end, last), unit
+    if farthest_end is not None:
+        suffix_end = _snap_to_line_end(text, farthest_end)
+    else:
+        suffix_end = line_window(text, first, last, prefix_budget, suffix_budget)[1]
+    return cuts, max(suffix_end, last), unit
 
 
 # How far past the window a boundary's line is followed to its start or end (indentation, a trailing comment);
