@@ -47,7 +47,8 @@ _ALIASES = {
     "jsonc": "json",
     "md": "markdown",
 }
-_EXTENSIONS = {
+# A file name's extension -> LSP languageId (what a document without one is taken to be: the pilot, the gateway)
+LANGUAGE_BY_EXTENSION = {
     ".py": "python",
     ".pyi": "python",
     ".js": "javascript",
@@ -79,10 +80,15 @@ def resolve_language(language: str | None, document_id: str | None = None) -> st
         if key in _GRAMMARS or key not in ("", "plaintext"):
             return key
     if document_id:
-        ext = os.path.splitext(document_id.split("?", 1)[0])[1].lower()
-        if ext in _EXTENSIONS:
-            return _EXTENSIONS[ext]
+        by_path = language_of_path(document_id.split("?", 1)[0])
+        if by_path is not None:
+            return by_path
     return language.strip().lower() if language else None
+
+
+def language_of_path(path: str) -> str | None:
+    """The LSP languageId a file's extension says, or None."""
+    return LANGUAGE_BY_EXTENSION.get(os.path.splitext(path)[1].lower())
 
 
 @cache

@@ -13,9 +13,6 @@ from infill.pilot.syntax import syntax_valid
 from infill.pipeline import CompletionRequest, PipelineResult
 from infill.types import CancelToken
 
-# LSP language ids (what an editor sends) for the pilot's language names.
-LSP_LANGUAGE = {"tsx": "typescriptreact"}
-
 
 def completion_request(hole: Hole, document_id: str) -> CompletionRequest:
     """The document with the middle removed and the cursor (an empty span) where it was: the middle never leaks."""
@@ -25,7 +22,7 @@ def completion_request(hole: Hole, document_id: str) -> CompletionRequest:
         start=at,
         end=at,
         mode=hole.mode,  # type: ignore[arg-type]
-        language=LSP_LANGUAGE.get(hole.language, hole.language),
+        language=hole.language,
         document_id=document_id,
         version=1,
     )

@@ -10,25 +10,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from infill.context.syntax import LANGUAGE_BY_EXTENSION, language_of_path
 from infill.types import InfillError
 
-LANGUAGE_BY_SUFFIX = {
-    ".py": "python",
-    ".pyi": "python",
-    ".js": "javascript",
-    ".mjs": "javascript",
-    ".cjs": "javascript",
-    ".jsx": "javascript",
-    ".ts": "typescript",
-    ".mts": "typescript",
-    ".cts": "typescript",
-    ".tsx": "tsx",
-    ".go": "go",
-    ".rs": "rust",
-    ".json": "json",
-    ".md": "markdown",
-    ".markdown": "markdown",
-}
 # Directory names whose contents someone else wrote (or a tool produced): never part of "this project's code".
 VENDORED_DIRS = frozenset(
     {
@@ -103,10 +87,6 @@ class Discovery:
     skipped: Counter[str] = field(default_factory=Counter[str])  # reason -> count
 
 
-def language_of(path: str) -> str | None:
-    return LANGUAGE_BY_SUFFIX.get(os.path.splitext(path)[1].lower())
-
-
 def _git_tracked(root: Path) -> list[str] | None:
     """Tracked files under `root` (relative to it), or None when `root` is not inside a git work tree."""
     try:
@@ -145,7 +125,7 @@ def skip_reason_for_name(rel_path: str) -> str | None:
         return "generated"
     if GENERATED_NAME.search(name):
         return "generated"
-    if language_of(rel_path) is None:
+    if language_of_path(rel_path) is None:
         return "unsupported language"
     return None
 
@@ -178,7 +158,7 @@ def _read(root: Path, rel: str, settings: DiscoverySettings) -> tuple[SourceFile
     reason = skip_reason_for_content(data)
     if reason:
         return None, reason
-    return SourceFile(rel, language_of(rel) or "", data.decode("utf-8")), None
+    return SourceFile(rel, language_of_path(rel) or "", data.decode("utf-8")), None
 
 
 def discover(src: str | Path, settings: DiscoverySettings | None = None) -> Discovery:
@@ -210,6 +190,6 @@ def discover(src: str | Path, settings: DiscoverySettings | None = None) -> Disc
         summary = ", ".join(f"{n} {r}" for r, n in found.skipped.most_common()) or "nothing"
         raise InfillError(
             f"no usable source file under {str(root)!r} (skipped: {summary}); the pilot reads "
-            f"{', '.join(sorted(set(LANGUAGE_BY_SUFFIX.values())))} files"
+            f"{', '.join(sorted(set(LANGUAGE_BY_EXTENSION.values())))} files"
         )
     return found

@@ -12,7 +12,7 @@ from infill.languages import python_tree
 from infill.pilot.files import SourceFile
 
 KINDS = ("single-line", "multi-line", "function-body", "sentence", "json-value")
-CODE_LANGUAGES = frozenset({"python", "javascript", "typescript", "tsx", "go", "rust"})
+CODE_LANGUAGES = frozenset({"python", "javascript", "typescript", "typescriptreact", "go", "rust"})
 MAX_BLOCK_LINES = 12  # longer middles exceed a typical completion budget (the pipeline's max_middle_tokens)
 MAX_MIDDLE_CHARS = 600
 
@@ -126,7 +126,7 @@ _TS_FUNCTIONS = {
     "go": {"function_declaration", "method_declaration", "func_literal"},
     "rust": {"function_item"},
 }
-_TS_FUNCTIONS["typescript"] = _TS_FUNCTIONS["tsx"] = _TS_FUNCTIONS["javascript"]
+_TS_FUNCTIONS["typescript"] = _TS_FUNCTIONS["typescriptreact"] = _TS_FUNCTIONS["javascript"]
 
 
 def _tree_sitter_bodies(source: SourceFile) -> list[tuple[int, int]]:
