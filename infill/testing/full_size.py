@@ -58,23 +58,19 @@ FULL_SIZE_GENERATION: dict[str, Any] = {
 def full_size_config(layers: int | None = None) -> DiffusionGemmaConfig:
     """The 26B-A4B `DiffusionGemmaConfig`; `layers` keeps only the first N layers of the real 5:1 sliding/full
     pattern (the last is always full attention, as transformers forces)."""
-    from transformers import DiffusionGemmaConfig, DiffusionGemmaTextConfig, Gemma4VisionConfig
+    from transformers import DiffusionGemmaConfig, DiffusionGemmaTextConfig
+
+    from infill.testing.tiny_checkpoint import minimal_vision_config
 
     text = dict(FULL_SIZE_TEXT)
     if layers is not None:
         pattern = ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(layers)]
         pattern[-1] = "full_attention"
         text.update(num_hidden_layers=layers, layer_types=pattern)
-    vision = Gemma4VisionConfig(
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=1,
-        num_key_value_heads=1,
-        head_dim=16,
-    )  # the engine is text only
     return DiffusionGemmaConfig(
-        text_config=DiffusionGemmaTextConfig(**text), vision_config=vision, canvas_length=FULL_SIZE_CANVAS
+        text_config=DiffusionGemmaTextConfig(**text),
+        vision_config=minimal_vision_config(),
+        canvas_length=FULL_SIZE_CANVAS,
     )
 
 

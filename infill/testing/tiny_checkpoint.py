@@ -15,6 +15,7 @@ if TYPE_CHECKING:
         DiffusionGemmaConfig,
         DiffusionGemmaForBlockDiffusion,
         DiffusionGemmaTextConfig,
+        Gemma4VisionConfig,
         PreTrainedTokenizerFast,
     )
 
@@ -75,10 +76,17 @@ def text_config_kwargs(
 def tiny_config(canvas_length: int = 64, **text_kwargs: Any) -> DiffusionGemmaConfig:
     """A tiny `DiffusionGemmaConfig`. A minimal vision config is passed explicitly: `vision_config=None` silently
     builds a 167M-parameter vision tower."""
-    from transformers import DiffusionGemmaConfig, DiffusionGemmaTextConfig, Gemma4VisionConfig
+    from transformers import DiffusionGemmaConfig, DiffusionGemmaTextConfig
 
     text = DiffusionGemmaTextConfig(**text_config_kwargs(**text_kwargs))
-    vision = Gemma4VisionConfig(
+    return DiffusionGemmaConfig(text_config=text, vision_config=minimal_vision_config(), canvas_length=canvas_length)
+
+
+def minimal_vision_config() -> Gemma4VisionConfig:
+    """The smallest vision tower a config accepts (the engine is text only)."""
+    from transformers import Gemma4VisionConfig
+
+    return Gemma4VisionConfig(
         hidden_size=16,
         intermediate_size=32,
         num_hidden_layers=1,
@@ -86,7 +94,6 @@ def tiny_config(canvas_length: int = 64, **text_kwargs: Any) -> DiffusionGemmaCo
         num_key_value_heads=1,
         head_dim=16,
     )
-    return DiffusionGemmaConfig(text_config=text, vision_config=vision, canvas_length=canvas_length)
 
 
 def tiny_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
