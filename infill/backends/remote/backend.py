@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 import infill.backends.remote.vllm_diffusion as vd
 from infill.backends.remote.exchange import Exchanges
 from infill.backends.remote.http import (
+    RemoteCall,
     RemoteFailure,
     RemoteHTTPError,
     _count,
@@ -144,7 +145,7 @@ class RemoteBackend(NativeDiffusionRoute):
             if cancel is not None:
                 cancel.raise_if_cancelled()
             model = self._discover_model(cancel, end)
-            answers = self._route_fill(request, model, cancel, end, on_draft)
+            answers = self._route_fill(RemoteCall(request, model, cancel, end, on_draft))
         except Cancelled as exc:
             return self._failed(request, "cancelled", str(exc) or "cancelled", t0)
         except RemoteFailure as exc:
@@ -163,26 +164,19 @@ class RemoteBackend(NativeDiffusionRoute):
 
     # -- routes -------------------------------------------------------------------------------------------------
 
-    def _route_fill(
-        self,
-        request: InfillRequest,
-        model: str | None,
-        cancel: CancelToken | None,
-        end: float,
-        on_draft: DraftCallback | None,
-    ) -> list[_GapAnswer]:
+    def _route_fill(self, call: RemoteCall) -> list[_GapAnswer]:
         if self._route == "vllm-diffusion" and not self._native_unusable():
-            return self._native_fill(request, model, cancel, end, on_draft)
+            return self._native_fill(call)
         try:
-            return self._fill_gaps(request, model, cancel, end, on_draft)
+            return self._fill_gaps(call)
         except RemoteHTTPError as exc:
             # A diffusion server refuses `suffix`/`temperature`: in "auto", that is how it is recognised when
             # the model name was configured (no discovery ran).
             if not (self._route is None and any(r in exc.detail for r in vd.DIFFUSION_REFUSALS)):
                 raise
-            if not self._detect_diffusion(model, cancel, end):
+            if not self._detect_diffusion(call.model, call.cancel, call.end):
                 raise
-        return self._native_fill(request, model, cancel, end, on_draft)
+        return self._native_fill(call)
 
     def _say_once(self, level: int, message: str) -> None:
         if message not in self._said:
@@ -193,15 +187,9 @@ class RemoteBackend(NativeDiffusionRoute):
 
     # -- gaps ---------------------------------------------------------------------------------------------------
 
-    def _fill_gaps(
-        self,
-        request: InfillRequest,
-        model: str | None,
-        cancel: CancelToken | None,
-        end: float,
-        on_draft: DraftCallback | None,
-    ) -> list[_GapAnswer]:
+    def _fill_gaps(self, call: RemoteCall) -> list[_GapAnswer]:
         """Several gaps are filled left to right: each sees the middles already chosen before it."""
+        request, model, cancel, end, on_draft = call.request, call.model, call.cancel, call.end, call.on_draft
         answers: list[_GapAnswer] = []
         for index in range(request.gap_count):
             middles = [a.text for a in answers]

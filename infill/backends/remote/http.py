@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from infill.types import InfillError
+from infill.types import CancelToken, DraftCallback, InfillError, InfillRequest
 
 SUFFIX_HINT = (
     "; this server does not take `suffix` (stock vLLM answers so): put `infill-ls serve` in front of "
@@ -27,6 +27,18 @@ class _GapAnswer:
     extension: dict[str, Any] = field(
         default_factory=dict[str, Any]
     )  # the `infill` object `infill-ls serve` adds, if any
+
+
+@dataclass(frozen=True)
+class RemoteCall:
+    """One request on its way through the routes: what it asks, the model named, when to stop, and who sees drafts
+    (the routes take it whole rather than these five apart)."""
+
+    request: InfillRequest
+    model: str | None
+    cancel: CancelToken | None
+    end: float  # time.monotonic() by which the exchanges must be done
+    on_draft: DraftCallback | None
 
 
 class RemoteFailure(Exception):

@@ -9,9 +9,9 @@ from typing import Any
 
 import infill.backends.remote.vllm_diffusion as vd
 from infill.backends.remote.exchange import Call, Exchanges
-from infill.backends.remote.http import RemoteFailure, RemoteHTTPError, _GapAnswer
+from infill.backends.remote.http import RemoteCall, RemoteFailure, RemoteHTTPError, _GapAnswer
 from infill.engine.config import EngineConfig
-from infill.types import CancelToken, Draft, DraftCallback, InfillError, InfillRequest
+from infill.types import CancelToken, Draft, InfillError
 
 log = logging.getLogger("infill.backends.remote")
 
@@ -74,15 +74,9 @@ class NativeDiffusionRoute:
         except RemoteHTTPError as exc:
             return exc.detail
 
-    def _native_fill(
-        self,
-        request: InfillRequest,
-        model: str | None,
-        cancel: CancelToken | None,
-        end: float,
-        on_draft: DraftCallback | None,
-    ) -> list[_GapAnswer]:
+    def _native_fill(self, call: RemoteCall) -> list[_GapAnswer]:
         """Every gap in one canvas, one canvas per candidate middle length, sent together; the best join wins."""
+        request, model, cancel, end, on_draft = call.request, call.model, call.cancel, call.end, call.on_draft
         if self._facts is None:
             self._detect_diffusion(model, cancel, end)
         facts = self._facts
