@@ -224,10 +224,10 @@ class ContextBuilder:
             suffix_end, unit = line_window(text, first, last, prefix_budget, suffix_budget)[1], "lines"
         # The window keeps its start while that still fits, so typing on does not change the start of the prompt
         # (a backend re-encodes everything after the first changed token).
-        anchor = doc.memo.get("window_anchor", "") if doc.memo is not None and keep_window else ""
-        prefix_start, anchor = fit_prefix(text, first, prefix_budget, anchor, cuts)
+        previous = doc.memo.get("window_start") if doc.memo is not None and keep_window else None
+        prefix_start, anchor = fit_prefix(text, first, prefix_budget, previous, cuts)
         if doc.memo is not None and keep_window:
-            doc.memo["window_anchor"] = anchor
+            doc.memo["window_start"] = (prefix_start, anchor)
         in_comment = node is not None and inside_inline_node(doc, byte_offset(doc, first))
         fence = None
         if is_prose and node is not None and inside(node, ("fenced_code_block", "indented_code_block")):

@@ -17,10 +17,19 @@ if TYPE_CHECKING:
 WINDOW_HEADROOM = 0.1
 
 
-def fit_prefix(text: str, first: int, budget: int, anchor: str, cuts: Sequence[int]) -> tuple[int, str]:
+def fit_prefix(
+    text: str, first: int, budget: int, previous: tuple[int, str] | None, cuts: Sequence[int]
+) -> tuple[int, str]:
     """Where the window before `first` starts, at a line start within `budget` characters, preferring `cuts` (the
-    starts of whole units), and what identifies that start on the next keystroke (`anchor`: the last one's). Work
-    is proportional to the budget."""
+    starts of whole units), and what identifies that start on the next keystroke (`previous`: the last start and
+    its anchor). Work is proportional to the budget, or constant where the last start holds where it was."""
+    anchor = previous[1] if previous is not None else ""
+    if previous is not None:  # the anchor where it was (what choose_start would find, without reading the window)
+        index = previous[0]
+        whole_line = index == 0 or text[index - 1 : index] == "\n"
+        if 0 <= first - index <= budget and index + len(anchor) <= first and whole_line:
+            if text.startswith(anchor, index):
+                return previous
     scan = 0  # the farthest line start in budget
     if first > budget:
         newline = text.find("\n", first - budget, first)
