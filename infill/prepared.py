@@ -98,7 +98,6 @@ def prepare(req: CompletionRequest, contexts: ContextBuilder, related: RelatedFi
         version=req.version,
         extra_context=extra,
         gap=gaps[0].facts(between[0] if between else req.text[last : ctx.suffix_end]),
-        prefix_cuts=tuple(c - ctx.prefix_start for c in ctx.cuts),
     )
     trace.stop("context")
     return Prepared(req, request, spans, doc, ctx, gaps, context_ms=(time.perf_counter() - t0) * 1000, trace=trace)

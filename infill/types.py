@@ -137,10 +137,6 @@ class InfillRequest:
     # guess). Where a person waits anyway (an invoked Fill gap, a gateway client's `best_of`); a backend that holds
     # the suffix itself (DiffusionGemma) ignores it.
     candidates: int = 1
-    # Where in `prefix` whole syntactic units start (line starts, offsets into it; the context's proposals,
-    # infill/context/windows.py): a backend that fits the prompt in its own tokens cuts at one of them where one
-    # fits (infill/cache/tokens.py `choose_start`). Empty: any line start.
-    prefix_cuts: tuple[int, ...] = ()
 
     @property
     def gap_count(self) -> int:
@@ -160,10 +156,6 @@ class InfillRequest:
             or not 1 <= self.candidates <= MAX_CANDIDATES
         ):
             raise InfillError(f"candidates must be an integer from 1 to {MAX_CANDIDATES}, got {self.candidates!r}")
-        if not isinstance(self.prefix_cuts, tuple) or not all(
-            isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= len(self.prefix) for c in self.prefix_cuts
-        ):
-            raise InfillError("prefix_cuts must be a tuple of offsets into the prefix")
 
 
 @dataclass(frozen=True)

@@ -61,10 +61,9 @@ class ChunkedTokenizer:
     def encode(self, text: str) -> list[int]:
         return [i for _, ids in self.chunks(text) for i in ids]
 
-    def encode_tail(self, text: str, max_tokens: int, cuts: Collection[int] = ()) -> list[int]:
-        """Token ids of `text`, keeping only whole trailing chunks that fit in `max_tokens` (the near context),
-        from one of `cuts` where one fits (offsets into `text`: `choose_start`)."""
-        return fit_prompt(self.chunks(text), (), max_tokens, refit_fraction=1.0, cuts=cuts).ids
+    def encode_tail(self, text: str, max_tokens: int) -> list[int]:
+        """Token ids of `text`, keeping only whole trailing chunks that fit in `max_tokens` (the near context)."""
+        return fit_prompt(self.chunks(text), (), max_tokens, refit_fraction=1.0).ids
 
     def encode_head(self, text: str, max_tokens: int, max_chars_per_token: int = 16) -> list[int]:
         """The first `max_tokens` tokens of `text`, tokenising only a bounded head of it (suffix anchors)."""
@@ -86,17 +85,17 @@ def fit_prompt(
     anchor: str = "",
     refit_fraction: float = 0.75,
     keep_anchor: bool = False,
-    cuts: Collection[int] = (),
 ) -> FittedPrompt:
     """`head` (e.g. BOS) + the near end of the text within `budget` tokens, dropping whole leading chunks (where
-    the prompt starts is `choose_start`'s; `cuts`: the starts the context proposed, offsets into the text)."""
+    the prompt starts is `choose_start`'s, at any line start: cutting only where a whole syntactic unit starts,
+    as the context's window does, kept less context and lost exact matches, see docs/offline-default.md)."""
     head = list(head)
     texts, counts = [text for text, _ in chunks], [len(ids) for _, ids in chunks]
     room = budget - len(head)
     if room <= 0 and len(head) + sum(counts) > budget:
         return FittedPrompt(head[: max(0, budget)], sum(map(len, texts)), "")
     refit_room = max(1, int(budget * refit_fraction)) - len(head)
-    start = choose_start(texts, counts, room, refit_room, anchor=anchor, keep_anchor=keep_anchor, cuts=cuts)
+    start = choose_start(texts, counts, room, refit_room, anchor=anchor, keep_anchor=keep_anchor)
     if start == 0 and sum(counts) <= room:
         return FittedPrompt(head + [i for _, ids in chunks for i in ids], 0, "")
     kept = [i for _, ids in chunks[start:] for i in ids][-room:]  # one chunk longer than the budget: its end

@@ -76,9 +76,6 @@ class GapContext:
     unit: str  # the enclosing syntactic unit (for logs), "lines" without a grammar
     fence: tuple[int, int] | None = None  # code in a Markdown fence: the fence content's span (str indices)
     shape: GapShape = GapShape()  # what the text after the gap says the fill must look like (context/shape.py)
-    # The line starts after prefix_start and before the gap where whole syntactic units start (str indices): where a
-    # backend fitting the prompt in its own tokens may cut it (InfillRequest.prefix_cuts)
-    cuts: tuple[int, ...] = ()
 
     @property
     def is_code(self) -> bool:
@@ -259,7 +256,6 @@ class ContextBuilder:
             unit=unit,
             fence=fence,
             shape=shape,
-            cuts=tuple(c for c in cuts if prefix_start < c < first),
         )
 
     def _middle_budget(self, mode: str, single: bool, text: str, spans: list[tuple[int, int]]) -> int:

@@ -171,10 +171,7 @@ class DiffusionEngine:
         if cancel.cancelled:
             return 0
         try:
-            ids = torch.tensor(
-                self.prompt_ids(request.prefix, request.suffix, request.extra_context, request.prefix_cuts),
-                dtype=torch.long,
-            )
+            ids = torch.tensor(self.prompt_ids(request.prefix, request.suffix, request.extra_context), dtype=torch.long)
             with torch.inference_mode():
                 _, done = self._encode_prompt(request.document_id or _ANONYMOUS, ids, cancel)
             return done
@@ -216,11 +213,10 @@ class DiffusionEngine:
 
     # ---- one request ---------------------------------------------------------------------------------------------
 
-    def prompt_ids(self, prefix: str, suffix: str = "", extra: str = "", cuts: tuple[int, ...] = ()) -> list[int]:
+    def prompt_ids(self, prefix: str, suffix: str = "", extra: str = "") -> list[int]:
         """BOS [+ other files' code, at most a quarter of the window] [+ framed suffix] + the near end of the
-        prefix (whole lines dropped from the far end beyond max_prompt_tokens, cut at one of `cuts` where one
-        fits: InfillRequest.prefix_cuts). The most stable parts go first, so the cached start of the prompt survives
-        typing."""
+        prefix (whole lines dropped from the far end beyond max_prompt_tokens). The most stable parts go first, so
+        the cached start of the prompt survives typing."""
         head = [self.bos_id] if self.bos_id is not None else []
         if extra:
             head += self.tokens.encode_tail(extra, self.max_prompt // 4)
@@ -228,7 +224,7 @@ class DiffusionEngine:
         if budget and suffix.strip():
             opening, closing = self.config.suffix_frame
             head += self.tokens.encode(opening) + self.tokens.encode_head(suffix, budget) + self.tokens.encode(closing)
-        return head + self.tokens.encode_tail(prefix, self.max_prompt - len(head), cuts)
+        return head + self.tokens.encode_tail(prefix, self.max_prompt - len(head))
 
     def _fixed_segments(self, request: InfillRequest) -> list[list[int]]:
         between = [self.tokens.encode(text) for text in request.between]
@@ -275,10 +271,7 @@ class DiffusionEngine:
     ) -> InfillResult:
         if cancel.cancelled:
             return self._empty(request, "cancelled", started, cancel.reason)
-        ids = torch.tensor(
-            self.prompt_ids(request.prefix, request.suffix, request.extra_context, request.prefix_cuts),
-            dtype=torch.long,
-        )
+        ids = torch.tensor(self.prompt_ids(request.prefix, request.suffix, request.extra_context), dtype=torch.long)
         lengths, fixed = self._candidate_lengths(request, self._fixed_segments(request))
         key = request.document_id or _ANONYMOUS
         with torch.inference_mode():

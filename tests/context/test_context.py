@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 
 import pytest
 
+from infill.cache.tokens import choose_start
 from infill.context import syntax
 from infill.context.builder import ContextBuilder, ContextSettings, find_placeholders
 from infill.context.syntax import ParsedDocument, error_nodes, resolve_language
@@ -424,6 +426,27 @@ def test_window_start_stays_put_while_typing_so_the_prompt_start_is_stable(langu
     # A jump elsewhere gets a window there.
     doc = builder.document(text, language, uri, 80)
     assert builder.build(doc, [(200, 200)], "inline").prefix_start == 0
+
+
+def test_the_window_starts_where_a_whole_unit_starts_by_the_one_rule_for_prompt_starts():
+    """The context's window start follows cache/tokens.py's `choose_start` in characters, at the starts of whole
+    units (never a call's argument line), kept while the user types."""
+    call = "".join(f"    total += scale(\n        values[{i}],\n        {i},\n    )\n" for i in range(6))
+    text = "".join(f"def f{n}(values):\n    total = 0\n{call}    return total\n\n\n" for n in range(30))
+    statement_starts = {m.start() for m in re.finditer(r"(?m)^(def |    total|    return)", text)}
+    for budget_tokens in (40, 60, 100, 300):
+        builder = ContextBuilder(ContextSettings(prefix_tokens=budget_tokens))
+        cursor = text.rindex("return total")
+        ctx = builder.build(builder.document(text, "python", None), [(cursor, cursor)], "inline")
+        assert ctx.prefix_start in statement_starts, budget_tokens
+        assert cursor - ctx.prefix_start <= budget_tokens * 3.5
+    texts = ["a\n", "b\n", "c\n", "d\n"]
+    assert choose_start(texts, [2, 2, 2, 2], 5, 5) == 2  # as many whole chunks as fit
+    assert choose_start(texts, [2, 2, 2, 2], 5, 5, cuts=(6,)) == 3  # ... from a proposed cut where one fits
+    assert choose_start(texts, [2, 2, 2, 2], 5, 5, cuts=(0,)) == 2  # ... else from any chunk
+    assert choose_start(texts, [2, 2, 2, 2], 5, 5, anchor="c\nd\n", cuts=(6,)) == 2  # the last cut, while it fits
+    assert choose_start(texts, [2, 2, 2, 2], 5, 3, anchor="b\nc\nd\n") == 3  # no longer fits: anew, with headroom
+    assert choose_start(texts, [2, 2, 2, 2], 9, 9) == 0 and choose_start(texts, [2, 2, 2, 2], 9, 9, truncated=True) == 0
 
 
 def test_window_budgets_count_characters_not_bytes():

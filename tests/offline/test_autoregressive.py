@@ -7,7 +7,6 @@ except the pure text rules and the sequence bookkeeping. The damaged-file test a
 from __future__ import annotations
 
 import logging
-import re
 import shutil
 import time
 from dataclasses import replace
@@ -20,8 +19,7 @@ from infill.backends.offline.backend import load_default_backend
 from infill.backends.offline.sequences import DocumentSequences
 from infill.backends.offline.settings import ARSettings
 from infill.backends.offline.stops import cut_fill, ends_on_its_line, trim_unfinished
-from infill.cache.tokens import ChunkedTokenizer, fit_prompt
-from infill.context.builder import ContextBuilder, ContextSettings
+from infill.cache.tokens import fit_prompt
 from infill.context.gap_facts import read_gap
 from infill.types import CancelToken, InfillBackend, InfillError, InfillRequest
 
@@ -353,41 +351,6 @@ def test_one_prompt_fitter_keeps_its_cut_while_the_text_grows():
     assert fit_prompt(grown, [0], 64, anchor=first.anchor, keep_anchor=True).ids[:4] == [0, 7, 7, 7]
     assert fit_prompt(grown, [0], 64, anchor=first.anchor).ids[:4] == [0, 0, 0, 0]
     assert fit_prompt(grown, [0], 64, anchor="gone\n", keep_anchor=True).ids[:4] == [0, 0, 0, 0]
-    # A new cut is one the context proposed (a unit's start, offsets into the text) where one fits, else any line.
-    starts = [sum(len(text) for text, _ in grown[:k]) for k in range(len(grown))]
-    assert fit_prompt(grown, [0], 16, refit_fraction=1.0, cuts=(starts[2], starts[8])).ids[:4] == [0, 8, 8, 8]
-    assert fit_prompt(grown, [0], 16, refit_fraction=1.0, cuts=(starts[2],)).ids[:4] == [0, 6, 6, 6]
-    assert fit_prompt(grown, [0], 16, anchor=first.anchor, cuts=(starts[8],)).ids[:4] == [0, 7, 7, 7]  # kept
-
-
-def test_the_window_and_the_prompt_start_where_a_whole_unit_starts(small_backend):
-    """The context proposes the starts of whole units; the window (in characters) and the offline default's prompt
-    (in its tokens) are cut at one of them by the same rule (cache/tokens.py `choose_start`)."""
-    call = "".join(f"    total += scale(\n        values[{i}],\n        {i},\n    )\n" for i in range(6))
-    text = "".join(f"def f{n}(values):\n    total = 0\n{call}    return total\n\n\n" for n in range(30))
-    cursor = text.rindex("return total")
-    builder = ContextBuilder(ContextSettings(prefix_tokens=300))  # about 1,050 characters
-    ctx = builder.build(builder.document(text, "python", None), [(cursor, cursor)], "inline")
-    statement_starts = {m.start() for m in re.finditer(r"(?m)^(def |    total|    return)", text)}
-    assert ctx.cuts and set(ctx.cuts) <= statement_starts  # never a call's argument line
-    assert ctx.prefix_start in statement_starts
-    prefix = text[ctx.prefix_start : cursor]
-    request = InfillRequest(prefix=prefix, prefix_cuts=tuple(c - ctx.prefix_start for c in ctx.cuts))
-    tokens = ChunkedTokenizer(_CharTokens())
-    for budget in (120, 200, 400):
-        fitted = fit_prompt(tokens.chunks(prefix), [], budget, refit_fraction=1.0, cuts=request.prefix_cuts)
-        assert fitted.dropped_chars in request.prefix_cuts, budget
-    fitted = small_backend.prompts.fit(prefix, request)  # the real default, in its tokens (64 a fresh prompt)
-    assert 0 < fitted.dropped_chars and fitted.dropped_chars in request.prefix_cuts
-    with pytest.raises(InfillError, match="prefix_cuts"):
-        InfillRequest(prefix="ab", prefix_cuts=(3,))
-
-
-class _CharTokens:
-    """A tokenizer of one token per character (the fit's arithmetic checked by counting characters)."""
-
-    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        return [ord(c) for c in text]
 
 
 @pytest.mark.slow

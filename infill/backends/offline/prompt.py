@@ -27,7 +27,6 @@ class _Fit:
 
     document_id: str | None
     text: str
-    cuts: tuple[int, ...]
     extra_context: str
     settings: ARSettings
     fresh_prompt_tokens: int
@@ -88,7 +87,6 @@ class Prompts:
             last is not None
             and last.document_id == request.document_id
             and last.text == text
-            and last.cuts == request.prefix_cuts
             and last.extra_context == request.extra_context
             and last.settings == self.settings
             and last.fresh_prompt_tokens == fresh
@@ -98,31 +96,22 @@ class Prompts:
         fitted = self.fit(text, request)
         prompt, healed = self.heal(fitted.ids)
         self._last = _Fit(
-            request.document_id,
-            text,
-            request.prefix_cuts,
-            request.extra_context,
-            self.settings,
-            fresh,
-            fitted,
-            prompt,
-            healed,
+            request.document_id, text, request.extra_context, self.settings, fresh, fitted, prompt, healed
         )
         return fitted, prompt, healed
 
     def fit(self, text: str, request: InfillRequest) -> FittedPrompt:
         """The prompt for `text`: BOS, the request's extra context whole (its own budget), then the near end of
-        the text within `fresh_prompt_tokens`, cut where a whole unit starts (`request.prefix_cuts`), unless growing
-        the cached prompt from its start (up to max_prompt_tokens) encodes no more tokens anew than starting over
-        would. Typing, and moving on down a file, so keep more context at no more cost than starting over."""
+        the text within `fresh_prompt_tokens`, unless growing the cached prompt from its start (up to
+        max_prompt_tokens) encodes no more tokens anew than starting over would. Typing, and moving on down a file,
+        so keep more context at no more cost than starting over."""
         key, settings = request.document_id, self.settings
         self.fits += 1
         # (whole trailing lines of it: the last names the current file)
         head = [self.runtime.bos] + self.tokens.encode_tail(request.extra_context, settings.extra_context_tokens)
         chunks, anchor, extra = self.tokens.chunks(text), self.sequences.anchor(key), len(head) - 1
-        cuts = request.prefix_cuts
-        fresh = fit_prompt(chunks, head, self.fresh_prompt_tokens() + extra, anchor, refit_fraction=1.0, cuts=cuts)
-        grown = fit_prompt(chunks, head, settings.max_prompt_tokens + extra, anchor, keep_anchor=True, cuts=cuts)
+        fresh = fit_prompt(chunks, head, self.fresh_prompt_tokens() + extra, anchor=anchor, refit_fraction=1.0)
+        grown = fit_prompt(chunks, head, settings.max_prompt_tokens + extra, anchor=anchor, keep_anchor=True)
 
         def new(fitted: FittedPrompt) -> int:
             return len(fitted.ids) - self.sequences.reusable(key, fitted.ids)
