@@ -1,4 +1,5 @@
-"""Prompt tokenisation that costs one line per keystroke, not one file, and the one prompt fitter.
+"""Prompt tokenisation that costs one line per keystroke, not one file, and the one rule for where a prompt starts
+(`choose_start`: the in-process backends' prompts in tokens, `fit_prompt`; the context's window in characters).
 
 Text is split into chunks after each line break (runs of blank lines stay with the line before them; only "\n"
 ends a chunk, never the form feeds and other separators `str.splitlines` breaks at), and each chunk is tokenised
@@ -114,7 +115,7 @@ def choose_start(
     truncated: bool = False,
 ) -> int:
     """The one rule for where a prompt starts: the index of the first chunk kept of chunks `texts` costing
-    `counts` (tokens, or characters where a backend has no tokenizer) within `room`.
+    `counts` (tokens for a backend's prompt, characters for the context's window) within `room`.
 
     All of it when it fits. Otherwise the previous cut (`anchor`, the first kept chunks last time) while it fits,
     so that the prompt start, and with it the reusable KV, stays put while the user types; otherwise a new cut

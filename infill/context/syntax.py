@@ -47,7 +47,7 @@ _ALIASES = {
     "jsonc": "json",
     "md": "markdown",
 }
-# A file name's extension -> LSP languageId (what a document without one is taken to be: the pilot, the gateway)
+# A file name's extension -> LSP languageId (for a document whose client named no language, and the pilot's files)
 LANGUAGE_BY_EXTENSION = {
     ".py": "python",
     ".pyi": "python",

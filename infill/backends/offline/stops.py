@@ -7,8 +7,8 @@ after the gap, at a blank line in prose, or at the token bound / EOS. The gap's 
 text after it says) ends fills sooner: inside a string that goes on below, before the string's end; where the text
 below closes brackets the fill must open, right after it opens them (cut back there when the line went on to close
 one); and a line the lines below must find open, or ended by a block's colon, may not end before it is
-(`line_held_open`). A fill the token bound or the deadline ends
-inside brackets it opened ends at its last balanced point (`trim_unfinished`): where it ends, not cleaning.
+(`line_held_open`). A fill the token bound or the deadline ends inside brackets it opened ends at its last
+balanced point (`trim_unfinished`): where it ends, not cleaning.
 """
 
 from __future__ import annotations
