@@ -31,8 +31,15 @@ async def test_offline_default_is_loaded_and_labelled_as_fallback(default):
     ready = await wait_ready(default, timeout=240)
     assert ready["state"] == "ready", ready
     assert ready["kind"] == "autoregressive" and ready["isFallback"] is True and ready["label"]
-    kinds = [type(v).__name__ for values in default.progress_reports.values() for v in values]
-    assert kinds[0] == "WorkDoneProgressBegin" and kinds[-1] == "WorkDoneProgressEnd"
+    # infill.status turns ready on the loading thread; the progress's end follows from the event loop: wait for it
+    end = time.monotonic() + 30
+
+    def kinds() -> list[str]:
+        return [type(v).__name__ for values in default.progress_reports.values() for v in values]
+
+    while kinds()[-1:] != ["WorkDoneProgressEnd"] and time.monotonic() < end:
+        await asyncio.sleep(0.05)
+    assert kinds()[0] == "WorkDoneProgressBegin" and kinds()[-1] == "WorkDoneProgressEnd", kinds()
 
 
 async def test_inline_suggestion_from_the_default_model(default):
