@@ -140,13 +140,14 @@ def choose_start(
             return kept
     if fits:
         return 0
-    offsets, at = [], 0
-    for text in texts:
-        offsets.append(at)
-        at += len(text)
-    proposed = set(cuts)
     fitting = [k for k in range(first, len(texts)) if tails[k] <= refit_room]
-    return next((k for k in fitting if offsets[k] in proposed), fitting[0] if fitting else len(texts) - 1)
+    if cuts and fitting:
+        offsets, at, proposed = [], 0, set(cuts)
+        for text in texts:
+            offsets.append(at)
+            at += len(text)
+        return next((k for k in fitting if offsets[k] in proposed), fitting[0])
+    return fitting[0] if fitting else len(texts) - 1
 
 
 def anchor_at(texts: Sequence[str], start: int) -> str:

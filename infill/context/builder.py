@@ -214,15 +214,15 @@ class ContextBuilder:
         prefix_budget = int(s.prefix_tokens * s.chars_per_token)
         suffix_budget = int(s.suffix_tokens * s.chars_per_token)
         node = node_at(doc, first) if doc.has_grammar else None
-        cuts: list[int] = []
+        unit_starts: list[int] = []
         if node is not None:
-            cuts, suffix_end, unit = syntactic_window(doc, node, first, last, prefix_budget, suffix_budget)
+            unit_starts, suffix_end, unit = syntactic_window(doc, node, first, last, prefix_budget, suffix_budget)
         else:
             suffix_end, unit = line_window(text, first, last, prefix_budget, suffix_budget)[1], "lines"
         # The window keeps its start while that still fits, so typing on does not change the start of the prompt
         # (a backend re-encodes everything after the first changed token).
         previous = doc.memo.get("window_start") if doc.memo is not None and keep_window else None
-        prefix_start, anchor = fit_prefix(text, first, prefix_budget, previous, cuts)
+        prefix_start, anchor = fit_prefix(text, first, prefix_budget, previous, unit_starts)
         if doc.memo is not None and keep_window:
             doc.memo["window_start"] = (prefix_start, anchor)
         in_comment = node is not None and inside_inline_node(doc, byte_offset(doc, first))

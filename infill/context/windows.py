@@ -18,11 +18,12 @@ WINDOW_HEADROOM = 0.1
 
 
 def fit_prefix(
-    text: str, first: int, budget: int, previous: tuple[int, str] | None, cuts: Sequence[int]
+    text: str, first: int, budget: int, previous: tuple[int, str] | None, unit_starts: Sequence[int]
 ) -> tuple[int, str]:
-    """Where the window before `first` starts, at a line start within `budget` characters, preferring `cuts` (the
-    starts of whole units), and what identifies that start on the next keystroke (`previous`: the last start and
-    its anchor). Work is proportional to the budget, or constant where the last start holds where it was."""
+    """Where the window before `first` starts, at a line start within `budget` characters, preferring one where a
+    whole unit starts (`unit_starts`: `syntactic_window`'s), and what identifies that start on the next keystroke
+    (`previous`: the last start and its anchor). Work is proportional to the budget, or constant where the last
+    start holds where it was (the unit starts are then not read)."""
     anchor = previous[1] if previous is not None else ""
     if previous is not None:  # the anchor where it was (what choose_start would find, without reading the window)
         index = previous[0]
@@ -36,6 +37,8 @@ def fit_prefix(
         scan = first if newline < 0 else newline + 1  # (a line before the gap longer than the budget: none of it)
     texts = split_chunks(text[scan:first])
     refit = budget if not anchor else int(budget * (1 - WINDOW_HEADROOM))
+    low = max(0, first - budget)  # only unit starts alone on their line (after indentation) are cuts
+    cuts = {min(_snap_to_line_start(text, i), first) for i in unit_starts if _blank_before(text, i, low)}
     relative = [c - scan for c in cuts if scan <= c < first]
     k = choose_start(texts, [len(t) for t in texts], budget, refit, anchor=anchor, cuts=relative, truncated=scan > 0)
     return scan + sum(len(t) for t in texts[:k]), anchor_at(texts, k)
@@ -57,9 +60,9 @@ def char_index(doc: DocumentSnapshot, offset: int) -> int:
 def syntactic_window(
     doc: DocumentSnapshot, node: Node, first: int, last: int, prefix_budget: int, suffix_budget: int
 ) -> tuple[list[int], int, str]:
-    """The line starts in budget before the gap where a whole unit (an enclosing node or one of its children)
-    starts, in order (where a window may start: `fit_prefix` chooses), the farthest end of a whole unit in
-    budget after it, and the enclosing unit's type. Work is proportional to the window, whatever the line endings
+    """Where a whole unit (an enclosing node or one of its children) starts in budget before the gap, in order
+    (str indices; where a window may start, as `fit_prefix` chooses), the farthest end of a whole unit in budget
+    after it, and the enclosing unit's type. Work is proportional to the window, whatever the line endings
     or the characters (one line of megabytes, CR-only text and non-ASCII text once cost the whole document per
     candidate boundary)."""
     text = doc.text
@@ -89,17 +92,17 @@ def syntactic_window(
         ancestor = ancestor.parent
     starts = sorted({b for b in starts if low <= b <= begin})
     ends = sorted({b for b in ends if finish <= b <= high}, reverse=True)
-    # Only boundaries at line starts / line ends count: a window never begins or ends mid-line. Of the ends, the
-    # farthest that passes is taken, so they are tried from the farthest on.
+    # Only boundaries at line starts / line ends count: a window never begins or ends mid-line (starts: fit_prefix
+    # checks, where it must choose). Of the ends, the farthest that passes is taken, so they are tried from the
+    # farthest on.
     start_chars = _char_indices(doc, starts, begin, first)
     end_chars = _char_indices(doc, ends, finish, last)
-    cuts = sorted({min(_snap_to_line_start(text, i), first) for i in start_chars if _blank_before(text, i, low_char)})
     farthest_end = next((i for i in end_chars if _blank_after(text, i, high_char)), None)
     if farthest_end is not None:
         suffix_end = _snap_to_line_end(text, farthest_end)
     else:
         suffix_end = line_window(text, first, last, prefix_budget, suffix_budget)[1]
-    return cuts, max(suffix_end, last), unit
+    return start_chars, max(suffix_end, last), unit
 
 
 # How far past the window a boundary's line is followed to its start or end (indentation, a trailing comment);

@@ -497,8 +497,8 @@ def test_a_window_costs_the_window_not_the_document(text):
     doc.__dict__["data"] = _CountingBytes(text.encode("utf-8"))  # DocumentSnapshot.data is a cached_property
     cursor = len(text) * 3 // 4
     _CountingBytes.sliced = 0
-    cuts, end, _ = syntactic_window(doc, node_at(doc, cursor), cursor, cursor, 7000, 2000)
-    assert all(c <= cursor for c in cuts) and cursor <= end
+    starts, end, _ = syntactic_window(doc, node_at(doc, cursor), cursor, cursor, 7000, 2000)
+    assert all(s <= cursor for s in starts) and cursor <= end
     assert _CountingBytes.sliced < 4 * (7000 + 2000) * 2, _CountingBytes.sliced  # 'é' is 2 bytes
 
 
