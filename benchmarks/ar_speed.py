@@ -96,7 +96,7 @@ def run(backend, floor: Floor, holes, modes: list[tuple[str, dict]], typed: int,
             order = modes if (index + k) % 2 == 0 else modes[::-1]
             steps = None
             for name, overrides in order:
-                backend.settings = replace(base, **overrides)
+                backend.reconfigure(replace(base, **overrides))
                 result = backend.infill(
                     InfillRequest(
                         prefix=prefix,
@@ -118,7 +118,7 @@ def run(backend, floor: Floor, holes, modes: list[tuple[str, dict]], typed: int,
                             "middle": result.middle,
                         }
                     )
-            backend.settings = base
+            backend.reconfigure(base)
             ids = [backend.runtime.bos] + backend.tokens.encode(prefix)[start:]
             total, per_token = floor.fill(ids, max(2, steps or 2))
             if k < typed:

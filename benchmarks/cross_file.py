@@ -58,6 +58,7 @@ from infill.testing.benchmark_figures import (  # noqa: E402
     mean_interval,
     wilson_interval,
 )
+from infill.types import FillControl  # noqa: E402
 from server.budget import GUARD_CAP_MS  # noqa: E402
 from server.settings import Settings  # noqa: E402
 
@@ -190,7 +191,7 @@ def ask(pipeline: Pipeline, hole: CrossHole, texts: dict[str, str], related: boo
         related=others,
     )
     t0 = time.perf_counter()
-    out = pipeline.complete(request, deadline=time.monotonic() + GUARD_CAP_MS / 1000)
+    out = pipeline.complete(request, FillControl(deadline=time.monotonic() + GUARD_CAP_MS / 1000))
     ms = (time.perf_counter() - t0) * 1000
     fill = out.fills[0] if out.fills else None
     shown = middle_of(text, fill.start, fill.end, fill.text, hole) if fill and fill.text.strip() else ""

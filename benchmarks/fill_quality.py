@@ -69,6 +69,7 @@ from infill.testing.benchmark_figures import (  # noqa: E402
     mean_interval,
     wilson_interval,
 )
+from infill.types import FillControl  # noqa: E402
 from server import scheduling  # noqa: E402
 from server.budget import GUARD_CAP_MS  # noqa: E402
 from server.settings import Settings  # noqa: E402
@@ -146,7 +147,7 @@ def ask_lsp(pipeline: Pipeline, hole: Hole, deadline_ms: float) -> Attempt:
         **other,
     )
     t0 = time.perf_counter()
-    outcome = pipeline.complete(request, deadline=time.monotonic() + deadline_ms / 1000)
+    outcome = pipeline.complete(request, FillControl(deadline=time.monotonic() + deadline_ms / 1000))
     ms = (time.perf_counter() - t0) * 1000
     fill = outcome.fills[0] if outcome.fills else None
     shown = middle_of(text, fill.start, fill.end, fill.text, hole) if fill and fill.text.strip() else ""
@@ -177,7 +178,9 @@ def ask_fill_gap(pipeline: Pipeline, hole: Hole, candidates: int) -> Attempt:
         candidates=candidates,
     )
     t0 = time.perf_counter()
-    outcome = pipeline.complete(request, deadline=time.monotonic() + Settings().code_action_budget_ms / 1000)
+    outcome = pipeline.complete(
+        request, FillControl(deadline=time.monotonic() + Settings().code_action_budget_ms / 1000)
+    )
     ms = (time.perf_counter() - t0) * 1000
     fill = outcome.fills[0] if outcome.fills else None
     shown = middle_of(text, fill.start, fill.end, fill.text, hole) if fill and fill.text.strip() else ""

@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from infill.checks.watchdog import check_syntax  # noqa: E402
 from infill.pipeline import CompletionRequest, Pipeline, PipelineSettings  # noqa: E402
 from infill.stats import percentile  # noqa: E402
+from infill.types import FillControl  # noqa: E402
 
 _LANG_BY_EXT = {".py": "python", ".md": "markdown", ".js": "javascript", ".json": "json"}
 
@@ -80,7 +81,7 @@ def run_holes(pipeline: Pipeline, holes, budget_s: float | None) -> dict:
     for i, (text, cursor, language, removed) in enumerate(holes):
         deadline = None if budget_s is None else time.monotonic() + budget_s
         out = pipeline.complete(
-            CompletionRequest(text, cursor, language=language, document_id=f"hole{i}"), deadline=deadline
+            CompletionRequest(text, cursor, language=language, document_id=f"hole{i}"), FillControl(deadline=deadline)
         )
         shown += bool(out.fills)
         exact += bool(out.fills) and out.fills[0].text.strip() == removed.strip()

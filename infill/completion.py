@@ -8,7 +8,7 @@ from typing import Any, Literal, Protocol
 
 from infill import timing
 from infill.context.related import OpenDocument
-from infill.types import CancelToken, DraftCallback, InfillResult
+from infill.types import UNSTEERED, FillControl, InfillResult
 
 Mode = Literal["inline", "gap", "gaps"]
 
@@ -94,11 +94,4 @@ class Completer(Protocol):
     """Whatever answers a CompletionRequest: a Pipeline, one run on the model worker (infill/worker.py OnWorker),
     or the pilot's RawPipeline."""
 
-    def complete(
-        self,
-        req: CompletionRequest,
-        *,
-        cancel: CancelToken | None = None,
-        deadline: float | None = None,
-        on_draft: DraftCallback | None = None,
-    ) -> PipelineResult: ...
+    def complete(self, req: CompletionRequest, control: FillControl = UNSTEERED) -> PipelineResult: ...

@@ -22,7 +22,7 @@ from infill.context.lines import line_content, split_lines
 from infill.context.syntax import apply_fills
 from infill.loader import add_fallback_options, close_quietly, fallback_from_args, open_pipeline
 from infill.pipeline import MAX_GAPS, CompletionRequest, PipelineSettings
-from infill.types import InfillError, deadline_in
+from infill.types import FillControl, InfillError, deadline_in
 from infill.worker import ModelWorker, OnWorker
 
 MAX_FILE_BYTES = 10 * 2**20
@@ -120,7 +120,7 @@ def main(argv: list[str]) -> int:
     worker = ModelWorker("infill-fill-model")  # model work runs on the model worker, as in the server and gateway
     try:
         outcome = OnWorker(pipeline, worker, kind=None).complete(
-            request, deadline=deadline_in(args.budget_ms / 1000 if args.budget_ms else None)
+            request, FillControl(deadline=deadline_in(args.budget_ms / 1000 if args.budget_ms else None))
         )
     finally:
         worker.shutdown()

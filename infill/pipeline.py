@@ -32,15 +32,18 @@ from infill.context.syntax import resolve_language
 from infill.prepared import MAX_GAPS, Prepared, has_text, prepare
 from infill.types import (
     MAX_CANDIDATES,
+    UNSTEERED,
     CancelToken,
     Draft,
     DraftCallback,
+    FillControl,
     InfillBackend,
     InfillError,
     InfillRequest,
     InfillResult,
     WarmsPrompts,
     WritesAlternatives,
+    require_integers,
 )
 
 log = logging.getLogger(__name__)
@@ -81,18 +84,8 @@ class PipelineSettings:
     def __post_init__(self) -> None:
         if not isinstance(self.alternatives, int) or not 0 <= self.alternatives <= MAX_CANDIDATES:
             raise InfillError(f"alternatives must be an integer from 0 to {MAX_CANDIDATES}, got {self.alternatives!r}")
-        for name in (
-            "max_middle_tokens",
-            "prefix_chars",
-            "suffix_chars",
-            "prefix_tokens",
-            "suffix_tokens",
-            "single_line_tokens",
-            "max_gap_tokens",
-        ):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise InfillError(f"pipeline setting {name} must be a positive integer, got {value!r}")
+        sizes = ("max_middle_tokens", "prefix_chars", "suffix_chars", "prefix_tokens", "suffix_tokens")
+        require_integers(self, dict.fromkeys((*sizes, "single_line_tokens", "max_gap_tokens"), 1), "pipeline setting ")
         if not 0 < self.primary_share <= 1:
             raise InfillError(f"primary_share must be in (0, 1], got {self.primary_share}")
         if self.min_fallback_ms < 0 or not self.chars_per_token > 0:
@@ -184,13 +177,7 @@ class Pipeline:
         return self._warms.warm(prep.request, cancel=cancel) if self._warms is not None else 0
 
     def complete(
-        self,
-        req: CompletionRequest,
-        *,
-        cancel: CancelToken | None = None,
-        deadline: float | None = None,
-        on_draft: DraftCallback | None = None,
-        prepared: Prepared | None = None,
+        self, req: CompletionRequest, control: FillControl = UNSTEERED, prepared: Prepared | None = None
     ) -> PipelineResult:
         """Complete `req`. `prepared` is its context built ahead (by `prepare`, for this very request); without it
         the context is built here, and its time counts in total_ms."""
@@ -219,7 +206,7 @@ class Pipeline:
             self.watchdog.record(Verdict("empty_prefix", "no text before the gap"), "pipeline")
             out.rejections.append(("pipeline", "empty_prefix"))
         else:
-            self._route(out, prep, cancel, deadline, on_draft)
+            self._route(out, prep, control)
         with self._routes_lock:
             self.routes[out.route] += 1
         out.trace.stop("checks")
@@ -232,23 +219,17 @@ class Pipeline:
         has_before = has_text(req.text, 0, spans[0][0])
         return not has_before and (req.mode == "inline" or not has_text(req.text, spans[-1][1], len(req.text)))
 
-    def _route(
-        self,
-        out: PipelineResult,
-        prep: Prepared,
-        cancel: CancelToken | None,
-        deadline: float | None,
-        on_draft: DraftCallback | None,
-    ) -> None:
-        s = self.settings
+    def _route(self, out: PipelineResult, prep: Prepared, control: FillControl) -> None:
+        s, deadline = self.settings, control.deadline
         primary_deadline = deadline
         if self.fallback is not None and deadline is not None:
             primary_deadline = time.monotonic() + max(0.0, deadline - time.monotonic()) * s.primary_share
         attempts = [("primary", self.backend, primary_deadline)]
         if self.fallback is not None:
             attempts.append(("fallback", self.fallback, deadline))
+        guarded = self._guard_drafts(control.on_draft, prep) if control.on_draft else None
         for route, backend, budget_end in attempts:
-            if cancel is not None and cancel.cancelled:
+            if control.cancelled:
                 return
             if (
                 route == "fallback"
@@ -257,8 +238,8 @@ class Pipeline:
             ):
                 out.rejections.append((_name(backend), "no_budget"))
                 return
-            guarded = self._guard_drafts(on_draft, prep) if on_draft else None
-            result = self._call(backend, prep.request, cancel, budget_end, guarded, out)
+            attempt = replace(control, deadline=budget_end, on_draft=guarded)
+            result = self._call(backend, prep.request, attempt, out)
             out.result = result
             if result.outcome == "cancelled":
                 return
@@ -268,9 +249,7 @@ class Pipeline:
                 out.route = route
                 return
             out.rejections.append((result.backend, verdict.reason or "rejected"))
-            if result.outcome in ("ok", "empty") and self._try_alternatives(
-                out, prep, route, cancel, budget_end, deadline
-            ):
+            if result.outcome in ("ok", "empty") and self._try_alternatives(out, prep, route, attempt, deadline):
                 out.route = route
                 return
 
@@ -279,13 +258,13 @@ class Pipeline:
         out: PipelineResult,
         prep: Prepared,
         route: str,
-        cancel: CancelToken | None,
-        budget_end: float | None,
+        attempt: FillControl,
         deadline: float | None,
     ) -> bool:
         """The backend's other fills for a one-line gap whose fill it refused, or a gap it left empty, best first (a
         backend that can branch: `alternatives`); the first the checks accept is shown. Whether one was. (A refused
-        fill of several lines is not retried: as many more lines would cost about as much again.)"""
+        fill of several lines is not retried: as many more lines would cost about as much again.) `attempt` bounds the
+        backend, `deadline` the checks."""
         count = self.settings.alternatives if prep.source.alternatives is None else prep.source.alternatives
         brancher, greedy = self._branches.get(route), out.result
         if (
@@ -294,13 +273,13 @@ class Pipeline:
             or brancher is None
             or not (prep.ctx.single_line or greedy.outcome == "empty")
             or len(prep.spans) != 1
-            or (cancel is not None and cancel.cancelled)
+            or attempt.cancelled
         ):
             return False
         name, t0 = greedy.backend, time.perf_counter()
         out.trace.stop("checks")
         try:
-            texts = brancher.alternatives(prep.request, count, cancel=cancel, deadline=budget_end)
+            texts = brancher.alternatives(prep.request, count, attempt)
         except Exception as exc:  # noqa: BLE001 - the greedy fill's verdict stands
             log.warning("backend %s failed writing other fills: %s", name, exc)
             texts = []
@@ -315,19 +294,13 @@ class Pipeline:
         return False
 
     def _call(
-        self,
-        backend: InfillBackend,
-        request: InfillRequest,
-        cancel: CancelToken | None,
-        deadline: float | None,
-        on_draft: DraftCallback | None,
-        out: PipelineResult,
+        self, backend: InfillBackend, request: InfillRequest, control: FillControl, out: PipelineResult
     ) -> InfillResult:
         name = _name(backend)
         out.trace.stop("checks")  # (the backend's time is its own)
         t0 = time.perf_counter()
         try:
-            result = backend.infill(request, cancel=cancel, deadline=deadline, on_draft=on_draft)
+            result = backend.infill(request, control)
         except Exception as exc:  # a failing backend must leave the fallback (and the editor) usable
             log.warning("backend %s failed: %s", name, exc)
             result = InfillResult(middles=(), outcome="error", backend=name, error=str(exc), version=request.version)

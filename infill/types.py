@@ -65,6 +65,17 @@ def wait_polling(future: Future[T], every_s: float, check: Callable[[], None]) -
             check()
 
 
+def require_integers(owner: object, least: dict[str, int], what: str = "") -> None:
+    """Raise InfillError unless each attribute of `owner` that `least` names is an integer (not a bool) no smaller
+    than its bound: the one check settings classes make of their whole-number fields (JSON gives floats, strings
+    and booleans too). `what` starts the message ("watchdog setting ")."""
+    for name, bound in least.items():
+        value = getattr(owner, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < bound:
+            wanted = "a positive integer" if bound == 1 else f"an integer >= {bound}"
+            raise InfillError(f"{what}{name} must be {wanted}, got {value!r}")
+
+
 def deadline_in(seconds: float | None) -> float | None:
     """An absolute `time.monotonic()` deadline `seconds` from now (None: no deadline)."""
     return None if seconds is None else time.monotonic() + seconds
@@ -172,6 +183,32 @@ DraftCallback = Callable[[Draft], None]
 
 
 @dataclass(frozen=True)
+class FillControl:
+    """How a caller steers one fill while it runs, handed down from caller to backend: `cancel` is checked between
+    model steps, at `deadline` (time.monotonic()) the best draft so far comes back flagged cut_short, and `on_draft`
+    sees the drafts as they form (the diffusion engine's steps). A layer that narrows one of them passes on a copy
+    (`dataclasses.replace`)."""
+
+    cancel: CancelToken | None = None
+    deadline: float | None = None
+    on_draft: DraftCallback | None = None
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.cancelled
+
+    def raise_if_cancelled(self) -> None:
+        if self.cancel is not None:
+            self.cancel.raise_if_cancelled()
+
+    def past_deadline(self) -> bool:
+        return self.deadline is not None and time.monotonic() > self.deadline
+
+
+UNSTEERED = FillControl()  # no cancel, no deadline, no drafts: holds no state, so one serves every caller
+
+
+@dataclass(frozen=True)
 class Timings:
     encode_ms: float = 0.0  # prompt tokenisation + prefill of the new tail (KV reuse makes this small)
     denoise_ms: float = 0.0  # the denoising / decoding loop
@@ -220,21 +257,14 @@ class BackendInfo:
 @runtime_checkable
 class InfillBackend(Protocol):
     """What every backend provides. `infill` is blocking (run it in a worker thread from async code), honours
-    `cancel` between steps, and returns its best draft flagged `cut_short` at `deadline` (time.monotonic()).
+    its control's `cancel` between steps, and returns its best draft flagged `cut_short` at its `deadline`.
     What only some backends can do is a protocol of its own below (`WarmsPrompts`, `WritesAlternatives`,
     `WarmsUp`), checked once where a backend is taken on (the pipeline, the loader), never looked up per call."""
 
     @property
     def info(self) -> BackendInfo: ...
 
-    def infill(
-        self,
-        request: InfillRequest,
-        *,
-        cancel: CancelToken | None = None,
-        deadline: float | None = None,
-        on_draft: DraftCallback | None = None,
-    ) -> InfillResult: ...
+    def infill(self, request: InfillRequest, control: FillControl = UNSTEERED) -> InfillResult: ...
 
     def close(self) -> None: ...
 
@@ -252,11 +282,9 @@ class WarmsPrompts(Protocol):
 @runtime_checkable
 class WritesAlternatives(Protocol):
     """A backend that can branch (the offline default): other fills for a one-gap request whose fill was refused
-    or empty, best first, within `deadline`."""
+    or empty, best first, within the control's `deadline`."""
 
-    def alternatives(
-        self, request: InfillRequest, count: int, *, cancel: CancelToken | None = None, deadline: float | None = None
-    ) -> list[str]: ...
+    def alternatives(self, request: InfillRequest, count: int, control: FillControl = UNSTEERED) -> list[str]: ...
 
 
 @runtime_checkable

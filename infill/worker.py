@@ -29,12 +29,20 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from infill.claims import NEWEST_WINS, Claim, Claims, Ticket
 from infill.pipeline import CompletionRequest, PipelineResult, Prepared
-from infill.types import Cancelled, CancelToken, DraftCallback, InfillBackend, InfillResult, wait_polling
+from infill.types import (
+    UNSTEERED,
+    Cancelled,
+    CancelToken,
+    FillControl,
+    InfillBackend,
+    InfillResult,
+    wait_polling,
+)
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +57,7 @@ class Completes(Protocol):
     def backend(self) -> InfillBackend: ...
 
     def complete(
-        self,
-        req: CompletionRequest,
-        *,
-        cancel: CancelToken | None = None,
-        deadline: float | None = None,
-        on_draft: DraftCallback | None = None,
-        prepared: Prepared | None = None,
+        self, req: CompletionRequest, control: FillControl = UNSTEERED, prepared: Prepared | None = None
     ) -> PipelineResult: ...
 
 
@@ -123,11 +125,9 @@ class ModelWorker:
         self,
         pipeline: Completes,
         req: CompletionRequest,
+        control: FillControl,
         *,
-        cancel: CancelToken,
-        deadline: float | None = None,
         queue_deadline: bool = True,
-        on_draft: DraftCallback | None = None,
         context: Future[Prepared] | None = None,
         kind: str | None = None,
     ) -> Future[PipelineResult]:
@@ -136,14 +136,16 @@ class ModelWorker:
         "cut_short"). `context` is the request's context being built on another thread (`Pipeline.prepare`),
         waited for here. With `queue_deadline=False` the deadline bounds the backend only, not the wait in the
         queue (the LSP server's choice: see docs/concurrency.md)."""
+        if control.cancel is None:  # the claim and the queue cancel through a token
+            control = replace(control, cancel=CancelToken())
 
         def run() -> PipelineResult:
             if context is None:
-                return pipeline.complete(req, cancel=cancel, deadline=deadline, on_draft=on_draft)
+                return pipeline.complete(req, control)
             started = time.perf_counter()
             prepared = context.result()  # built during the debounce: normally done already
             prepared.trace.add("context_wait", (time.perf_counter() - started) * 1000)
-            return pipeline.complete(req, cancel=cancel, deadline=deadline, on_draft=on_draft, prepared=prepared)
+            return pipeline.complete(req, control, prepared)
 
         def unrun(why: NotRun) -> PipelineResult:
             result = InfillResult(
@@ -158,8 +160,8 @@ class ModelWorker:
         return self.submit(
             run,
             key=req.document_id,
-            cancel=cancel,
-            deadline=deadline if queue_deadline else None,
+            cancel=control.cancel,
+            deadline=control.deadline if queue_deadline else None,
             kind=kind,
             unrun=unrun,
         )
@@ -282,16 +284,7 @@ class OnWorker:
         self.kind = kind
         self.abandoned = abandoned
 
-    def complete(
-        self,
-        req: CompletionRequest,
-        *,
-        cancel: CancelToken | None = None,
-        deadline: float | None = None,
-        on_draft: DraftCallback | None = None,
-    ) -> PipelineResult:
-        token = cancel or CancelToken()
-        future = self.worker.complete(
-            self.pipeline, req, cancel=token, deadline=deadline, on_draft=on_draft, kind=self.kind
-        )
+    def complete(self, req: CompletionRequest, control: FillControl = UNSTEERED) -> PipelineResult:
+        token = control.cancel or CancelToken()  # the wait cancels an abandoned job through it
+        future = self.worker.complete(self.pipeline, req, replace(control, cancel=token), kind=self.kind)
         return self.worker.wait(future, token, self.abandoned)

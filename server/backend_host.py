@@ -22,10 +22,10 @@ from typing import TypeVar
 from infill.backends.choose import BackendSpec, open_backend
 from infill.loader import FallbackChoice, Opened, close_quietly, describe_spec, open_pipeline
 from infill.pipeline import CompletionRequest, Pipeline, PipelineResult, Prepared
-from infill.types import BackendInfo, CancelToken, InfillBackend
+from infill.types import BackendInfo, CancelToken, FillControl, InfillBackend
 from infill.worker import Claims, ModelWorker
 
-from .settings import Settings
+from .settings import SPEC_FIELDS, Settings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -35,18 +35,8 @@ LoadListener = Callable[[str, str, "float | None"], None]
 
 
 def spec_for(settings: Settings) -> BackendSpec:
-    return BackendSpec.from_env(
-        model=settings.model,
-        device=settings.device,
-        dtype=settings.dtype,
-        load_format=settings.load_format,
-        quantization=settings.quantization,
-        endpoint=settings.remote_endpoint,
-        endpoint_model=settings.remote_model,
-        endpoint_protocol=settings.remote_protocol,
-        denoising_steps=settings.denoising_steps,
-        kv_store_mib=settings.kv_store_mib,
-    )
+    chosen = {field: getattr(settings, name) for name, field in SPEC_FIELDS.items()}
+    return BackendSpec.from_env(denoising_steps=settings.denoising_steps, kv_store_mib=settings.kv_store_mib, **chosen)
 
 
 def fallback_for(settings: Settings) -> FallbackChoice:
@@ -81,16 +71,12 @@ class BackendHost:
         self,
         pipeline: Pipeline,
         request: CompletionRequest,
-        *,
-        cancel: CancelToken,
-        deadline: float | None,
+        control: FillControl,
         context: Future[Prepared] | None = None,
     ) -> Future[PipelineResult]:
         """`request` run on the model thread; the deadline bounds the backend, not the wait in the queue (the
         server's choice: docs/concurrency.md)."""
-        return self.worker.complete(
-            pipeline, request, cancel=cancel, deadline=deadline, queue_deadline=False, context=context
-        )
+        return self.worker.complete(pipeline, request, control, queue_deadline=False, context=context)
 
     def submit(self, run: Callable[[], T], cancel: CancelToken) -> Future[T]:
         """Other model work (encoding a prompt ahead) on the model thread."""

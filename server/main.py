@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, TextIO, cast
 from infill.backends.choose import add_model_options, spec_from_args
 from infill.types import InfillError
 
-from .settings import Settings
+from .settings import SPEC_FIELDS, Settings
 
 if TYPE_CHECKING:
     from .server import InfillServer
@@ -51,15 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("pygls").setLevel(logging.WARNING)  # pygls logs every message at INFO
     try:
         spec = spec_from_args(args)
-        base = Settings(
-            model=args.model,
-            device=spec.device,
-            dtype=spec.dtype,
-            load_format=spec.load_format,
-            quantization=spec.quantization,
-            denoising_steps=args.denoising_steps,
-            remote_endpoint=spec.endpoint,
-        )
+        # The options as given (the model as named, not as the environment fills it: the spec is made again, from
+        # these settings, at each load).
+        given = {name: getattr(spec, field) for name, field in SPEC_FIELDS.items()} | {"model": args.model}
+        base = Settings(denoising_steps=args.denoising_steps, **given)
     except InfillError as exc:
         print(f"infill-ls: {exc}", file=sys.stderr)
         return 2

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from lsprotocol import types
 
 from infill.pipeline import CompletionRequest, Pipeline, PipelineResult, Prepared
-from infill.types import deadline_in
+from infill.types import FillControl, deadline_in
 from infill.worker import Ticket
 
 if TYPE_CHECKING:
@@ -44,9 +44,7 @@ async def run_on_model(
     failure = ""
     result: PipelineResult | None = None
     try:
-        future = ls.host.complete(
-            pipeline, request, cancel=ticket.token, deadline=deadline_in(budget_s), context=context
-        )
+        future = ls.host.complete(pipeline, request, FillControl(ticket.token, deadline_in(budget_s)), context)
         result = await asyncio.wrap_future(future)
     except asyncio.CancelledError:
         ticket.token.cancel("request cancelled by the client")  # the backend stops within one step

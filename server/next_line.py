@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from infill.context.indentation import indent_unit
 from infill.languages import opens_block
 from infill.pipeline import CompletionRequest, Pipeline, PipelineResult
-from infill.types import CancelToken, deadline_in
+from infill.types import CancelToken, FillControl, deadline_in
 
 from .backend_host import BackendHost
 from .budget import BudgetPolicy
@@ -117,7 +117,7 @@ class NextLine:
             version=document.version if real else None,
             alternatives=0,
         )
-        future = self._host.complete(pipeline, request, cancel=ahead.token, deadline=deadline_in(budget_s))
+        future = self._host.complete(pipeline, request, FillControl(ahead.token, deadline_in(budget_s)))
         loop = asyncio.get_running_loop()
         future.add_done_callback(lambda done: loop.call_soon_threadsafe(self._finish, ahead, done))
 

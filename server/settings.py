@@ -84,21 +84,22 @@ class Settings:
 
     def backend_key(self) -> tuple[object, ...]:
         """What selects and loads the backend: a change in any of these reloads it."""
-        return (
-            self.model,
-            self.device,
-            self.dtype,
-            self.load_format,
-            self.quantization,
-            self.remote_endpoint,
-            self.remote_model,
-            self.remote_protocol,
-            self.fallback,
-            self.fallback_endpoint,
-            self.fallback_model,
-            self.denoising_steps,
-            self.kv_store_mib,
-        )
+        return tuple(getattr(self, name) for name in (*SPEC_FIELDS, *_LOADING))
+
+
+# The settings that become the backend's spec (infill/backends/choose.py BackendSpec), by the spec field each sets.
+SPEC_FIELDS = {
+    "model": "model",
+    "device": "device",
+    "dtype": "dtype",
+    "load_format": "load_format",
+    "quantization": "quantization",
+    "remote_endpoint": "endpoint",
+    "remote_model": "endpoint_model",
+    "remote_protocol": "endpoint_protocol",
+}
+# The other settings a change of which reloads the backend: the fallback's and the engine's own.
+_LOADING = ("fallback", "fallback_endpoint", "fallback_model", "denoising_steps", "kv_store_mib")
 
 
 def _camel(name: str) -> str:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 
+from infill.types import UNSTEERED
+
 
 class Recording:
     """The real engine, with the requests the pipeline hands it written down (what reached the model)."""
@@ -16,10 +18,10 @@ class Recording:
     def info(self):
         return self.engine.info
 
-    def infill(self, request, **kwargs):
+    def infill(self, request, control=UNSTEERED):
         self.infills.append(request)
         self.started.set()
-        result = self.engine.infill(request, **kwargs)
+        result = self.engine.infill(request, control)
         self.results.append(result)
         return result
 

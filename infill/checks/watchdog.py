@@ -21,7 +21,7 @@ from infill.context.syntax import (
     errors_inside,
     load_language,
 )  # noqa: F401
-from infill.types import GapShape, InfillError
+from infill.types import GapShape, InfillError, require_integers
 
 log = logging.getLogger(__name__)
 
@@ -53,21 +53,15 @@ class WatchdogSettings:
     check_syntax: bool = True
 
     def __post_init__(self) -> None:
-        for name in (
+        whole = (
             "max_chars",
             "max_lines",
             "max_single_line_chars",
             "max_ngram",
-            "ngram_repeats",
             "plain_repeats",
-            "line_repeats",
             "consecutive_line_chars",
-        ):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise InfillError(f"watchdog setting {name} must be a positive integer, got {value!r}")
-        if self.ngram_repeats < 2 or self.line_repeats < 2:
-            raise InfillError("ngram_repeats and line_repeats must be at least 2")
+        )
+        require_integers(self, dict.fromkeys(whole, 1) | {"ngram_repeats": 2, "line_repeats": 2}, "watchdog setting ")
         if self.deadline_grace_ms < 0:
             raise InfillError(f"deadline_grace_ms must be >= 0, got {self.deadline_grace_ms}")
 
@@ -115,41 +109,46 @@ class Watchdog:
         deadline: float | None = None,
         backend: str = "",
     ) -> Verdict:
+        """The first failed check, cheapest first (the parse comes last), counted in `stats` and, when it fails,
+        logged with `backend`'s name. `ctx` is one context for all gaps or one per gap."""
         with self._lock:
             self.checked += 1
-        return self.record(self.judge(middles, spans, doc, ctx, deadline=deadline), backend)
-
-    def judge(
-        self,
-        middles: list[str],
-        spans: list[tuple[int, int]],
-        doc: DocumentSnapshot,
-        ctx: GapContext | list[GapContext],
-        *,
-        deadline: float | None = None,
-    ) -> Verdict:
-        """The first failed check, cheapest first (the parse comes last). `ctx` is one context for all gaps or
-        one per gap."""
         contexts = ctx if isinstance(ctx, list) else [ctx] * len(middles)
         s = self.settings
         if deadline is not None and time.monotonic() > deadline + s.deadline_grace_ms / 1000:
-            return Verdict("timeout", "the candidate arrived after the deadline")
-        if not any(m.strip() for m in middles):
-            return Verdict("empty", "nothing left after post-processing")
+            verdict = Verdict("timeout", "the candidate arrived after the deadline")
+        elif not any(m.strip() for m in middles):
+            verdict = Verdict("empty", "nothing left after post-processing")
+        else:
+            verdict = self._each_gap(middles, spans, doc.text, contexts) or self._whole(
+                middles, spans, doc, contexts[0]
+            )
+        return self.record(verdict, backend)
+
+    def _each_gap(
+        self, middles: list[str], spans: list[tuple[int, int]], text: str, contexts: list[GapContext]
+    ) -> Verdict | None:
         for middle, gap, (a, _) in zip(middles, contexts, spans):
+            s = self.settings
             verdict = (
                 check_length(middle, gap, s)
-                or check_repetition(middle, s, _line_above(doc.text, a))
+                or check_repetition(middle, s, _line_above(text, a))
                 or check_comment_only(middle, gap)
             )
             if verdict:
                 return verdict
-        if contexts[0].is_prose:
+        return None
+
+    def _whole(
+        self, middles: list[str], spans: list[tuple[int, int]], doc: DocumentSnapshot, gap: GapContext
+    ) -> Verdict:
+        """The fills read in the document: a prose table's rows, a fenced block's code, the file's syntax."""
+        if gap.is_prose:
             return check_table_rows(middles, spans, doc.text) or OK
-        if s.check_syntax and contexts[0].fence is not None:
-            return check_fence_syntax(middles, spans, doc.text, contexts[0]) or OK
-        if s.check_syntax and doc.has_grammar:
-            return check_syntax(middles, spans, doc, contexts[0].shape) or OK
+        if self.settings.check_syntax and gap.fence is not None:
+            return check_fence_syntax(middles, spans, doc.text, gap) or OK
+        if self.settings.check_syntax and doc.has_grammar:
+            return check_syntax(middles, spans, doc, gap.shape) or OK
         return OK
 
 

@@ -19,7 +19,7 @@ import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import torch
 
@@ -149,17 +149,10 @@ def sample_step_for(device_type: str) -> SampleStep:
         return sample_step
     compiled = torch.compile(sample_step, mode="reduce-overhead", fullgraph=True)
 
-    def run(
-        logits: torch.Tensor,
-        state: StepState,
-        inputs: StepInputs,
-        scale: torch.Tensor,
-        uniform: torch.Tensor,
-        noise: torch.Tensor,
-    ) -> StepState:
+    def run(*step: Any) -> StepState:  # (sample_step's arguments: SampleStep types them for every caller)
         torch.compiler.cudagraph_mark_step_begin()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         # A CUDA graph's outputs are overwritten by its next replay, and each step's outputs feed the next one.
-        new: StepState = compiled(logits, state, inputs, scale, uniform, noise)
+        new: StepState = compiled(*step)
         return StepState(*(t.clone() for t in new.tensors()))
 
     return run

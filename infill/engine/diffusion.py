@@ -28,10 +28,12 @@ from infill.engine.loading import LoadedModel
 from infill.engine.model import model_limits
 from infill.engine.runner import CaptureReport, ModelRunner
 from infill.types import (
+    UNSTEERED,
     BackendInfo,
     CancelToken,
     Draft,
     DraftCallback,
+    FillControl,
     InfillError,
     InfillRequest,
     InfillResult,
@@ -143,18 +145,11 @@ class DiffusionEngine:
 
     # ---- public entry point -------------------------------------------------------------------------------------
 
-    def infill(
-        self,
-        request: InfillRequest,
-        *,
-        cancel: CancelToken | None = None,
-        deadline: float | None = None,
-        on_draft: DraftCallback | None = None,
-    ) -> InfillResult:
+    def infill(self, request: InfillRequest, control: FillControl = UNSTEERED) -> InfillResult:
         started = time.perf_counter()
-        cancel = cancel or CancelToken()
+        cancel = control.cancel or CancelToken()
         try:
-            return self._infill(request, cancel, deadline, on_draft, started)
+            return self._infill(request, cancel, control.deadline, control.on_draft, started)
         except InfillError as exc:
             log.info("infill request refused: %s", exc)
             return self._empty(request, "error", started, str(exc))

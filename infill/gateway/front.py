@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infill.gateway.wire import close_socket, parse_head, reply_error, send_quietly
+from infill.types import require_integers
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +46,8 @@ class ConnectionLimits:
     drain_limit_bytes: int = 16 << 20  # larger still: refused without reading, and the connection closes
 
     def __post_init__(self) -> None:
-        for name in ("max_connections", "max_per_client", "max_head_bytes", "max_body_bytes", "drain_limit_bytes"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        sizes = ("max_connections", "max_per_client", "max_head_bytes", "max_body_bytes", "drain_limit_bytes")
+        require_integers(self, dict.fromkeys(sizes, 1))
         for name in ("header_timeout_s", "body_timeout_s", "idle_timeout_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):

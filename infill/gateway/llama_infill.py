@@ -30,7 +30,7 @@ from typing import Any
 from infill.gateway.language import detect_language
 from infill.gateway.openai_api import GatewaySettings, HttpError, optional_field, parse_stop
 from infill.pipeline import CompletionRequest, Pipeline, PipelineResult
-from infill.types import CancelToken, Draft, InfillError
+from infill.types import CancelToken, Draft, FillControl, InfillError
 from infill.worker import ModelWorker, OnWorker
 
 BUDGET_SPENT = "t_max_predict_ms passed and a whole line is ready"
@@ -243,7 +243,7 @@ def answer_infill(
 
     try:
         outcome = OnWorker(pipeline, worker, abandoned=client_gone).complete(
-            request, cancel=token, deadline=time.monotonic() + settings.request_timeout_s, on_draft=keep
+            request, FillControl(token, time.monotonic() + settings.request_timeout_s, keep)
         )
     except InfillError as exc:
         raise HttpError(400, str(exc)) from exc

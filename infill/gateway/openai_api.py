@@ -13,7 +13,7 @@ from infill.completion import Completer
 from infill.gateway.fim_prompts import split_fim_prompt
 from infill.gateway.language import detect_language
 from infill.pipeline import CompletionRequest, PipelineResult
-from infill.types import MAX_CANDIDATES, InfillError
+from infill.types import MAX_CANDIDATES, FillControl, InfillError
 
 MAX_STOP_SEQUENCES = 4
 
@@ -185,7 +185,7 @@ def run_completion(
         budget_s = min(budget_s, params.budget_ms / 1000)
     t0 = time.perf_counter()
     try:
-        outcome = pipeline.complete(request, deadline=time.monotonic() + budget_s)
+        outcome = pipeline.complete(request, FillControl(deadline=time.monotonic() + budget_s))
     except InfillError as exc:
         raise HttpError(400, str(exc)) from exc
     latency_ms = (time.perf_counter() - t0) * 1000

@@ -11,7 +11,7 @@ from infill.metrics import AcceptRule, edit_similarity, exact_match, retained_ch
 from infill.pilot.holes import Hole
 from infill.pilot.syntax import syntax_valid
 from infill.pipeline import CompletionRequest, PipelineResult
-from infill.types import CancelToken
+from infill.types import CancelToken, FillControl
 
 
 def completion_request(hole: Hole, document_id: str) -> CompletionRequest:
@@ -85,7 +85,7 @@ def run_attempt(
     started = time.perf_counter()
     deadline = None if deadline_s is None else time.monotonic() + deadline_s
     try:
-        outcome = pipeline.complete(request, cancel=cancel, deadline=deadline)
+        outcome = pipeline.complete(request, FillControl(cancel, deadline))
     except Exception as exc:  # a backend failing midway is data for the pilot, not a crash
         latency_ms = (time.perf_counter() - started) * 1000
         return {

@@ -24,7 +24,7 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 from infill.backends.choose import BackendSpec, open_backend
 from infill.loader import NO_FALLBACK, FallbackChoice, fallback_spec, offline_default, warm_up
 from infill.pipeline import CompletionRequest, Fill, Pipeline, PipelineResult, PipelineSettings, Prepared
-from infill.types import CancelToken, DraftCallback, InfillBackend, InfillError, InfillResult
+from infill.types import UNSTEERED, FillControl, InfillBackend, InfillError, InfillResult
 
 ENGINES = ("ar", "diffusion", "diffusion-dummy", "remote")
 TINY_HIDDEN_SIZE = 512  # a DiffusionGemma below this width is a test checkpoint, not a model
@@ -121,20 +121,14 @@ class RawPipeline:
         self.inner.forget(document_id)
 
     def complete(
-        self,
-        req: CompletionRequest,
-        *,
-        cancel: CancelToken | None = None,
-        deadline: float | None = None,
-        on_draft: DraftCallback | None = None,
-        prepared: Prepared | None = None,
+        self, req: CompletionRequest, control: FillControl = UNSTEERED, prepared: Prepared | None = None
     ) -> PipelineResult:
         started = time.perf_counter()
         prepared = prepared or self.inner.prepare(req)
         request, spans = prepared.request, prepared.spans
         context_ms = (time.perf_counter() - started) * 1000
         try:
-            result = self.backend.infill(request, cancel=cancel, deadline=deadline, on_draft=on_draft)
+            result = self.backend.infill(request, control)
         except Exception as exc:  # recorded like the pipeline records a failing backend
             result = InfillResult(middles=(), outcome="error", backend=self.backend.info.name, error=str(exc))
         fills = []

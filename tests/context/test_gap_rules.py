@@ -19,7 +19,7 @@ from infill.context.builder import ContextBuilder
 from infill.context.gap_facts import read_gap
 from infill.pilot.syntax import syntax_valid
 from infill.pipeline import CompletionRequest, Pipeline
-from infill.types import BackendInfo, InfillResult
+from infill.types import UNSTEERED, BackendInfo, InfillResult
 
 
 def watchdog_verdict(source: str, language: str, middle: str):
@@ -28,7 +28,7 @@ def watchdog_verdict(source: str, language: str, middle: str):
     text = source.replace("§", "", 1)
     builder = ContextBuilder()
     doc = builder.document(text, language, None)
-    return Watchdog().judge([middle], [(start, start)], doc, builder.build(doc, [(start, start)], "inline"))
+    return Watchdog().check([middle], [(start, start)], doc, builder.build(doc, [(start, start)], "inline"))
 
 
 @pytest.mark.parametrize(
@@ -99,7 +99,7 @@ class _Echo:
     def __init__(self) -> None:
         self.requests = []
 
-    def infill(self, request, **_):
+    def infill(self, request, control=UNSTEERED):
         self.requests.append(request)
         return InfillResult(middles=("",) * request.gap_count, outcome="empty", backend="echo")
 

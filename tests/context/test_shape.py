@@ -13,7 +13,16 @@ from infill.checks.watchdog import Watchdog
 from infill.context.builder import ContextBuilder
 from infill.context.gap_facts import read_gap
 from infill.pipeline import CompletionRequest, Pipeline, PipelineSettings
-from infill.types import BackendInfo, GapFacts, GapShape, InfillError, InfillRequest, InfillResult
+from infill.types import (
+    UNSTEERED,
+    BackendInfo,
+    FillControl,
+    GapFacts,
+    GapShape,
+    InfillError,
+    InfillRequest,
+    InfillResult,
+)
 
 
 def context(source: str, mode: str = "inline"):
@@ -143,10 +152,10 @@ class Refused:
     def info(self) -> BackendInfo:
         return BackendInfo(name="fixed", kind="remote", model="fixed-output")
 
-    def infill(self, request, *, cancel=None, deadline=None, on_draft=None) -> InfillResult:
+    def infill(self, request, control=UNSTEERED) -> InfillResult:
         return InfillResult(middles=(self.first,), outcome="ok" if self.first else "empty", backend="fixed")
 
-    def alternatives(self, request, count, *, cancel=None, deadline=None) -> list[str]:
+    def alternatives(self, request, count, control=UNSTEERED) -> list[str]:
         self.asked.append(count)
         return self.others[:count]
 
@@ -201,7 +210,7 @@ def test_the_offline_default_writes_other_first_tokens_and_keeps_the_prompt(ar_b
     # the sequence holds the prompt again, not a branch: as much is reused as on a repeated greedy fill
     assert again.middles == greedy.middles and again.reused_tokens == repeated.reused_tokens > 0
     t0 = time.monotonic()
-    assert ar_backend.alternatives(request, 4, deadline=time.monotonic()) == []
+    assert ar_backend.alternatives(request, 4, FillControl(deadline=time.monotonic())) == []
     assert time.monotonic() - t0 < 5  # nothing decoded past the deadline (a bound on a stuck loop, not a speed)
     assert ar_backend.alternatives(InfillRequest(prefix="a", between=("b",), suffix="c"), 4) == []
 

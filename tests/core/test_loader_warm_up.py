@@ -11,7 +11,7 @@ from dataclasses import replace
 from infill.engine.diffusion import DiffusionEngine
 from infill.loader import NO_FALLBACK, open_pipeline
 from infill.pipeline import CompletionRequest
-from infill.types import CancelToken
+from infill.types import UNSTEERED, CancelToken, FillControl
 from server.backend_host import BackendHost
 from server.settings import Settings
 
@@ -40,9 +40,9 @@ def engine_noting_to(log: WarmUpLog, loaded):
             log.note("warm_up")
             return super().warm_up()
 
-        def infill(self, request, **kwargs):
+        def infill(self, request, control=UNSTEERED):
             log.note("infill")
-            return super().infill(request, **kwargs)
+            return super().infill(request, control)
 
     return NotingEngine(loaded, {"max_denoising_steps": 2})
 
@@ -68,7 +68,9 @@ def test_the_server_warms_the_engine_up_before_it_reports_ready(tiny_engine):
         wait_for(lambda: "ready" in log.names())
         assert log.names() == ["warm_up", "ready"]
         assert log.events[0][1] == "infill-load"  # the loading thread, not a request's
-        future = host.worker.complete(host.pipeline, CompletionRequest(PROMPT, len(PROMPT)), cancel=CancelToken())
+        future = host.worker.complete(
+            host.pipeline, CompletionRequest(PROMPT, len(PROMPT)), FillControl(cancel=CancelToken())
+        )
         result = future.result(timeout=60)
         assert result.result.outcome in ("ok", "empty"), result.result.error
         assert log.names() == ["warm_up", "ready", "infill"]  # the first fill warmed nothing up

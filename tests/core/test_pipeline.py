@@ -16,7 +16,7 @@ import pytest
 from infill.checks.postprocess import postprocess
 from infill.context.syntax import ParsedDocument, error_nodes
 from infill.pipeline import CompletionRequest, Pipeline, PipelineSettings, find_placeholders
-from infill.types import BackendInfo, CancelToken, InfillError, InfillResult
+from infill.types import UNSTEERED, BackendInfo, CancelToken, FillControl, InfillError, InfillResult
 
 NOTES = "Shopping list for the weekend trip and other things to remember:\nbring the "
 
@@ -33,9 +33,9 @@ class StutterBackend:
     def info(self) -> BackendInfo:
         return BackendInfo(name="stutter", kind="remote", model="fixed-output")
 
-    def infill(self, request, *, cancel=None, deadline=None, on_draft=None) -> InfillResult:
+    def infill(self, request, control=UNSTEERED) -> InfillResult:
         self.calls += 1
-        self.requests.append((request, deadline))
+        self.requests.append((request, control.deadline))
         return InfillResult(middles=(self.middle,) * request.gap_count, outcome="ok", backend="stutter")
 
     def close(self) -> None:
@@ -94,7 +94,7 @@ def test_primary_cut_short_routes_to_the_fallback(warm_engine):
     # The primary gets 0.05% of a 20 s budget (10 ms): too short for 8 denoising steps, so it is cut short.
     settings = PipelineSettings(primary_share=0.0005)
     pipeline = Pipeline(warm_engine, fallback=warm_engine, settings=settings)
-    out = pipeline.complete(notes_request(), deadline=time.monotonic() + 20)
+    out = pipeline.complete(notes_request(), FillControl(deadline=time.monotonic() + 20))
     assert out.rejections[0] == (warm_engine.info.name, "cut_short")
     assert out.route == "fallback" and out.fills
 
@@ -147,14 +147,14 @@ def test_cancelled_request_does_not_try_the_fallback(warm_engine):
     fallback = StutterBackend("fine words here")
     token = CancelToken()
     token.cancel("user typed on")
-    out = Pipeline(warm_engine, fallback=fallback).complete(notes_request(), cancel=token)
+    out = Pipeline(warm_engine, fallback=fallback).complete(notes_request(), FillControl(cancel=token))
     assert out.route == "none" and fallback.calls == 0
 
 
 def test_no_budget_left_skips_the_fallback():
     fallback = StutterBackend("fine words here")
     pipeline = Pipeline(StutterBackend(), fallback=fallback, settings=PipelineSettings(min_fallback_ms=60_000))
-    out = pipeline.complete(notes_request(), deadline=time.monotonic() + 5)
+    out = pipeline.complete(notes_request(), FillControl(deadline=time.monotonic() + 5))
     assert out.route == "none" and fallback.calls == 0 and out.rejections[-1] == ("stutter", "no_budget")
 
 
@@ -191,7 +191,7 @@ def test_gap_selection_of_whole_lines_is_replaced_by_whole_lines():
 
 def test_drafts_are_cleaned_before_they_reach_the_caller(warm_engine):
     drafts = []
-    Pipeline(warm_engine).complete(notes_request(), on_draft=drafts.append)
+    Pipeline(warm_engine).complete(notes_request(), FillControl(on_draft=drafts.append))
     assert drafts and all("\n" not in m for d in drafts for m in d.middles)
 
 
@@ -253,9 +253,9 @@ def test_primary_gets_the_whole_budget_without_a_fallback_and_0_6_with_one():
     text = "x = 1\ny = "
     request = CompletionRequest(text, len(text), language="python")
     deadline = time.monotonic() + 10
-    Pipeline(alone).complete(request, deadline=deadline)
+    Pipeline(alone).complete(request, FillControl(deadline=deadline))
     assert alone.requests[0][1] == deadline
-    Pipeline(first, fallback=second).complete(request, deadline=deadline)
+    Pipeline(first, fallback=second).complete(request, FillControl(deadline=deadline))
     share = (first.requests[0][1] - (deadline - 10)) / 10
     assert 0.59 < share < 0.62 and second.calls == 0  # the primary answered; the fallback was not needed
     assert PipelineSettings().primary_share == 0.6
@@ -303,7 +303,7 @@ def test_real_offline_model_never_returns_a_fill_that_breaks_the_parse(ar_backen
     for cursor in cursors:
         out = pipeline.complete(
             CompletionRequest(source, cursor, language="python", document_id="shapes.py"),
-            deadline=time.monotonic() + 60,
+            FillControl(deadline=time.monotonic() + 60),
         )
         for fill in out.fills:
             assert_no_new_errors("python", source, fill.start, fill.end, fill.text)

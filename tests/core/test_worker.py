@@ -10,7 +10,7 @@ import pytest
 
 from infill.engine.config import EngineConfig
 from infill.engine.diffusion import DiffusionEngine
-from infill.types import CancelToken, InfillRequest
+from infill.types import CancelToken, FillControl, InfillRequest
 from infill.worker import ModelWorker, NotRun
 
 PREFIX = "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = "
@@ -158,7 +158,9 @@ def test_superseding_a_running_engine_job_stops_it_within_a_step(worker, tiny_en
 
     older_token = CancelToken()
     older = worker.submit(
-        lambda: engine.infill(InfillRequest(prefix=PREFIX, document_id="doc"), cancel=older_token, on_draft=on_draft),
+        lambda: engine.infill(
+            InfillRequest(prefix=PREFIX, document_id="doc"), FillControl(cancel=older_token, on_draft=on_draft)
+        ),
         key="doc",
         cancel=older_token,
         kind="inline",
@@ -166,7 +168,7 @@ def test_superseding_a_running_engine_job_stops_it_within_a_step(worker, tiny_en
     assert first_step.wait(30)
     newer_token = CancelToken()
     newer = worker.submit(
-        lambda: engine.infill(InfillRequest(prefix=PREFIX + "z", document_id="doc"), cancel=newer_token),
+        lambda: engine.infill(InfillRequest(prefix=PREFIX + "z", document_id="doc"), FillControl(cancel=newer_token)),
         key="doc",
         cancel=newer_token,
         kind="inline",
@@ -186,8 +188,7 @@ def test_newer_request_for_the_same_document_supersedes_the_older_gemma(worker, 
     older = worker.submit(
         lambda: ar_backend.infill(
             InfillRequest(prefix="def parse(text):\n", max_middle_tokens=48, document_id="doc://s"),
-            cancel=older_token,
-            on_draft=lambda d: started.set(),
+            FillControl(cancel=older_token, on_draft=lambda d: started.set()),
         ),
         key="doc://s",
         cancel=older_token,
@@ -199,7 +200,7 @@ def test_newer_request_for_the_same_document_supersedes_the_older_gemma(worker, 
             InfillRequest(
                 prefix="def parse(text):\n    return ", single_line=True, max_middle_tokens=6, document_id="doc://s"
             ),
-            cancel=newer_token,
+            FillControl(cancel=newer_token),
         ),
         key="doc://s",
         cancel=newer_token,
@@ -238,11 +239,11 @@ def test_complete_answers_a_job_dropped_unrun_with_an_empty_result(worker, ar_ba
     assert blocker.started.wait(5)
     token = CancelToken()
     request = CompletionRequest(text="def area(r):\n    return ", start=24, document_id="doc", version=3)
-    future = worker.complete(pipeline, request, cancel=token, kind="inline")
+    future = worker.complete(pipeline, request, FillControl(cancel=token), kind="inline")
     worker.claims.document_changed("doc")  # the document changed while the job was queued
     result = future.result(5)  # answered at once, while the blocker still holds the thread
     assert result.route == "not_run" and result.fills == [] and result.version == 3
     assert result.result.outcome == "cancelled" and "changed" in result.result.error
     blocker.release.set()
-    ran = worker.complete(pipeline, request, cancel=CancelToken()).result(60)
+    ran = worker.complete(pipeline, request, FillControl(cancel=CancelToken())).result(60)
     assert ran.route != "not_run" and ran.result.outcome in ("ok", "empty")

@@ -12,7 +12,7 @@ from infill.engine.canvas import build_canvas
 from infill.engine.config import EngineConfig
 from infill.engine.denoise import CanvasFill, denoise, sample_step, sample_step_for
 from infill.engine.diffusion import PREFILL_CHUNK_TOKENS, DiffusionEngine
-from infill.types import CancelToken, InfillRequest
+from infill.types import CancelToken, FillControl, InfillRequest
 
 DENOISERS = {"fast": denoise, "reference": reference_denoise}
 
@@ -134,7 +134,7 @@ def test_cancellation_stops_within_one_step(loaded):
         if draft.step == 2:
             token.cancel("user typed")
 
-    result = engine.infill(InfillRequest(prefix=PREFIX, suffix=SUFFIX), cancel=token, on_draft=on_draft)
+    result = engine.infill(InfillRequest(prefix=PREFIX, suffix=SUFFIX), FillControl(cancel=token, on_draft=on_draft))
     assert result.outcome == "cancelled"
     assert steps == [1, 2]
 
@@ -144,7 +144,7 @@ def test_cancelled_before_start_runs_no_step(loaded):
     token = CancelToken()
     token.cancel()
     calls = []
-    result = engine.infill(InfillRequest(prefix=PREFIX), cancel=token, on_draft=calls.append)
+    result = engine.infill(InfillRequest(prefix=PREFIX), FillControl(cancel=token, on_draft=calls.append))
     assert result.outcome == "cancelled" and calls == [] and result.steps == 0
 
 
@@ -157,7 +157,9 @@ def test_deadline_returns_draft_flagged_cut_short(loaded):
         drafts.append(draft)
         time.sleep(max(0.0, deadline - time.monotonic()) + 0.01)
 
-    result = engine.infill(InfillRequest(prefix=PREFIX, suffix=SUFFIX), deadline=deadline, on_draft=slow_reader)
+    result = engine.infill(
+        InfillRequest(prefix=PREFIX, suffix=SUFFIX), FillControl(deadline=deadline, on_draft=slow_reader)
+    )
     assert result.outcome == "cut_short" and result.cut_short
     assert result.steps == 1 and len(drafts) == 1
     assert result.middle == drafts[0].middles[0]
@@ -357,7 +359,7 @@ def test_long_prefill_stops_for_cancel_and_keeps_its_work(loaded):
 
     engine.runner.encode = cancel_after_first_chunk
     try:
-        stopped = engine.infill(InfillRequest(prefix=text, document_id="long"), cancel=token)
+        stopped = engine.infill(InfillRequest(prefix=text, document_id="long"), FillControl(cancel=token))
     finally:
         engine.runner.encode = encode
     assert stopped.outcome == "cancelled" and calls["n"] == 1

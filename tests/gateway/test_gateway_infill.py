@@ -229,7 +229,7 @@ def test_both_apis_count_the_offline_defaults_tokens_one_per_step_with_drafts_on
     lines = "".join(f"    total_{i} = compute_total(items_{i}, rate=rates[{i}], discount=None)\n" for i in range(8))
     prompt, suffix = "def totals(items, rates):\n" + lines + "    total_8 = compute_total(", "\n    return total_8\n"
     original = ar_backend.settings
-    ar_backend.settings = replace(original, draft_tokens=3)
+    ar_backend.reconfigure(replace(original, draft_tokens=3))
     try:
         with gateway_running(Pipeline(ar_backend)) as server, httpx.Client(base_url=server.url, timeout=120) as http:
             openai = http.post("/v1/completions", json={"prompt": prompt, "suffix": suffix, "max_tokens": 32}).json()
@@ -244,7 +244,7 @@ def test_both_apis_count_the_offline_defaults_tokens_one_per_step_with_drafts_on
                 },
             ).json()
     finally:
-        ar_backend.settings = original
+        ar_backend.reconfigure(original)
     steps = openai["infill"]["steps"]
     assert openai["infill"]["tokens_per_forward"] > 1  # drafts were confirmed: fewer forwards than tokens
     assert 0 < steps <= 32 and openai["usage"]["completion_tokens"] == steps, openai

@@ -21,7 +21,7 @@ from infill.backends.offline.settings import ARSettings
 from infill.backends.offline.stops import cut_fill, ends_on_its_line, trim_unfinished
 from infill.cache.tokens import fit_prompt
 from infill.context.gap_facts import read_gap
-from infill.types import CancelToken, InfillBackend, InfillError, InfillRequest
+from infill.types import CancelToken, FillControl, InfillBackend, InfillError, InfillRequest
 
 REAL_SOURCE = Path(__file__).resolve().parents[2] / "infill" / "types.py"
 SESSION_CACHE_ROOT = model_file.cache_root()  # read at import, before any test points INFILL_CACHE_DIR elsewhere
@@ -192,7 +192,7 @@ def test_empty_prefix_and_multi_gap(ar_backend):
     drafts = []
     gaps = ar_backend.infill(
         InfillRequest(prefix='person = {"name": "', between=('", "city": "',), suffix='"}\n', max_middle_tokens=10),
-        on_draft=drafts.append,
+        FillControl(on_draft=drafts.append),
     )
     assert gaps.outcome == "ok" and len(gaps.middles) == 2
     assert drafts and all(len(d.middles) == 2 for d in drafts)  # the gap not reached yet drafts as ""
@@ -203,7 +203,7 @@ def test_empty_prefix_and_multi_gap(ar_backend):
 def test_cancel_before_start_and_mid_decode(ar_backend):
     token = CancelToken()
     token.cancel()
-    before = ar_backend.infill(InfillRequest(prefix="def f(x):\n"), cancel=token)
+    before = ar_backend.infill(InfillRequest(prefix="def f(x):\n"), FillControl(cancel=token))
     assert before.outcome == "cancelled" and before.steps == 0
 
     token = CancelToken()
@@ -215,7 +215,8 @@ def test_cancel_before_start_and_mid_decode(ar_backend):
             token.cancel("user typed")
 
     mid = ar_backend.infill(
-        InfillRequest(prefix="def area(radius):\n", max_middle_tokens=40), cancel=token, on_draft=cancel_at_step_two
+        InfillRequest(prefix="def area(radius):\n", max_middle_tokens=40),
+        FillControl(cancel=token, on_draft=cancel_at_step_two),
     )
     assert mid.outcome == "cancelled" and mid.error == "user typed"
     assert mid.steps == 3 and len(drafts) == 3  # stopped right after the step that saw the cancel
@@ -238,8 +239,7 @@ def test_deadline_returns_the_draft_cut_short(ar_backend):
 
     result = ar_backend.infill(
         InfillRequest(prefix=prefix, max_middle_tokens=40, document_id="deadline-run"),
-        deadline=deadline,
-        on_draft=slow_viewer,
+        FillControl(deadline=deadline, on_draft=slow_viewer),
     )
     assert result.outcome == "cut_short"
     assert result.steps == len(drafts) >= 1
@@ -456,7 +456,7 @@ def test_a_cancelled_prefill_stops_early_and_keeps_what_it_encoded(ar_backend):
     import threading
 
     original = ar_backend.settings
-    ar_backend.settings = replace(original, fresh_prompt_tokens=448)  # a prompt of several chunks on any CPU
+    ar_backend.reconfigure(replace(original, fresh_prompt_tokens=448))  # a prompt of several chunks on any CPU
     try:
         source = REAL_SOURCE.read_text()
         prefix = source[: source.index("class InfillResult")] + "class InfillResult:\n    "
@@ -478,7 +478,7 @@ def test_a_cancelled_prefill_stops_early_and_keeps_what_it_encoded(ar_backend):
         cold = ar_backend.infill(replace(request, document_id="cancel-fresh"))
         assert hot.reused_tokens == held and hot.middles == cold.middles
     finally:
-        ar_backend.settings = original
+        ar_backend.reconfigure(original)
 
 
 @pytest.mark.slow

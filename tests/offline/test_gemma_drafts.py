@@ -16,7 +16,7 @@ import pytest
 
 from infill.backends.offline.settings import ARSettings
 from infill.backends.offline.tokens import draft_from_context
-from infill.types import CancelToken, InfillError, InfillRequest
+from infill.types import CancelToken, FillControl, InfillError, InfillRequest
 
 # A real module that does not change with this repository (infill/pipeline.py did, and with it how much of each
 # fill the drafts could confirm).
@@ -90,14 +90,15 @@ def test_drafted_decoding_gives_the_text_of_one_token_per_forward(ar_backend):
     try:
         results, trails = {}, {}
         for drafts in (0, 8):
-            ar_backend.settings = replace(original, draft_tokens=drafts)
+            ar_backend.reconfigure(replace(original, draft_tokens=drafts))
             ar_backend.sequences.clear()
             trails[drafts] = [[] for _ in _holes()]
             results[drafts] = [
-                ar_backend.infill(request, on_draft=trail.append) for request, trail in zip(_holes(), trails[drafts])
+                ar_backend.infill(request, FillControl(on_draft=trail.append))
+                for request, trail in zip(_holes(), trails[drafts])
             ]
     finally:
-        ar_backend.settings = original
+        ar_backend.reconfigure(original)
     plain, drafted = results[0], results[8]
     for d, p, d_trail, p_trail in zip(drafted, plain, trails[8], trails[0]):
         if d.middle == p.middle:

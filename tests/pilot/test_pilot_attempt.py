@@ -8,7 +8,7 @@ from infill.metrics import AcceptRule
 from infill.pilot.attempt import run_attempt
 from infill.pilot.holes import Hole
 from infill.pipeline import Pipeline
-from infill.types import BackendInfo, CancelToken, InfillResult
+from infill.types import UNSTEERED, BackendInfo, CancelToken, InfillResult
 
 PREFIX = "def area(width, height):\n    result = "
 MIDDLE = "width * height"
@@ -26,7 +26,7 @@ class ScriptedModel:
     def info(self) -> BackendInfo:
         return BackendInfo(name="scripted", kind="remote", model="scripted")
 
-    def infill(self, request, *, cancel=None, deadline=None, on_draft=None) -> InfillResult:
+    def infill(self, request, control=UNSTEERED) -> InfillResult:
         self.requests.append(request)
         return InfillResult(middles=(self.middle,), outcome="ok", backend="scripted")
 

@@ -22,6 +22,7 @@ from infill.pilot.runner import Progress, RunSettings, run_pilot
 from infill.pilot.summary import read_jsonl, summarise
 from infill.pilot.targets import TargetPool, parse_target
 from infill.pipeline import Pipeline, PipelineSettings
+from infill.types import UNSTEERED
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -169,13 +170,13 @@ class BreaksAfter:
     def info(self):
         return self.engine.info
 
-    def infill(self, request, **kwargs):
+    def infill(self, request, control=UNSTEERED):
         with self._lock:
             self.calls += 1
             broken = self.calls > self.healthy
         if broken:
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
-        return self.engine.infill(request, **kwargs)
+        return self.engine.infill(request, control)
 
     def close(self) -> None:
         pass

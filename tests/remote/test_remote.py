@@ -15,7 +15,7 @@ from infill.backends.choose import BackendSpec, open_backend
 from infill.backends.remote import RemoteBackend
 from infill.backends.remote.exchange import HTTP_THREADS
 from infill.pipeline import CompletionRequest, Pipeline
-from infill.types import CancelToken, InfillError, InfillRequest, deadline_in
+from infill.types import UNSTEERED, CancelToken, FillControl, InfillError, InfillRequest, deadline_in
 
 PROMPT = "def add(a, b):\n    return"
 SUFFIX = "\n\n\nprint(add(1, 2))\n"
@@ -147,9 +147,9 @@ def dead_url() -> str:
     return f"http://127.0.0.1:{port}"  # closed again: nothing listens there
 
 
-def timed(backend: RemoteBackend, request: InfillRequest, **kwargs):
+def timed(backend: RemoteBackend, request: InfillRequest, control: FillControl = UNSTEERED):
     t0 = time.monotonic()
-    result = backend.infill(request, **kwargs)
+    result = backend.infill(request, control)
     return result, time.monotonic() - t0
 
 
@@ -178,7 +178,7 @@ def far(bound_s: float) -> float:
 def test_remote_over_gateway_returns_what_the_pipeline_shows(gateway, expected, tiny_engine, suffix):
     backend = RemoteBackend(gateway.url + suffix, token=TOKEN)
     try:
-        result = backend.infill(gap_request(version=7), deadline=deadline_in(30))
+        result = backend.infill(gap_request(version=7), FillControl(deadline=deadline_in(30)))
         assert result.outcome in ("ok", "empty"), result.error
         assert result.middle == expected
         assert result.version == 7 and result.steps > 0 and result.prompt_tokens > 0
@@ -213,7 +213,7 @@ def test_open_backend_with_an_endpoint_gives_a_remote_backend(gateway, expected)
 
 def test_wrong_token_is_an_error_result(gateway, bound_s):
     backend = RemoteBackend(gateway.url, token="not-the-token")
-    result, elapsed = timed(backend, gap_request(), deadline=deadline_in(far(bound_s)))
+    result, elapsed = timed(backend, gap_request(), FillControl(deadline=deadline_in(far(bound_s))))
     assert result.outcome == "error" and "HTTP 401" in result.error and "invalid bearer token" in result.error
     assert result.middles == () and elapsed < bound_s
 
@@ -225,7 +225,7 @@ def test_gateway_as_the_fallback_endpoint_of_another_pipeline(gateway, expected)
     chained = Pipeline(RemoteBackend(dead_url()), fallback=fallback)
     outcome = chained.complete(
         CompletionRequest(text=PROMPT + SUFFIX, start=len(PROMPT), end=len(PROMPT), language=LANGUAGE),
-        deadline=deadline_in(30),
+        FillControl(deadline=deadline_in(30)),
     )
     assert outcome.route == "fallback", outcome
     assert [f.text for f in outcome.fills] == [expected]
@@ -236,7 +236,9 @@ def test_a_gateway_whose_own_engine_is_down_passes_the_failure_on(bound_s, gatew
     """Gateway → pipeline → RemoteBackend to a dead port: the gateway answers 500 with the backend's message, and a
     RemoteBackend in front of it reports both."""
     with gateway_running(Pipeline(RemoteBackend(dead_url(), model="m"))) as server:
-        result, elapsed = timed(RemoteBackend(server.url), gap_request(), deadline=deadline_in(far(bound_s)))
+        result, elapsed = timed(
+            RemoteBackend(server.url), gap_request(), FillControl(deadline=deadline_in(far(bound_s)))
+        )
         assert result.outcome == "error" and "HTTP 500" in result.error and "cannot connect" in result.error
         assert elapsed < bound_s
 
@@ -256,7 +258,7 @@ def test_request_fields_model_discovery_and_gaps_left_to_right(scripted):
         prefix="A", between=("B",), suffix="C", single_line=True, max_middle_tokens=12, language="python"
     )
     drafts = []
-    result = backend.infill(request, deadline=deadline_in(5), on_draft=drafts.append)
+    result = backend.infill(request, FillControl(deadline=deadline_in(5), on_draft=drafts.append))
     assert result.outcome == "ok" and result.middles == ("<2>", "<3>")  # cut at the line end despite the server
     assert [(m, p) for m, p, _, _ in server.requests] == [
         ("GET", "/v1/models"),
@@ -352,7 +354,7 @@ def test_a_proxy_in_the_environment_never_sees_a_local_endpoints_code(scripted, 
 def test_dead_endpoint_is_an_error_result(caplog, bound_s):
     backend = RemoteBackend(dead_url(), model="m")
     with caplog.at_level("WARNING", logger="infill.backends.remote"):
-        result, elapsed = timed(backend, gap_request(version=3), deadline=deadline_in(far(bound_s)))
+        result, elapsed = timed(backend, gap_request(version=3), FillControl(deadline=deadline_in(far(bound_s))))
     assert result.outcome == "error" and "cannot connect" in result.error and result.version == 3
     assert elapsed < bound_s
     assert any("cannot connect" in r.getMessage() for r in caplog.records)
@@ -365,7 +367,7 @@ def hang(server, method, path, body):
 
 def test_slow_endpoint_is_cut_at_the_deadline(scripted, bound_s):
     server = scripted(hang)
-    result, elapsed = timed(RemoteBackend(server.url, model="m"), gap_request(), deadline=deadline_in(0.3))
+    result, elapsed = timed(RemoteBackend(server.url, model="m"), gap_request(), FillControl(deadline=deadline_in(0.3)))
     assert result.outcome == "error" and "no answer" in result.error
     assert 0.25 <= elapsed < 0.3 + bound_s
 
@@ -378,13 +380,13 @@ def test_slow_endpoint_without_deadline_is_cut_at_timeout(scripted, bound_s):
 
 def test_slow_model_discovery_is_bounded_too(scripted, bound_s):
     server = scripted(hang)
-    result, elapsed = timed(RemoteBackend(server.url), gap_request(), deadline=deadline_in(0.3))
+    result, elapsed = timed(RemoteBackend(server.url), gap_request(), FillControl(deadline=deadline_in(0.3)))
     assert result.outcome == "error" and "/v1/models" in result.error and elapsed < 0.3 + bound_s
 
 
 def test_passed_deadline_sends_nothing(scripted):
     server = scripted(lambda s, m, p, b: (200, completion("x")))
-    result = RemoteBackend(server.url, model="m").infill(gap_request(), deadline=time.monotonic() - 1)
+    result = RemoteBackend(server.url, model="m").infill(gap_request(), FillControl(deadline=time.monotonic() - 1))
     assert result.outcome == "error" and "deadline passed" in result.error and server.requests == []
 
 
@@ -401,7 +403,9 @@ def test_passed_deadline_sends_nothing(scripted):
 )
 def test_bad_answers_are_error_results(scripted, bound_s, status, payload, fragment):
     server = scripted(lambda s, m, p, b: (status, payload))
-    result, elapsed = timed(RemoteBackend(server.url, model="m"), gap_request(), deadline=deadline_in(far(bound_s)))
+    result, elapsed = timed(
+        RemoteBackend(server.url, model="m"), gap_request(), FillControl(deadline=deadline_in(far(bound_s)))
+    )
     assert result.outcome == "error" and fragment in result.error and result.middles == ()
     assert elapsed < bound_s
     if status == 500:
@@ -420,7 +424,9 @@ def test_cancel_while_waiting_returns_at_once(scripted, bound_s):
 
     threading.Thread(target=cancel_once_held, daemon=True).start()
     result, _ = timed(
-        RemoteBackend(server.url, model="m"), gap_request(), cancel=cancel, deadline=deadline_in(2 * far(bound_s))
+        RemoteBackend(server.url, model="m"),
+        gap_request(),
+        FillControl(cancel=cancel, deadline=deadline_in(2 * far(bound_s))),
     )
     returned_at = time.monotonic()
     assert result.outcome == "cancelled" and result.error == "superseded"
@@ -431,7 +437,7 @@ def test_cancelled_before_sending_sends_nothing(scripted):
     server = scripted(lambda s, m, p, b: (200, completion("x")))
     cancel = CancelToken()
     cancel.cancel()
-    result = RemoteBackend(server.url, model="m").infill(gap_request(), cancel=cancel)
+    result = RemoteBackend(server.url, model="m").infill(gap_request(), FillControl(cancel=cancel))
     assert result.outcome == "cancelled" and server.requests == []
 
 
@@ -458,7 +464,7 @@ def test_exchanges_reuse_the_backends_http_threads(scripted):
     backend = RemoteBackend(server.url, model="m")
     before = http_threads()
     for _ in range(20):
-        assert backend.infill(gap_request(), deadline=deadline_in(5)).outcome == "ok"
+        assert backend.infill(gap_request(), FillControl(deadline=deadline_in(5))).outcome == "ok"
     started = http_threads() - before
     # Alive after the calls and fewer than them: threads of the backend's pool, reused, not one per exchange.
     assert 1 <= len(started) <= HTTP_THREADS < 20
@@ -471,7 +477,7 @@ def test_closing_frees_a_thread_blocked_on_an_abandoned_exchange(scripted, bound
     backend = RemoteBackend(server.url, model="m", timeout_s=10 * far(bound_s))
     cancel, before = CancelToken(), http_threads()
     threading.Thread(target=lambda: arrived.wait(far(bound_s)) and cancel.cancel("superseded"), daemon=True).start()
-    assert backend.infill(gap_request(), cancel=cancel).outcome == "cancelled"
+    assert backend.infill(gap_request(), FillControl(cancel=cancel)).outcome == "cancelled"
     blocked = http_threads() - before
     assert blocked and any(t.is_alive() for t in blocked)  # the abandoned exchange still waits on its socket
     backend.close()

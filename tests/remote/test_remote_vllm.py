@@ -13,7 +13,7 @@ import pytest
 from test_remote import ScriptedServer
 
 from infill.backends.remote import RemoteBackend
-from infill.types import InfillRequest, deadline_in
+from infill.types import FillControl, InfillRequest, deadline_in
 
 VOCAB, CANVAS = 300, 32
 PAD, EOS, BOS = 0, 1, 2
@@ -131,7 +131,7 @@ def test_native_route_pins_the_suffix_and_sends_nothing_a_diffusion_server_refus
     backend = RemoteBackend(server.url)
     result = backend.infill(
         InfillRequest(prefix="def f(x):\n    return ", suffix="\n\nprint(f(2))\n", max_middle_tokens=16),
-        deadline=deadline_in(10),
+        FillControl(deadline=deadline_in(10)),
     )
     assert result.outcome == "ok", result.error
     assert result.middle == "x + 1"  # cut at the end token: the suffix never leaks into the answer

@@ -13,6 +13,7 @@ import pytest
 from lsp_helpers import CONFIG, apply_edits, log_records, log_text, open_doc, status, utf16_offset
 from lsprotocol import types
 
+from infill.types import UNSTEERED
 from server.settings import Settings
 
 P = types.Position
@@ -154,7 +155,7 @@ class _OutOfMemoryBackend:
         self.info = BackendInfo(name="oom-double", kind="diffusion", model="none")
         self.calls = 0
 
-    def infill(self, request, *, cancel=None, deadline=None, on_draft=None):
+    def infill(self, request, control=UNSTEERED):
         import torch
 
         self.calls += 1

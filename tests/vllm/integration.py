@@ -22,7 +22,7 @@ from infill.checks.watchdog import WatchdogSettings
 from infill.context.builder import find_placeholders
 from infill.pipeline import CompletionRequest, Pipeline, PipelineResult, PipelineSettings
 from infill.testing.vllm_server import VLLMServer, write_vllm_checkpoint
-from infill.types import CancelToken, InfillRequest
+from infill.types import CancelToken, FillControl, InfillRequest
 
 PY = "def add(a, b):\n    return a + b\n\n\ndef scale(values, factor):\n    \n\nprint(scale([1, 2], 3))\n"
 CURSOR = PY.index("    \n\nprint") + 4
@@ -140,7 +140,7 @@ def run(server: VLLMServer, check: Check) -> dict:
     cancel = CancelToken()
     threading.Timer(0.3, cancel.cancel).start()
     t0 = time.perf_counter()
-    stopped = backend.infill(request, cancel=cancel)
+    stopped = backend.infill(request, FillControl(cancel=cancel))
     notes["stop_returned_ms"] = round((time.perf_counter() - t0) * 1000, 1)
     assert stopped.outcome == "cancelled", stopped
     deadline = time.monotonic() + 10

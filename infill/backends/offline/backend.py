@@ -34,10 +34,12 @@ from infill.backends.offline.tokens import TokenTexts
 from infill.cache.tokens import ChunkedTokenizer
 from infill.context.gap_facts import read_gap
 from infill.types import (
+    UNSTEERED,
     BackendInfo,
     Cancelled,
     CancelToken,
     DraftCallback,
+    FillControl,
     InfillError,
     InfillRequest,
     InfillResult,
@@ -112,17 +114,10 @@ class GemmaBackend:
         )
         self.versions = self._describe_versions()
 
-    @property
-    def settings(self) -> ARSettings:
-        return self._settings
-
-    @settings.setter
-    def settings(self, settings: ARSettings) -> None:
-        """The decoder and the prompts read the same settings (tests change them between fills)."""
-        self._settings = settings
-        for part in ("decoder", "prompts"):
-            if hasattr(self, part):
-                getattr(self, part).settings = settings
+    def reconfigure(self, settings: ARSettings) -> None:
+        """Settings for the next fills: the decoder and the prompts read the backend's own (tests and benchmarks
+        compare settings on one loaded model)."""
+        self.settings = self.decoder.settings = self.prompts.settings = settings
 
     def _describe_versions(self) -> dict[str, Any]:
         try:
@@ -180,24 +175,17 @@ class GemmaBackend:
             self._closed = True
             self.runtime.close()
 
-    def infill(
-        self,
-        request: InfillRequest,
-        *,
-        cancel: CancelToken | None = None,
-        deadline: float | None = None,
-        on_draft: DraftCallback | None = None,
-    ) -> InfillResult:
+    def infill(self, request: InfillRequest, control: FillControl = UNSTEERED) -> InfillResult:
         if not isinstance(request, InfillRequest):
             raise InfillError(f"expected an InfillRequest, got {type(request).__name__}")
         started = time.perf_counter()
-        token = cancel if cancel is not None else CancelToken()
+        token = control.cancel or CancelToken()
         tally = Tally()
         if not request.prefix.strip():
             return self._result(request, tally, "empty", started, "empty prefix: nothing to continue")
         if self._closed:
             raise InfillError("the offline backend is closed")
-        outcome, error = self._fill_gaps(request, token, deadline, on_draft, tally)
+        outcome, error = self._fill_gaps(request, token, control.deadline, control.on_draft, tally)
         return self._result(request, tally, outcome, started, error)
 
     def warm(self, request: InfillRequest, *, cancel: CancelToken | None = None) -> int:
@@ -295,17 +283,15 @@ class GemmaBackend:
             tally.encode_s += (t1 or now) - t0
             tally.decode_s += now - t1 if t1 is not None else 0.0
 
-    def alternatives(
-        self, request: InfillRequest, count: int, *, cancel: CancelToken | None = None, deadline: float | None = None
-    ) -> list[str]:
+    def alternatives(self, request: InfillRequest, count: int, control: FillControl = UNSTEERED) -> list[str]:
         """Up to `count` other fills for a one-gap request whose fill `infill` wrote was refused or empty: the
         model's next most likely first tokens, each continued greedily, best join with the suffix first
         (branches.py). The document's sequence still holds the prompt, so only the branches are decoded."""
-        token = cancel if cancel is not None else CancelToken()
+        token = control.cancel or CancelToken()
         if self._closed or count < 1 or request.gap_count != 1 or not request.prefix.strip():
             return []
         gap = request.gap if request.gap is not None else read_gap(request.prefix, request.suffix, request.language)
-        order = FillOrder(request, gap, request.suffix, token, deadline, Tally())
+        order = FillOrder(request, gap, request.suffix, token, control.deadline, Tally())
         try:
             with self.prompts.hold(request.prefix, request, order.tally) as held:
                 return first_token_fills(self.decoder, self._start(order, held), count)

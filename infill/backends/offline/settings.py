@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from infill.backends.offline.runtime import RuntimeShape
 from infill.device import physical_cores, threads_from_env
-from infill.types import InfillError
+from infill.types import InfillError, require_integers
 
 GENERATION_ROOM = 512  # tokens a sequence holds beyond the longest prompt (fills and multi-gap text between)
 
@@ -34,17 +34,8 @@ class ARSettings:
     extra_context_tokens: int = 256  # most tokens of other files' code (InfillRequest.extra_context) a prompt holds
 
     def __post_init__(self) -> None:
-        positive = {
-            "max_prompt_tokens": 16,
-            "documents": 1,
-            "prefill_chunk_tokens": 16,
-            "draft_ngram": 2,
-            "extra_context_tokens": 0,
-        }
-        for name, least in positive.items():
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < least:
-                raise InfillError(f"{name} must be an integer >= {least}, got {value!r}")
+        least = {"max_prompt_tokens": 16, "documents": 1, "prefill_chunk_tokens": 16, "draft_ngram": 2}
+        require_integers(self, least | {"extra_context_tokens": 0})
         fresh = self.fresh_prompt_tokens
         if fresh is not None and (
             not isinstance(fresh, int) or isinstance(fresh, bool) or not 16 <= fresh <= self.max_prompt_tokens

@@ -41,11 +41,12 @@ from infill.backends.remote.http import (
 from infill.backends.remote.native import NativeDiffusionRoute
 from infill.engine.config import EngineConfig
 from infill.types import (
+    UNSTEERED,
     BackendInfo,
     Cancelled,
     CancelToken,
     Draft,
-    DraftCallback,
+    FillControl,
     InfillError,
     InfillRequest,
     InfillResult,
@@ -129,23 +130,15 @@ class RemoteBackend(NativeDiffusionRoute):
             label=f"remote {model} at {self.endpoint}",
         )
 
-    def infill(
-        self,
-        request: InfillRequest,
-        *,
-        cancel: CancelToken | None = None,
-        deadline: float | None = None,
-        on_draft: DraftCallback | None = None,
-    ) -> InfillResult:
+    def infill(self, request: InfillRequest, control: FillControl = UNSTEERED) -> InfillResult:
         t0 = time.perf_counter()
-        end = self._end_time(deadline)
+        end = self._end_time(control.deadline)
         try:
             if self._closed:
                 raise RemoteFailure("remote backend is closed")
-            if cancel is not None:
-                cancel.raise_if_cancelled()
-            model = self._discover_model(cancel, end)
-            answers = self._route_fill(RemoteCall(request, model, cancel, end, on_draft))
+            control.raise_if_cancelled()
+            model = self._discover_model(control.cancel, end)
+            answers = self._route_fill(RemoteCall(request, model, control.cancel, end, control.on_draft))
         except Cancelled as exc:
             return self._failed(request, "cancelled", str(exc) or "cancelled", t0)
         except RemoteFailure as exc:
