@@ -201,9 +201,6 @@ class FillControl:
         if self.cancel is not None:
             self.cancel.raise_if_cancelled()
 
-    def past_deadline(self) -> bool:
-        return self.deadline is not None and time.monotonic() > self.deadline
-
 
 UNSTEERED = FillControl()  # no cancel, no deadline, no drafts: holds no state, so one serves every caller
 

@@ -120,16 +120,15 @@ class Watchdog:
         elif not any(m.strip() for m in middles):
             verdict = Verdict("empty", "nothing left after post-processing")
         else:
-            verdict = self._each_gap(middles, spans, doc.text, contexts) or self._whole(
-                middles, spans, doc, contexts[0]
-            )
+            per_gap = self._each_gap(middles, spans, doc.text, contexts)
+            verdict = per_gap or self._whole(middles, spans, doc, contexts[0])
         return self.record(verdict, backend)
 
     def _each_gap(
         self, middles: list[str], spans: list[tuple[int, int]], text: str, contexts: list[GapContext]
     ) -> Verdict | None:
+        s = self.settings
         for middle, gap, (a, _) in zip(middles, contexts, spans):
-            s = self.settings
             verdict = (
                 check_length(middle, gap, s)
                 or check_repetition(middle, s, _line_above(text, a))
