@@ -52,7 +52,7 @@ from infill.engine.experts import KERNELS, route  # noqa: E402
 from infill.engine.fp8 import quantize_rows_of, quantize_weights  # noqa: E402
 from infill.engine.loading import load_diffusion_model  # noqa: E402
 from infill.engine.ops import activation  # noqa: E402
-from infill.engine.weights import Experts  # noqa: E402
+from infill.engine.weights import Experts, Linear  # noqa: E402
 
 CANVASES = ((1, 32), (3, 32), (5, 80), (1, 256))
 EXPERT_TOKENS = (2, 8, 20, 32, 96, 256)
@@ -253,9 +253,7 @@ class Bench:
         layer = w.decoder[0]
         act = activation(w.activation)
         per_expert = gpu_floor.weight_parts(w)["layers"][0]["per_expert"]
-        gate_up, gate_up_scale = quantize_rows_of(layer.experts.gate_up)
-        down, down_scale = quantize_rows_of(layer.experts.down)
-        fp8 = Experts(gate_up, down, gate_up_scale, down_scale)
+        fp8 = Experts(*(Linear(*quantize_rows_of(part.weight)) for part in (layer.experts.gate_up, layer.experts.down)))
         out = {}
         for n in EXPERT_TOKENS:
             x = torch.randn(n, w.hidden, device=self.device, dtype=w.dtype)

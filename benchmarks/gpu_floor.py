@@ -61,7 +61,7 @@ def weight_parts(weights: EngineWeights) -> dict:
         )
         dense += _size(layer.router) + sum(_size(getattr(layer.norms, f)) for f in layer.norms.__dataclass_fields__)
         ex = layer.experts
-        per_expert = (_size(ex.gate_up) + _size(ex.down) + _size(ex.gate_up_scale) + _size(ex.down_scale)) // ex.count
+        per_expert = sum(_size(t) for lin in (ex.gate_up, ex.down) for t in (lin.weight, lin.scale)) // ex.count
         layers.append({"dense": dense, "per_expert": per_expert, "experts": ex.count})
     self_conditioning = sum(_size(lin.weight) + _size(lin.scale) for lin in weights.self_conditioning[1:])
     return {

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from infill.engine.ops import Activation, quantize_rows, rms_norm
-from infill.engine.weights import Experts, Layer
+from infill.engine.weights import Experts, Layer, Linear
 
 Kernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Experts, Activation], torch.Tensor]
 
@@ -34,10 +34,9 @@ def route(x: torch.Tensor, layer: Layer, top_k: int, eps: float) -> tuple[torch.
     return weights * layer.expert_scale[ids], ids
 
 
-def _grouped_matmul(
-    x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None, offsets: torch.Tensor, out_dtype: torch.dtype
-) -> torch.Tensor:
+def _grouped_matmul(x: torch.Tensor, linear: Linear, offsets: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
     """Rows of x (sorted by group) times their group's weight.T; weight (G, out, in)."""
+    weight, scale = linear.weight, linear.scale
     if scale is None:
         return F.grouped_mm(x, weight.transpose(-2, -1), offs=offsets)
     xq, xs = quantize_rows(x)
@@ -73,26 +72,20 @@ def grouped(
         sorted_ids.float() if not x.is_cuda else sorted_ids.int(), bins=experts.count, min=0, max=experts.count - 1
     )
     offsets = torch.cumsum(counts, dim=0, dtype=torch.int32)
-    gate, up = _grouped_matmul(rows, experts.gate_up, experts.gate_up_scale, offsets, x.dtype).chunk(2, dim=-1)
-    out = _grouped_matmul(act(gate) * up, experts.down, experts.down_scale, offsets, x.dtype)
+    gate, up = _grouped_matmul(rows, experts.gate_up, offsets, x.dtype).chunk(2, dim=-1)
+    out = _grouped_matmul(act(gate) * up, experts.down, offsets, x.dtype)
     weighted = out.float() * weights.reshape(-1)[order, None]
     unsorted = torch.empty_like(weighted).index_copy_(0, order, weighted)
     return unsorted.view(tokens, top_k, -1).sum(dim=1).to(x.dtype)
-
-
-def _dequantized(weight: torch.Tensor, scale: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
-    return weight if scale is None else (weight.float() * scale[..., None]).to(dtype)
 
 
 def pairs(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, experts: Experts, act: Activation) -> torch.Tensor:
     tokens, top_k = ids.shape
     flat = ids.reshape(-1)
     rows = x.repeat_interleave(top_k, dim=0)
-    gate_up = _dequantized(
-        experts.gate_up[flat], None if experts.gate_up_scale is None else experts.gate_up_scale[flat], x.dtype
-    )
+    gate_up = experts.gate_up.pick(flat).dequantized(x.dtype)
     gate, up = torch.bmm(gate_up, rows[..., None]).squeeze(-1).chunk(2, dim=-1)
-    down = _dequantized(experts.down[flat], None if experts.down_scale is None else experts.down_scale[flat], x.dtype)
+    down = experts.down.pick(flat).dequantized(x.dtype)
     out = torch.bmm(down, (act(gate) * up)[..., None]).squeeze(-1)
     return (out.float() * weights.reshape(-1, 1)).view(tokens, top_k, -1).sum(dim=1).to(x.dtype)
 
@@ -102,13 +95,9 @@ def loop(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, experts: Exp
     total = torch.zeros(tokens, x.shape[-1], dtype=torch.float32, device=x.device)
     for expert in torch.unique(ids).tolist():
         token, slot = torch.nonzero(ids == expert, as_tuple=True)
-        gate_up = _dequantized(
-            experts.gate_up[expert], None if experts.gate_up_scale is None else experts.gate_up_scale[expert], x.dtype
-        )
+        gate_up = experts.gate_up.pick(expert).dequantized(x.dtype)
         gate, up = F.linear(x[token], gate_up).chunk(2, dim=-1)
-        down = _dequantized(
-            experts.down[expert], None if experts.down_scale is None else experts.down_scale[expert], x.dtype
-        )
+        down = experts.down.pick(expert).dequantized(x.dtype)
         out = F.linear(act(gate) * up, down)
         total.index_add_(0, token, out.float() * weights[token, slot, None])
     return total.to(x.dtype)

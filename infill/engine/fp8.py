@@ -83,11 +83,10 @@ class _Quantizer:
     def experts(self, experts: Experts) -> Experts:
         if experts.fp8:
             return experts
-        key = _storage(experts.gate_up)
+        key = _storage(experts.gate_up.weight)
         if key not in self.experts_done:
-            gate_up, gate_up_scale = self._quantized(experts.gate_up)
-            down, down_scale = self._quantized(experts.down)
-            self.experts_done[key] = Experts(gate_up, down, gate_up_scale, down_scale)
+            gate_up, down = (Linear(*self._quantized(part.weight)) for part in (experts.gate_up, experts.down))
+            self.experts_done[key] = Experts(gate_up, down)
         return self.experts_done[key]
 
     def layer(self, layer: Layer) -> Layer:
@@ -220,7 +219,9 @@ class _Tensors:
 
 def _experts(t: _Tensors, prefix: str, count: int, dtype: torch.dtype) -> Experts:
     if t.has(f"{prefix}.gate_up_proj"):  # fused, unquantized
-        return Experts(t.get(f"{prefix}.gate_up_proj").to(dtype), t.get(f"{prefix}.down_proj").to(dtype))
+        return Experts(
+            Linear(t.get(f"{prefix}.gate_up_proj").to(dtype)), Linear(t.get(f"{prefix}.down_proj").to(dtype))
+        )
     per = [[t.linear(f"{prefix}.{e}.{p}", dtype) for p in ("gate_proj", "up_proj", "down_proj")] for e in range(count)]
 
     def scale(lin: Linear) -> torch.Tensor:
@@ -232,7 +233,7 @@ def _experts(t: _Tensors, prefix: str, count: int, dtype: torch.dtype) -> Expert
     gate_up = torch.stack([torch.cat([g.weight, u.weight]) for g, u, _ in per])
     gate_up_scale = torch.stack([torch.cat([g, u]) for g, u, _ in scales])
     down = torch.stack([d.weight for _, _, d in per])
-    return Experts(gate_up, down, gate_up_scale, torch.stack([d for _, _, d in scales]))
+    return Experts(Linear(gate_up, gate_up_scale), Linear(down, torch.stack([d for _, _, d in scales])))
 
 
 def load_compressed_tensors(

@@ -111,7 +111,7 @@ def _layer(module: TextLayer, kind: str) -> Layer:
         router=module.router.proj.weight.detach(),
         router_scale=module.router.scale.detach(),
         expert_scale=module.router.per_expert_scale.detach(),
-        experts=Experts(module.experts.gate_up_proj.detach(), module.experts.down_proj.detach()),
+        experts=Experts(Linear(module.experts.gate_up_proj.detach()), Linear(module.experts.down_proj.detach())),
         scalar=module.layer_scalar.detach(),
     )
 

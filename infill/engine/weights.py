@@ -20,7 +20,8 @@ SLIDING, FULL = "sliding_attention", "full_attention"
 @dataclass(frozen=True)
 class Linear:
     """y = x @ weight.T: `weight` (out, in) in the model's dtype, or float8_e4m3fn with `scale` (out,) float32, the
-    factor that turns each output channel back into the model's units."""
+    factor that turns each output channel back into the model's units. The experts' are stacked, one per expert
+    first: weight (E, out, in), scale (E, out)."""
 
     weight: torch.Tensor
     scale: torch.Tensor | None = None
@@ -31,26 +32,32 @@ class Linear:
 
     @property
     def out_features(self) -> int:
-        return self.weight.shape[0]
+        return self.weight.shape[-2]
+
+    def pick(self, index: torch.Tensor | int) -> Linear:
+        """The stacked linears at `index` (experts by id), each with its scales."""
+        return Linear(self.weight[index], None if self.scale is None else self.scale[index])
+
+    def dequantized(self, dtype: torch.dtype) -> torch.Tensor:
+        """The weight in `dtype`, scaled back where it is FP8."""
+        return self.weight if self.scale is None else (self.weight.float() * self.scale[..., None]).to(dtype)
 
 
 @dataclass(frozen=True)
 class Experts:
-    """The routed experts of one layer. `gate_up` (E, 2I, H): each expert's gate rows then its up rows; `down`
-    (E, H, I). FP8: per-output-channel scales (E, 2I) and (E, H)."""
+    """The routed experts of one layer, stacked: `gate_up` (E, 2I, H) holds each expert's gate rows then its up
+    rows, `down` (E, H, I)."""
 
-    gate_up: torch.Tensor
-    down: torch.Tensor
-    gate_up_scale: torch.Tensor | None = None
-    down_scale: torch.Tensor | None = None
+    gate_up: Linear
+    down: Linear
 
     @property
     def fp8(self) -> bool:
-        return self.gate_up_scale is not None
+        return self.gate_up.fp8
 
     @property
     def count(self) -> int:
-        return self.gate_up.shape[0]
+        return self.gate_up.weight.shape[0]
 
 
 @dataclass(frozen=True)

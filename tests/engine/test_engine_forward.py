@@ -176,10 +176,10 @@ def test_fp8_experts_equal_their_float_emulation(small_window):
         xq, xs = quantize_rows(x[t : t + 1])
         for k in range(ids.shape[1]):
             e = int(ids[t, k])
-            gate_up = layer.experts.gate_up[e].float() * layer.experts.gate_up_scale[e, :, None]
+            gate_up = layer.experts.gate_up.weight[e].float() * layer.experts.gate_up.scale[e, :, None]
             gate, up = ((xq.float() * xs) @ gate_up.T).chunk(2, dim=-1)
             hq, hs = quantize_rows(act(gate) * up)
-            down = layer.experts.down[e].float() * layer.experts.down_scale[e, :, None]
+            down = layer.experts.down.weight[e].float() * layer.experts.down.scale[e, :, None]
             total[t] += route_weights[t, k] * ((hq.float() * hs) @ down.T)[0]
     assert (ours - total).abs().max() <= 1e-4
 
@@ -221,7 +221,8 @@ def test_an_fp8_model_equals_its_float_emulation(small_window, tmp_path, monkeyp
             x @ layer.weight.T if not layer.fp8 else fake_quantized(x) @ (layer.weight.float() * layer.scale[:, None]).T
         )
 
-    def emulated_grouped(x, weight, scale, offsets, out_dtype):
+    def emulated_grouped(x, linear, offsets, out_dtype):
+        weight, scale = linear.weight, linear.scale
         out, start = torch.empty(x.shape[0], weight.shape[1]), 0
         for group, end in enumerate(offsets.tolist()):
             out[start:end] = fake_quantized(x[start:end]) @ (weight[group].float() * scale[group][:, None]).T
@@ -242,8 +243,8 @@ def test_a_compressed_tensors_fp8_checkpoint_loads_to_the_at_load_quantization(t
     assert from_checkpoint.model is None and from_checkpoint.weights.weight_format.startswith("fp8 (compressed")
     for a, b in zip(from_checkpoint.weights.decoder, at_load.weights.decoder):
         assert torch.equal(a.q.weight.view(torch.uint8), b.q.weight.view(torch.uint8))
-        assert torch.equal(a.experts.gate_up.view(torch.uint8), b.experts.gate_up.view(torch.uint8))
-        assert torch.equal(a.experts.down_scale, b.experts.down_scale) and torch.equal(a.scalar, b.scalar)
+        assert torch.equal(a.experts.gate_up.weight.view(torch.uint8), b.experts.gate_up.weight.view(torch.uint8))
+        assert torch.equal(a.experts.down.scale, b.experts.down.scale) and torch.equal(a.scalar, b.scalar)
     request = InfillRequest(prefix="def add(a, b):\n    return ", suffix="\n", single_line=True, seed=3)
     config = EngineConfig(max_denoising_steps=4)
     one = DiffusionEngine(from_checkpoint, config).infill(request)
