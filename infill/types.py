@@ -182,7 +182,7 @@ class Draft:
 DraftCallback = Callable[[Draft], None]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FillControl:
     """How a caller steers one fill while it runs, handed down from caller to backend: `cancel` is checked between
     model steps, at `deadline` (time.monotonic()) the best draft so far comes back flagged cut_short, and `on_draft`

@@ -44,7 +44,8 @@ async def run_on_model(
     failure = ""
     result: PipelineResult | None = None
     try:
-        future = ls.host.complete(pipeline, request, FillControl(ticket.token, deadline_in(budget_s)), context)
+        control = FillControl(cancel=ticket.token, deadline=deadline_in(budget_s))
+        future = ls.host.complete(pipeline, request, control, context)
         result = await asyncio.wrap_future(future)
     except asyncio.CancelledError:
         ticket.token.cancel("request cancelled by the client")  # the backend stops within one step

@@ -117,7 +117,7 @@ class NextLine:
             version=document.version if real else None,
             alternatives=0,
         )
-        future = self._host.complete(pipeline, request, FillControl(ahead.token, deadline_in(budget_s)))
+        future = self._host.complete(pipeline, request, FillControl(cancel=ahead.token, deadline=deadline_in(budget_s)))
         loop = asyncio.get_running_loop()
         future.add_done_callback(lambda done: loop.call_soon_threadsafe(self._finish, ahead, done))
 

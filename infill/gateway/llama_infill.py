@@ -243,7 +243,7 @@ def answer_infill(
 
     try:
         outcome = OnWorker(pipeline, worker, abandoned=client_gone).complete(
-            request, FillControl(token, time.monotonic() + settings.request_timeout_s, keep)
+            request, FillControl(cancel=token, deadline=time.monotonic() + settings.request_timeout_s, on_draft=keep)
         )
     except InfillError as exc:
         raise HttpError(400, str(exc)) from exc

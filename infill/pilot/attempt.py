@@ -85,7 +85,7 @@ def run_attempt(
     started = time.perf_counter()
     deadline = None if deadline_s is None else time.monotonic() + deadline_s
     try:
-        outcome = pipeline.complete(request, FillControl(cancel, deadline))
+        outcome = pipeline.complete(request, FillControl(cancel=cancel, deadline=deadline))
     except Exception as exc:  # a backend failing midway is data for the pilot, not a crash
         latency_ms = (time.perf_counter() - started) * 1000
         return {
