@@ -138,7 +138,7 @@ class RemoteBackend(NativeDiffusionRoute):
                 raise RemoteFailure("remote backend is closed")
             control.raise_if_cancelled()
             model = self._discover_model(control.cancel, end)
-            answers = self._route_fill(RemoteCall(request, model, control.cancel, end, control.on_draft))
+            answers = self._route_fill(RemoteCall(request, model, control, end))
         except Cancelled as exc:
             return self._failed(request, "cancelled", str(exc) or "cancelled", t0)
         except RemoteFailure as exc:
@@ -167,7 +167,7 @@ class RemoteBackend(NativeDiffusionRoute):
             # the model name was configured (no discovery ran).
             if not (self._route is None and any(r in exc.detail for r in vd.DIFFUSION_REFUSALS)):
                 raise
-            if not self._detect_diffusion(call.model, call.cancel, call.end):
+            if not self._detect_diffusion(call.model, call.control.cancel, call.end):
                 raise
         return self._native_fill(call)
 
@@ -182,7 +182,8 @@ class RemoteBackend(NativeDiffusionRoute):
 
     def _fill_gaps(self, call: RemoteCall) -> list[_GapAnswer]:
         """Several gaps are filled left to right: each sees the middles already chosen before it."""
-        request, model, cancel, end, on_draft = call.request, call.model, call.cancel, call.end, call.on_draft
+        request, model, end = call.request, call.model, call.end
+        cancel, on_draft = call.control.cancel, call.control.on_draft
         answers: list[_GapAnswer] = []
         for index in range(request.gap_count):
             middles = [a.text for a in answers]

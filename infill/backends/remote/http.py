@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from infill.types import CancelToken, DraftCallback, InfillError, InfillRequest
+from infill.types import FillControl, InfillError, InfillRequest
 
 SUFFIX_HINT = (
     "; this server does not take `suffix` (stock vLLM answers so): put `infill-ls serve` in front of "
@@ -31,14 +31,13 @@ class _GapAnswer:
 
 @dataclass(frozen=True)
 class RemoteCall:
-    """One request on its way through the routes: what it asks, the model named, when to stop, and who sees drafts
-    (the routes take it whole rather than these five apart)."""
+    """One request on its way through the routes: what it asks, the model named, the caller's control (its cancel
+    token and who sees drafts), and when the exchanges must be done."""
 
     request: InfillRequest
     model: str | None
-    cancel: CancelToken | None
-    end: float  # time.monotonic() by which the exchanges must be done
-    on_draft: DraftCallback | None
+    control: FillControl
+    end: float  # time.monotonic(): the control's deadline, or the backend's own timeout where that comes first
 
 
 class RemoteFailure(Exception):

@@ -76,7 +76,8 @@ class NativeDiffusionRoute:
 
     def _native_fill(self, call: RemoteCall) -> list[_GapAnswer]:
         """Every gap in one canvas, one canvas per candidate middle length, sent together; the best join wins."""
-        request, model, cancel, end, on_draft = call.request, call.model, call.cancel, call.end, call.on_draft
+        request, model, end = call.request, call.model, call.end
+        cancel, on_draft = call.control.cancel, call.control.on_draft
         if self._facts is None:
             self._detect_diffusion(model, cancel, end)
         facts = self._facts
