@@ -37,6 +37,7 @@ from infill.types import (
     Draft,
     DraftCallback,
     FillControl,
+    ForgetsDocuments,
     InfillBackend,
     InfillError,
     InfillRequest,
@@ -113,10 +114,13 @@ class Pipeline:
         self.fallback = fallback
         # What the backends can do beyond `infill`, decided once here (infill/types.py's optional protocols).
         self._warms = backend if isinstance(backend, WarmsPrompts) else None
+        self._forgets: list[ForgetsDocuments] = []
         self._branches: dict[str, WritesAlternatives] = {}  # by route
         for route, able in (("primary", backend), ("fallback", fallback)):
             if isinstance(able, WritesAlternatives):
                 self._branches[route] = able
+            if isinstance(able, ForgetsDocuments):
+                self._forgets.append(able)
         self._settings = settings or PipelineSettings()
         self.contexts = ContextBuilder(self._settings.context_settings())
         self.related = RelatedFiles()  # code from other open files (its settings: `related.settings`)
@@ -164,6 +168,12 @@ class Pipeline:
     def forget(self, document_id: str) -> None:
         """Drop the cached syntax tree of a closed document."""
         self.contexts.forget(document_id)
+
+    def forget_in_backends(self, document_id: str) -> None:
+        """Drop what the backends keep for a closed document (its encoded prompt). Model work: run it on the model
+        worker, behind the jobs queued before it."""
+        for able in self._forgets:
+            able.forget(document_id)
 
     def prepare(self, req: CompletionRequest) -> Prepared:
         """Context for a request: the backend request, the gap spans, the parsed document, the gap context(s).

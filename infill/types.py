@@ -256,7 +256,8 @@ class InfillBackend(Protocol):
     """What every backend provides. `infill` is blocking (run it in a worker thread from async code), honours
     its control's `cancel` between steps, and returns its best draft flagged `cut_short` at its `deadline`.
     What only some backends can do is a protocol of its own below (`WarmsPrompts`, `WritesAlternatives`,
-    `WarmsUp`), checked once where a backend is taken on (the pipeline, the loader), never looked up per call."""
+    `WarmsUp`, `ForgetsDocuments`), checked once where a backend is taken on (the pipeline, the loader), never
+    looked up per call."""
 
     @property
     def info(self) -> BackendInfo: ...
@@ -290,3 +291,11 @@ class WarmsUp(Protocol):
     steps); returns the seconds spent (None: not measured)."""
 
     def warm_up(self) -> float | None: ...
+
+
+@runtime_checkable
+class ForgetsDocuments(Protocol):
+    """A backend that keeps state per document (both in-process backends: the encoded prompt, its tokens): told
+    when the editor closes a document, it drops that state at once instead of waiting for its cache to evict it."""
+
+    def forget(self, document_id: str) -> None: ...

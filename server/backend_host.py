@@ -82,6 +82,22 @@ class BackendHost:
         """Other model work (encoding a prompt ahead) on the model thread."""
         return self.worker.submit(run, cancel=cancel)
 
+    def forget(self, pipeline: Pipeline, uri: str) -> None:
+        """A closed document: its syntax tree dropped now, and what the backends keep for it (its encoded prompt)
+        on the model thread, after the jobs queued before."""
+        pipeline.forget(uri)
+
+        def forget_in_backends() -> None:
+            try:
+                pipeline.forget_in_backends(uri)
+            except Exception:  # noqa: BLE001 - only a cache: the next fill of that document starts over anyway
+                log.exception("dropping what the backends keep for %s failed", uri)
+
+        try:
+            self.worker.submit(forget_in_backends)
+        except RuntimeError:  # the worker is shut down, and the backends with it
+            pass
+
     def prepare(self, pipeline: Pipeline, request: CompletionRequest, cancel: CancelToken) -> Future[Prepared]:
         """`request`'s context built on the context thread (no model work there, so parsing never waits behind a
         cancelled run still finishing its step)."""

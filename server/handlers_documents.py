@@ -80,5 +80,5 @@ def register(server: InfillServer) -> None:
         ls.next_line.cancel(uri)
         ls.documents.close(uri)
         if (pipeline := ls.host.current_pipeline) is not None:
-            pipeline.forget(uri)  # its cached syntax tree
+            ls.host.forget(pipeline, uri)
         ls.acceptance.closed(uri)

@@ -126,6 +126,10 @@ class DiffusionEngine:
     def close(self) -> None:
         self.prompts.clear()
 
+    def forget(self, document_id: str) -> None:
+        """The editor closed the document: its prompt's keys and values (live or stashed) go now."""
+        self.prompts.forget(document_id)
+
     def versions(self) -> dict[str, Any]:
         return {
             "backend": "diffusion",

@@ -245,6 +245,22 @@ def test_other_documents_are_kept_within_the_kv_store_bound(loaded):
     assert evicted.reused_tokens == 0
 
 
+def test_a_closed_document_is_forgotten_live_or_stashed(loaded):
+    """Forgetting a document drops its keys and values whether the buffers hold it or it is stashed; the other
+    documents keep theirs, and a forgotten one that comes back is encoded anew."""
+    engine = engine_with(loaded)
+    for key in ("stashed", "kept", "live"):
+        engine.infill(InfillRequest(prefix=PREFIX * 4 + key, document_id=key))
+    assert len(engine.prompts) == 3
+    engine.forget("stashed")
+    engine.forget("live")
+    assert len(engine.prompts) == 1 and engine.prompts.stashed_documents == 1
+    kept = engine.infill(InfillRequest(prefix=PREFIX * 4 + "kept", document_id="kept"))
+    assert kept.reused_tokens == kept.prompt_tokens
+    again = engine.infill(InfillRequest(prefix=PREFIX * 4 + "live", document_id="live"))
+    assert again.reused_tokens == 0
+
+
 def test_a_prompt_too_large_for_the_kv_store_is_said_once(loaded, caplog):
     probe = engine_with(loaded)
     probe.infill(InfillRequest(prefix=PREFIX * 10, document_id="probe"))

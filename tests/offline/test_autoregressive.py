@@ -433,6 +433,33 @@ def test_document_sequences_cut_to_the_common_prefix_and_reuse_the_least_recentl
     assert cuts.calls[-1] == (c, 0) and docs.take("d", [1])[0] == c
 
 
+def test_a_forgotten_document_frees_its_sequence():
+    cuts = _Cuts()
+    docs = DocumentSequences(cuts, sequences=1)
+    a, _ = docs.take("a", [1, 2])
+    docs.put("a", a, [1, 2], anchor="x\n")
+    docs.forget("a")
+    assert "a" not in docs and cuts.calls[-1] == (a, 0) and docs.anchor("a") == ""
+    docs.forget("never-held")  # nothing to do
+    b, kept = docs.take("b", [1, 2])  # the freed sequence, not an eviction
+    assert (b, kept) == (a, 0) and len(docs) == 0
+
+
+def test_a_closed_document_is_encoded_anew_and_fills_the_same(ar_backend):
+    request = InfillRequest(
+        prefix=REAL_SOURCE.read_text()[:1500] + "\ndef helper(",
+        single_line=True,
+        max_middle_tokens=4,
+        document_id="closed.py",
+    )
+    first = ar_backend.infill(request)
+    assert "closed.py" in ar_backend.sequences
+    ar_backend.forget("closed.py")
+    assert "closed.py" not in ar_backend.sequences
+    again = ar_backend.infill(request)
+    assert again.reused_tokens == 0 and again.middles == first.middles
+
+
 @pytest.mark.slow
 def test_switching_between_documents_re_encodes_nothing(ar_backend):
     source = REAL_SOURCE.read_text()

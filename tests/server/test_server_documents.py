@@ -9,6 +9,7 @@ import random
 from lsp_helpers import refused_remote, utf16_offset
 from lsprotocol import types
 
+from infill.types import CancelToken
 from server.documents import Clamp, Document, split_lines
 from server.settings import Settings
 
@@ -152,6 +153,41 @@ def test_did_close_drops_the_pipelines_syntax_tree():
     )
     assert not pipeline.contexts._documents and server.documents.get(uri) is None
     assert server.status()["pipeline"] == {"routes": {}, "checked": 0, "rejected": {}}
+    server.host.close()
+
+
+def test_did_close_frees_the_prompt_the_offline_default_kept_for_the_document(ar_backend):
+    """The real offline default behind the real handlers: a request leaves the document's prompt in a llama.cpp
+    sequence; didClose frees it on the model thread, and a document still open keeps its own."""
+    from infill.loader import Opened
+    from infill.pipeline import CompletionRequest, Pipeline
+    from infill.types import FillControl
+    from server.main import create_server
+
+    server = create_server(Settings(debounce_ms=0))
+    pipeline = Pipeline(ar_backend)
+    server.host._loaded = Opened(pipeline, ())  # the session's backend stays open for other tests
+    server.host.state = "ready"
+    text = "import os\n\n\ndef home():\n    return os.path.expanduser("
+    uris = ["file:///closing.py", "file:///staying.py"]
+    for uri in uris:
+        _notify(
+            server,
+            "lsp_text_document__did_open",
+            types.DidOpenTextDocumentParams(
+                text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)
+            ),
+        )
+        request = CompletionRequest(text, len(text), language="python", document_id=uri, version=1, max_middle_tokens=2)
+        server.host.complete(pipeline, request, FillControl()).result(timeout=60)
+    assert all(uri in ar_backend.sequences for uri in uris)
+    _notify(
+        server,
+        "lsp_text_document__did_close",
+        types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uris[0])),
+    )
+    server.host.submit(lambda: None, CancelToken()).result(timeout=60)  # behind the forget on the model thread
+    assert uris[0] not in ar_backend.sequences and uris[1] in ar_backend.sequences
     server.host.close()
 
 

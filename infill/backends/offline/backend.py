@@ -175,6 +175,11 @@ class GemmaBackend:
             self._closed = True
             self.runtime.close()
 
+    def forget(self, document_id: str) -> None:
+        """The editor closed the document: its KV sequence and cached prompt go now (ForgetsDocuments)."""
+        if not self._closed:
+            self.prompts.forget(document_id)
+
     def infill(self, request: InfillRequest, control: FillControl = UNSTEERED) -> InfillResult:
         if not isinstance(request, InfillRequest):
             raise InfillError(f"expected an InfillRequest, got {type(request).__name__}")

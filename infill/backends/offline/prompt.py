@@ -56,6 +56,12 @@ class Prompts:
         self.fits = 0  # prompts fitted (tests check a request fits once)
         self._last: _Fit | None = None
 
+    def forget(self, document_id: str) -> None:
+        """A closed document: its sequence freed, and its last fit (which holds its text) dropped."""
+        self.sequences.forget(document_id)
+        if self._last is not None and self._last.document_id == document_id:
+            self._last = None
+
     @contextmanager
     def hold(self, before: str, request: InfillRequest, tally: Tally) -> Iterator[HeldPrompt]:
         """The prompt for the text `before` a gap in the document's sequence, all of it reused that can be, at

@@ -4,7 +4,8 @@ The offline default keeps a sequence per recently used document in one llama.cpp
 (infill/backends/offline/runtime.py). A request `take`s its document's sequence cut back to the longest common
 token prefix with its new prompt, feeds the rest, and `put`s it back with the ids it then holds. A document that has
 none gets a free sequence or the least recently used one, emptied. A request that fails half-way `drop`s what it
-took instead, so a half-written sequence is never reused.
+took instead, so a half-written sequence is never reused. A document the editor closes is `forget`ten: its sequence
+is emptied and freed at once.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ class DocumentSequences:
     def __len__(self) -> int:
         return len(self._held)
 
+    def __contains__(self, key: str | None) -> bool:
+        return key in self._held
+
     def anchor(self, key: str | None) -> str:
         held = self._held.get(key)
         return held.anchor if held is not None else ""
@@ -78,6 +82,12 @@ class DocumentSequences:
         """A taken sequence that is not put back: empty it and make it free."""
         self._runtime.cut(seq, 0)
         self._free.append(seq)
+
+    def forget(self, key: str | None) -> None:
+        """The document of `key` is closed: empty its sequence and make it free."""
+        held = self._held.pop(key, None)
+        if held is not None:
+            self.drop(held.seq)
 
     def clear(self) -> None:
         for held in self._held.values():
