@@ -13,6 +13,8 @@ balanced point (`trim_unfinished`): where it ends, not cleaning.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from infill import languages
 from infill.types import GapFacts
 
@@ -109,38 +111,39 @@ def line_held_open(text: str, gap: GapFacts) -> bool:
     return leaves_open(text) != shape.must_open if shape.must_open else not text.rstrip().endswith(":")
 
 
-def leaves_open(line: str) -> str:
-    """The brackets `line` opens and does not close, outermost first ("" when it closes what it opens, or closes
-    one it never opened)."""
+def _brackets(line: str) -> Iterator[tuple[int, str | None]]:
+    """For each bracket in `line`'s code, its index and the brackets open after it, outermost first; None (and
+    nothing more) for a closer that does not close the innermost open bracket."""
     stack: list[str] = []
-    for _i, ch, code, _ in languages.code_characters(line):
-        if not code:
-            continue
-        if ch in _PAIRS:
-            stack.append(ch)
-        elif ch in _PAIRS.values():
-            if not stack or _PAIRS[stack[-1]] != ch:
-                return ""
-            stack.pop()
-    return "".join(stack)
-
-
-def closed_past(line: str, must_open: str) -> int | None:
-    """Where `line` left open just `must_open` (the index after its last opener) when it then went on to close
-    one of them: the fill wrote on past where the lines below take over. None when it never did both."""
-    stack: list[str] = []
-    held: int | None = None
     for i, ch, code, _ in languages.code_characters(line):
         if not code:
             continue
         if ch in _PAIRS:
             stack.append(ch)
-            if held is None and "".join(stack) == must_open:
-                held = i + 1
         elif ch in _PAIRS.values():
             if not stack or _PAIRS[stack[-1]] != ch:
-                return held
+                yield i, None
+                return
             stack.pop()
-            if held is not None and len(stack) < len(must_open):
-                return held
+        else:
+            continue
+        yield i, "".join(stack)
+
+
+def leaves_open(line: str) -> str:
+    """The brackets `line` opens and does not close, outermost first ("" when it closes what it opens, or closes
+    one it never opened)."""
+    brackets = list(_brackets(line))
+    return (brackets[-1][1] or "") if brackets else ""
+
+
+def closed_past(line: str, must_open: str) -> int | None:
+    """Where `line` left open just `must_open` (the index after its last opener) when it then went on to close
+    one of them: the fill wrote on past where the lines below take over. None when it never did both."""
+    held: int | None = None
+    for i, opened in _brackets(line):
+        if opened is None or (held is not None and len(opened) < len(must_open)):
+            return held
+        if held is None and opened == must_open:
+            held = i + 1
     return None
