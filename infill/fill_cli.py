@@ -19,7 +19,7 @@ from infill.backends.choose import add_model_options, spec_from_args
 from infill.completion import Mode
 from infill.context.builder import find_placeholders
 from infill.context.lines import line_content, split_lines
-from infill.context.syntax import apply_fills
+from infill.context.syntax import apply_fills, language_of_path
 from infill.loader import add_fallback_options, close_quietly, fallback_from_args, open_pipeline
 from infill.pipeline import MAX_GAPS, CompletionRequest, PipelineSettings
 from infill.types import FillControl, InfillError, deadline_in
@@ -111,7 +111,7 @@ def main(argv: list[str]) -> int:
         print(f"infill-ls fill: {exc}", file=sys.stderr)
         return 2
     pipeline, backend = opened.pipeline, opened.pipeline.backend
-    language = args.language or args.path.suffix.lstrip(".") or None
+    language = args.language or language_of_path(str(args.path)) or args.path.suffix.lstrip(".") or None
     t0 = time.perf_counter()
     mode: Mode = "gaps" if spans else "gap" if end > start else "inline"
     request = CompletionRequest(

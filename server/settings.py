@@ -1,7 +1,7 @@
 """Server settings as one validated, typed dataclass, read from initializationOptions, workspace/configuration
 (section "infill") and workspace/didChangeConfiguration.
 
-Clients send camelCase keys (see docs/TEAM.md, "LSP protocol"). Each key's type is its field's annotation, which a
+Clients send camelCase keys (see docs/server.md, "Protocol"). Each key's type is its field's annotation, which a
 cattrs converter structures (a JSON integer by server/json_values.py's one rule): adding a setting is adding a
 field (its range, if any, in `__post_init__`). Unknown or ill-typed keys never fail a request: `parse_settings`
 keeps the previous value and returns a problem line that the server logs via window/logMessage.

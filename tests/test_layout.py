@@ -1,5 +1,6 @@
 """The package's shape: imports follow the data flow (editor -> server -> context -> backend -> checks), no module
-imports one that imports it back, no class name means two things, and no module outgrows one sitting.
+imports one that imports it back, no class name means two things, no module outgrows one sitting, and every
+module docs/architecture.md names exists.
 
 Imports are read from the source with `ast` (nothing is executed but the one `import infill` in a child process).
 """
@@ -7,6 +8,7 @@ Imports are read from the source with `ast` (nothing is executed but the one `im
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -218,3 +220,37 @@ def test_no_module_outgrows_one_sitting():
         for path in sorted([*PACKAGE.rglob("*.py"), *SERVER.rglob("*.py")])
     }
     assert {name: lines for name, lines in sizes.items() if lines > MAX_MODULE_LINES} == {}
+
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+_MODULE_TOKEN = re.compile(r"`([\w./-]*\w\.py)\b")
+_ROW_FOLDER = re.compile(r"^\| `([\w./-]+/)`")
+
+
+def missing_modules(doc: str) -> list[str]:
+    """Modules the map names (`name.py`, `folder/name.py`) that no file in the repository is. A table row whose
+    first cell is a folder is read inside that folder, so `syntax.py` in the `infill/context/` row means
+    infill/context/syntax.py; a name with a folder in it, or outside such a row, may be any file it ends."""
+    files = [
+        p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*.py") if ".venv" not in p.parts and ".git" not in p.parts
+    ]
+    missing = []
+    for line in doc.splitlines():
+        row = _ROW_FOLDER.match(line)
+        folder = row.group(1) if row and (ROOT / row.group(1)).is_dir() else ""
+        for token in _MODULE_TOKEN.findall(line):
+            inside = [f for f in files if f.startswith(folder)] if folder and "/" not in token else files
+            if not any(f == token or f.endswith("/" + token) for f in inside):
+                missing.append(f"{folder}{token}")
+    return missing
+
+
+def test_the_module_check_finds_a_module_that_is_gone():
+    assert missing_modules("| `infill/context/` | the map (`builder.py`, `no_such_module.py`) |") == [
+        "infill/context/no_such_module.py"
+    ]
+    assert missing_modules("| `infill/context/` | `pipeline.py` lives a floor up |") == ["infill/context/pipeline.py"]
+
+
+def test_every_module_the_architecture_map_names_exists():
+    assert missing_modules(ARCHITECTURE.read_text(encoding="utf-8")) == []
