@@ -26,7 +26,7 @@ from infill.engine.kv import PromptCache, stash_budget
 from infill.engine.layout import choose_lengths
 from infill.engine.loading import LoadedModel
 from infill.engine.model import model_limits
-from infill.engine.runner import CaptureReport, ModelRunner
+from infill.engine.runner import PREFILL_CHUNK_TOKENS, CaptureReport, ModelRunner
 from infill.types import (
     UNSTEERED,
     BackendInfo,
@@ -44,7 +44,6 @@ from infill.types import (
 log = logging.getLogger(__name__)
 
 _ANONYMOUS = "\0anonymous"
-PREFILL_CHUNK_TOKENS = 512
 
 
 def _should_stop(cancel: CancelToken | None, deadline: float | None) -> bool:
@@ -86,7 +85,7 @@ class DiffusionEngine:
         self.stop_ids.add(self.pad_id)
         self.device = self.weights.device
         self.tokens = ChunkedTokenizer(self.tokenizer)
-        rows = max(len(self.config.candidate_lengths), len(self.config.single_line_lengths_for(str(self.device))))
+        rows = self.config.max_rows(str(self.device))
         self.runner = ModelRunner(
             self.weights,
             self.config,
@@ -227,16 +226,12 @@ class DiffusionEngine:
 
     def _fixed_segments(self, request: InfillRequest) -> list[list[int]]:
         between = [self.tokens.encode(text) for text in request.between]
-        size = self.config.single_line_anchor_tokens if request.single_line else self.config.suffix_anchor_tokens
+        size = self.config.canvas_plan(request.single_line, str(self.device))[1]
         anchor = self.tokens.encode_head(request.suffix, size) if request.suffix else []
         return between + [anchor]
 
     def _candidate_lengths(self, request: InfillRequest, fixed: list[list[int]]) -> tuple[list[int], list[list[int]]]:
-        candidates = (
-            self.config.single_line_lengths_for(str(self.device))
-            if request.single_line
-            else self.config.candidate_lengths
-        )
+        candidates = self.config.canvas_plan(request.single_line, str(self.device))[0]
         between, anchor = fixed[:-1], fixed[-1]
         lengths, kept = choose_lengths(
             candidates, request.max_middle_tokens, [len(f) for f in between], len(anchor), self.width

@@ -22,7 +22,16 @@ import torch
 from infill.engine import forward
 from infill.engine.canvas import Canvas, build_canvas, padded_to
 from infill.engine.config import EngineConfig
-from infill.engine.denoise import EagerStepper, Forward, StepInputs, Stepper, StepState, sample_step, sample_step_for
+from infill.engine.denoise import (
+    EagerStepper,
+    Forward,
+    StepInputs,
+    Stepper,
+    StepState,
+    denoise_step,
+    sample_step,
+    sample_step_for,
+)
 from infill.engine.graphs import StaticProgram, bucket
 from infill.engine.kv import KVBuffers
 from infill.engine.weights import EngineWeights
@@ -32,7 +41,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ENCODE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # the prompt is encoded in chunks of at most 512
+ENCODE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+PREFILL_CHUNK_TOKENS = ENCODE_BUCKETS[-1]  # a long prompt is encoded in chunks the largest bucket holds
 CANVAS_ROWS = (1, 3, 5)  # one row, the GPU's single-line candidates, the multi-line candidates
 CANVAS_WIDTHS = (32, 80, 256)  # a line, a few lines, the model's whole canvas
 ALIGN = 64  # buffer lengths are kept a multiple of this (aligned rows for attention kernels)
@@ -240,20 +250,25 @@ class _StepProgram:
         self.shape = (rows, width)
         self.program = StaticProgram(f"step {rows}x{width}", self._body, device)
 
-    def _body(self) -> None:
-        runner, state = self.runner, self.state
-        logits = forward.decode(
+    def _forward(self, tokens: torch.Tensor, soft: torch.Tensor) -> torch.Tensor:
+        # reads the runner's layer function at call time, so layers compiled before capture are the ones captured
+        runner = self.runner
+        return forward.decode(
             runner.weights,
             runner.kv,
-            state.current,
-            state.soft,
+            tokens,
+            soft,
             runner.kv.length_tensor,
             self.valid,
             forward.whole_spans(runner.kv),
             runner.kernel,
             runner.layer_fn,
         )
-        new = runner.sample(logits, state, self.inputs, self.scale, self.uniform, self.noise)
+
+    def _body(self) -> None:
+        # the same hot step the eager stepper runs, written into this program's fixed buffers
+        state = self.state
+        new = denoise_step(self._forward, self.inputs, state, self.scale, self.uniform, self.noise, self.runner.sample)
         for mine, theirs in zip(state.tensors(), new.tensors()):
             mine.copy_(theirs)
 
