@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import transformers
@@ -41,6 +41,9 @@ from infill.types import (
     Timings,
 )
 
+if TYPE_CHECKING:
+    from transformers import DiffusionGemmaForBlockDiffusion
+
 log = logging.getLogger(__name__)
 
 _ANONYMOUS = "\0anonymous"
@@ -63,7 +66,6 @@ class DiffusionEngine:
         an EngineConfig's non-default fields (None: none) override the checkpoint's own sampler settings
         (config.resolve_engine_config). `static`: run the bucketed programs (None: on CUDA with cuda_graphs)."""
         self.loaded = loaded
-        self.model = loaded.model
         self.tokenizer = loaded.tokenizer
         resolved = (
             config
@@ -92,7 +94,7 @@ class DiffusionEngine:
             max_prompt=self.max_prompt,
             max_canvas_slots=rows * self.width,
             pad_id=self.pad_id,
-            model=self.model,
+            reference=lambda: loaded.model,
             static=static,
         )
         per_token = self.runner.kv.bytes_per_token()
@@ -117,6 +119,12 @@ class DiffusionEngine:
             dtype=loaded.dtype,
             label=f"DiffusionGemma {loaded.model_id} ({loaded.device}, {self.weights.weight_format})",
         )
+
+    @property
+    def model(self) -> DiffusionGemmaForBlockDiffusion:
+        """transformers' model over the same checkpoint (loaded on first use; tests and references compare with
+        it, the engine never reads it)."""
+        return self.loaded.model
 
     @property
     def info(self) -> BackendInfo:

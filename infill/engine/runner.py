@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, TypedDict
 
 import torch
@@ -76,12 +77,12 @@ class ModelRunner:
         max_prompt: int,
         max_canvas_slots: int,
         pad_id: int,
-        model: DiffusionGemmaForBlockDiffusion | None = None,
+        reference: Callable[[], DiffusionGemmaForBlockDiffusion] | None = None,
         static: bool | None = None,
     ) -> None:
         self.weights = weights
         self.pad_id = pad_id
-        self.model = model  # transformers' module, when the weights came from one (tests and references read it)
+        self._reference = reference  # transformers' model over the same checkpoint, for tests and references
         self.config = config
         self.device = weights.device
         self.static = (self.device.type == "cuda" and config.cuda_graphs) if static is None else static
@@ -103,6 +104,12 @@ class ModelRunner:
         )
 
     # ---- prompt -------------------------------------------------------------------------------------------------
+
+    @property
+    def model(self) -> DiffusionGemmaForBlockDiffusion:
+        if self._reference is None:
+            raise RuntimeError("this runner was built without a reference model")
+        return self._reference()
 
     def encode(self, ids: torch.Tensor, start: int) -> None:
         """Write the keys and values of `ids` (on the device) at positions start.. into the buffers."""
