@@ -146,7 +146,8 @@ def paired(default: Path, model: Path) -> dict[str, dict[str, int]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    # (no abbreviations: the options passed on to fill_quality.py, such as --n, must not be read as ours)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--models", default="1.5b", help=f"comma-separated: {', '.join(MODELS)}")
     parser.add_argument("--fetch-only", action="store_true", help="assemble the models and print their sha256")
     parser.add_argument("--no-default", action="store_true", help="leave out the default arm")
