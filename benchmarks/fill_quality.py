@@ -51,7 +51,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from client_holes import cut_client_holes  # noqa: E402
 
-from infill.backends.offline.backend import load_default_backend  # noqa: E402
+from infill.backends.offline.backend import LlamaCppBackend, load_default_backend  # noqa: E402
+from infill.backends.offline.routed import RoutedBackend, open_user_model  # noqa: E402
+from infill.backends.offline.settings import ARSettings  # noqa: E402
 from infill.gateway.openai_api import (
     GatewaySettings,
     detect_language,
@@ -144,6 +146,7 @@ def ask_lsp(pipeline: Pipeline, hole: Hole, deadline_ms: float) -> Attempt:
         mode=hole.mode,
         language=hole.language,
         document_id=f"bench-lsp:{hole.id}",
+        keystroke=True,  # an automatic request, as the server sends it (infill/backends/offline/routed.py)
         **other,
     )
     t0 = time.perf_counter()
@@ -348,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
         "--url", default=None, help="path http: a running `infill-ls serve`, e.g. http://127.0.0.1:8765"
     )
     parser.add_argument("--per-hole", default=None, help="write each hole's result here (JSON lines)")
+    parser.add_argument("--offline-model", default=None, help="a GGUF in place of Gemma 3 270M (user_model.py)")
+    parser.add_argument("--offline-model-keystrokes", default="auto", choices=("auto", "yes", "no"))
     args = parser.parse_args(argv)
     fixed = {"heldout": HELD_OUT_SEED, "clients": CLIENT_SEED}.get(args.set)
     if fixed is not None and args.seed not in (None, fixed):
@@ -367,7 +372,13 @@ def main(argv: list[str] | None = None) -> int:
         holes, kinds = cut_holes(files, CutSettings(n=args.n, seed=seed, kinds=tuple(args.kinds.split(",")))), {}
     if "http" in paths and not args.url:
         parser.error("path http needs --url")
-    backend = load_default_backend() if set(paths) - {"http"} else None
+    backend: LlamaCppBackend | RoutedBackend | None = None
+    if set(paths) - {"http"}:
+        backend = (
+            open_user_model(args.offline_model, args.offline_model_keystrokes, ARSettings())
+            if args.offline_model
+            else load_default_backend()
+        )
     lsp = Recording(backend, settings=PipelineSettings(max_middle_tokens=Settings().max_middle_tokens))
     gateway, gateway_settings = Recording(backend), GatewaySettings()
     records: dict[str, list[dict]] = {path: [] for path in paths}
@@ -420,6 +431,8 @@ def main(argv: list[str] | None = None) -> int:
         "holes": len(holes),
         **{path: summarise(recs) for path, recs in records.items()},
         "backend": backend.info.model if backend else args.url,
+        "backend_label": backend.info.label if backend else None,
+        "prompt": backend.versions["prompt"] if isinstance(backend, LlamaCppBackend) else None,
         "cores": os.cpu_count(),
         "cpu_flags": kernel_flags(),
         "load_avg": [round(x, 2) for x in os.getloadavg()],

@@ -31,6 +31,7 @@ class CompletionRequest:
     related: tuple[OpenDocument, ...] = ()  # other open documents, most recently used first
     candidates: int = 1  # fills the backend may write and rank by their join with the suffix (InfillRequest)
     alternatives: int | None = None  # other fills to try where the first is refused (None: PipelineSettings')
+    keystroke: bool = False  # an automatic suggestion while the person types (InfillRequest.keystroke)
 
 
 @dataclass(frozen=True)

@@ -110,6 +110,8 @@ def main(argv: list[str]) -> int:
     except InfillError as exc:
         print(f"infill-ls fill: {exc}", file=sys.stderr)
         return 2
+    if opened.model_error:
+        print(f"infill-ls fill: {opened.model_error}; Gemma 3 270M fills instead", file=sys.stderr)
     pipeline, backend = opened.pipeline, opened.pipeline.backend
     language = args.language or language_of_path(str(args.path)) or args.path.suffix.lstrip(".") or None
     t0 = time.perf_counter()

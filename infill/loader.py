@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from infill.backends.choose import BackendSpec, open_backend
 from infill.pipeline import Pipeline, PipelineSettings
-from infill.types import InfillBackend, ProgressCallback, WarmsUp
+from infill.types import InfillBackend, InfillError, ProgressCallback, WarmsUp
 
 log = logging.getLogger(__name__)
 
@@ -49,12 +49,21 @@ def fallback_spec(primary: BackendSpec, choice: FallbackChoice = FallbackChoice(
 
 def offline_default(like: BackendSpec) -> BackendSpec:
     """The offline default's spec, with the thread count of `like`: on the CPU (llama.cpp) whatever device `like`
-    names for its DiffusionGemma checkpoint."""
+    names for its DiffusionGemma checkpoint; the user's GGUF where `like` names one as its offline model."""
+    return BackendSpec(
+        threads=like.threads,
+        offline_model=like.offline_model,
+        offline_model_keystrokes=like.offline_model_keystrokes,
+    )
+
+
+def gemma_default(like: BackendSpec) -> BackendSpec:
+    """Gemma 3 270M itself (what serves when the user's GGUF cannot), with the thread count of `like`."""
     return BackendSpec(threads=like.threads)
 
 
 def describe_spec(spec: BackendSpec) -> str:
-    return spec.endpoint or spec.model or "the offline default model"
+    return spec.endpoint or spec.gguf or spec.model or "the offline default model"
 
 
 @dataclass(frozen=True)
@@ -64,6 +73,7 @@ class Opened:
     pipeline: Pipeline
     backends: tuple[InfillBackend, ...]
     fallback_error: str | None = None  # why the chosen fallback did not open (the primary then serves alone)
+    model_error: str | None = None  # why the user's GGUF did not open (Gemma 3 270M then serves in its place)
 
 
 def open_pipeline(
@@ -77,23 +87,40 @@ def open_pipeline(
     """The primary `spec` names, then the fallback `fallback_spec` chooses for it, and the pipeline over them.
     Raises what opening the primary raised. A fallback that fails to open is logged and leaves the primary serving
     alone (`Opened.fallback_error` says why); an interrupt while it opens closes the primary and propagates."""
-    primary = opener(spec, progress=progress)
+    primary, model_error = _open_primary(spec, opener, progress)
     warm_up(primary, progress)
     behind = fallback_spec(spec, fallback)
     if behind is None:
-        return Opened(Pipeline(primary, settings=settings), (primary,))
+        return Opened(Pipeline(primary, settings=settings), (primary,), model_error=model_error)
     if progress:
         progress(f"loading the fallback: {describe_spec(behind)}", None)
     try:
         second = opener(behind, progress=progress)
     except Exception as exc:  # noqa: BLE001 - any failure of the fallback leaves the primary serving
         log.exception("the fallback (%s) did not load; %s serves alone", describe_spec(behind), describe_spec(spec))
-        return Opened(Pipeline(primary, settings=settings), (primary,), f"{type(exc).__name__}: {exc}")
+        return Opened(Pipeline(primary, settings=settings), (primary,), f"{type(exc).__name__}: {exc}", model_error)
     except BaseException:
         close_quietly(primary)
         raise
     warm_up(second, progress)
-    return Opened(Pipeline(primary, fallback=second, settings=settings), (primary, second))
+    return Opened(Pipeline(primary, fallback=second, settings=settings), (primary, second), model_error=model_error)
+
+
+def _open_primary(
+    spec: BackendSpec, opener: Callable[..., InfillBackend], progress: ProgressCallback | None
+) -> tuple[InfillBackend, str | None]:
+    """The primary, and None; or where the user's GGUF is the primary and cannot serve (no file, not a GGUF, an
+    architecture llama.cpp does not know), Gemma 3 270M and why: a bad path leaves the editor working."""
+    if spec.kind != "autoregressive" or not spec.gguf:
+        return opener(spec, progress=progress), None
+    try:
+        return opener(spec, progress=progress), None
+    except InfillError as exc:
+        error = f"the offline model {spec.gguf} cannot serve: {exc}"
+        log.error("%s; Gemma 3 270M serves in its place", error)
+    if progress:
+        progress("loading the offline default in place of the offline model", None)
+    return opener(gemma_default(spec), progress=progress), error
 
 
 def add_fallback_options(parser: argparse.ArgumentParser) -> None:

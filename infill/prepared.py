@@ -92,6 +92,7 @@ def prepare(req: CompletionRequest, contexts: ContextBuilder, related: RelatedFi
         between=between,
         max_middle_tokens=ctx.max_middle_tokens,
         candidates=req.candidates,
+        keystroke=req.keystroke,
         single_line=ctx.single_line,
         language=ctx.language or req.language,
         document_id=req.document_id,

@@ -149,6 +149,9 @@ class InfillRequest:
     # guess). Where a person waits anyway (an invoked Fill gap, a gateway client's `best_of`); a backend that holds
     # the suffix itself (DiffusionGemma) ignores it.
     candidates: int = 1
+    # An automatic suggestion while the person types (not an invoked request, Fill gap or a gateway request): a
+    # backend whose model is too slow for keystrokes leaves these to a faster one (infill/backends/offline/routed.py).
+    keystroke: bool = False
 
     @property
     def gap_count(self) -> int:

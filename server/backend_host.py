@@ -190,7 +190,8 @@ class BackendHost:
                 if self._loaded is not None:
                     pipeline.carry_counters_from(self._loaded.pipeline)
                 self._loaded = opened
-                self.state, self.error = "ready", None
+                # (the user's GGUF that could not serve: Gemma 3 270M serves, and the status says why)
+                self.state, self.error = "ready", opened.model_error
         if not current:  # a newer load (or shutdown) came meanwhile: these never served anything
             for backend in opened.backends:
                 close_quietly(backend)
@@ -202,6 +203,7 @@ class BackendHost:
         self._listener(
             "ready",
             f"{_names(pipeline)} ready in {seconds:.1f} s"
+            + (f"; {opened.model_error}" if opened.model_error else "")
             + (f"; no fallback: {opened.fallback_error}" if opened.fallback_error else ""),
             1.0,
         )

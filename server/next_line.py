@@ -116,6 +116,7 @@ class NextLine:
             document_id=document.uri if real else None,
             version=document.version if real else None,
             alternatives=0,
+            keystroke=True,
         )
         future = self._host.complete(pipeline, request, FillControl(cancel=ahead.token, deadline=deadline_in(budget_s)))
         loop = asyncio.get_running_loop()

@@ -179,6 +179,7 @@ def inline_request(ls: InfillServer, document: Document, cursor: int, invoked: b
         document_id=document.uri,
         version=document.version,
         alternatives=None if invoked else INLINE_ALTERNATIVES,
+        keystroke=not invoked,
         **related(ls, document.uri),
     )
 

@@ -21,7 +21,11 @@ from .json_values import json_integer
 
 @dataclass(frozen=True)
 class Settings:
-    model: str | None = None  # DiffusionGemma checkpoint (dir or hub id); None: offline default or remote
+    model: str | None = None  # DiffusionGemma checkpoint (dir or hub id) or a .gguf file; None: offline default
+    # A GGUF the user has, on llama.cpp in place of Gemma 3 270M (infill/backends/offline/user_model.py); whether
+    # it answers keystrokes: "auto" (where it is fast enough here), "yes", "no" (infill/backends/offline/routed.py).
+    offline_model: str | None = None
+    offline_model_keystrokes: str = "auto"
     device: str | None = None
     dtype: str | None = None
     load_format: str = "auto"
@@ -72,6 +76,10 @@ class Settings:
         need(self.load_format in ("auto", "dummy"), "loadFormat must be 'auto' or 'dummy'")
         need(self.quantization in ("none", "fp8"), "quantization must be 'none' or 'fp8'")
         need(
+            self.offline_model_keystrokes in ("auto", "yes", "no"),
+            "offlineModelKeystrokes must be 'auto', 'yes' or 'no'",
+        )
+        need(
             self.remote_protocol in ("auto", "openai", "vllm-diffusion"),
             "remoteProtocol must be 'auto', 'openai' or 'vllm-diffusion'",
         )
@@ -94,6 +102,8 @@ SPEC_FIELDS = {
     "dtype": "dtype",
     "load_format": "load_format",
     "quantization": "quantization",
+    "offline_model": "offline_model",
+    "offline_model_keystrokes": "offline_model_keystrokes",
     "remote_endpoint": "endpoint",
     "remote_model": "endpoint_model",
     "remote_protocol": "endpoint_protocol",

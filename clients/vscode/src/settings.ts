@@ -6,6 +6,8 @@ import * as vscode from 'vscode';
 /** The keys of the server's settings (initializationOptions and workspace/configuration section "infill"). */
 export const SERVER_SETTING_KEYS = [
   'model',
+  'offlineModel',
+  'offlineModelKeystrokes',
   'device',
   'dtype',
   'loadFormat',

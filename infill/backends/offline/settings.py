@@ -32,10 +32,13 @@ class ARSettings:
     draft_tokens: int | None = None
     draft_ngram: int = 3  # longest run of last tokens looked up in the context to draft from
     extra_context_tokens: int = 256  # most tokens of other files' code (InfillRequest.extra_context) a prompt holds
+    # Most tokens of the text after the gap in a FIM model's prompt (fim.py; a model without FIM tokens reads none).
+    # The issue 49 probe that doubled exact with Qwen2.5-Coder kept the suffix's first 600 characters.
+    fim_suffix_tokens: int = 192
 
     def __post_init__(self) -> None:
         least = {"max_prompt_tokens": 16, "documents": 1, "prefill_chunk_tokens": 16, "draft_ngram": 2}
-        require_integers(self, least | {"extra_context_tokens": 0})
+        require_integers(self, least | {"extra_context_tokens": 0, "fim_suffix_tokens": 0})
         fresh = self.fresh_prompt_tokens
         if fresh is not None and (
             not isinstance(fresh, int) or isinstance(fresh, bool) or not 16 <= fresh <= self.max_prompt_tokens
@@ -52,7 +55,7 @@ class ARSettings:
             raise InfillError(f"draft_tokens must be an integer in 0..15, got {self.draft_tokens!r}")
 
     def runtime_shape(self) -> RuntimeShape:
-        longest = self.max_prompt_tokens + self.extra_context_tokens + GENERATION_ROOM
+        longest = self.max_prompt_tokens + self.extra_context_tokens + self.fim_suffix_tokens + GENERATION_ROOM
         return RuntimeShape(
             sequences=self.documents,
             sequence_tokens=longest,
