@@ -1,22 +1,29 @@
 """The engine at real dimensions against the floor the card allows, section by section (benchmarks/gpu.sh runs it on
 the full-size 26B-A4B architecture with random weights, `--load-format dummy`).
 
-Sections, each under its own time limit, each appended as one JSON line to `--out` as it finishes (a section that
-fails or runs out of time records why, and the next one runs):
-- env: the GPU, its memory, torch / transformers / triton versions;
+Sections, each under its own time limit, each appended as one JSON line to `--out` the moment it ends (a section
+that fails or runs out of time records why, and the next one runs; benchmarks/gpu_sections.py):
+- before: the engine before the static forward (`--baseline` tree), keystroke to fill through the pipeline in a
+  process of its own, the same keystrokes, steps and prompt as the pipeline section; first, while the GPU is free;
+- env: the GPU, its memory, its datasheet bandwidth, torch / transformers / triton versions;
 - bandwidth: HBM read and copy bandwidth measured on the card (benchmarks/gpu_floor.py);
-- load: load time and memory, warm-up (compile when on, and capture of every program) time, programs captured;
+- load: load time, the load's peak device memory over the weights' bytes (`torch.cuda.max_memory_allocated`),
+  warm-up (compile when on, and capture of every program) time, and each program captured or eager (on CUDA an
+  eager one fails the section);
 - floors: bytes each case must read (the experts the router actually picks, counted on a sample; the prompt KV
-  attended to; the embedding twice for a step) and the floor at the measured read bandwidth;
-- steps: ms per denoising step (12 steps, the captured program of each bucket) for canvases 1x32, 3x32, 5x80 and
-  1x256 after a 2k and an 8k prompt (the same programs serve both prompts), and over the floor;
-- keystroke: the encode of 1, 2 and 8 new tokens after a 2,048-token prompt, p50 and max (2 tokens: 50 keystrokes);
+  attended to; the embedding twice for a step) and the floor at the card's datasheet bandwidth (the measured read
+  bandwidth for a card not listed);
+- steps: ms per denoising step (12 steps, the captured program of each bucket, named with whether it ran captured)
+  for canvases 1x32, 3x32, 5x80 and 1x256 after a 2k and an 8k prompt, and over the floor;
+- keystroke: the encode of exactly 1, 2 and 8 new tokens after a 2,048-token prompt, p50 and max (2 tokens: 50
+  keystrokes), with the prompt tokens reused and encoded;
 - pipeline: keystroke to finished 12-step single-line fill through `Pipeline` (benchmarks/engine_pipeline.py),
-  p50/p95 (gpu.sh runs the same measurement on the engine before the static forward, in its own process);
+  p50/p95, with each keystroke's reused and encoded prompt tokens;
 - experts: each experts kernel (infill/engine/experts.py) on one layer at 2, 8, 20, 32, 96 and 256 tokens: ms,
   GB/s over the experts touched, largest difference from the reference loop; FP8 grouped too;
 - profile: kernels launched and device time of one replayed step and one eager forward (torch.profiler);
-- fp8: the weights quantized to FP8 at load (the bf16 ones released), then steps, keystroke and pipeline again;
+- fp8: the bf16 engine released, the model loaded again quantized to FP8 as it is read (its load peak), its floors
+  (FP8 bytes), then steps, keystroke and pipeline again;
 - compile: a second engine over the same (FP8, after the fp8 section) weights with each layer compiled
   (torch.compile), its warm-up time and 3x32 / 1x256 steps, and keystrokes.
 Last stdout line: every section's figures as one JSON object.
@@ -25,12 +32,11 @@ Last stdout line: every section's figures as one JSON object.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
-import signal
 import statistics
 import sys
 import time
-import traceback
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -38,10 +44,15 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# the sibling benchmark modules, with benchmarks/ on the path only while they are imported (its server.py would
+# shadow the `server` package for everything imported after)
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import gpu_floor  # noqa: E402
-from engine_pipeline import measure_keystrokes  # noqa: E402
+try:
+    import gpu_floor
+    import gpu_sections
+    from engine_pipeline import measure_keystrokes
+finally:
+    sys.path.pop(0)
 
 from infill.engine import forward  # noqa: E402
 from infill.engine.canvas import build_canvas  # noqa: E402
@@ -49,9 +60,11 @@ from infill.engine.config import EngineConfig  # noqa: E402
 from infill.engine.denoise import CanvasFill, denoise  # noqa: E402
 from infill.engine.diffusion import DiffusionEngine  # noqa: E402
 from infill.engine.experts import KERNELS, route  # noqa: E402
-from infill.engine.fp8 import quantize_rows_of, quantize_weights  # noqa: E402
+from infill.engine.fp8 import quantize_rows_of  # noqa: E402
+from infill.engine.graphs import bucket  # noqa: E402
 from infill.engine.loading import load_diffusion_model  # noqa: E402
 from infill.engine.ops import activation  # noqa: E402
+from infill.engine.runner import CANVAS_ROWS, CANVAS_WIDTHS  # noqa: E402
 from infill.engine.weights import Experts, Linear  # noqa: E402
 
 CANVASES = ((1, 32), (3, 32), (5, 80), (1, 256))
@@ -61,10 +74,6 @@ NEVER_CONFIDENT = 1e-12  # random weights never converge; every fill runs all it
 
 def note(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-class Timeout(Exception):
-    pass
 
 
 def sync(device: torch.device) -> None:
@@ -86,7 +95,7 @@ class Bench:
         self.args = args
         self.figures: dict = {}
         self.engine: DiffusionEngine | None = None
-        self.loaded = None
+        self.floor_table: dict = {}  # the current engine's floors (bf16, then FP8 after the fp8 section)
 
     @property
     def device(self) -> torch.device:
@@ -97,6 +106,14 @@ class Bench:
         return torch.randint(3, vocab, (count,), generator=torch.Generator().manual_seed(seed))
 
     # ---- sections -----------------------------------------------------------------------------------------------
+
+    def before(self) -> dict:
+        options = ["--model", self.args.model, "--load-format", self.args.load_format, "--device", self.args.device]
+        options += ["--dtype", self.args.dtype, "--keystrokes", str(self.args.keystrokes), "--steps", str(self.args.steps)]
+        options += ["--context", str(PIPELINE_CONTEXT)]
+        log = Path(self.args.out).with_name("before.log") if self.args.out else None
+        limit = section_limit(self.args, "before") - 5  # inside the section's own limit
+        return gpu_sections.baseline_pipeline(Path(self.args.baseline), options, limit, log)
 
     def env(self) -> dict:
         import transformers
@@ -115,59 +132,108 @@ class Bench:
                 memory_gib=round(p.total_memory / 2**30, 1),
                 sms=p.multi_processor_count,
                 capability=f"{p.major}.{p.minor}",
+                datasheet_gbs=gpu_floor.card_bandwidth_gbs(p.name),
             )
         return out
 
     def bandwidth(self) -> dict:
         return gpu_floor.bandwidth(self.device, gib=4.0 if self.device.type == "cuda" else 0.25)
 
-    def load(self) -> dict:
+    def _load(self, quantization: str = "none") -> tuple[dict, object]:
+        """Load the model, measuring the load's own peak on the device over the weights it ends with."""
+        gc.collect()
+        cuda = self.device.type == "cuda"
+        if cuda:
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated() if cuda else 0
         t0 = time.perf_counter()
-        self.loaded = load_diffusion_model(
-            self.args.model, load_format=self.args.load_format, device=self.args.device, dtype=self.args.dtype
+        loaded = load_diffusion_model(
+            self.args.model,
+            load_format=self.args.load_format,
+            device=self.args.device,
+            dtype=self.args.dtype,
+            quantization=quantization,
         )
-        load_s = time.perf_counter() - t0
-        self.engine = DiffusionEngine(self.loaded, self.config(compile=False))
+        weight_bytes = loaded.weights.weight_bytes()
+        out = {"load_s": round(time.perf_counter() - t0, 1), "weights": loaded.weights.weight_format}
+        out["weight_gib"] = round(weight_bytes / 2**30, 2)
+        if cuda:
+            peak = torch.cuda.max_memory_allocated() - before
+            out.update(load_peak_gib=round(peak / 2**30, 2), load_peak_over_weights=round(peak / weight_bytes, 3))
+        return out, loaded
+
+    def _start(self, loaded, **config) -> dict:
+        """An engine over `loaded`, warmed up (every program captured on CUDA), with each program's state."""
+        self.engine = DiffusionEngine(loaded, self.config(**config))
         warm_s = self.engine.warm_up()
+        self.floor_table = {}
+        expect = self.engine.device.type == "cuda" and self.engine.runner.static
+        return {"warm_up_s": round(warm_s, 1), "programs": self.engine.programs, "expect_captured": expect}
+
+    def _buckets(self, figures: dict) -> dict:
+        try:
+            figures["buckets"] = gpu_sections.bucket_report(self.engine.runner, figures["expect_captured"])
+        except gpu_sections.SectionFailed as exc:
+            raise gpu_sections.SectionFailed(str(exc), {**figures, **exc.figures}) from None
+        return figures
+
+    def load(self) -> dict:
+        figures, loaded = self._load()
+        figures.update(self._start(loaded, compile=False))
         w = self.engine.weights
-        return {
-            "load_s": round(load_s, 1),
-            "warm_up_s": round(warm_s, 1),
-            "programs": self.engine.programs,
-            "layers": len(w.decoder),
-            "experts": w.decoder[0].experts.count,
-            "vocab": w.vocab,
-            "weights": w.weight_format,
-            "weight_gib": round(w.weight_bytes() / 2**30, 2),
-            "kv_buffers_gib": round(self.engine.runner.kv.nbytes / 2**30, 2),
+        figures.update(
+            layers=len(w.decoder),
+            experts=w.decoder[0].experts.count,
+            vocab=w.vocab,
+            kv_buffers_gib=round(self.engine.runner.kv.nbytes / 2**30, 2),
             **memory(self.device),
-        }
+        )
+        return self._buckets(figures)
 
     def config(self, **changes) -> EngineConfig:
         return EngineConfig(max_denoising_steps=self.args.steps, confidence_threshold=NEVER_CONFIDENT, **changes)
 
+    def bandwidth_gbs(self) -> tuple[float | None, str]:
+        """What a floor divides by: the card's datasheet bandwidth, else the read bandwidth measured here."""
+        gpu = self.figures.get("env", {}).get("gpu")
+        datasheet = gpu_floor.card_bandwidth_gbs(gpu) if gpu else None
+        if datasheet:
+            return datasheet, f"datasheet ({gpu})"
+        return self.figures.get("bandwidth", {}).get("read_gbs"), "measured read"
+
     def floors(self) -> dict:
-        engine, w = self.engine, self.engine.weights
-        read = self.figures.get("bandwidth", {}).get("read_gbs") or 4800.0
+        self.floor_table = self.floors_of(self.engine)
+        return self.floor_table
+
+    def floors_of(self, engine: DiffusionEngine) -> dict:
+        w = engine.weights
+        gbs, source = self.bandwidth_gbs()
         parts = gpu_floor.weight_parts(w)
         out = {
-            "read_gbs": read,
+            "bandwidth_gbs": gbs,
+            "bandwidth_from": source,
+            "weights": w.weight_format,
             "parts": {k: v for k, v in parts.items() if k != "layers"},
             "dense_per_layer": parts["layers"][0]["dense"],
             "per_expert": parts["layers"][0]["per_expert"],
         }
-        for context in self.contexts():
+
+        def floor(touched: list[int], nbytes: int) -> dict:
+            return {
+                "experts_touched_mean": round(statistics.mean(touched), 1),
+                "bytes": nbytes,
+                "floor_ms": round(nbytes / gbs / 1e6, 3) if gbs else None,
+            }
+
+        for context in self.contexts(engine):
             ids = self.ids(context, context)
             engine._encode_prompt("floors", ids)
             for rows, width in CANVASES:
                 touched = gpu_floor.experts_touched(gpu_floor.canvas_forward(w, engine.runner.kv, rows, width, context))
                 nbytes = gpu_floor.floor_bytes(parts, touched, gpu_floor.visible_kv_bytes(w, context), head=True)
-                out[f"{rows}x{width}@{context}"] = {
-                    "experts_touched_mean": round(statistics.mean(touched), 1),
-                    "bytes": nbytes,
-                    "floor_ms": round(nbytes / read / 1e6, 3),
-                }
-        context = 2048
+                out[f"{rows}x{width}@{context}"] = floor(touched, nbytes)
+        context = PIPELINE_CONTEXT
         engine._encode_prompt("floors", self.ids(context, 1))
         for new in (1, 2, 8):
             extra = self.ids(new, 100 + new).to(self.device)
@@ -176,21 +242,18 @@ class Bench:
                 partial(forward.encode, w, engine.runner.kv, extra, context, spans, "grouped")
             )
             nbytes = gpu_floor.floor_bytes(parts, touched, gpu_floor.visible_kv_bytes(w, context), head=False)
-            out[f"encode {new} after {context}"] = {
-                "experts_touched_mean": round(statistics.mean(touched), 1),
-                "bytes": nbytes,
-                "floor_ms": round(nbytes / read / 1e6, 3),
-            }
+            out[f"encode {new} after {context}"] = floor(touched, nbytes)
         engine.prompts.clear()
         return out
 
-    def contexts(self) -> list[int]:
-        return [min(int(c), self.engine.max_prompt) for c in self.args.contexts.split(",")]
+    def contexts(self, engine: DiffusionEngine | None = None) -> list[int]:
+        engine = engine or self.engine
+        return [min(int(c), engine.max_prompt) for c in self.args.contexts.split(",")]
 
     def steps(self, engine: DiffusionEngine | None = None, canvases=CANVASES) -> dict:
         engine = engine or self.engine
         out = {}
-        for context in self.contexts():
+        for context in self.contexts(engine):
             ids = self.ids(context, 7 + context)
             engine._encode_prompt("steps", ids)
             for rows, width in canvases:
@@ -210,43 +273,49 @@ class Bench:
                     times.append((time.perf_counter() - t0) * 1000 / result.steps)
                 case = f"{rows}x{width}@{context}"
                 ms = statistics.median(times)
-                floor = self.figures.get("floors", {}).get(case, {}).get("floor_ms")
+                floor = self.floor_table.get(case, {}).get("floor_ms")
                 out[case] = {
                     "ms_per_step": round(ms, 2),
                     "steps": result.steps,
                     "over_floor": round(ms / floor, 2) if floor else None,
+                    "program": _step_program(engine, rows, width),
                 }
                 note(f"step {case}: {ms:.2f} ms" + (f" ({ms / floor:.2f}x floor)" if floor else ""))
         engine.prompts.clear()
         return out
 
     def keystroke(self, engine: DiffusionEngine | None = None) -> dict:
+        """A keystroke that adds exactly `new` tokens to a 2,048-token prompt: the label is the tokens encoded."""
         engine = engine or self.engine
         out = {}
         for new, count in ((2, 50), (1, 20), (8, 20)):
-            ids = self.ids(2048, 3)
+            ids = self.ids(PIPELINE_CONTEXT, 3)
             engine._encode_prompt("keys", ids)
-            times = []
+            times, reused, encoded = [], [], []
             for i in range(count):
-                typed = torch.cat([ids[:-1], self.ids(new + 1, 1000 + i)])
+                typed = torch.cat([ids, self.ids(new, 1000 + i)])
                 t0 = time.perf_counter()
-                engine._encode_prompt("keys", typed)
+                kept, done = engine._encode_prompt("keys", typed)
                 sync(engine.device)
                 times.append((time.perf_counter() - t0) * 1000)
+                reused.append(kept)
+                encoded.append(done - kept)
                 ids = typed
-            floor = self.figures.get("floors", {}).get(f"encode {new} after 2048", {}).get("floor_ms")
+            floor = self.floor_table.get(f"encode {new} after {PIPELINE_CONTEXT}", {}).get("floor_ms")
             p50 = statistics.median(times)
             out[f"{new} tokens"] = {
                 "p50_ms": round(p50, 2),
                 "max_ms": round(max(times), 2),
                 "keystrokes": count,
+                "encoded_tokens": sorted(set(encoded)),
+                "reused_tokens_first_last": [reused[0], reused[-1]],
                 "over_floor": round(p50 / floor, 2) if floor else None,
             }
         engine.prompts.clear()
         return out
 
     def pipeline(self, engine: DiffusionEngine | None = None) -> dict:
-        return measure_keystrokes(engine or self.engine, keystrokes=self.args.keystrokes, context=2048)
+        return measure_keystrokes(engine or self.engine, keystrokes=self.args.keystrokes, context=PIPELINE_CONTEXT)
 
     def experts(self) -> dict:
         w = self.engine.weights
@@ -283,16 +352,16 @@ class Bench:
         from torch.profiler import ProfilerActivity, profile
 
         engine = self.engine
-        ids = self.ids(2048, 5)
+        ids = self.ids(PIPELINE_CONTEXT, 5)
         engine._encode_prompt("profile", ids)
-        canvas = build_canvas([32] * 3, [[]], 2048, engine.pad_id, engine.device)
+        canvas = build_canvas([32] * 3, [[]], PIPELINE_CONTEXT, engine.pad_id, engine.device)
         fill = CanvasFill(canvas, ids, engine.runner)
         config = replace(engine.config, max_denoising_steps=1)
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
         out = {}
         for name, run in (
             ("replayed step", lambda: denoise(fill, config, torch.Generator(engine.device))),
-            ("eager forward", gpu_floor.canvas_forward(engine.weights, engine.runner.kv, 3, 32, 2048)),
+            ("eager forward", gpu_floor.canvas_forward(engine.weights, engine.runner.kv, 3, 32, PIPELINE_CONTEXT)),
         ):
             with torch.inference_mode():
                 run()
@@ -301,43 +370,29 @@ class Bench:
                     run()
                     sync(self.device)
             events = prof.key_averages()
-            device_us = sum(getattr(e, "self_device_time_total", 0) for e in events)
-            kernels = sum(
-                e.count
-                for e in events
-                if getattr(e, "device_type", None) is not None and str(e.device_type).endswith("CUDA")
-            )
-            top = sorted(events, key=lambda e: getattr(e, "self_device_time_total", 0), reverse=True)[:8]
+            device = [e for e in events if str(getattr(e, "device_type", "")).endswith("CUDA")]
+            top = sorted(device, key=lambda e: e.self_device_time_total, reverse=True)[:8]
             out[name] = {
-                "device_ms": round(device_us / 1000, 2),
-                "kernels": kernels,
-                "top": [[e.key[:60], round(getattr(e, "self_device_time_total", 0) / 1000, 3)] for e in top],
+                "device_ms": round(gpu_floor.device_time_us(events) / 1000, 2),
+                "kernels": gpu_floor.device_kernels(events),
+                "top": [[e.key[:60], round(e.self_device_time_total / 1000, 3)] for e in top],
             }
         engine.prompts.clear()
         return out
 
     def fp8(self) -> dict:
-        t0 = time.perf_counter()
-        weights = quantize_weights(self.engine.weights, self.device, release=True)  # the bf16 engine ends here
+        """The bf16 engine goes; the model is loaded again, quantized to FP8 as it is read."""
         self.engine.close()
         self.engine = None
-        loaded = replace(self.loaded, model=None, weights=weights)
-        self.loaded = None
-        torch.cuda.empty_cache() if torch.cuda.is_available() else None
-        quantize_s = time.perf_counter() - t0
-        engine = DiffusionEngine(loaded, self.config(compile=False))
-        warm_s = engine.warm_up()
-        self.engine = engine
-        return {
-            "quantize_s": round(quantize_s, 1),
-            "warm_up_s": round(warm_s, 1),
-            "weights": weights.weight_format,
-            "weight_gib": round(weights.weight_bytes() / 2**30, 2),
-            **memory(self.device),
-            "steps": self.steps(engine, canvases=((3, 32), (1, 256))),
-            "keystroke": self.keystroke(engine),
-            "pipeline": self.pipeline(engine),
-        }
+        figures, loaded = self._load(quantization="fp8")
+        figures.update(self._start(loaded, compile=False))
+        figures.update(memory(self.device))
+        self.floor_table = self.floors_of(self.engine)
+        figures["floors"] = {k: v for k, v in self.floor_table.items() if "@" in k or k.startswith("encode")}
+        figures["steps"] = self.steps(self.engine, canvases=((1, 32), (3, 32), (1, 256)))
+        figures["keystroke"] = self.keystroke(self.engine)
+        figures["pipeline"] = self.pipeline(self.engine)
+        return self._buckets(figures)
 
     def compile(self) -> dict:
         engine = DiffusionEngine(self.engine.loaded, self.config(compile=True))
@@ -352,19 +407,40 @@ class Bench:
         return out
 
 
-SECTIONS = (
-    "env",
-    "bandwidth",
-    "load",
-    "floors",
-    "steps",
-    "keystroke",
-    "pipeline",
-    "experts",
-    "profile",
-    "fp8",
-    "compile",
-)
+def _step_program(engine: DiffusionEngine, rows: int, width: int) -> str:
+    """Which program ran a (rows, width) canvas: its bucket, captured or eager (or eager: no bucket, no programs)."""
+    runner = engine.runner
+    if not runner.static:
+        return "eager (no programs)"
+    shape = (bucket(rows, CANVAS_ROWS), bucket(width, CANVAS_WIDTHS))
+    if shape not in runner._steps:
+        return "eager (no bucket holds it)"
+    program = runner._steps[shape].program
+    return f"{program.name}: {'captured' if program.captured else 'eager'}"
+
+
+def section_limit(args, name: str) -> int:
+    return max(1, round(LIMIT_S[name] * args.time_scale))
+
+
+PIPELINE_CONTEXT = 2048
+# Each section's limit on a GPU, seconds (--time-scale multiplies them): the default sections add up to at most
+# 300 s, gpu.sh's limit for the whole run; most take a fraction of theirs. `compile` runs only when asked for.
+LIMIT_S = {
+    "before": 70,
+    "env": 10,
+    "bandwidth": 15,
+    "load": 60,
+    "floors": 20,
+    "steps": 30,
+    "keystroke": 10,
+    "pipeline": 15,
+    "experts": 10,
+    "profile": 10,
+    "fp8": 50,
+    "compile": 90,
+}
+SECTIONS = tuple(name for name in LIMIT_S if name != "compile")
 NEEDS_ENGINE = {"floors", "steps", "keystroke", "pipeline", "experts", "profile", "compile", "fp8"}
 
 
@@ -376,39 +452,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--keystrokes", type=int, default=50)
+    parser.add_argument("--keystrokes", type=int, default=30, help="pipeline keystrokes, before and after alike")
     parser.add_argument("--contexts", default="2048,8192")
     parser.add_argument("--sections", default=",".join(SECTIONS))
-    parser.add_argument("--section-timeout", type=int, default=120, help="seconds per section (load: twice)")
+    parser.add_argument("--time-scale", type=float, default=1.0, help="multiplies every section's limit (LIMIT_S)")
+    parser.add_argument("--baseline", default=".baseline", help="tree of the engine before the static forward")
     parser.add_argument("--out", help="append each section's JSON line here as it finishes")
     args = parser.parse_args(argv)
     bench = Bench(args)
+    names = args.sections.split(",")
 
-    def cut_off(signum, frame):
-        raise Timeout(f"section ran past {args.section_timeout} s")
-
-    signal.signal(signal.SIGALRM, cut_off)
-    for name in args.sections.split(","):
+    def skip(name: str) -> str | None:
         if name in NEEDS_ENGINE and bench.engine is None:
-            bench.figures[name] = {"error": "no engine (load failed or did not run)"}
-            continue
-        note(f"== {name}")
-        started = time.perf_counter()
-        signal.alarm(args.section_timeout * (2 if name in ("load", "compile", "fp8") else 1))
-        try:
+            return "no engine (load failed or did not run)"
+        return None
+
+    def section(name: str):
+        def run() -> dict:
             with torch.inference_mode():
                 result = getattr(bench, name)()
-        except Exception as exc:  # noqa: BLE001 - a section's failure is a figure too; the next section runs
-            result = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-1500:]}
-        finally:
-            signal.alarm(0)
-        result["section_s"] = round(time.perf_counter() - started, 1)
-        bench.figures[name] = result
-        note(json.dumps({name: result})[:2000])
-        if args.out:
-            with open(args.out, "a") as f:
-                f.write(json.dumps({"section": name, **result}) + "\n")
-    print(json.dumps(bench.figures))
+            bench.figures[name] = result
+            return result
+
+        return run
+
+    figures = gpu_sections.run_sections(
+        {name: section(name) for name in names},
+        limit_s=lambda name: section_limit(args, name),
+        out=args.out,
+        skip=skip,
+    )
+    bench.figures.update(figures)
+    print(json.dumps(figures))
     return 0
 
 

@@ -1,8 +1,8 @@
 """Keystroke to finished fill through the pipeline users get (`infill.pipeline.Pipeline`, context, checks and all),
 with a DiffusionGemma checkpoint: a file of ~`--context` prompt tokens is opened, then `--keystrokes` characters are
 typed at the end of a line, and each keystroke asks for a single-line inline fill of `--steps` denoising steps
-(early stopping off, so every engine runs the same steps). Reports p50/p95/max of the whole request and the
-engine's own encode and denoise times.
+(early stopping off, so every engine runs the same steps). Reports p50/p95/max of the whole request, the
+engine's own encode and denoise times, and the prompt tokens each keystroke reused and encoded.
 
 Written against the API both today's engine and the engine before the static forward share (load_diffusion_model,
 DiffusionEngine, EngineConfig, Pipeline), so benchmarks/gpu.sh runs this one script on both trees, one process
@@ -11,7 +11,8 @@ script's). Works on any device (a tiny checkpoint on a CPU checks it).
 
     python benchmarks/engine_pipeline.py --model DIR [--load-format dummy] [--device cuda] [--dtype bfloat16]
                                          [--quantization fp8] [--keystrokes 50] [--steps 12] [--context 2048]
-Last stdout line: one JSON object.
+Each stdout line is one JSON object, printed the moment it is known (after the load and warm-up, then every 10
+keystrokes, the figures so far): a run cut off keeps what it measured. The last line is the whole run.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, os.environ.get("INFILL_TREE") or str(Path(__file__).resolve().parents[1]))
@@ -73,30 +75,32 @@ def main() -> None:
     engine = DiffusionEngine(loaded, EngineConfig(max_denoising_steps=args.steps, confidence_threshold=NEVER_CONFIDENT))
     load_s = time.perf_counter() - started
     warm_s = engine.warm_up()
-    figures = measure_keystrokes(engine, keystrokes=args.keystrokes, context=args.context)
-    print(
-        json.dumps(
-            {
-                "engine": getattr(engine.info, "label", ""),
-                "weights": engine.versions().get("weights", loaded.dtype),
-                "device": loaded.device,
-                "load_s": round(load_s, 1),
-                "warm_up_s": round(warm_s or 0.0, 1),
-                **figures,
-                "torch": torch.__version__,
-            }
-        )
-    )
+    head = {
+        "engine": getattr(engine.info, "label", ""),
+        "weights": engine.versions().get("weights", loaded.dtype),
+        "device": loaded.device,
+        "load_s": round(load_s, 1),
+        "warm_up_s": round(warm_s or 0.0, 1),
+        "torch": torch.__version__,
+    }
+    print(json.dumps(head), flush=True)
+
+    def progress(figures: dict) -> None:
+        print(json.dumps({**head, **figures}), flush=True)
+
+    progress(measure_keystrokes(engine, keystrokes=args.keystrokes, context=args.context, on_progress=progress))
 
 
-def measure_keystrokes(engine: DiffusionEngine, *, keystrokes: int, context: int) -> dict:
+def measure_keystrokes(
+    engine: DiffusionEngine, *, keystrokes: int, context: int, on_progress: Callable[[dict], None] | None = None
+) -> dict:
     """Open a file of ~`context` prompt tokens, then type `keystrokes` characters at the end of a line, each asking
     the pipeline for a single-line inline fill (the file's first request, which encodes the whole prompt, is left
-    out of the figures)."""
+    out of the figures). `on_progress`: called with the figures so far every 10 keystrokes."""
     pipeline = Pipeline(engine)
     text = source_text(engine, context) + "def area(width, height):\n    return "
     suffix = "\n\n\nprint(area(2, 3))\n"
-    totals, encodes, denoises, steps = [], [], [], []
+    totals, encodes, denoises, steps, reused, encoded = [], [], [], [], [], []
     for i in range(keystrokes + 1):
         text += "wh"[i % 2]
         request = CompletionRequest(
@@ -119,8 +123,17 @@ def measure_keystrokes(engine: DiffusionEngine, *, keystrokes: int, context: int
         encodes.append(r.timings.encode_ms)
         denoises.append(r.timings.denoise_ms)
         steps.append(r.steps)
+        if getattr(r, "reused_tokens", None) is not None:  # (an engine that reports it)
+            reused.append(r.reused_tokens)
+            encoded.append(r.prompt_tokens - r.reused_tokens)
+        if on_progress is not None and len(totals) % 10 == 0 and len(totals) < keystrokes:
+            on_progress(_figures(r.prompt_tokens, totals, encodes, denoises, steps, reused, encoded))
+    return _figures(r.prompt_tokens, totals, encodes, denoises, steps, reused, encoded)
+
+
+def _figures(prompt_tokens, totals, encodes, denoises, steps, reused, encoded) -> dict:
     return {
-        "prompt_tokens": r.prompt_tokens,
+        "prompt_tokens": prompt_tokens,
         "keystrokes": len(totals),
         "steps": statistics.median(steps),
         "keystroke_to_fill_ms": {
@@ -131,6 +144,9 @@ def measure_keystrokes(engine: DiffusionEngine, *, keystrokes: int, context: int
         "encode_ms_p50": round(statistics.median(encodes), 2),
         "denoise_ms_p50": round(statistics.median(denoises), 1),
         "ms_per_step_p50": round(statistics.median(denoises) / max(statistics.median(steps), 1), 2),
+        # per keystroke, in order: prompt tokens whose KV was kept, and those encoded again
+        "reused_tokens": reused,
+        "encoded_tokens": encoded,
     }
 
 

@@ -3,19 +3,24 @@ sessions, requests, crashes, hangs, stale_edits, bad_edits, protocol_errors, int
 first problems found). --gateway fuzzes the real gateway instead: --slow slow connections kept open beside normal
 traffic and bursts of --burst connections at once (tests/fuzz/gateway.py).
 
-    .venv/bin/python benchmarks/fuzz.py --minutes 30 [--seed 14] [--session-seconds 60]
+    .venv/bin/python benchmarks/fuzz.py --minutes 30 [--seed 14] [--session-seconds 60] [--busy-on 60 --busy-off 60]
     .venv/bin/python benchmarks/fuzz.py --gateway --minutes 10 [--slow 200] [--burst 200]
     .venv/bin/python benchmarks/fuzz.py --actions    # listing code actions on huge Markdown, and infill.status
 
-The generator and invariants are tests/fuzz/session.py (the suite runs the same for about two minutes)."""
+--busy-on S --busy-off S: a CPU-heavy process per core beside the server, S seconds on then S seconds off, for
+the whole run (the loaded machine of issue 51: a server under load must still answer, late but always).
+
+The generator and invariants are tests/fuzz/session.py (the suite runs the same by a count of requests)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -40,6 +45,8 @@ def main() -> int:
         help="instead: ms to list code actions on a 2 MB CR-only and a 1 MB one-line Markdown file, "
         "and how long infill.status waits meanwhile",
     )
+    parser.add_argument("--busy-on", type=float, default=0.0, help="seconds a CPU-heavy process per core runs")
+    parser.add_argument("--busy-off", type=float, default=0.0, help="seconds it then pauses (repeating)")
     parser.add_argument("--gateway", action="store_true", help="fuzz the gateway with slow connections instead")
     parser.add_argument("--slow", type=int, default=200, help="--gateway: slow connections kept open")
     parser.add_argument("--burst", type=int, default=200, help="--gateway: connections opened at once, each burst")
@@ -68,20 +75,55 @@ def main() -> int:
             )
             return 0
         started = time.monotonic()
-        stats = run_fuzz(
-            str(checkpoint),
-            args.minutes * 60,
-            seed=args.seed,
-            session_seconds=args.session_seconds,
-            stderr_dir=args.log_dir or tmp,
-        )
+        busy = BusyCpu(args.busy_on, args.busy_off)
+        try:
+            stats = run_fuzz(
+                str(checkpoint),
+                args.minutes * 60,
+                seed=args.seed,
+                session_seconds=args.session_seconds,
+                stderr_dir=args.log_dir or tmp,
+            )
+        finally:
+            busy.stop()
         summary = stats.summary()
         summary["minutes"] = round((time.monotonic() - started) / 60, 2)
+        summary["busy_cpu_minutes"] = round(busy.seconds / 60, 2)
     summary["seed"] = args.seed
     summary["cores"] = os.cpu_count()
     summary["cpu_flags"] = " ".join(kernel_flags())
     print(json.dumps(summary))
     return 0
+
+
+class BusyCpu:
+    """One spinning process per core, `on_s` seconds on and `off_s` off, until stopped; `seconds` counts the on
+    time. on_s 0: never."""
+
+    def __init__(self, on_s: float, off_s: float) -> None:
+        self.on_s, self.off_s, self.seconds = on_s, off_s, 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        if on_s > 0:
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            spinners = [
+                subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)
+            ]
+            began = time.monotonic()
+            self._stop.wait(self.on_s)
+            for spinner in spinners:
+                spinner.kill()
+                spinner.wait()
+            self.seconds += time.monotonic() - began
+            self._stop.wait(self.off_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
 
 
 def fuzz_gateway(checkpoint, args) -> dict:

@@ -79,6 +79,7 @@ sys.path.insert(0, str(ROOT))
 from client_holes import line_kinds  # noqa: E402
 
 from infill.languages import python_error  # noqa: E402
+from infill.stats import percentile  # noqa: E402
 from infill.testing.benchmark_figures import kernel_flags  # noqa: E402
 
 PACKAGES = ("requests", "urllib3", "jinja2", "click", "packaging", "attr", "pygls", "rich", "httpx")
@@ -525,13 +526,6 @@ def run_gateway(args, pauses: list[Pause], trees: list[Path]) -> list[tuple[list
 
 
 # -- report -----------------------------------------------------------------------------------------------------
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
 
 
 def summary(records: list[dict], extra: dict, args, settings: dict, seconds: float) -> dict:

@@ -120,3 +120,34 @@ def floor_bytes(parts: dict, touched: list[int], kv_bytes: int, head: bool) -> i
     if head:
         total += 2 * parts["embedding"] + parts["self_conditioning"]
     return total
+
+
+# The card's memory bandwidth by its name (datasheets, GB/s): what a floor divides by. H100 SXM 3.35 TB/s, H100 NVL
+# 3.9, H100 PCIe 2.0; H200 (SXM and NVL) 4.8; A100 80 GB 2.0 (SXM) / 1.9 (PCIe).
+CARD_BANDWIDTH_GBS = (
+    ("H100 PCIe", 2000.0),
+    ("H100 NVL", 3900.0),
+    ("H100", 3350.0),
+    ("H200", 4800.0),
+    ("A100-SXM4-80GB", 2039.0),
+    ("A100 80GB PCIe", 1935.0),
+)
+
+
+def card_bandwidth_gbs(name: str) -> float | None:
+    """The datasheet bandwidth of the card `name` (torch's device name), None for a card not listed."""
+    for prefix, gbs in CARD_BANDWIDTH_GBS:
+        if prefix.lower() in name.lower():
+            return gbs
+    return None
+
+
+def device_time_us(events) -> float:
+    """Device time of profiler events (torch.profiler's key_averages()): only device-side (CUDA) events count. A
+    host op's entry also carries the device time of the kernels it launched, so summing both counts each kernel
+    twice."""
+    return sum(e.self_device_time_total for e in events if str(getattr(e, "device_type", "")).endswith("CUDA"))
+
+
+def device_kernels(events) -> int:
+    return sum(e.count for e in events if str(getattr(e, "device_type", "")).endswith("CUDA"))

@@ -36,17 +36,13 @@ from infill.engine.config import EngineConfig  # noqa: E402
 from infill.engine.diffusion import DiffusionEngine  # noqa: E402
 from infill.engine.loading import load_diffusion_model  # noqa: E402
 from infill.pipeline import CompletionRequest, Pipeline, PipelineSettings  # noqa: E402
+from infill.stats import percentile  # noqa: E402
 from infill.testing.vllm_server import VLLM_GENERATION, VLLMServer, write_vllm_checkpoint  # noqa: E402
 from infill.types import InfillRequest  # noqa: E402
 
 CODE = "def scale(values, factor):\n    return [v * factor for v in values]\n\n\ndef total(values):\n    s = "
 AFTER = "\n    return s\n\n\nprint(total([1, 2, 3]))\n"
 SINGLE_LINE = (6, 12, 24)
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return round(ordered[round(q * (len(ordered) - 1))], 1)
 
 
 def machine() -> dict:
@@ -154,10 +150,10 @@ def main() -> int:
     without = pins_without_plugin(args.vllm_python, model, work)
     figures = {
         "pairs": args.pairs,
-        "vllm_p50_ms": percentile(times["vllm"], 0.5),
-        "vllm_p95_ms": percentile(times["vllm"], 0.95),
-        "inprocess_p50_ms": percentile(times["inprocess"], 0.5),
-        "inprocess_p95_ms": percentile(times["inprocess"], 0.95),
+        "vllm_p50_ms": round(percentile(times["vllm"], 50) or 0.0, 1),
+        "vllm_p95_ms": round(percentile(times["vllm"], 95) or 0.0, 1),
+        "inprocess_p50_ms": round(percentile(times["inprocess"], 50) or 0.0, 1),
+        "inprocess_p95_ms": round(percentile(times["inprocess"], 95) or 0.0, 1),
         "vllm_over_inprocess_p50": round(statistics.median(times["vllm"]) / statistics.median(times["inprocess"]), 2),
         "round_trip_p50_ms": trip,
         **without,

@@ -124,8 +124,9 @@ def fallback_from_args(args: argparse.Namespace) -> FallbackChoice:
 
 
 def warm_up(backend: InfillBackend, progress: ProgressCallback | None = None) -> None:
-    """Pay a DiffusionGemma engine's one-time costs (on CUDA, compiling its sampling step) here, while the caller
-    is still loading, so that no request pays them and a cancel never waits on a compile. Only diffusion backends
+    """Pay a DiffusionGemma engine's one-time costs here (on CUDA: its encode and step programs captured as CUDA
+    graphs, and its layers compiled when `EngineConfig.compile` is on), while the caller is still loading, so that
+    no request pays them and a cancel never waits on a capture. Only diffusion backends
     (`WarmsUp`): the offline default warms itself inside its own loader, and remote ones have nothing to warm. A
     failed warm-up is logged; the backend still serves (its first fill then compiles)."""
     if backend.info.kind != "diffusion" or not isinstance(backend, WarmsUp):

@@ -1,8 +1,9 @@
 """Backend-neutral requests, results, cancel tokens and the backend protocol.
 
 Every backend (the in-process DiffusionGemma engine, the in-process autoregressive fallback, a remote
-OpenAI-compatible endpoint) takes an `InfillRequest` and returns an `InfillResult`, so the server, the gateway
-and the pilot never know which one serves.
+OpenAI-compatible endpoint) takes an `InfillRequest` and returns an `InfillResult`, so callers reach every
+backend through one protocol; what a backend can do beyond it is asked through the optional protocols
+(`WarmsPrompts`, `WarmsUp`, ...).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The model worker: the one thread on which model work runs, and the one owner of per-document supersession.
 
-Backends are single-threaded and hold no locks; whoever calls them from several threads (the LSP server, the
-gateway's HTTP threads, the pilot's worker threads) submits the call here instead. A job carries a document key,
-a `CancelToken` and a deadline (`time.monotonic()`):
+In-process backends are single-threaded and hold no locks; whoever calls them from several threads (the LSP
+server, the gateway's HTTP threads, the pilot's threads for in-process backends) submits the call here instead. The
+remote backend is safe to call from several threads: the pilot calls a remote-only pipeline directly. A job
+carries a document key, a `CancelToken` and a deadline (`time.monotonic()`):
 
 - newest wins: a claim of kind "inline" on a document cancels the older inline claim's token, whether its job is
   queued or running (a running backend stops within one step; a queued job is dropped at once);

@@ -13,10 +13,11 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
 from .documents import text_fingerprint
-from .fills import LIST_LIMIT, compute_fill, gap_spans, is_markdown, off_loop
+from .fills import LIST_LIMIT, compute_fill, gap_spans, is_markdown, off_loop, selection_outside
 from .gate import refusal
 from .json_values import json_integer, plain_json
 from .jsonrpc import public_message
+from .replies import ClientSilent
 
 if TYPE_CHECKING:
     from .server import InfillServer
@@ -71,7 +72,7 @@ async def list_actions(ls: InfillServer, params: types.CodeActionParams) -> list
     if spans:
         document.placeholders = (text, start, end, tuple(spans))  # the fill of "Fill all gaps" reads them
     actions = []
-    if gap:
+    if gap and not selection_outside(document, params.range):  # a clamped selection would fill another span
         actions.append(_action("gap", uri, identity, params.range))
     if spans:
         count = f"{len(spans)}+" if len(spans) >= LIST_LIMIT else str(len(spans))
@@ -193,7 +194,8 @@ async def run_fill_command(ls: InfillServer, args: tuple[Any, ...], mode: str) -
 
 async def apply_edit(ls: InfillServer, edit: types.WorkspaceEdit, label: str) -> tuple[bool, str]:
     """Send `edit` with workspace/applyEdit: (True, "") only when it was sent and the client answered applied: true;
-    else (False, why). A client without the applyEdit capability is not sent one."""
+    else (False, why), also when the client did not answer in time (server/replies.py). A client without the
+    applyEdit capability is not sent one."""
     workspace = ls.client_capabilities.workspace
     if not (workspace and workspace.apply_edit):
         return False, "the client cannot apply edits the server sends (no workspace.applyEdit capability)"
@@ -201,6 +203,8 @@ async def apply_edit(ls: InfillServer, edit: types.WorkspaceEdit, label: str) ->
         response = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=edit, label=label))
     except JsonRpcException as exc:  # the client answered with an error, or with a reply that cannot be read
         return False, f"the client answered workspace/applyEdit with an error: {public_message(exc.message)}"
+    except ClientSilent as exc:  # no answer in time: whatever the client did, it did not confirm the edit
+        return False, str(exc)
     if response is not None and response.applied is True:
         return True, ""
     return False, (response.failure_reason if response else None) or "the client did not apply the edit"

@@ -73,10 +73,12 @@ class BackendHost:
         request: CompletionRequest,
         control: FillControl,
         context: Future[Prepared] | None = None,
+        queue_deadline: bool = False,
     ) -> Future[PipelineResult]:
-        """`request` run on the model thread; the deadline bounds the backend, not the wait in the queue (the
-        server's choice: docs/concurrency.md)."""
-        return self.worker.complete(pipeline, request, control, queue_deadline=False, context=context)
+        """`request` run on the model thread. The deadline bounds the backend; with `queue_deadline` (a fill) also
+        the wait in the queue, answered at the deadline even while another job holds the thread; an inline
+        request waits behind its own prompt encoding instead (docs/concurrency.md)."""
+        return self.worker.complete(pipeline, request, control, queue_deadline=queue_deadline, context=context)
 
     def submit(self, run: Callable[[], T], cancel: CancelToken) -> Future[T]:
         """Other model work (encoding a prompt ahead) on the model thread."""

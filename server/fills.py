@@ -13,7 +13,7 @@ from lsprotocol import types
 
 from infill.pipeline import MAX_GAPS, CompletionRequest, PipelineResult, find_placeholders, has_text, resolve_language
 
-from .documents import SESSION, Document, text_fingerprint
+from .documents import SESSION, Clamp, Document, text_fingerprint
 from .gate import offset_logged, refusal
 from .model_runs import run_on_model
 from .scheduling import related
@@ -62,6 +62,17 @@ async def off_loop(size: int, work: Callable[..., T], *args: Any) -> T:
     return await asyncio.to_thread(work, *args)
 
 
+def selection_outside(document: Document, rng: types.Range) -> str:
+    """Why a selection's end lies outside `document` (past its line's end or its last line), or "" when both are
+    positions of it."""
+    for position in (rng.start, rng.end):
+        clamp = Clamp()
+        document.offset_at(position, clamp)
+        if clamp.note:
+            return clamp.note
+    return ""
+
+
 def stale_reason(document: Document | None, uri: str, expected: dict[str, Any] | None) -> str | None:
     """Why `document` is not the text an action was computed for (`expected`: its generation, version and text
     fingerprint as Document.identity gave them), or None when it is."""
@@ -91,6 +102,9 @@ async def compute_fill(
     if span is not None and span[0] <= span[1] <= len(text):
         start, end = span  # the listing converted the selection already: no position is converted again
     else:
+        if mode == "gap" and (outside := selection_outside(document, rng)):
+            # Clamped, it would fill another span than the one selected, which the client never asked for.
+            return FillOutcome(None, f"the selection is not inside {uri}@{version}: {outside}; no edit")
         start, end = offset_logged(ls, document, rng.start), offset_logged(ls, document, rng.end)
         start, end = min(start, end), max(start, end)
     # The first MAX_GAPS placeholders: a file of thousands of blanks once held the model thread for minutes.
@@ -130,9 +144,12 @@ async def compute_fill(
         request,
         budget_s=ls.settings.code_action_budget_ms / 1000,
         what=f"fill for {uri}",
+        queue_deadline=True,  # a fill still queued at its budget's end is answered then, not when the thread frees
     )
     if run.failure:
         return FillOutcome(None, f"the backend failed: {run.failure}")
+    if run.result is None and not run.stopped:
+        return FillOutcome(None, f"no fill: {run.unrun or 'the budget ran out before the model was free'}")
     if run.result is None:
         return FillOutcome(None, f"{uri} changed before the fill started; no edit for the old version")
     result = run.result

@@ -1,6 +1,7 @@
 """Checks every model request passes first: enabled, language, backend ready, document size and content.
 
-A refusal is logged once per document version (a client asks on every keystroke; one line says why)."""
+A refusal is logged once per document version and reason (a client asks on every keystroke; one line says why),
+and "not ready" not at all while the backend loads (its progress says so)."""
 
 from __future__ import annotations
 

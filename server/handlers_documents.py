@@ -3,7 +3,8 @@ DocumentStore keeps the text (server/server.py routes these notifications here i
 each handler then tells everyone else that keeps state about the document, in this order: the worker's claims
 (an edit or a close supersedes the document's running requests), the pipeline (each edit noted so the next
 context re-parses incrementally; a closed document's tree dropped), the scheduler (warming the prompt after a
-jump) and the acceptance tracker (what became of a suggestion shown in it)."""
+jump) and the acceptance tracker (what became of a suggestion shown in it). A close cancels the next line's
+speculation right after the claims, before the document and what the pipeline keeps for it go."""
 
 from __future__ import annotations
 

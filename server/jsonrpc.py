@@ -16,7 +16,8 @@ Beyond pygls, every message the client sends is checked at the edge (`GuardedPro
 that are present must be a JSON object (JSON-RPC allows an array too, but every LSP method takes an object), a
 notification method sent with an id is refused (pygls structured it as a notification and never answered), and
 `initialize` / `initialized` count once. A handler that refuses its request (JsonRpcException) is answered with one
-log line; pygls logged a traceback for each.
+log line; pygls logged a traceback for each. That each request is answered exactly once, and that the server's own
+requests to the client cannot wait forever, is server/replies.py's (GuardedProtocol builds on it).
 """
 
 from __future__ import annotations
@@ -37,10 +38,11 @@ from cattrs import Converter, transform_error
 from cattrs.errors import ClassValidationError
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams, JsonRpcInvalidRequest, JsonRpcMethodNotFound
-from pygls.protocol import LanguageServerProtocol, default_converter
+from pygls.protocol import default_converter
 from pygls.protocol.json_rpc import RPCRequest
 
 from .json_values import json_integer
+from .replies import AnsweringProtocol
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +209,7 @@ class UnreadableReply:
 ONCE = (types.INITIALIZE, types.INITIALIZED)  # each counts the first time only
 
 
-class GuardedProtocol(LanguageServerProtocol):
+class GuardedProtocol(AnsweringProtocol):
     closed = False  # the client's stream is gone (or `exit` came): nothing more is written
     _seen_once: frozenset[str] = frozenset()  # which of ONCE have been handled
 
@@ -271,6 +273,8 @@ class GuardedProtocol(LanguageServerProtocol):
             return None
         if isinstance(message, Unreadable):
             return self._refuse(message.id, message.method, message.error, request=message.request)
+        if isinstance(message, list):
+            return self._refuse_batch(message)
         if isinstance(message, dict) or getattr(message, "jsonrpc", None) != self.VERSION:
             if isinstance(message, dict) and "method" in message:  # no "jsonrpc" member: pygls passes it raw
                 return self._refuse(
@@ -330,24 +334,33 @@ class GuardedProtocol(LanguageServerProtocol):
         super()._send_handler_result(future, msg_id=msg_id)
 
     def _refuse(self, msg_id: Any, method: Any, error: JsonRpcException, request: bool = True) -> None:
-        """Answer a request (a message with an id member, null included) with `error`; a notification can only be
-        logged."""
+        """Answer a request (a message with an id member, null included) with `error` at once, outside the reply
+        ledger (server/replies.py: it was never dispatched); a notification can only be logged."""
         if not request:
             log.warning("ignored notification %.100r: %s", method, error.message)
             return
         if not _echoable(msg_id):
             msg_id = None  # JSON-RPC: an id that is no string or number is answered with null
         log.warning("refused request %.100r: %s", method, error.message)
-        self._send_response(msg_id, error=error.to_response_error())
+        self.send_unowed_error(msg_id, types.ResponseError(code=error.code, message=public_message(error.message)))
+
+    def _refuse_batch(self, batch: list[Any]) -> None:
+        """A JSON-RPC batch (an array of messages): LSP has none, and pygls dropped it whole, so none of its
+        requests was ever answered. Each request in it is refused on its own (-32600); the rest is logged."""
+        why = JsonRpcInvalidRequest("batches (arrays of messages) are not part of LSP: send each message alone")
+        for item in batch:
+            if isinstance(item, Unreadable):
+                self._refuse(item.id, item.method, why, request=item.request)
+            elif isinstance(item, dict) and "method" in item:
+                self._refuse(item.get("id"), item.get("method"), why, request="id" in item)
+            elif isinstance(item, RPCRequest):
+                self._refuse(item.id, item.method, why)
+            else:
+                log.warning("ignored a message inside a batch: %.200r", item)
 
     def _send_response(self, msg_id: Any, result: Any = None, error: types.ResponseError | None = None) -> None:
         if error is not None:  # a message only: pygls puts tracebacks in data
             error = types.ResponseError(code=error.code, message=public_message(error.message))
-            if msg_id is None:  # pygls leaves a None id out; JSON-RPC's reply to an unreadable id says "id": null
-                self._send_data(
-                    {"jsonrpc": self.VERSION, "id": None, "error": {"code": error.code, "message": error.message}}
-                )
-                return
         super()._send_response(msg_id, result, error)
 
     def _send_data(self, data: Any) -> None:

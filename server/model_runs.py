@@ -27,6 +27,7 @@ class ModelRun:
     result: PipelineResult | None
     stopped: bool  # superseded or edited while computing
     failure: str = ""
+    unrun: str = ""  # why a run that never started did not (its deadline passed in the queue, or it was stopped)
 
 
 async def run_on_model(
@@ -38,14 +39,16 @@ async def run_on_model(
     budget_s: float,
     what: str,
     context: Future[Prepared] | None = None,
+    queue_deadline: bool = False,
 ) -> ModelRun:
     """Run `request` on the model thread under `ticket` (closed here, whatever happens); `what` names the request
-    in the log line of a failure."""
+    in the log line of a failure. `queue_deadline`: the budget also bounds the wait in the queue
+    (BackendHost.complete)."""
     failure = ""
     result: PipelineResult | None = None
     try:
         control = FillControl(cancel=ticket.token, deadline=deadline_in(budget_s))
-        future = ls.host.complete(pipeline, request, control, context)
+        future = ls.host.complete(pipeline, request, control, context, queue_deadline=queue_deadline)
         result = await asyncio.wrap_future(future)
     except asyncio.CancelledError:
         ticket.token.cancel("request cancelled by the client")  # the backend stops within one step
@@ -58,5 +61,7 @@ async def run_on_model(
         stopped = ticket.stopped  # (read before the cancel below, which would set it)
         ticket.token.cancel("request ended")  # nothing queued for it (context, warm) may run on after it
     if result is not None and result.route == "not_run":
-        return ModelRun(None, True)
+        why = result.result.error if result.result is not None else ""
+        out_of_time = result.result is not None and result.result.outcome == "cut_short"
+        return ModelRun(None, stopped or not out_of_time, unrun=why or "")
     return ModelRun(result, stopped, failure)

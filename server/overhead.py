@@ -2,10 +2,11 @@
 is on; benchmarks/server.py reads them from infill.status).
 
 Phases: the didChange that preceded the request; the handler's event-loop work before the model, on the
-completion's path ("inline_request": checks, ticket, and after the debounce up to the submit; for an invoked request
-also the request building) and during the debounce ("inline_ahead": the request building); the context (on the
-context thread during the debounce for automatic triggers, else on the model thread); how long the model thread
-waited for a context built ahead; cleaning and watchdog after the model ("checks"); reply building.
+completion's path ("inline_request": the scheduling work from the run's start to the debounce, and after the
+debounce up to the submit; for an invoked request also the request building) and during the debounce
+("inline_ahead": the request building); the context (on the context thread during the debounce for automatic
+triggers, else on the model thread); how long the model thread waited for a context built ahead; cleaning and
+watchdog after the model ("checks"); reply building.
 """
 
 from __future__ import annotations

@@ -156,6 +156,7 @@ class InfillServer(LanguageServer):
             "documents": len(self.documents),
             "running": self.claims.running,
             "modelBusy": self.host.busy,
+            "replies": self.protocol.reply_counts(),  # server/replies.py
             "version": __version__,
             "pipeline": self._pipeline_stats(),
             "overhead": timing.summary(),  # benchmark phases (infill/timing.py), empty unless timing is on

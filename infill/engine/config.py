@@ -100,6 +100,17 @@ class EngineConfig:
             return self.single_line_lengths
         return (6, 12, 24) if device.startswith("cuda") else (24,)
 
+    def canvas_plan(self, single_line: bool, device: str) -> tuple[tuple[int, ...], int]:
+        """A request's candidate middle lengths (a canvas row each) and its suffix anchor's token count on `device`:
+        the one plan of the in-process engine and of vLLM's native route."""
+        if single_line:
+            return self.single_line_lengths_for(device), self.single_line_anchor_tokens
+        return tuple(self.candidate_lengths), self.suffix_anchor_tokens
+
+    def max_rows(self, device: str) -> int:
+        """The most canvas rows any request's plan asks on `device`."""
+        return max(len(self.canvas_plan(single_line, device)[0]) for single_line in (False, True))
+
     def describe(self) -> dict[str, Any]:
         """Sampler and stopping parameters, for the versions block of every result."""
         return {f.name: getattr(self, f.name) for f in fields(self)}

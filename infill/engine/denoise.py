@@ -8,9 +8,9 @@ as tensors. On CUDA the runner (runner.py) replays the whole step, forward and s
 canvas bucket; elsewhere it runs eagerly on the canvas's own shape.
 
 `denoise` keeps the loop control: cancel and deadline between steps (never inside a forward), drafts, and stopping
-once every row finished. The finished flag is read one step late on CUDA (the copy overlaps the next step, so the
-host never waits on the device; a row that finished stays frozen, so the extra step changes no token) and at once
-elsewhere.
+once every row finished. Without a step callback the finished flag is read one step late on CUDA (the copy overlaps
+the next step, so the host never waits on the device; a row that finished stays frozen, so the extra step changes
+no token); with one, and elsewhere, at once.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import transformers
@@ -27,7 +27,7 @@ from infill.engine.kv import PromptCache, stash_budget
 from infill.engine.layout import choose_lengths
 from infill.engine.loading import LoadedModel
 from infill.engine.model import model_limits
-from infill.engine.runner import CaptureReport, ModelRunner
+from infill.engine.runner import PREFILL_CHUNK_TOKENS, CaptureReport, ModelRunner
 from infill.types import (
     UNSTEERED,
     BackendInfo,
@@ -42,10 +42,12 @@ from infill.types import (
     Timings,
 )
 
+if TYPE_CHECKING:
+    from transformers import DiffusionGemmaForBlockDiffusion
+
 log = logging.getLogger(__name__)
 
 _ANONYMOUS = "\0anonymous"
-PREFILL_CHUNK_TOKENS = 512
 
 
 def _should_stop(cancel: CancelToken | None, deadline: float | None) -> bool:
@@ -65,7 +67,6 @@ class DiffusionEngine:
         an EngineConfig's non-default fields (None: none) override the checkpoint's own sampler settings
         (config.resolve_engine_config). `static`: run the bucketed programs (None: on CUDA with cuda_graphs)."""
         self.loaded = loaded
-        self.model = loaded.model
         self.tokenizer = loaded.tokenizer
         resolved = (
             config
@@ -87,14 +88,14 @@ class DiffusionEngine:
         self.stop_ids.add(self.pad_id)
         self.device = self.weights.device
         self.tokens = ChunkedTokenizer(self.tokenizer)
-        rows = max(len(self.config.candidate_lengths), len(self.config.single_line_lengths_for(str(self.device))))
+        rows = self.config.max_rows(str(self.device))
         self.runner = ModelRunner(
             self.weights,
             self.config,
             max_prompt=self.max_prompt,
             max_canvas_slots=rows * self.width,
             pad_id=self.pad_id,
-            model=self.model,
+            reference=lambda: loaded.model,
             static=static,
         )
         per_token = self.runner.kv.bytes_per_token()
@@ -119,6 +120,12 @@ class DiffusionEngine:
             dtype=loaded.dtype,
             label=f"DiffusionGemma {loaded.model_id} ({loaded.device}, {self.weights.weight_format})",
         )
+
+    @property
+    def model(self) -> DiffusionGemmaForBlockDiffusion:
+        """transformers' model over the same checkpoint (loaded on first use; tests and references compare with
+        it, the engine never reads it)."""
+        return self.loaded.model
 
     @property
     def info(self) -> BackendInfo:
@@ -228,16 +235,12 @@ class DiffusionEngine:
 
     def _fixed_segments(self, request: InfillRequest) -> list[list[int]]:
         between = [self.tokens.encode(text) for text in request.between]
-        size = self.config.single_line_anchor_tokens if request.single_line else self.config.suffix_anchor_tokens
+        size = self.config.canvas_plan(request.single_line, str(self.device))[1]
         anchor = self.tokens.encode_head(request.suffix, size) if request.suffix else []
         return between + [anchor]
 
     def _candidate_lengths(self, request: InfillRequest, fixed: list[list[int]]) -> tuple[list[int], list[list[int]]]:
-        candidates = (
-            self.config.single_line_lengths_for(str(self.device))
-            if request.single_line
-            else self.config.candidate_lengths
-        )
+        candidates = self.config.canvas_plan(request.single_line, str(self.device))[0]
         between, anchor = fixed[:-1], fixed[-1]
         lengths, kept = choose_lengths(
             candidates, request.max_middle_tokens, [len(f) for f in between], len(anchor), self.width

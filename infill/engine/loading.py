@@ -1,6 +1,7 @@
 """Load a DiffusionGemma checkpoint (local directory or hub id) or build one with dummy weights, into the weights
-the engine's forward reads (weights.py): a bf16 checkpoint through transformers (its module tensors, not copied),
-a compressed-tensors FP8 checkpoint read directly (fp8.py), either quantized to FP8 at load when asked.
+the engine's forward reads (weights.py): the safetensors read straight into them (checkpoint.py), a bf16
+checkpoint quantized to FP8 as it is read when asked, a compressed-tensors FP8 checkpoint as stored. transformers
+supplies the config, tokenizer and generation config; no transformers model is built.
 
 Safetensors only, never `trust_remote_code`. One clear `InfillError` names what is wrong with a missing, corrupt
 or non-DiffusionGemma checkpoint.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, cast
 
@@ -35,7 +37,6 @@ Quantization = Literal["none", "fp8"]
 
 @dataclass(frozen=True)
 class LoadedModel:
-    model: DiffusionGemmaForBlockDiffusion | None  # in eval mode; None when the weights were read without it (FP8)
     tokenizer: PreTrainedTokenizerBase
     model_id: str
     revision: str
@@ -44,6 +45,21 @@ class LoadedModel:
     config: DiffusionGemmaConfig
     generation_config: DiffusionGemmaGenerationConfig  # eos/pad/bos filled in
     weights: EngineWeights
+    checkpoint: Path | None = None  # the local directory the weights were read from (None: dummy weights)
+
+    @cached_property
+    def model(self) -> DiffusionGemmaForBlockDiffusion:
+        """transformers' own model over the same checkpoint, in eval mode, loaded on first use: a second copy of
+        the weights, for tests and reference comparisons only (the engine never reads it)."""
+        from transformers import DiffusionGemmaForBlockDiffusion
+
+        if self.checkpoint is None:
+            raise InfillError("dummy weights have no transformers model to compare against")
+        dtype = to_torch_dtype(self.dtype.removesuffix("(dummy weights)"))
+        # transformers' wrapper of `to` hides its signature
+        net = DiffusionGemmaForBlockDiffusion.from_pretrained(self.checkpoint, dtype=dtype).to(self.device)  # type: ignore[arg-type]
+        net.eval()
+        return cast("DiffusionGemmaForBlockDiffusion", net)
 
 
 def _read_config(model: str, revision: str | None) -> DiffusionGemmaConfig:
@@ -77,16 +93,16 @@ def load_diffusion_model(
     load_format: LoadFormat = "auto",
     quantization: Quantization = "none",
 ) -> LoadedModel:
-    """Load model, tokenizer, generation config and the engine's weights. `load_format="dummy"` builds the
-    architecture from the config with random weights (like vLLM's `--load-format dummy`): real shapes and costs,
-    meaningless text. `quantization="fp8"`: projections and experts in FP8 (fp8.quantize_weights); a
-    compressed-tensors FP8 checkpoint is FP8 whatever this says."""
+    """Load tokenizer, generation config and the engine's weights. `load_format="dummy"` builds the architecture
+    from the config with random weights (like vLLM's `--load-format dummy`): real shapes and costs, meaningless
+    text. `quantization="fp8"`: projections and experts in FP8, quantized as they are read; a compressed-tensors FP8
+    checkpoint is FP8 whatever this says. Each weight is built once, on the device (checkpoint.py)."""
     import torch
-    from safetensors import SafetensorError
-    from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
+    from transformers import AutoTokenizer
 
-    from infill.engine.fp8 import compressed_fp8_scheme, load_compressed_tensors, quantize_weights
-    from infill.engine.model import checkpoint_revision, engine_weights, random_model
+    from infill.engine.checkpoint import RandomWeights, SafetensorsFiles, TensorSource, read_weights
+    from infill.engine.fp8 import compressed_fp8_scheme
+    from infill.engine.model import architecture_shapes, checkpoint_revision, text_config
 
     if quantization not in ("none", "fp8"):
         raise InfillError(f"unknown quantization {quantization!r} (none or fp8)")
@@ -97,44 +113,19 @@ def load_diffusion_model(
     torch_dtype = to_torch_dtype(dtype_name)
     config = _read_config(model, revision)
     prequantized = compressed_fp8_scheme(config) is not None
-    net: DiffusionGemmaForBlockDiffusion | None = None
-    generation_config: DiffusionGemmaGenerationConfig | None
-    if prequantized and load_format != "dummy":
-        weights = load_compressed_tensors(_local_snapshot(model, revision), config, torch.device(device), torch_dtype)
-        generation_config = _generation_config(model, revision)
+    checkpoint: Path | None = None
+    source: TensorSource
+    if load_format == "dummy":
+        # the architecture at random; a compressed-tensors config is quantized as its checkpoint is
+        quantize = quantization == "fp8" or prequantized
+        source = RandomWeights(
+            architecture_shapes(config), torch.device(device), torch_dtype, text_config(config).initializer_range
+        )
     else:
-        if prequantized:  # the architecture at random, quantized as the checkpoint is
-            config.quantization_config = None
-            quantization = "fp8"
-        # FP8 at load: the bf16 weights stay on the CPU and each is quantized onto the device in turn
-        load_device = "cpu" if quantization == "fp8" else device
-        if load_format == "dummy":
-            with torch.device(load_device):
-                net = random_model(config, torch_dtype)
-            net.generation_config = _generation_config(model, revision) or net.generation_config
-        else:
-            local = Path(model)
-            if local.is_dir():
-                _check_local_weights(local)
-            try:
-                net = DiffusionGemmaForBlockDiffusion.from_pretrained(
-                    model,
-                    revision=revision,  # type: ignore[arg-type]  # typed `str`; None is the hub's default branch
-                    dtype=torch_dtype,
-                    use_safetensors=True,
-                    trust_remote_code=False,
-                    device_map=load_device if load_device.startswith("cuda") else None,
-                )
-            except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
-                raise InfillError(f"cannot load DiffusionGemma weights from {model!r}: {exc}") from exc
-            if not load_device.startswith("cuda"):
-                net = net.to(load_device)  # type: ignore[arg-type]  # transformers' wrapper of `to` hides its signature
-        net.eval()
-        weights = engine_weights(net)
-        generation_config = cast("DiffusionGemmaGenerationConfig", net.generation_config)
-        if quantization == "fp8":
-            weights = quantize_weights(weights, torch.device(device))
-            net = None  # the bf16 tensors the FP8 ones replace are freed with it
+        quantize = quantization == "fp8" and not prequantized
+        checkpoint = _local_snapshot(model, revision)
+        source = SafetensorsFiles(checkpoint)
+    weights = read_weights(source, config, torch.device(device), torch_dtype, quantize)
     if device.startswith("cuda"):
         # cuDNN's attention builds an execution plan for every new key length (0.2-2.5 s a keystroke at the full
         # size on an H200, benchmarks/results/engine-gpu-h200.json); PyTorch's flash and memory-efficient kernels
@@ -144,11 +135,11 @@ def load_diffusion_model(
         tokenizer = AutoTokenizer.from_pretrained(model, revision=revision, trust_remote_code=False)
     except (OSError, ValueError, json.JSONDecodeError) as exc:
         raise InfillError(f"cannot load the tokenizer of {model!r}: {exc}") from exc
-    generation_config = _fill_special_ids(generation_config, config, tokenizer)
+    generation_config = _fill_special_ids(_generation_config(model, revision), config, tokenizer)
     rev = revision or checkpoint_revision(config) or "local"
     dtype_name = str(torch_dtype).removeprefix("torch.") + ("(dummy weights)" if load_format == "dummy" else "")
     log.info("loaded %s on %s: activations %s, weights %s", model, device, dtype_name, weights.weight_format)
-    return LoadedModel(net, tokenizer, model, str(rev), device, dtype_name, config, generation_config, weights)
+    return LoadedModel(tokenizer, model, str(rev), device, dtype_name, config, generation_config, weights, checkpoint)
 
 
 def _local_snapshot(model: str, revision: str | None) -> Path:
@@ -162,7 +153,7 @@ def _local_snapshot(model: str, revision: str | None) -> Path:
 
         return Path(snapshot_download(model, revision=revision, allow_patterns=["*.json", "*.safetensors"]))
     except Exception as exc:  # noqa: BLE001 - every failure here means: no such checkpoint reachable
-        raise InfillError(f"cannot fetch the FP8 checkpoint {model!r}: {exc}") from exc
+        raise InfillError(f"cannot fetch the checkpoint {model!r}: {exc}") from exc
 
 
 def _generation_config(model: str, revision: str | None) -> DiffusionGemmaGenerationConfig | None:

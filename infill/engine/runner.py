@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, TypedDict
 
 import torch
@@ -22,7 +23,16 @@ import torch
 from infill.engine import forward
 from infill.engine.canvas import Canvas, build_canvas, padded_to
 from infill.engine.config import EngineConfig
-from infill.engine.denoise import EagerStepper, Forward, StepInputs, Stepper, StepState, sample_step, sample_step_for
+from infill.engine.denoise import (
+    EagerStepper,
+    Forward,
+    StepInputs,
+    Stepper,
+    StepState,
+    denoise_step,
+    sample_step,
+    sample_step_for,
+)
 from infill.engine.graphs import StaticProgram, bucket
 from infill.engine.kv import KVBuffers
 from infill.engine.weights import EngineWeights
@@ -32,7 +42,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ENCODE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # the prompt is encoded in chunks of at most 512
+ENCODE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+PREFILL_CHUNK_TOKENS = ENCODE_BUCKETS[-1]  # a long prompt is encoded in chunks the largest bucket holds
 CANVAS_ROWS = (1, 3, 5)  # one row, the GPU's single-line candidates, the multi-line candidates
 CANVAS_WIDTHS = (32, 80, 256)  # a line, a few lines, the model's whole canvas
 ALIGN = 64  # buffer lengths are kept a multiple of this (aligned rows for attention kernels)
@@ -66,12 +77,12 @@ class ModelRunner:
         max_prompt: int,
         max_canvas_slots: int,
         pad_id: int,
-        model: DiffusionGemmaForBlockDiffusion | None = None,
+        reference: Callable[[], DiffusionGemmaForBlockDiffusion] | None = None,
         static: bool | None = None,
     ) -> None:
         self.weights = weights
         self.pad_id = pad_id
-        self.model = model  # transformers' module, when the weights came from one (tests and references read it)
+        self._reference = reference  # transformers' model over the same checkpoint, for tests and references
         self.config = config
         self.device = weights.device
         self.static = (self.device.type == "cuda" and config.cuda_graphs) if static is None else static
@@ -93,6 +104,12 @@ class ModelRunner:
         )
 
     # ---- prompt -------------------------------------------------------------------------------------------------
+
+    @property
+    def model(self) -> DiffusionGemmaForBlockDiffusion:
+        if self._reference is None:
+            raise RuntimeError("this runner was built without a reference model")
+        return self._reference()
 
     def encode(self, ids: torch.Tensor, start: int) -> None:
         """Write the keys and values of `ids` (on the device) at positions start.. into the buffers."""
@@ -240,20 +257,25 @@ class _StepProgram:
         self.shape = (rows, width)
         self.program = StaticProgram(f"step {rows}x{width}", self._body, device)
 
-    def _body(self) -> None:
-        runner, state = self.runner, self.state
-        logits = forward.decode(
+    def _forward(self, tokens: torch.Tensor, soft: torch.Tensor) -> torch.Tensor:
+        # reads the runner's layer function at call time, so layers compiled before capture are the ones captured
+        runner = self.runner
+        return forward.decode(
             runner.weights,
             runner.kv,
-            state.current,
-            state.soft,
+            tokens,
+            soft,
             runner.kv.length_tensor,
             self.valid,
             forward.whole_spans(runner.kv),
             runner.kernel,
             runner.layer_fn,
         )
-        new = runner.sample(logits, state, self.inputs, self.scale, self.uniform, self.noise)
+
+    def _body(self) -> None:
+        # the same hot step the eager stepper runs, written into this program's fixed buffers
+        state = self.state
+        new = denoise_step(self._forward, self.inputs, state, self.scale, self.uniform, self.noise, self.runner.sample)
         for mine, theirs in zip(state.tensors(), new.tensors()):
             mine.copy_(theirs)
 

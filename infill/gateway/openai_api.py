@@ -1,6 +1,6 @@
 """The OpenAI-compatible `/v1/completions` contract of `infill-ls serve`: request validation (errors in OpenAI's
 shape), one completion through the pipeline, and the response body with its `infill` extension. No HTTP here
-(gateway.py serves it)."""
+(infill/gateway/server.py serves it)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion, DiffusionGemmaTextConfig
@@ -88,9 +88,9 @@ def write_full_size_config(directory: str | Path, layers: int | None = None) -> 
     return directory
 
 
-def full_size_model(layers: int, seed: int = 0) -> DiffusionGemmaForBlockDiffusion:
-    """The full-size architecture with `layers` layers as a float32 `DiffusionGemmaForBlockDiffusion` on the CPU,
-    with random weights, built without transformers' per-parameter initialisation (which also allocates the
+def full_size_model(layers: int, seed: int = 0, dtype: str = "float32") -> DiffusionGemmaForBlockDiffusion:
+    """The full-size architecture with `layers` layers as a `DiffusionGemmaForBlockDiffusion` in `dtype` on the
+    CPU, with random weights, built without transformers' per-parameter initialisation (which also fills the
     encoder's copy of every shared weight before tying them: twice the memory and time). Every weight matrix is
     drawn uniformly from +-1/sqrt(fan-in); vectors (norm scales, router scales) keep their constructor values."""
     import torch
@@ -98,7 +98,10 @@ def full_size_model(layers: int, seed: int = 0) -> DiffusionGemmaForBlockDiffusi
     from transformers.initialization import no_init_weights
 
     with no_init_weights():
-        model = DiffusionGemmaForBlockDiffusion(full_size_config(layers))
+        # transformers leaves `_from_config` unannotated
+        model = DiffusionGemmaForBlockDiffusion._from_config(  # type: ignore[no-untyped-call]
+            full_size_config(layers), dtype=getattr(torch, dtype)
+        )
     model.tie_weights()
     generator = torch.Generator().manual_seed(seed)
     seen: set[int] = set()
@@ -110,7 +113,7 @@ def full_size_model(layers: int, seed: int = 0) -> DiffusionGemmaForBlockDiffusi
             bound = param.shape[-1] ** -0.5
             param.uniform_(-bound, bound, generator=generator)
     model.eval()  # type: ignore[no-untyped-call]  # transformers leaves PreTrainedModel.eval unannotated
-    return model
+    return cast("DiffusionGemmaForBlockDiffusion", model)
 
 
 def kv_shapes(text: DiffusionGemmaTextConfig) -> list[tuple[int, int]]:
@@ -118,3 +121,35 @@ def kv_shapes(text: DiffusionGemmaTextConfig) -> list[tuple[int, int]]:
     their per-layer overrides): what the engine's weights (EngineWeights.kv_shapes) must agree with."""
     layers = [text.per_layer_config[i] for i in range(text.num_hidden_layers)]
     return [(layer.num_key_value_heads, layer.head_dim) for layer in layers]
+
+
+def write_full_size_checkpoint(directory: str | Path, layers: int, dtype: str = "bfloat16") -> Path:
+    """`write_full_size_config` plus weights: a checkpoint of the full-size architecture with `layers` layers, one
+    safetensors shard per layer (and one for the rest) with an index, as transformers saves big checkpoints: the
+    tensors a saved checkpoint holds (the decoder's, the encoder's layer scalars, the vision tower; not the tied
+    encoder copies or LM head), each a constant (their values do not matter to what this is for: memory and
+    shapes). Written a shard at a time, so writing holds one layer's weights, not the model's."""
+    import torch
+    from safetensors.torch import save_file
+
+    from infill.engine.checkpoint import ENCODER, HEAD
+    from infill.engine.model import architecture_shapes
+
+    directory = write_full_size_config(directory, layers)
+    shapes = architecture_shapes(full_size_config(layers))
+    stored = [n for n in shapes if n != HEAD and (not n.startswith(f"{ENCODER}.") or n.endswith("layer_scalar"))]
+
+    def shard_of(name: str) -> str:
+        parts = name.split(".")
+        return f"layer-{parts[3]}" if name.startswith("model.decoder.layers.") else "rest"
+
+    weight_map: dict[str, str] = {}
+    for shard in sorted({shard_of(n) for n in stored}):
+        names = [n for n in stored if shard_of(n) == shard]
+        tensors = {n: torch.full(shapes[n], 0.01, dtype=getattr(torch, dtype)) for n in names}
+        save_file(tensors, str(directory / f"{shard}.safetensors"), metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(names, f"{shard}.safetensors"))
+        del tensors
+    index = {"metadata": {}, "weight_map": weight_map}
+    (directory / "model.safetensors.index.json").write_text(json.dumps(index, indent=1))
+    return directory

@@ -8,6 +8,8 @@ code: the engine never calls it.
   `DynamicCache(config)` keeps), batch expanded to the canvas rows.
 - `hf_decoder_masks`: per-row key masks for padded rows (None: the model's own full bidirectional attention).
 - `hf_decoder_logits`: the decoder with self-conditioning given as embeddings, raw LM-head logits.
+- `engine_weights`: a transformers model's own tensors as the engine's weights (through the loader's one name map,
+  checkpoint.py), nothing copied unless quantized.
 """
 
 from __future__ import annotations
@@ -19,12 +21,20 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from infill.engine.checkpoint import StateDict, read_weights
 from infill.engine.model import text_config
+from infill.engine.weights import EngineWeights
 
 if TYPE_CHECKING:
     from transformers import DiffusionGemmaForBlockDiffusion, DiffusionGemmaTextConfig
 
 Masks = dict[str, "torch.Tensor | None"]  # layer type -> its mask (None: the model's own attention)
+
+
+def engine_weights(model: DiffusionGemmaForBlockDiffusion, *, quantize: bool = False) -> EngineWeights:
+    """`model`'s tensors as the engine reads them (views of the very tensors; `quantize`: projections in FP8)."""
+    first = model.model.decoder.embed_tokens.weight
+    return read_weights(StateDict(model.state_dict()), model.config, first.device, first.dtype, quantize)
 
 
 def hf_encode(model: DiffusionGemmaForBlockDiffusion, ids: torch.Tensor, cache: DynamicCache, start: int) -> None:

@@ -11,7 +11,8 @@ from reference_sampler import reference_denoise
 from infill.engine.canvas import build_canvas
 from infill.engine.config import EngineConfig
 from infill.engine.denoise import CanvasFill, denoise, sample_step, sample_step_for
-from infill.engine.diffusion import PREFILL_CHUNK_TOKENS, DiffusionEngine
+from infill.engine.diffusion import DiffusionEngine
+from infill.engine.runner import PREFILL_CHUNK_TOKENS
 from infill.types import CancelToken, FillControl, InfillRequest
 
 DENOISERS = {"fast": denoise, "reference": reference_denoise}
@@ -360,8 +361,6 @@ def test_suffix_in_prompt_goes_before_the_prefix_and_keeps_kv_reuse(loaded):
 def test_long_prefill_stops_for_cancel_and_keeps_its_work(loaded):
     """A prefill is encoded in chunks: a cancel between chunks stops it, and what was encoded stays in the store
     so the next keystroke resumes instead of starting over."""
-    import infill.engine.diffusion as engine_module
-
     engine = engine_with(loaded)
     text = "".join(f"value_{i} = {i}\n" for i in range(300))
     token = CancelToken()
@@ -381,7 +380,7 @@ def test_long_prefill_stops_for_cancel_and_keeps_its_work(loaded):
     assert stopped.outcome == "cancelled" and calls["n"] == 1
     resumed = engine.infill(InfillRequest(prefix=text, document_id="long"))
     assert resumed.outcome in ("ok", "empty")
-    assert resumed.reused_tokens == engine_module.PREFILL_CHUNK_TOKENS
+    assert resumed.reused_tokens == PREFILL_CHUNK_TOKENS
 
 
 def test_single_line_canvas_depends_on_the_device(loaded):

@@ -11,9 +11,8 @@ from transformers import DiffusionGemmaForBlockDiffusion, DynamicCache
 from infill.engine.config import EngineConfig
 from infill.engine.diffusion import DiffusionEngine
 from infill.engine.kv import CUDA_FREE_SHARE, MIN_STASH_BYTES, KVBuffers, PromptCache, kv_bytes_per_token, stash_budget
-from infill.engine.model import engine_weights
 from infill.testing.full_size import FULL_SIZE_TEXT, full_size_config, kv_shapes
-from infill.testing.hf_reference import hf_encode
+from infill.testing.hf_reference import engine_weights, hf_encode
 
 PROMPT = 8192
 

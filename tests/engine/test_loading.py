@@ -20,23 +20,54 @@ from infill.engine.loading import load_diffusion_model
 from infill.types import InfillError, InfillRequest
 
 
-def test_loads_real_checkpoint_directory(tiny_checkpoint):
+def _tensors(weights) -> dict[str, torch.Tensor]:
+    """Every tensor of an EngineWeights by its path (encoder.0.q.weight ...)."""
+    out: dict[str, torch.Tensor] = {}
+
+    def walk(path: str, value) -> None:
+        if isinstance(value, torch.Tensor):
+            out[path] = value
+        elif isinstance(value, (tuple, list)):
+            for i, item in enumerate(value):
+                walk(f"{path}.{i}", item)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                walk(f"{path}.{key}", item)
+        elif hasattr(value, "__dataclass_fields__"):
+            for name in value.__dataclass_fields__:
+                walk(f"{path}.{name}", getattr(value, name))
+
+    walk("", weights)
+    return out
+
+
+def test_the_checkpoint_read_directly_equals_transformers_own_weights(tiny_checkpoint):
+    """The loader reads the safetensors into the engine's weights itself: every tensor equals the one transformers
+    loads from the same checkpoint (through the same name map), and no transformers model was built for it."""
+    from infill.testing.hf_reference import engine_weights
+
     loaded = load_diffusion_model(str(tiny_checkpoint))
-    assert type(loaded.model).__name__ == "DiffusionGemmaForBlockDiffusion"
-    assert loaded.device == "cpu" and loaded.dtype == "float32"
-    assert loaded.model.generation_config.eos_token_id == 1 and loaded.model.generation_config.pad_token_id == 0
-    vision_params = sum(p.numel() for p in loaded.model.model.encoder.vision_tower.parameters())
-    assert vision_params < 1_000_000  # the minimal vision config, not the 167M default tower
+    assert loaded.device == "cpu" and loaded.dtype == "float32" and loaded.weights.weight_format == "float32"
+    assert "model" not in loaded.__dict__  # transformers' model is built only when a test asks for it
+    assert loaded.generation_config.eos_token_id == 1 and loaded.generation_config.pad_token_id == 0
+    ours, theirs = _tensors(loaded.weights), _tensors(engine_weights(loaded.model))
+    assert ours.keys() == theirs.keys() and len(ours) > 100
+    for path, tensor in ours.items():
+        assert tensor.dtype == theirs[path].dtype and torch.equal(tensor, theirs[path]), path
+    assert loaded.weights.encoder[0].q.weight is loaded.weights.decoder[0].q.weight  # shared, as transformers ties
 
 
 def test_dummy_load_format_builds_random_weights_of_the_same_shape(tiny_checkpoint):
-    real = load_diffusion_model(str(tiny_checkpoint))
-    dummy = load_diffusion_model(str(tiny_checkpoint), load_format="dummy")
-    assert "dummy" in dummy.dtype
-    real_params = dict(real.model.named_parameters())
-    for name, param in dummy.model.named_parameters():
-        assert param.shape == real_params[name].shape
-    assert not torch.equal(dummy.model.lm_head.weight, real.model.lm_head.weight)
+    real = _tensors(load_diffusion_model(str(tiny_checkpoint)).weights)
+    dummy_loaded = load_diffusion_model(str(tiny_checkpoint), load_format="dummy")
+    dummy = _tensors(dummy_loaded.weights)
+    assert "dummy" in dummy_loaded.dtype and dummy.keys() == real.keys()
+    for path, tensor in dummy.items():
+        assert tensor.shape == real[path].shape and tensor.dtype == real[path].dtype, path
+        assert torch.isfinite(tensor).all(), path
+    assert not torch.equal(dummy[".head"], real[".head"])
+    with pytest.raises(InfillError, match="dummy weights have no transformers model"):
+        dummy_loaded.model  # noqa: B018
 
 
 def test_missing_checkpoint_is_one_clear_error(tmp_path):

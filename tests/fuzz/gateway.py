@@ -157,9 +157,17 @@ def _record(stats: dict, what: str, outcome: str, status: int | None, seconds: f
 
 
 def run_gateway_fuzz(
-    pipeline, seconds: float, seed: int = 0, slow: int = 200, burst: int = 200, burst_every_s: float = 30.0
+    pipeline,
+    seconds: float,
+    seed: int = 0,
+    slow: int = 200,
+    burst: int = 200,
+    burst_every_s: float = 30.0,
+    requests: int | None = None,
 ) -> dict:
-    """Fuzz a fresh gateway over `pipeline` for `seconds`; returns the counts and /health's latency."""
+    """Fuzz a fresh gateway over `pipeline` for `seconds`, or, with `requests`, until that many one-at-a-time
+    requests were answered, with one burst in their middle (a count bound finds the same bugs on any machine);
+    returns the counts and /health's latency. Traffic starts once the slow connections are open."""
     from infill.gateway.server import make_server
 
     rng = random.Random(seed)
@@ -181,10 +189,23 @@ def run_gateway_fuzz(
     slow_clients = _Slow(server.server_port, slow, random.Random(seed + 1)).start()
     stats["slow_now"] = lambda: len(slow_clients.socks)
     try:
+        opening_until = time.monotonic() + HANG_S
+        while slow_clients.opened < slow and time.monotonic() < opening_until:
+            time.sleep(0.05)
         end, next_burst = time.monotonic() + seconds, time.monotonic() + min(burst_every_s, seconds / 2)
+        singles = 0
+
+        def going() -> bool:
+            return singles < requests if requests is not None else time.monotonic() < end
+
+        def burst_due() -> bool:
+            if requests is not None:
+                return stats["bursts"] == 0 and singles >= requests // 2
+            return time.monotonic() >= next_burst
+
         with ThreadPoolExecutor(burst) as pool:
-            while time.monotonic() < end:
-                if time.monotonic() >= next_burst:  # `burst` connections at once, each one normal request
+            while going():
+                if burst_due():  # `burst` connections at once, each one normal request
                     picks = [_normal(rng) for _ in range(burst)]
                     for (what, _), future in zip(
                         picks, [pool.submit(_exchange, server.server_port, data) for _, data in picks]
@@ -195,6 +216,7 @@ def run_gateway_fuzz(
                     continue
                 what, data = _normal(rng)
                 _record(stats, what, *_exchange(server.server_port, data))
+                singles += 1
     finally:
         slow_clients.stop()
         server.shutdown()

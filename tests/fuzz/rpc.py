@@ -29,7 +29,8 @@ def frame(body: bytes) -> bytes:
 
 class RawServer:
     """One server process. `configuration` answers workspace/configuration; workspace/applyEdit is recorded and
-    accepted; window/workDoneProgress/create is accepted."""
+    accepted; window/workDoneProgress/create is accepted; a method in `silent_to` is recorded in `held` instead,
+    unanswered (a client that never answers it, or answers it later with `answer`)."""
 
     def __init__(self, args: list[str], configuration: dict | None = None, stderr_path: str | None = None) -> None:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -44,6 +45,9 @@ class RawServer:
         self.applied_edits: list[dict] = []  # every workspace/applyEdit the server sent
         self.apply_reply: Any = {"applied": True}  # what this client answers to each
         self.accepted_edits = 0  # applyEdits answered {"applied": true}
+        self.silent_to: set[str] = set()  # server-request methods this client records but never answers itself
+        self.held: list[dict] = []  # those requests, in arrival order (`answer` replies to one later)
+        self.replies: list[dict] = []  # every reply to this client's requests, in arrival order (ids may repeat)
         self.unparsable = 0  # frames from the server that were not JSON (must stay 0)
         self._next_id = 0
         self._cond = threading.Condition()
@@ -137,15 +141,35 @@ class RawServer:
 
     def _dispatch(self, message: dict) -> None:
         if "method" in message and "id" in message:  # a request from the server
+            if message["method"] in self.silent_to:
+                with self._cond:
+                    self.held.append(message)
+                    self._cond.notify_all()
+                return
             self.send({"jsonrpc": "2.0", "id": message["id"], "result": self._answer(message)})
             return
         with self._cond:
             message["_at"] = time.monotonic()
             if "id" in message:
                 self.responses[message["id"]] = message
+                self.replies.append(message)
             else:
                 self.notifications.append(message)
             self._cond.notify_all()
+
+    def wait_held(self, method: str, timeout: float) -> dict | None:
+        """The first held server request of `method`, waiting up to `timeout` seconds for it."""
+        end = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                found = next((m for m in self.held if m["method"] == method), None)
+                if found is not None or time.monotonic() >= end:
+                    return found
+                self._cond.wait(min(0.2, max(0.0, end - time.monotonic())))
+
+    def answer(self, request: dict, result: Any) -> None:
+        """Reply now to a held server request."""
+        self.send({"jsonrpc": "2.0", "id": request["id"], "result": result})
 
     def _answer(self, request: dict) -> Any:
         method = request["method"]

@@ -15,7 +15,14 @@ the invariants of issue 14 checked as replies arrive:
 - every reply carries the id of its request, an integer or a string (half the requests use string ids), never null
   (`protocol_errors`);
 - a Fill command answers `applied: true` only as often as the client accepted a workspace/applyEdit (the client
-  of a session accepts them, refuses them, or answers what is not {applied: bool}) (`bad_edits`).
+  of a session accepts them, refuses them, answers what is not {applied: bool}, or never answers) (`bad_edits`),
+  and never for a selection outside the text (`bad_edits`: it was clamped onto another span);
+- each request inside a JSON-RPC batch is refused on its own with -32600 (`protocol_errors`; `hangs` when lost);
+- the issue-51 interleaving: a Fill gap resolve cancelled with $/cancelRequest and a didChange storm around an
+  inlineCompletion whose params are a bare string, which is owed -32602 at once.
+
+A run is bounded by a count of requests (the suite's) or by seconds (benchmarks/fuzz.py): the same seed sends the
+same messages either way.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from dataclasses import dataclass, field
 from .edge_cases import edge_request
 from .rpc import RawServer
 from .stats import Stats, count_tracebacks
-from .texts import line_spans, offset_of, random_document, random_position, random_text
+from .texts import line_spans, offset_of, random_document, random_position, random_text, utf16_len
 
 HANG_S = 60.0
 EXIT_S = 10.0
@@ -178,6 +185,14 @@ class Session:
             )
             return None
         if roll < 0.74 and model_work < 3:
+            if rng.random() < 0.25:  # a selection past its line's end: refused, never clamped onto another span
+                self.request(
+                    "fill_outside",
+                    "workspace/executeCommand",
+                    {"command": "infill.fillGap", "arguments": [doc.uri, self.outside_selection(doc)]},
+                    doc,
+                )
+                return None
             command = rng.choice(["infill.fillGap", "infill.fillAllGaps"])
             self.request(
                 "fill",
@@ -206,8 +221,34 @@ class Session:
             return self.invalid(doc)
         if roll < 0.94:
             return self.malformed()
+        if roll < 0.965:
+            return self.cancelled_resolve_storm(doc)
         self.configure()
         return None
+
+    def outside_selection(self, doc: Doc) -> dict:
+        spans = line_spans(doc.text)
+        line = self.rng.randrange(len(spans))
+        past = utf16_len(doc.text[spans[line][0] : spans[line][1]]) + self.rng.randint(1, 2000)
+        end_line, end_character, _ = random_position(self.rng, doc.text, spans)
+        return {
+            "start": {"line": line, "character": past},
+            "end": {"line": max(line, end_line), "character": end_character},
+        }
+
+    def cancelled_resolve_storm(self, doc: Doc) -> None:
+        """A Fill gap resolve cancelled at once, and a didChange storm around an inlineCompletion whose params are
+        a bare string (the URI): the bad request is owed -32602 whatever is in flight."""
+        listed = [(action, pending) for action, pending in self.actions if pending.doc is doc]
+        if listed:
+            action, pending = self.rng.choice(listed)
+            msg_id = self.request("resolve", "codeAction/resolve", action, doc, action=action, listed=pending)
+            self.server.notify("$/cancelRequest", {"id": msg_id})
+        for _ in range(self.rng.randint(1, 6)):
+            self.edit(doc)
+        self.request("edge_params", "textDocument/inlineCompletion", raw=json.dumps(doc.uri))
+        for _ in range(self.rng.randint(0, 6)):
+            self.edit(doc)
 
     def invalid(self, doc: Doc) -> None:
         if self.rng.random() < 0.5:  # what the server never produced (edge_cases.py)
@@ -260,8 +301,24 @@ class Session:
             )
 
     def malformed(self) -> None:
-        choice = self.rng.randrange(6)
-        if choice == 0:
+        choice = self.rng.randrange(7)
+        if choice == 6:  # a batch: LSP has none; each request in it is refused on its own
+            ids = [self.server.new_id(), f"b-{self.server.new_id()}"]
+            batch = [
+                {
+                    "jsonrpc": "2.0",
+                    "id": ids[0],
+                    "method": "workspace/executeCommand",
+                    "params": {"command": "infill.status"},
+                },
+                {"jsonrpc": "2.0", "id": ids[1], "method": "textDocument/inlineCompletion", "params": "file:///x"},
+                {"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": ids[0]}},
+            ]
+            self.server.send(json.dumps(batch))
+            for msg_id in ids:
+                self.pending[msg_id] = Pending("batch", time.monotonic())
+                self.stats.requests += 1
+        elif choice == 0:
             self.server.send_bytes(b'{"jsonrpc": "2.0", "id": 1, "method": ')  # truncated JSON
         elif choice == 1:
             self.server.send_bytes(self.rng.choice([b"42", b"[]", b'"x"', b"null", b"\xff\xfe"]))
@@ -327,11 +384,16 @@ class Session:
                 self.stats.note("protocol_errors", f"{pending.kind}: {text}")
             elif pending.kind == "edge_params" and error.get("code") != -32602:
                 self.stats.note("protocol_errors", f"non-object params answered {text}, not -32602")
+            elif pending.kind == "batch" and error.get("code") != -32600:
+                self.stats.note("protocol_errors", f"a request in a batch answered {text}, not -32600")
             elif pending.kind not in ("invalid", "edge_params") and error.get("code") not in (-32800,):
                 self.stats.note("protocol_errors", f"{pending.kind} answered {text}")
             return
-        if pending.kind == "edge_params":
-            self.stats.note("protocol_errors", f"non-object params were accepted: {str(reply)[:200]}")
+        if pending.kind in ("edge_params", "batch"):
+            self.stats.note("protocol_errors", f"{pending.kind} was accepted: {str(reply)[:200]}")
+            return
+        if pending.kind == "fill_outside" and (reply.get("result") or {}).get("applied") is not False:
+            self.stats.note("bad_edits", f"seed {self.seed}: a selection outside the text answered {str(reply)[:200]}")
             return
         if pending.kind == "edge_resolve" and (reply.get("result") or {}).get("edit") is not None:
             self.stats.note("bad_edits", f"resolve data the server never produced got an edit: {str(reply)[:200]}")
@@ -433,7 +495,15 @@ class Session:
                     self.stats.note("bad_edits", f"Fill gap edit {want} is not the selection {selection}")
 
 
-def run_session(checkpoint: str, seed: int, seconds: float, stats: Stats, stderr_path: str | None = None) -> None:
+def run_session(
+    checkpoint: str,
+    seed: int,
+    seconds: float,
+    stats: Stats,
+    stderr_path: str | None = None,
+    requests: int | None = None,
+) -> None:
+    """One server's session: `seconds` of steps, or until the run has sent `requests` (when given)."""
     rng = random.Random(seed)
     server = RawServer(
         ["--model", str(checkpoint), "--denoising-steps", "2"], configuration=CONFIG, stderr_path=stderr_path
@@ -450,11 +520,14 @@ def run_session(checkpoint: str, seed: int, seconds: float, stats: Stats, stderr
             return
         session = Session(server, rng, stats, seed)
         server.apply_reply = rng.choice(
-            [{"applied": True}] * 4 + [{"applied": False, "failureReason": "read-only"}, {"applied": "false"}, None]
+            [{"applied": True}] * 4
+            + [{"applied": False, "failureReason": "read-only"}, {"applied": "false"}, None, "silent"]
         )
+        if server.apply_reply == "silent":  # never answers workspace/applyEdit: each Fill command is still owed one
+            server.silent_to.add("workspace/applyEdit")
         end = time.monotonic() + seconds
         steps = 0
-        while time.monotonic() < end:
+        while (stats.requests < requests) if requests is not None else (time.monotonic() < end):
             if server.proc.poll() is not None:
                 stats.note("crashes", f"seed {seed}: the server exited ({server.proc.returncode}) before exit")
                 return
@@ -501,12 +574,20 @@ def finish(server: RawServer, session: Session, rng: random.Random, stats: Stats
 
 
 def run_fuzz(
-    checkpoint: str, seconds: float, seed: int = 0, session_seconds: float = 40.0, stderr_dir: str | None = None
+    checkpoint: str,
+    seconds: float,
+    seed: int = 0,
+    session_seconds: float = 40.0,
+    stderr_dir: str | None = None,
+    requests: int | None = None,
+    session_requests: int = 400,
 ) -> Stats:
+    """Sessions on fresh servers for `seconds`, or, with `requests`, until that many were sent (a session ends
+    after `session_requests` of them): a count bound finds the same bugs on a slow machine as on a fast one."""
     stats = Stats()
     end = time.monotonic() + seconds
     index = 0
-    while time.monotonic() < end:
+    while (stats.requests < requests) if requests is not None else (time.monotonic() < end):
         left = end - time.monotonic()
         run_session(
             checkpoint,
@@ -514,6 +595,7 @@ def run_fuzz(
             min(session_seconds, max(5.0, left)),
             stats,
             f"{stderr_dir}/session-{index}.log" if stderr_dir else None,
+            requests=None if requests is None else min(requests, stats.requests + session_requests),
         )
         index += 1
     return stats

@@ -145,8 +145,11 @@ async def test_telemetry_counted_and_logged(lsp, tmp_path):
     after = (await status(lsp))["telemetry"]
     assert after["shown"] == before["shown"] + 1 and after["rejected"] == before["rejected"] + 1
     assert after["accepted_partial"] == before["accepted_partial"] + 1
-    records = await log_records(log_path, lambda rs: any(r["type"] == "completion" for r in rs))
-    assert [r["event"] for r in records if r["type"] == "telemetry"] == ["shown", "accepted", "rejected"]
+    records = await log_records(log_path, lambda rs: any(r["type"] == "completion" for r in rs), timeout=120)
+    # this test's events only: a retain check an earlier test's accept scheduled (RETAIN_DELAY_S later) may land
+    # in this log too when the machine is slow
+    sent = [r["event"] for r in records if r["type"] == "telemetry" and r.get("uri") == "file:///t.py"]
+    assert sent == ["shown", "accepted", "rejected"], records
     (completion,) = [r for r in records if r["type"] == "completion"]
     assert completion["uri"] == uri and completion["version"] == 1 and "denoise" in completion["latency_ms"]
     assert completion["versions"].get("model")

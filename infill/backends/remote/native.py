@@ -83,16 +83,13 @@ class NativeDiffusionRoute:
             self._detect_diffusion(model, cancel, end)
         facts = self._facts
         assert facts is not None
-        anchor_size = self.engine.single_line_anchor_tokens if request.single_line else self.engine.suffix_anchor_tokens
+        candidates, anchor_size = self.engine.canvas_plan(request.single_line, vd.SERVER_DEVICE)
         head = vd.suffix_head(request.suffix, anchor_size)
         self._tokenize([*request.between, head, *vd.STOP_TEXTS, *vd.DROP_TEXTS], model, cancel, end)
         anchor = self._tokens.get(head)
         if head != request.suffix and len(anchor) > 1:
             anchor = anchor[:-1]  # the piece may end inside a token that the whole suffix spells differently
         between = [self._tokens.get(text) for text in request.between]
-        candidates = (
-            self.engine.single_line_lengths_for("cuda") if request.single_line else self.engine.candidate_lengths
-        )
         # Free slots start as uniform noise over the vocabulary, as the model was trained (vLLM names its size).
         rng = random.Random(request.seed)
         known = sorted({*anchor, *sum(between, [])}) or [0]

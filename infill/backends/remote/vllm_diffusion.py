@@ -29,6 +29,8 @@ from infill.types import InfillError
 STOP_TEXTS = ("<eos>", "<pad>")  # Gemma's end and padding tokens: a middle ends at the first of either
 DROP_TEXTS = ("<bos>",)  # special tokens dropped from a middle (the in-process engine skips special tokens)
 TOKEN_KEY = "token_id:"  # how vLLM names tokens with return_tokens_as_token_ids
+# vLLM serves DiffusionGemma on a GPU: a request to it is planned as the in-process engine plans one on CUDA
+SERVER_DEVICE = "cuda"
 
 
 @dataclass(frozen=True)
