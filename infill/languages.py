@@ -1,8 +1,10 @@
 """The language tables and text scanners every stage uses to reason about a gap, in one place.
 
-The context builder (is this prose, does this line open a block), Gemma's stop rules (where a fill ends), the
-post-processing (which closer the fill doubles), the watchdog (comment-only, stutter, does Python compile) and the
-pilot (does the filled file parse) all ask the same questions; they ask them here so they get the same answers.
+The context builder (is this prose, does this line open a block, how wide is this indentation), the backends (where
+a one-line fill ends: `one_line_fill`, the engine's, the remote routes' and the offline default's stop rules), the
+post-processing (which closer the fill doubles, what overlap repeats the suffix), the watchdog (comment-only,
+stutter, does Python compile), the gap's shape (the bracket pairs, which languages comment with `#`) and the pilot
+(does the filled file parse) all ask the same questions; they ask them here so they get the same answers.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ _COMMENT_MARKERS: dict[str, tuple[str, ...]] = {
     ),
     **dict.fromkeys(("lua", "sql", "haskell"), ("--",)),
 }
+# Languages whose line comments start with `#` and only so (a `(` after it is text); the document scanners
+# (infill/context/shape.py) read the others' `//` and `/* */` comments.
+HASH_COMMENT_LANGUAGES = frozenset(lang for lang, markers in _COMMENT_MARKERS.items() if markers == _HASH)
 # A language nobody listed: the markers most languages use. No language at all, or JSON: no comments to judge.
 _ANY_MARKERS = ("#", "//", "/*", "*")
 _NO_COMMENTS = frozenset({"", "json"})
@@ -50,7 +55,24 @@ def comment_markers(language: str | None) -> tuple[str, ...]:
 
 
 _BLOCK_OPENERS = ("{", "(", "[", "=>")
-_PY_BLOCK = re.compile(r"(async\s+)?(def|class|if|elif|else|for|while|with|try|except|finally|match|case)\b")
+# The words a Python compound statement's header starts with (`async` before `def`, `for`, `with`).
+PYTHON_HEADER_WORDS = (
+    "if",
+    "elif",
+    "else",
+    "for",
+    "while",
+    "try",
+    "except",
+    "finally",
+    "with",
+    "def",
+    "class",
+    "async",
+    "match",
+    "case",
+)
+_PY_BLOCK = re.compile(r"(async\s+)?(" + "|".join(w for w in PYTHON_HEADER_WORDS if w != "async") + r")\b")
 
 
 def opens_block(line: str, language: str | None) -> bool:
@@ -62,9 +84,14 @@ def opens_block(line: str, language: str | None) -> bool:
     return language in INDENT_LANGUAGES and stripped.endswith(":") and bool(_PY_BLOCK.match(stripped.lstrip()))
 
 
+TAB_WIDTH = 4  # a tab in indentation advances to the next multiple of this column (the editors' default)
+
+
 def indent_width(line: str) -> int:
-    """Characters of leading spaces and tabs."""
-    return len(line) - len(line.lstrip(" \t"))
+    """The column `line`'s leading spaces and tabs reach, a tab moving to the next multiple of TAB_WIDTH: `"\\t  "`
+    is 6, as wide as six spaces (never its 3 characters: a tab-indented block must compare with a space-indented
+    line by where the text stands)."""
+    return len(line[: len(line) - len(line.lstrip(" \t"))].expandtabs(TAB_WIDTH))
 
 
 def encodable(text: str) -> str:
@@ -92,6 +119,9 @@ def comment_only(fill: str, language: str | None, line_before: str = "") -> bool
 
 
 _WORDY = re.compile(r"[A-Za-z]{2}")
+# A repeated line this long ends a fill (offline stop rules) and rejects one (watchdog). Shorter repeats are
+# structure: nested shell loops end `done` / `done`, Ruby and Lua `end` / `end`.
+STUTTER_MIN_CHARS = 6
 
 
 def has_words(line: str) -> bool:
@@ -111,7 +141,9 @@ def stutters(lines: list[str], j: int, min_chars: int) -> bool:
 
 # -- bracket and quote scanning ---------------------------------------------------------------------------------
 
-_PAIRS = {"(": ")", "[": "]", "{": "}"}
+PAIRS = {"(": ")", "[": "]", "{": "}"}  # every bracket walker's pairs: opener -> closer
+CLOSERS = "".join(PAIRS.values())
+OPENER_OF = {closer: opener for opener, closer in PAIRS.items()}
 
 
 def opens_quote(text: str, i: int) -> bool:
@@ -126,7 +158,8 @@ def _closes_quote(text: str, i: int, quote: str) -> bool:
 
 def code_characters(text: str) -> Iterator[tuple[int, str, bool, bool]]:
     """Yields (index, char, code, in_string) per character: `code` is False for a string's quotes and contents,
-    `in_string` says whether a string is still open after this character."""
+    `in_string` says whether a string is still open after this character. (A fill's text: comments are not
+    skipped here; the document's own text is scanned comment-aware by infill/context/shape.py.)"""
     quote = ""
     for i, ch in enumerate(text):
         if quote:
@@ -147,8 +180,8 @@ def first_unopened(text: str, closers: str) -> int | None:
     for i, ch, code, _ in code_characters(text):
         if not code:
             continue
-        if ch in _PAIRS:
-            stack.append(_PAIRS[ch])
+        if ch in PAIRS:
+            stack.append(PAIRS[ch])
         elif stack and ch == stack[-1]:
             stack.pop()
         elif not stack and ch in closers:
@@ -156,18 +189,66 @@ def first_unopened(text: str, closers: str) -> int | None:
     return None
 
 
+def _balance(text: str) -> Iterator[tuple[int, str, bool, bool, bool]]:
+    """`balance_points`, and after each character whether every closer so far closed the fill's innermost open
+    bracket (`f(a]` did not: its `]` still ends the bracket, so the line's end is found, but the fill is broken)."""
+    expected: list[str] = []  # the closers the fill's own open brackets wait for, innermost last
+    matched = True
+    for i, ch, code, in_string in code_characters(text):
+        if code and ch in PAIRS:
+            expected.append(PAIRS[ch])
+        elif code and ch in OPENER_OF and expected and expected.pop() != ch:  # (none open: the prefix's bracket)
+            matched = False
+        yield i, ch, not expected, in_string, matched
+
+
 def balance_points(text: str) -> Iterator[tuple[int, str, bool, bool]]:
     """Walk `text` tracking the brackets and strings the fill itself opens. Yields, after each character,
     (index, char, balanced, in_string); `balanced` means no bracket opened within `text` is still open (closing
     brackets of the prefix is fine)."""
-    depth, floor = 0, 0
-    for i, ch, code, in_string in code_characters(text):
-        if code and ch in "([{":
-            depth += 1
-        elif code and ch in ")]}":
-            depth -= 1
-            floor = min(floor, depth)
-        yield i, ch, depth <= floor, in_string
+    for i, ch, balanced, in_string, _ in _balance(text):
+        yield i, ch, balanced, in_string
+
+
+def bracket_stack(line: str) -> Iterator[tuple[int, str | None]]:
+    """For each bracket in `line`'s code, its index and the brackets open after it, outermost first; None (and
+    nothing more) for a closer that does not close the innermost open bracket."""
+    stack: list[str] = []
+    for i, ch, code, _ in code_characters(line):
+        if not code:
+            continue
+        if ch in PAIRS:
+            stack.append(ch)
+        elif ch in OPENER_OF:
+            if not stack or PAIRS[stack[-1]] != ch:
+                yield i, None
+                return
+            stack.pop()
+        else:
+            continue
+        yield i, "".join(stack)
+
+
+def leaves_open(line: str) -> str:
+    """The brackets `line` opens and does not close, outermost first ("" when it closes what it opens, or closes
+    one it never opened)."""
+    brackets = list(bracket_stack(line))
+    return (brackets[-1][1] or "") if brackets else ""
+
+
+def closed_past(line: str, must_open: str) -> int | None:
+    """Where `line` left open just `must_open` (the index after its last opener) when it then went on to close
+    one of them: the fill wrote on past where the lines below take over. None when it never did both."""
+    held: int | None = None
+    for i, opened in bracket_stack(line):
+        if opened is None or (held is not None and len(opened) < len(must_open)):
+            return held
+        if held is None and opened == must_open:
+            held = i + 1
+    return None
+
+
+# -- where a one-line fill ends ---------------------------------------------------------------------------------
 
 
 def first_line_end(text: str) -> tuple[str, bool]:
@@ -180,17 +261,62 @@ def first_line_end(text: str) -> tuple[str, bool]:
 
 
 def closes_what_it_opens(text: str) -> bool:
-    """Whether every bracket and string `text` opens is closed again by its end."""
-    state = (True, False)
-    for _, _, balanced, in_string in balance_points(text):
-        state = (balanced, in_string)
-    return state[0] and not state[1]
+    """Whether every bracket and string `text` opens is closed again by its end, each by its own closer (`f(a]`
+    is not: the pair table's walkers agree)."""
+    state = (True, False, True)
+    for _, _, balanced, in_string, matched in _balance(text):
+        state = (balanced, in_string, matched)
+    return state[0] and not state[1] and state[2]
 
 
 def one_logical_line(text: str) -> bool:
     """One line of code, or one call (list, ...) it wraps over several: every newline is inside brackets the text
     opens, and it closes them all."""
     return not first_line_end(text)[1] and closes_what_it_opens(text)
+
+
+def line_so_far(text: str, *, wraps: bool) -> tuple[str, bool]:
+    """A one-line fill being written: its text up to where its line ended, and whether it has ended. Code (`wraps`:
+    not prose, not a comment) goes on over the newlines inside a call it opened (`first_line_end`); prose and
+    comments end at the first newline."""
+    if wraps:
+        return first_line_end(text)
+    head, newline, _ = text.partition("\n")
+    return head, bool(newline)
+
+
+def one_line_fill(text: str, *, wraps: bool) -> str:
+    """The one rule for where a finished one-line fill ends, whichever backend wrote it: at its line's end
+    (`line_so_far`), so code keeps the continuation lines of a call it wraps and closes (`f(a,\\n    b)`); a call
+    never closed ends at the first newline, as prose and comments do."""
+    head, _ = line_so_far(text, wraps=wraps)
+    return head if closes_what_it_opens(head) else head.split("\n", 1)[0]
+
+
+def ends_on_its_line(single_line: bool, line_after: str) -> bool:
+    """A fill that must end on the gap's line: a single-line request, or text after the gap on its line (a model
+    that only continues the prefix would otherwise write on past it)."""
+    return single_line or bool(line_after.strip())
+
+
+MIN_OVERLAP_CHARS = 3  # a repeat of the text after the gap this long is the model writing on past the gap
+
+
+def overlap_repeats(written: str, piece: str) -> bool:
+    """Whether `written` ending with `piece` (the start of the text after the gap) means the model wrote the
+    fixed text again: `piece` is at least MIN_OVERLAP_CHARS long, or punctuation the fixed text already has (a
+    closing bracket `written` closes without opening, a quote left unpaired, a doubled `;`, `,` or `:`). A short
+    word (`x`, `if`) may be the fill's own end."""
+    piece = piece.strip()
+    if len(piece) >= MIN_OVERLAP_CHARS:
+        return True
+    if not piece or re.search(r"\w", piece):
+        return False
+    if all(c in OPENER_OF for c in piece):
+        return sum(written.count(c) for c in OPENER_OF) > sum(written.count(c) for c in PAIRS)
+    if all(c in "\"'`" for c in piece):
+        return written.count(piece[0]) % 2 == 1
+    return all(c in ";,:" for c in piece)
 
 
 # -- Python's own parser ----------------------------------------------------------------------------------------

@@ -16,6 +16,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
+from infill.languages import is_prose_language
+
 BackendKind = Literal["diffusion", "autoregressive", "remote"]
 Outcome = Literal["ok", "cut_short", "cancelled", "error", "empty"]
 
@@ -108,9 +110,15 @@ class GapFacts:
     line_before: str  # the gap's line up to the gap (whole, even when the prompt window starts inside it)
     line_after: str  # the rest of the gap's line after the gap
     next_line: str  # the first non-blank line after the gap's line, stripped (a fill stops before repeating it)
-    body_indent: int  # a later line of the fill indented by fewer characters leaves the enclosing block
+    body_indent: int  # a later line of the fill indented less (languages.indent_width) leaves the enclosing block
     is_prose: bool  # prose rules (Markdown, plain text); code in a Markdown fence is code
     shape: GapShape = GapShape()  # what the text after the gap says the fill must look like
+    in_comment: bool = False  # the gap is in a comment: its one-line fill ends at the newline, as prose's does
+
+    @property
+    def code(self) -> bool:
+        """Code, not prose or a comment: a one-line fill may wrap a call over lines (languages.one_line_fill)."""
+        return not self.is_prose and not self.in_comment
 
     @staticmethod
     def first_line_below(after: str) -> str:
@@ -156,6 +164,12 @@ class InfillRequest:
     @property
     def gap_count(self) -> int:
         return len(self.between) + 1
+
+    @property
+    def wraps_lines(self) -> bool:
+        """A one-line fill of this request is code that may wrap a call over lines (`languages.one_line_fill`): by
+        the first gap's facts, or else by the language (prose ends at the newline)."""
+        return self.gap.code if self.gap is not None else not is_prose_language(self.language)
 
     def __post_init__(self) -> None:
         for name in ("prefix", "suffix", "extra_context"):

@@ -24,7 +24,7 @@ def refusal(ls: InfillServer, document: Document | None, uri: str) -> str | None
     settings = ls.settings
     if not settings.enabled:
         return "completions are disabled (infill.toggle or setting enabled=false)"
-    if not settings.language_enabled(document.language_id):
+    if not settings.language_enabled(document.language_id, uri):
         return f"language {document.language_id!r} is not in enabledLanguages"
     if document.oversized or document.length > settings.max_document_chars:
         return (

@@ -14,6 +14,7 @@ from typing import Any, Optional, get_type_hints
 
 from cattrs import Converter
 
+from infill.context.syntax import resolve_language
 from infill.types import MAX_CANDIDATES, InfillError
 
 from .json_values import json_integer
@@ -87,8 +88,13 @@ class Settings:
         need(self.denoising_steps is None or 1 <= self.denoising_steps <= 1024, "denoisingSteps must be in 1..1024")
         need(self.kv_store_mib is None or 0 <= self.kv_store_mib <= 2**24, "kvStoreMib must be in 0..16777216 MiB")
 
-    def language_enabled(self, language: str | None) -> bool:
-        return not self.enabled_languages or (language or "") in self.enabled_languages
+    def language_enabled(self, language: str | None, document_id: str | None = None) -> bool:
+        """Compared as the pipeline reads languages (`resolve_language`: aliases, case, the file's extension when
+        the client names none), so `py`, or "" on `x.pyi`, is Python to `["python"]` as it is to the pipeline."""
+        if not self.enabled_languages:
+            return True
+        enabled = {resolve_language(name) for name in self.enabled_languages}
+        return resolve_language(language) in enabled or resolve_language(language, document_id) in enabled
 
     def backend_key(self) -> tuple[object, ...]:
         """What selects and loads the backend: a change in any of these reloads it."""

@@ -12,10 +12,8 @@ import re
 
 from infill import languages
 from infill.context.builder import GapContext
-from infill.languages import INDENT_LANGUAGES, opens_block
+from infill.languages import INDENT_LANGUAGES, TAB_WIDTH, indent_width, opens_block
 
-_CLOSERS = {")": "(", "]": "[", "}": "{"}
-_OPENERS = {v: k for k, v in _CLOSERS.items()}
 _LIST_ITEM = re.compile(r"^(\s*)([-*+]|\d+[.)])(\s+)")
 _SENTENCE_END = re.compile(r"[.!?][\"')\]]*(?=\s|$)")
 # C0/C1 control characters (tab and newline aside), U+FFFD from undecodable model bytes, and lone surrogates (a
@@ -29,11 +27,8 @@ def postprocess(middle: str, ctx: GapContext, prefix: str, suffix: str) -> str:
     middle = _UNPRINTABLE.sub("", middle.replace("\r\n", "\n"))
     if ctx.single_line:
         middle = middle.lstrip("\n")
-        # Code keeps the continuation lines of a call it wraps (the offline default decodes them: cutting them off
-        # left `f(` open, which the watchdog rejects); prose, comments and a bracket never closed end at the newline.
-        head, _ = languages.first_line_end(middle)
-        code = not ctx.is_prose and not ctx.in_comment
-        middle = head if code and languages.closes_what_it_opens(head) else middle.split("\n", 1)[0]
+        # the one rule every backend already applied (a bare or remote answer may not have)
+        middle = languages.one_line_fill(middle, wraps=not ctx.is_prose and not ctx.in_comment)
     elif not ctx.line_before.strip():
         middle = middle.lstrip("\n")  # the cursor already sits on its own empty line
     middle = trim_suffix_overlap(middle, suffix)
@@ -54,14 +49,10 @@ def trim_line_echo(middle: str, ctx: GapContext) -> str:
     goes on after it (the space before that text may belong to the fill). A short rest (`)`, `:`) counts as
     repeated only where the middle has it once too many, as in `trim_suffix_overlap`."""
     after_line = ctx.line_after.strip()
-    one_line = ctx.single_line or bool(after_line)
+    one_line = languages.ends_on_its_line(ctx.single_line, after_line)
     middle = middle.rstrip("\n") if one_line else middle.rstrip()
     written = middle.rstrip()
-    if (
-        after_line
-        and written.endswith(after_line)
-        and (len(after_line) >= 3 or _unbalanced_closers(written, after_line))
-    ):
+    if after_line and written.endswith(after_line) and languages.overlap_repeats(written, after_line):
         middle = written[: -len(after_line)]
     return middle.rstrip() if one_line and not after_line else middle
 
@@ -72,7 +63,7 @@ def trim_suffix_overlap(middle: str, suffix: str) -> str:
     for k in range(min(len(middle), len(suffix)), 0, -1):
         piece = suffix[:k]
         if middle.endswith(piece):
-            if len(piece.strip()) >= 3 or _unbalanced_closers(middle, piece):
+            if languages.overlap_repeats(middle, piece):
                 middle = middle[:-k]
             break
     first_line = next((line.strip() for line in suffix.split("\n") if line.strip()), "")
@@ -84,22 +75,9 @@ def trim_suffix_overlap(middle: str, suffix: str) -> str:
     return middle
 
 
-def _unbalanced_closers(middle: str, piece: str) -> bool:
-    """A short overlap is dropped when it is punctuation the suffix already has: a closing bracket the middle
-    closes without opening, a quote left unpaired, or a separator (`;`, `,`, `:`) doubled."""
-    piece = piece.strip()
-    if not piece or re.search(r"\w", piece):
-        return False
-    if all(c in _CLOSERS for c in piece):
-        return sum(middle.count(c) for c in _CLOSERS) > sum(middle.count(c) for c in _OPENERS)
-    if all(c in "\"'`" for c in piece):
-        return middle.count(piece[0]) % 2 == 1
-    return all(c in ";,:" for c in piece)
-
-
 def trim_unbalanced_closer(middle: str, suffix: str) -> str:
     """Cut the middle where it closes a bracket it did not open, when the suffix already closes it."""
-    i = languages.first_unopened(middle, "".join(_CLOSERS))
+    i = languages.first_unopened(middle, languages.CLOSERS)
     if i is not None and suffix.lstrip().startswith(middle[i]):
         return _cut_line_tail(middle, i)
     return middle
@@ -113,10 +91,6 @@ def _cut_line_tail(middle: str, index: int) -> str:
     return middle[:index]
 
 
-def _width(ws: str) -> int:
-    return len(ws.expandtabs(4))
-
-
 def _leading(line: str) -> str:
     return line[: len(line) - len(line.lstrip(" \t"))]
 
@@ -128,13 +102,15 @@ def fit_indentation(middle: str, ctx: GapContext) -> str:
     lines = [_convert_unit(line, ctx.indent_unit) for line in lines]
     if not ctx.line_before.strip() and lines[0].strip():
         # The first line starts at the cursor: it needs only the indentation the cursor column lacks.
-        missing = _width(ctx.indent) - _width(ctx.line_before)
+        missing = indent_width(ctx.indent) - indent_width(ctx.line_before)
         lines[0] = _indent_text(ctx, max(0, missing)) + lines[0].lstrip(" \t")
     rest = [i for i, line in enumerate(lines) if i > 0 and line.strip()]
     if rest and _written_from_column_zero(lines, rest[0], ctx):
-        first_rest = _width(_leading(lines[rest[0]]))
+        first_rest = indent_width(lines[rest[0]])
         opens = opens_block(ctx.line_before + lines[0], ctx.language)
-        expected = _width(ctx.indent) + (_width(ctx.indent_unit) if opens and not ctx.line_before.strip() else 0)
+        expected = indent_width(ctx.indent) + (
+            indent_width(ctx.indent_unit) if opens and not ctx.line_before.strip() else 0
+        )
         shift = _indent_text(ctx, expected - first_rest)
         lines = [shift + line if i in rest else line for i, line in enumerate(lines)]
     return "\n".join(lines)
@@ -144,7 +120,7 @@ def _written_from_column_zero(lines: list[str], first_rest: int, ctx: GapContext
     """The second line sits left of the block without closing it (no closer, no blank line before it, which
     would mark leaving the block): the model indented relative to column 0, not to the document."""
     line = lines[first_rest]
-    if _width(_leading(line)) >= _width(ctx.indent) or line.lstrip().startswith(tuple(_CLOSERS)):
+    if indent_width(line) >= indent_width(ctx.indent) or line.lstrip().startswith(tuple(languages.CLOSERS)):
         return False
     return all(lines[i].strip() for i in range(1, first_rest))
 
@@ -153,7 +129,7 @@ def _indent_text(ctx: GapContext, width: int) -> str:
     if width <= 0:
         return ""
     if ctx.indent_unit == "\t":
-        return "\t" * (width // 4) + " " * (width % 4)
+        return "\t" * (width // TAB_WIDTH) + " " * (width % TAB_WIDTH)
     return " " * width
 
 
@@ -161,8 +137,8 @@ def _convert_unit(line: str, unit: str) -> str:
     ws = _leading(line)
     if not ws:
         return line
-    if unit == "\t" and "\t" not in ws and len(ws) >= 4:
-        return "\t" * (len(ws) // 4) + " " * (len(ws) % 4) + line[len(ws) :]
+    if unit == "\t" and "\t" not in ws and len(ws) >= TAB_WIDTH:
+        return "\t" * (len(ws) // TAB_WIDTH) + " " * (len(ws) % TAB_WIDTH) + line[len(ws) :]
     if unit != "\t" and "\t" in ws:
         return ws.replace("\t", unit) + line[len(ws) :]
     return line
@@ -170,12 +146,12 @@ def _convert_unit(line: str, unit: str) -> str:
 
 def trim_dedent(middle: str, ctx: GapContext) -> str:
     """Indentation-delimited languages: stop where a later line leaves the block the cursor is in."""
-    base = _width(ctx.indent)
+    base = indent_width(ctx.indent)
     if base == 0:
         return middle
     lines = middle.split("\n")
     for i, line in enumerate(lines[1:], start=1):
-        if line.strip() and _width(_leading(line)) < base:
+        if line.strip() and indent_width(line) < base:
             return "\n".join(lines[:i])
     return middle
 

@@ -48,7 +48,7 @@ class WatchdogSettings:
     ngram_repeats: int = 3  # ... repeated this many times back to back
     plain_repeats: int = 8  # any token (numbers, punctuation) this many times back to back: `2, 2, 2, 2, ...`
     line_repeats: int = 3  # the same (non-trivial) line this many times anywhere in one fill
-    consecutive_line_chars: int = 6  # a line this long (or longer) twice in a row is a stutter
+    consecutive_line_chars: int = languages.STUTTER_MIN_CHARS  # a line this long (or longer) twice in a row
     deadline_grace_ms: float = 250.0  # a candidate later than deadline + grace is stale
     check_syntax: bool = True
 

@@ -84,7 +84,9 @@ class GapContext:
     def facts(self, after: str) -> GapFacts:
         """The backend's description of this gap; `after` is the fixed text the backend sees after it (the
         request's `between[0]` or `suffix`)."""
-        return gap_facts(self.line_before, self.line_after, after, self.indent, self.is_prose, self.shape)
+        return gap_facts(
+            self.line_before, self.line_after, after, self.indent, self.is_prose, self.shape, self.in_comment
+        )
 
 
 def find_placeholders(

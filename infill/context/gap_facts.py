@@ -10,12 +10,18 @@ request, a later gap of several, whose text before it holds the earlier fills) r
 from __future__ import annotations
 
 from infill.context.indentation import block_indent, unit_near
-from infill.languages import is_prose_language
+from infill.languages import indent_width, is_prose_language
 from infill.types import GapFacts, GapShape
 
 
 def gap_facts(
-    line_before: str, line_after: str, after: str, indent: str, is_prose: bool, shape: GapShape | None = None
+    line_before: str,
+    line_after: str,
+    after: str,
+    indent: str,
+    is_prose: bool,
+    shape: GapShape | None = None,
+    in_comment: bool = False,
 ) -> GapFacts:
     """The facts of a gap whose line reads `line_before` + GAP + `line_after`, followed by the fixed text
     `after`, whose fill's later lines keep `indent` (block_indent's)."""
@@ -23,9 +29,10 @@ def gap_facts(
         line_before=line_before,
         line_after=line_after,
         next_line=GapFacts.first_line_below(after),
-        body_indent=len(indent),
+        body_indent=indent_width(indent),
         is_prose=is_prose,
         shape=shape or GapShape(),
+        in_comment=in_comment,
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from infill.languages import opens_block
+from infill.languages import indent_width, opens_block
 
 # Tabs, and every character str.splitlines() splits at or str.strip() strips besides " " and "\n".
 _UNUSUAL_SPACE = re.compile("[\t\r\x0b\x0c\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
@@ -44,7 +44,7 @@ def indent_unit(text: str, start: int, end: int, language: str | None) -> str:
             steps["\t"] += 1
         elif len(ws) > previous:
             steps[" " * (len(ws) - previous)] += 1
-        previous = len(ws.expandtabs(4))
+        previous = indent_width(ws)
     if steps:
         return steps.most_common(1)[0][0]
     return _default_indent(language)

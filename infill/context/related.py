@@ -27,7 +27,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from infill.languages import comment_markers
+from infill.languages import comment_markers, indent_width
 from infill.types import InfillError
 
 QUERY_LINES_BEFORE = 40  # lines above the gap whose names form the query
@@ -132,7 +132,7 @@ def outline(text: str) -> tuple[_Line, ...]:
     for i, line in enumerate(raw):
         if not line.strip():
             continue
-        indent = len(line.expandtabs(4)) - len(line.expandtabs(4).lstrip())
+        indent = indent_width(line)
         if owner and body < 0:
             body = indent
         if owner and indent == 0:

@@ -17,17 +17,14 @@ from typing import TYPE_CHECKING
 
 from infill.context.syntax import DocumentSnapshot
 from infill.context.windows import byte_offset
-from infill.languages import INDENT_LANGUAGES
+from infill.languages import HASH_COMMENT_LANGUAGES, INDENT_LANGUAGES, OPENER_OF, PAIRS, indent_width
 from infill.types import GapShape
 
 if TYPE_CHECKING:
     from tree_sitter import Node
 
 SCAN_CHARS = 4000  # text after the gap read for the brackets it closes (a statement rarely runs longer)
-_CLOSERS = {")": "(", "]": "[", "}": "{"}
-_OPENERS = {v: k for k, v in _CLOSERS.items()}
 _DEFINITION = re.compile(r"(async\s+def|def|class)\b|@")
-_HASH_COMMENTS = frozenset({"python", "ruby", "bash", "shell", "toml", "yaml"})
 
 
 def read_shape(
@@ -49,28 +46,28 @@ def read_shape(
             return GapShape(string_end=string_end)
     if in_comment or doc.language is None:
         return GapShape()
-    python = doc.language in _HASH_COMMENTS
-    indent = _width(line_before[: len(line_before) - len(line_before.lstrip())])
-    closers = _unopened_closers(text, end, indent, python)
+    hash_comments = doc.language in HASH_COMMENT_LANGUAGES  # else `//` and `/* */` comments and backtick strings
+    indent = indent_width(line_before)
+    closers = _unopened_closers(text, end, indent, hash_comments)
     # (the scan of the window for what is open at the gap, only where an answer depends on it)
-    opened = _open_at(text, window_start, start, python) if closers else None
-    matched = [_OPENERS[o] for o in reversed(opened or [])][: len(closers)]
+    opened = _open_at(text, window_start, start, hash_comments) if closers else None
+    matched = [PAIRS[o] for o in reversed(opened or [])][: len(closers)]
     must_open = (
-        "".join(_CLOSERS[c] for c in closers[len(matched) :])[::-1] if list(closers[: len(matched)]) == matched else ""
+        "".join(OPENER_OF[c] for c in closers[len(matched) :])[::-1] if list(closers[: len(matched)]) == matched else ""
     )
     if line_before.strip() or line_after.strip():
         return GapShape(must_open=must_open)
     line_end = text.find("\n", end)
     below_end = text.find("\n", line_end + 1) if line_end >= 0 else -1
     below = text[line_end + 1 : below_end if below_end >= 0 else len(text)] if line_end >= 0 else ""
-    if not below.strip() or _width(below[: len(below) - len(below.lstrip())]) < indent:
+    if not below.strip() or indent_width(below) < indent:
         return GapShape(must_open=must_open)  # a blank line or the block's end below: the fill may be a block
-    deeper = _width(below[: len(below) - len(below.lstrip())]) > indent
+    deeper = indent_width(below) > indent
     header = (
         deeper
         and not must_open
         and doc.language in INDENT_LANGUAGES
-        and not (opened if opened is not None else _open_at(text, window_start, start, python))
+        and not (opened if opened is not None else _open_at(text, window_start, start, hash_comments))
     )
     return GapShape(
         must_open=must_open,
@@ -78,10 +75,6 @@ def read_shape(
         header=header,
         before_definition=not deeper and bool(_DEFINITION.match(below.lstrip())),
     )
-
-
-def _width(indentation: str) -> int:
-    return len(indentation.expandtabs(4))
 
 
 def _string_end(doc: DocumentSnapshot, node: Node | None, start: int) -> str:
@@ -100,14 +93,14 @@ def _string_end(doc: DocumentSnapshot, node: Node | None, start: int) -> str:
     return doc.byte_slice(last.start_byte, last.end_byte).decode("utf-8", "replace")
 
 
-_PYTHON_TOKENS = re.compile(r"[()\[\]{}\n#]|\"\"\"|'''|[\"']")
+_HASH_TOKENS = re.compile(r"[()\[\]{}\n#]|\"\"\"|'''|[\"']")
 _SLASH_TOKENS = re.compile(r"[()\[\]{}\n`]|//|/\*|[\"']")
 _NEXT_CODE = re.compile(r"[ \t]*(?=\S)")  # the indentation of the next non-blank line
 
 
-def _brackets(text: str, start: int, limit: int, python: bool) -> Iterator[tuple[int, str]]:
+def _brackets(text: str, start: int, limit: int, hash_comments: bool) -> Iterator[tuple[int, str]]:
     """(position, token) of the brackets and line breaks in text[start:limit], strings and comments skipped."""
-    tokens = _PYTHON_TOKENS if python else _SLASH_TOKENS
+    tokens = _HASH_TOKENS if hash_comments else _SLASH_TOKENS
     position = start
     while (match := tokens.search(text, position, limit)) is not None:
         token, position = match.group(), match.end()
@@ -123,30 +116,30 @@ def _brackets(text: str, start: int, limit: int, python: bool) -> Iterator[tuple
             yield match.start(), token
 
 
-def _open_at(text: str, window_start: int, start: int, python: bool) -> list[str]:
+def _open_at(text: str, window_start: int, start: int, hash_comments: bool) -> list[str]:
     """The brackets open at the gap, innermost last, read from the window's start."""
     stack: list[str] = []
-    for _, token in _brackets(text, window_start, start, python):
-        if token in _OPENERS:
+    for _, token in _brackets(text, window_start, start, hash_comments):
+        if token in PAIRS:
             stack.append(token)
-        elif token in _CLOSERS and stack and _OPENERS[stack[-1]] == token:
+        elif token in OPENER_OF and stack and PAIRS[stack[-1]] == token:
             stack.pop()
     return stack
 
 
-def _unopened_closers(text: str, start: int, indent: int, python: bool) -> str:
+def _unopened_closers(text: str, start: int, indent: int, hash_comments: bool) -> str:
     """The closing brackets in the text after the gap that the same text does not open, up to the end of the
     statement the gap is in: a line break with nothing open that the text opened, followed by a line no deeper
     than the gap's that does not start with a closer. Strings and comments are skipped."""
     stack: list[str] = []
     unopened: list[str] = []
-    for position, token in _brackets(text, start, min(len(text), start + SCAN_CHARS), python):
+    for position, token in _brackets(text, start, min(len(text), start + SCAN_CHARS), hash_comments):
         if token == "\n":
             if not stack and _statement_ends(text, position + 1, indent):
                 break
-        elif token in _OPENERS:
+        elif token in PAIRS:
             stack.append(token)
-        elif stack and _OPENERS[stack[-1]] == token:
+        elif stack and PAIRS[stack[-1]] == token:
             stack.pop()
         elif stack:
             return ""  # mismatched brackets: nothing to go on
@@ -159,7 +152,7 @@ def _statement_ends(text: str, position: int, indent: int) -> bool:
     """At a line start with nothing open: the next non-blank line is no deeper than the gap's and does not start
     with a closer (which would go on with the statement the gap is in)."""
     match = _NEXT_CODE.search(text, position)
-    return match is None or (_width(match.group()) <= indent and text[match.end()] not in _CLOSERS)
+    return match is None or (indent_width(match.group()) <= indent and text[match.end()] not in OPENER_OF)
 
 
 def _line_end(text: str, position: int) -> int:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# LSP languageId -> (module, function returning the language pointer)
+# LSP languageId -> (module, function returning the language pointer): the one list of languages with a grammar
 _GRAMMARS: dict[str, tuple[str, str]] = {
     "python": ("tree_sitter_python", "language"),
     "javascript": ("tree_sitter_javascript", "language"),
@@ -34,6 +34,8 @@ _GRAMMARS: dict[str, tuple[str, str]] = {
     "json": ("tree_sitter_json", "language"),
     "markdown": ("tree_sitter_markdown", "language"),
 }
+GRAMMAR_LANGUAGES = frozenset(_GRAMMARS)
+CODE_GRAMMARS = GRAMMAR_LANGUAGES - {"json", "markdown"}  # the grammars of programming languages (not data, prose)
 _ALIASES = {
     "py": "python",
     "python3": "python",

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 import transformers
 
+from infill import languages
 from infill.cache.tokens import ChunkedTokenizer
 from infill.engine.canvas import Canvas, build_canvas
 from infill.engine.config import EngineSettings, ResolvedEngineConfig, resolve_engine_config
@@ -322,10 +323,10 @@ class DiffusionEngine:
                 return picked[:i]
         return picked
 
-    def _decode(self, ids: list[int], single_line: bool) -> str:
+    def _decode(self, ids: list[int], single_line: bool, wraps: bool = True) -> str:
         # one sequence of ids decodes to one string (the `list[str]` in decode's type is for batches)
         text = cast(str, self.tokenizer.decode([i for i in ids if i < len(self.tokenizer)], skip_special_tokens=True))
-        return text.split("\n", 1)[0] if single_line else text
+        return languages.one_line_fill(text, wraps=wraps) if single_line else text
 
     def _middles(self, canvas: Canvas, tokens: torch.Tensor, row: int, request: InfillRequest) -> tuple[list[str], int]:
         middles: list[str] = []
@@ -333,7 +334,7 @@ class DiffusionEngine:
         for gap in range(request.gap_count):
             ids = self._middle_ids(canvas, tokens, row, gap)
             count += len(ids)
-            middles.append(self._decode(ids, request.single_line))
+            middles.append(self._decode(ids, request.single_line, request.wraps_lines))
         return middles, count
 
     def _draft_emitter(self, canvas: Canvas, on_draft: DraftCallback, request: InfillRequest) -> StepCallback:

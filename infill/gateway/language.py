@@ -22,6 +22,8 @@ import re
 
 from infill.context.syntax import error_nodes, new_parser
 
+# The grammar keys (infill/context/syntax.py GRAMMAR_LANGUAGES) but markdown (prose) and typescriptreact (it parses
+# what typescript parses), in tie order; tests/gateway checks it against the grammars, so none is forgotten here.
 DETECTED = ("json", "python", "typescript", "javascript", "go", "rust")
 DETECT_PREFIX_CHARS = 3000  # the text read: a window around the gap (parsing is linear in it)
 DETECT_SUFFIX_CHARS = 1000

@@ -8,11 +8,12 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from infill.context.syntax import CODE_GRAMMARS
 from infill.languages import python_tree
 from infill.pilot.files import SourceFile
 
 KINDS = ("single-line", "multi-line", "function-body", "sentence", "json-value")
-CODE_LANGUAGES = frozenset({"python", "javascript", "typescript", "typescriptreact", "go", "rust"})
+CODE_LANGUAGES = CODE_GRAMMARS  # code kinds are cut where a grammar reads the file
 MAX_BLOCK_LINES = 12  # longer middles exceed a typical completion budget (the pipeline's max_middle_tokens)
 MAX_MIDDLE_CHARS = 600
 

@@ -13,13 +13,13 @@ import pytest
 
 from infill import languages
 from infill.backends.offline.stops import cut_fill
-from infill.checks.postprocess import trim_unbalanced_closer
+from infill.checks.postprocess import postprocess, trim_dedent, trim_unbalanced_closer
 from infill.checks.watchdog import Watchdog
 from infill.context.builder import ContextBuilder
 from infill.context.gap_facts import read_gap
 from infill.pilot.syntax import syntax_valid
 from infill.pipeline import CompletionRequest, Pipeline
-from infill.types import UNSTEERED, BackendInfo, InfillResult
+from infill.types import UNSTEERED, BackendInfo, InfillRequest, InfillResult
 
 
 def watchdog_verdict(source: str, language: str, middle: str):
@@ -165,3 +165,72 @@ def test_the_backend_reads_the_depth_of_a_gap_as_the_pipeline_does(source, langu
         from_context.next_line,
         from_context.is_prose,
     )
+
+
+# -- one rule, one home: inputs on which copies of a rule once gave different answers ------------------------------
+
+
+def gap_at(source: str, language: str):
+    """The context of the gap at "§" of `source`, and the text before and after it."""
+    start = source.index("§")
+    text = source.replace("§", "", 1)
+    builder = ContextBuilder()
+    return builder.build(builder.document(text, language, None), [(start, start)], "inline"), text[:start], text[start:]
+
+
+WRAPPED_CALL = "f(a,\n    b)\nx = 1"
+
+
+def test_a_one_line_code_fill_keeps_the_call_it_wraps_in_every_stage():
+    # The DiffusionGemma engine and the remote routes cut at the first newline (`f(a,`, which the watchdog rejects);
+    # the offline default and the post-processing kept the wrapped call. All now ask languages.one_line_fill.
+    ctx, before, after = gap_at("def f(a, b):\n    y = §\n    return y\n", "python")
+    assert ctx.single_line
+    assert languages.one_line_fill(WRAPPED_CALL, wraps=True) == "f(a,\n    b)"
+    assert postprocess(WRAPPED_CALL, ctx, before, after) == "f(a,\n    b)"
+    assert cut_fill(WRAPPED_CALL, ctx.facts(after), single_line=True) == ("f(a,\n    b)", True)
+    assert InfillRequest(prefix=before, suffix=after, single_line=True, gap=ctx.facts(after)).wraps_lines
+
+
+def test_a_one_line_fill_in_prose_or_a_comment_ends_at_the_newline_while_it_is_written():
+    # The offline default wrote on over a newline inside brackets in prose and comments too (its copy of the rule
+    # did not know them), and the post-processing then cut back to the first line: tokens spent for nothing.
+    prose, before, after = gap_at("# Title\n\nSome text §\nMore text.\n", "markdown")
+    raw = "see (the\nnext) page\nmore"
+    assert cut_fill(raw, prose.facts(after), single_line=True) == ("see (the", True)
+    assert postprocess(raw, prose, before, after) == "see (the"
+    comment, before, after = gap_at("x = 1\n# call §\ny = 2\n", "python")
+    assert comment.in_comment and comment.facts(after).in_comment
+    assert cut_fill(WRAPPED_CALL, comment.facts(after), single_line=True) == ("f(a,", True)
+    assert postprocess(WRAPPED_CALL, comment, before, after) == "f(a,"
+    assert not InfillRequest(prefix=before, single_line=True, gap=comment.facts(after)).wraps_lines
+    assert not InfillRequest(prefix="Some text ", single_line=True, language="markdown").wraps_lines
+
+
+def test_a_call_closed_by_the_wrong_bracket_is_not_a_wrapped_call():
+    # The depth counter read `(]` as closed, the bracket stack as a mismatch: the stages now share the stack's answer.
+    assert not languages.closes_what_it_opens("f(a]") and languages.closes_what_it_opens("a)")
+    assert languages.one_line_fill("f(a,\n    b]\nx = 1", wraps=True) == "f(a,"
+
+
+def test_a_tab_is_as_wide_in_every_stage():
+    # `"\t  "` was 3 wide to the offline stop rules (characters) and 6 to the post-processing (a tab to column 4):
+    # a line indented by 4 spaces left the block for one and stayed in it for the other.
+    assert languages.indent_width("\t  x = 1") == 6 and languages.indent_width("    x") == 4
+    ctx, before, after = gap_at("if x:\n\t  y = 1\n\t  §\n", "python")
+    assert ctx.facts(after).body_indent == 6 == read_gap(before, after, "python").body_indent
+    fill = "z = 2\n    w = 3"
+    assert cut_fill(fill, ctx.facts(after), single_line=False) == ("z = 2", True)
+    assert trim_dedent(fill, ctx) == "z = 2"
+
+
+def test_a_short_repeated_line_is_structure_for_both_the_stop_rules_and_the_watchdog():
+    # Nested shell loops end `done` / `done`: the offline stop rules (4 characters) cut the second, the watchdog
+    # (6) let it through. One length now (languages.STUTTER_MIN_CHARS).
+    loops = "for a in x; do\n  for b in y; do\n    echo\n  done\ndone\n"
+    before, after = "#!/bin/sh\n", "\necho end\n"
+    assert cut_fill(loops, read_gap(before, after, "shellscript"), single_line=False) == (loops, False)
+    assert Watchdog().settings.consecutive_line_chars == languages.STUTTER_MIN_CHARS
+    assert watchdog_verdict(before + "§" + after, "shellscript", loops.rstrip()).reason != "repetition"
+    repeated = "  echo one two\n  echo one two\n"
+    assert cut_fill(repeated, read_gap(before, after, "shellscript"), single_line=False) == ("  echo one two", True)

@@ -226,3 +226,15 @@ def test_the_offline_default_writes_a_header_above_a_body_and_opens_what_the_lin
     assert header.split()[0].rstrip(":") in HEADER_WORDS and header.endswith(":") and "\n" not in header
     opening = fill("def f(x):\n    y = x * 2\n    |\n        x,\n        y,\n    )\n")
     assert leaves_open(opening) == "(" and opening.endswith("(") and "\n" not in opening
+
+
+def test_a_bracket_in_a_hash_comment_is_text_in_every_hash_commented_language():
+    # shape.py kept its own list of `#` languages (no shellscript): a `(` in a shell comment opened a bracket and hid
+    # the `)` below that the fill must open for. The comment markers now come from infill/languages.py alone.
+    source = "x=|\n  ls # note (\n)\n"
+    start = source.index("|")
+    text = source.replace("|", "", 1)
+    builder = ContextBuilder()
+    for language in ("shellscript", "sh", "perl", "python"):
+        gap = builder.build(builder.document(text, language, None), [(start, start)], "inline")
+        assert gap.shape.must_open == "(", language

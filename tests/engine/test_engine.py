@@ -430,3 +430,14 @@ def test_the_step_compiles_only_for_cuda(monkeypatch):
         assert sample_step_for("cuda") is sample_step_for("cuda") and len(calls) == 1  # compiled once
     finally:
         sample_step_for.cache_clear()
+
+
+def test_a_one_line_code_fill_keeps_the_call_it_wraps(loaded):
+    # The engine cut every one-line fill at its first newline, so it handed the watchdog an open `f(a,`; it now
+    # ends a one-line fill where every stage does (languages.one_line_fill): code keeps a call it wraps and closes.
+    engine = engine_with(loaded)
+    ids = engine.tokenizer.encode("f(a,\n    b)\nx = 1", add_special_tokens=False)
+    code = InfillRequest(prefix="y = ", suffix="\nreturn y", single_line=True, language="python")
+    prose = InfillRequest(prefix="See ", single_line=True, language="markdown")
+    assert engine._decode(ids, True, code.wraps_lines) == "f(a,\n    b)"
+    assert engine._decode(ids, True, prose.wraps_lines) == "f(a,"

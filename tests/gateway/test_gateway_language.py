@@ -8,7 +8,8 @@ import urllib.request
 
 import pytest
 
-from infill.gateway.language import _by_grammar, _window, detect_language
+from infill.context.syntax import GRAMMAR_LANGUAGES
+from infill.gateway.language import DETECTED, _by_grammar, _window, detect_language
 
 PYTHON = '''import os
 
@@ -164,3 +165,10 @@ def test_noise_in_python_without_a_language_is_not_returned(noisy_gateway):
 def test_prose_without_a_language_still_gets_a_fill(noisy_gateway):
     body = _post(noisy_gateway, {"prompt": PROSE, "suffix": "\n", "max_tokens": 8})
     assert body["choices"][0]["text"].strip(), body
+
+
+def test_every_grammar_but_prose_and_tsx_is_detected():
+    # DETECTED is an ordered copy of the grammar keys (the order breaks ties): a grammar added to
+    # infill/context/syntax.py must be added here too, or said why not.
+    assert set(DETECTED) == GRAMMAR_LANGUAGES - {"markdown", "typescriptreact"}
+    assert len(DETECTED) == len(set(DETECTED))

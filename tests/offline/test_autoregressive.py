@@ -18,9 +18,10 @@ from infill.backends.offline import calibration, model_file
 from infill.backends.offline.backend import load_default_backend
 from infill.backends.offline.sequences import DocumentSequences
 from infill.backends.offline.settings import ARSettings
-from infill.backends.offline.stops import cut_fill, ends_on_its_line, trim_unfinished
+from infill.backends.offline.stops import cut_fill, trim_unfinished
 from infill.cache.tokens import fit_prompt
 from infill.context.gap_facts import read_gap
+from infill.languages import ends_on_its_line
 from infill.types import CancelToken, FillControl, InfillBackend, InfillError, InfillRequest
 
 REAL_SOURCE = Path(__file__).resolve().parents[2] / "infill" / "types.py"
@@ -32,7 +33,7 @@ SESSION_CACHE_ROOT = model_file.cache_root()  # read at import, before any test 
 
 def test_single_line_gap_stops_at_newline_and_trims_echo_of_the_rest_of_line():
     gap = read_gap("x = max(", ")\nprint(x)\n", language="python")
-    assert ends_on_its_line(gap, single_line=False)  # text after the gap on its line makes it a one-line gap
+    assert ends_on_its_line(False, gap.line_after)  # text after the gap on its line makes it a one-line gap
     assert cut_fill("a, b)\n", gap, single_line=False) == ("a, b", True)
     assert cut_fill("f(a), b", gap, single_line=False) == ("f(a), b", False)  # nested call closed inside: go on
 

@@ -484,3 +484,17 @@ def test_closing_frees_a_thread_blocked_on_an_abandoned_exchange(scripted, bound
     for thread in blocked:
         thread.join(far(bound_s))
     assert not any(t.is_alive() for t in blocked)  # woken by the hang-up, not left until the timeout
+
+
+def test_a_server_that_ignores_stop_gets_the_one_line_rule(scripted):
+    # `stop` asks for one line; a server that writes on anyway is cut by languages.one_line_fill (it cut at the
+    # first newline, leaving a wrapped call open where every other route keeps it).
+    def reply(server, method, path, body):
+        if path == "/v1/models":
+            return 200, models("m")
+        return 200, completion("f(a,\n    b)\nx = 1")
+
+    backend = RemoteBackend(scripted(reply).url + "/v1")
+    code = backend.infill(InfillRequest(prefix="y = ", single_line=True, language="python"))
+    prose = backend.infill(InfillRequest(prefix="See ", single_line=True, language="markdown"))
+    assert code.middles == ("f(a,\n    b)",) and prose.middles == ("f(a,",)

@@ -297,3 +297,15 @@ def test_the_remote_backend_does_not_import_torch():
     assert (
         subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout == "False\n"
     )
+
+
+def test_a_one_line_code_fill_keeps_the_call_it_wraps(vllm):
+    # The native route cut every one-line fill at its first newline (an open `f(a,`); it now follows
+    # languages.one_line_fill, as the engine and the offline default do.
+    server = vllm(middle="f(a,\n    b)\nx = 1", likes=24 + 8)
+    backend = RemoteBackend(server.url)
+    code = backend.infill(InfillRequest(prefix="y = ", suffix=" + 1  # next", single_line=True, language="python"))
+    assert code.outcome == "ok" and code.versions["canvas"]["middle_length"] == 24
+    assert code.middles == ("f(a,\n    b)",)
+    prose = backend.infill(InfillRequest(prefix="See ", suffix=" for the rest.", single_line=True, language="markdown"))
+    assert prose.middles == ("f(a,",)

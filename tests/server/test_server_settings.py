@@ -38,3 +38,14 @@ def test_clean_layer_keeps_only_good_keys():
 def test_settings_not_an_object():
     settings, problems = parse_settings(["x"], Settings())
     assert settings == Settings() and "must be an object" in problems[0]
+
+
+def test_enabled_languages_are_compared_as_the_pipeline_reads_languages():
+    # The gate compared the raw languageId, the pipeline the resolved one: `py`, or no language on `x.pyi`, was
+    # Python to the pipeline and refused by `enabledLanguages: ["python"]`.
+    settings = Settings(enabled_languages=("python",))
+    assert settings.language_enabled("py") and settings.language_enabled("Python")
+    assert settings.language_enabled("", "file:///src/stubs.pyi")
+    assert not settings.language_enabled("markdown", "file:///README.md")
+    assert not settings.language_enabled("", "file:///notes.txt")
+    assert Settings(enabled_languages=("plaintext",)).language_enabled("plaintext", "file:///README.md")

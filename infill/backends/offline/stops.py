@@ -1,7 +1,8 @@
 """Where an autoregressive fill ends (cleaning and judging what it wrote is the pipeline's: infill/checks/).
 
 A base model without FIM tokens only continues the prefix, so the gap's end is decided here from its GapFacts
-(infill/context/gap_facts.py: the pipeline's, or read from the text): single-line gaps end at the newline;
+(infill/context/gap_facts.py: the pipeline's, or read from the text): single-line gaps end where their line ends
+(`languages.line_so_far`: code runs on while a call it wraps is open, prose and comments end at the newline);
 multi-line gaps end when a generated line dedents out of the enclosing block, when a line repeats the first line
 after the gap, at a blank line in prose, or at the token bound / EOS. The gap's shape (`GapFacts.shape`, what the
 text after it says) ends fills sooner: inside a string that goes on below, before the string's end; where the text
@@ -13,43 +14,19 @@ balanced point (`trim_unfinished`): where it ends, not cleaning.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from infill import languages
+from infill.languages import PYTHON_HEADER_WORDS, STUTTER_MIN_CHARS, closed_past, ends_on_its_line, leaves_open
 from infill.types import GapFacts
 
-_CLOSERS_AND_SEPARATORS = set(",;:.!?)]}")
-_PAIRS = {"(": ")", "[": "]", "{": "}"}
-# A block's header above the block (GapShape.header) starts with one of these.
-HEADER_WORDS = (
-    "if",
-    "elif",
-    "else",
-    "for",
-    "while",
-    "try",
-    "except",
-    "finally",
-    "with",
-    "def",
-    "class",
-    "async",
-    "match",
-    "case",
-)
-STUTTER_MIN_CHARS = 4  # a repeated line this long ends the fill (cutting loses less than the watchdog's reject)
-
-
-def ends_on_its_line(gap: GapFacts, single_line: bool) -> bool:
-    """A single-line request, or text after the gap on its line: the fill ends on the gap's line."""
-    return single_line or bool(gap.line_after.strip())
+_CLOSERS_AND_SEPARATORS = set(",;:.!?" + languages.CLOSERS)
+HEADER_WORDS = PYTHON_HEADER_WORDS  # a block's header above the block (GapShape.header) starts with one of these
 
 
 def trim_unfinished(text: str, gap: GapFacts, single_line: bool) -> str:
     """A fill cut off by the token bound (or EOS) inside brackets or a string it opened would break the line:
     keep it up to the last point where everything it opened is closed again (whole lines for multi-line gaps),
     without a dangling operator or comma; a fill that leaves open just what the text below closes is whole."""
-    one_line = ends_on_its_line(gap, single_line)
+    one_line = ends_on_its_line(single_line, gap.line_after)
     if gap.shape.must_open and "\n" not in text and leaves_open(text) == gap.shape.must_open:
         return text
     last = 0
@@ -73,10 +50,12 @@ def cut_fill(text: str, gap: GapFacts, single_line: bool) -> tuple[str, bool]:
         passed = closed_past(head, shape.must_open)
         if passed is not None:  # `= {"a": 1}` where the lines below are the dict's items: `= {`
             return head[:passed], True
-    if ends_on_its_line(gap, single_line):
+    if ends_on_its_line(single_line, gap.line_after):
         head, newline, _ = text.partition("\n")
         after_line = gap.line_after.strip()  # writing the rest of the gap's line ends a one-line fill
-        if len(after_line) >= 3 and after_line in head:  # the model wrote on into the fixed text
+        # the model wrote on into the fixed text (a short rest is left to the bracket-aware rule below: `:` in
+        # `d[a:b]` is no repeat of a `:` after the gap)
+        if len(after_line) >= languages.MIN_OVERLAP_CHARS and after_line in head:
             return head[: head.index(after_line)], True
         if after_line[:1] in _CLOSERS_AND_SEPARATORS:
             end = languages.first_unopened(head, after_line[0])
@@ -84,7 +63,7 @@ def cut_fill(text: str, gap: GapFacts, single_line: bool) -> tuple[str, bool]:
                 return head[:end], True
         if after_line:
             return head, bool(newline)
-        return languages.first_line_end(text)
+        return languages.line_so_far(text, wraps=gap.code)
     if gap.is_prose and "\n\n" in text.lstrip("\n"):
         start = len(text) - len(text.lstrip("\n"))
         return text[: text.index("\n\n", start)], True
@@ -109,41 +88,3 @@ def line_held_open(text: str, gap: GapFacts) -> bool:
     if "\n" in text or not (shape.must_open or shape.header):
         return False
     return leaves_open(text) != shape.must_open if shape.must_open else not text.rstrip().endswith(":")
-
-
-def _brackets(line: str) -> Iterator[tuple[int, str | None]]:
-    """For each bracket in `line`'s code, its index and the brackets open after it, outermost first; None (and
-    nothing more) for a closer that does not close the innermost open bracket."""
-    stack: list[str] = []
-    for i, ch, code, _ in languages.code_characters(line):
-        if not code:
-            continue
-        if ch in _PAIRS:
-            stack.append(ch)
-        elif ch in _PAIRS.values():
-            if not stack or _PAIRS[stack[-1]] != ch:
-                yield i, None
-                return
-            stack.pop()
-        else:
-            continue
-        yield i, "".join(stack)
-
-
-def leaves_open(line: str) -> str:
-    """The brackets `line` opens and does not close, outermost first ("" when it closes what it opens, or closes
-    one it never opened)."""
-    brackets = list(_brackets(line))
-    return (brackets[-1][1] or "") if brackets else ""
-
-
-def closed_past(line: str, must_open: str) -> int | None:
-    """Where `line` left open just `must_open` (the index after its last opener) when it then went on to close
-    one of them: the fill wrote on past where the lines below take over. None when it never did both."""
-    held: int | None = None
-    for i, opened in _brackets(line):
-        if opened is None or (held is not None and len(opened) < len(must_open)):
-            return held
-        if held is None and opened == must_open:
-            held = i + 1
-    return None

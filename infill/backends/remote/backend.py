@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import infill.backends.remote.vllm_diffusion as vd
+from infill import languages
 from infill.backends.remote.exchange import Exchanges
 from infill.backends.remote.http import (
     RemoteCall,
@@ -192,7 +193,7 @@ class RemoteBackend(NativeDiffusionRoute):
             body = self._completion_body(request, model, prompt, suffix, end)
             answer = self._parse_completion(self.http.one("POST", "/v1/completions", body, cancel, end))
             if request.single_line:  # in case the server ignored `stop`
-                answer.text = answer.text.split("\n", 1)[0]
+                answer.text = languages.one_line_fill(answer.text, wraps=request.wraps_lines)
             answers.append(answer)
             if on_draft is not None:
                 shown = tuple(a.text for a in answers) + ("",) * (request.gap_count - index - 1)
@@ -216,6 +217,8 @@ class RemoteBackend(NativeDiffusionRoute):
             body["prompt"] = render_fim(self.fim_template, prompt, suffix)
             del body["suffix"]
         if request.single_line:
+            # Saves the server's tokens past the line, at a price: a server cannot know that code may wrap a call
+            # over lines (languages.one_line_fill), so this route's one-line fills end at the first newline.
             body["stop"] = ["\n"]
         # For `infill-ls serve` (others ignore it): complete a line, or fill a gap that may span lines.
         body["mode"] = "inline" if request.single_line else "gap"

@@ -8,6 +8,7 @@ import random
 from typing import Any
 
 import infill.backends.remote.vllm_diffusion as vd
+from infill import languages
 from infill.backends.remote.exchange import Call, Exchanges
 from infill.backends.remote.http import RemoteCall, RemoteFailure, RemoteHTTPError, _GapAnswer
 from infill.engine.config import EngineConfig
@@ -123,7 +124,7 @@ class NativeDiffusionRoute:
             end,
         )
         if request.single_line:
-            middles = [m.split("\n", 1)[0] for m in middles]
+            middles = [languages.one_line_fill(m, wraps=request.wraps_lines) for m in middles]
         extension = {
             "middle_length": best.plan.length,
             "candidate_lengths": [p.length for p in plans],
