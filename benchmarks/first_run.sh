@@ -101,6 +101,7 @@ try:
 except OSError:
     cpu["model"] = platform.processor()
 report = {
+    "provenance": {"cpu": cpu["model"], "commit": commit, "how": "recorded by benchmarks/first_run.sh as it ran"},
     "what": "first run from a fresh clone with empty caches: scripts/demo.sh, scripts/demo.sh again, scripts/test.sh",
     "commit": commit,
     "cpu": cpu,

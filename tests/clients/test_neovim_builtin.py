@@ -64,8 +64,10 @@ def test_vim_lsp_enable_attaches_the_server_to_a_python_buffer_without_the_plugi
     editor = Editor(NVIM, rtp, env)
     try:
         # A user's own settings, merged over the shipped file's: few denoising steps and large budgets, as in
-        # tests/clients/test_neovim.py (the tiny model's default of many steps took 16-20 s a fill on the busy cores).
+        # tests/clients/test_neovim.py (the tiny model's default of many steps took 16-20 s a fill on the busy cores),
+        # and the fallback off there too: the ghost text read is the tiny model's own.
         budgets = {"invokedBudgetMs": 60000, "inlineBudgetMs": 60000, "denoisingSteps": 4, "maxMiddleTokens": 12}
+        budgets["fallback"] = False
         editor.lua("vim.lsp.config('infill_ls', {init_options = ..., settings = {infill = ...}})", budgets, budgets)
         editor.lua(
             "vim.cmd('filetype on'); vim.lsp.enable('infill_ls'); vim.cmd.edit(vim.fn.fnameescape(...))", str(source)

@@ -170,6 +170,7 @@ def test_fill_cli_prints_json(tiny_checkpoint, tmp_path):
             str(tiny_checkpoint),
             "--steps",
             "4",
+            "--no-fallback",  # the tiny engine's own fill (the offline default behind it would only load)
         ],
         capture_output=True,
         text=True,
@@ -181,7 +182,8 @@ def test_fill_cli_prints_json(tiny_checkpoint, tmp_path):
         assert key in out
     assert out["model"] == str(tiny_checkpoint) and 1 <= out["steps"] <= 4
     bad = subprocess.run(
-        [sys.executable, "-m", "server.cli", "fill", str(source), "--at", "9:1", "--model", str(tiny_checkpoint)],
+        [sys.executable, "-m", "server.cli", "fill", str(source), "--at", "9:1", "--model", str(tiny_checkpoint)]
+        + ["--no-fallback"],
         capture_output=True,
         text=True,
         timeout=120,

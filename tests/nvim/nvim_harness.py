@@ -87,8 +87,11 @@ class Nvim:
 # Generous timeouts: the machine's 2 cores are shared, and the tiny model still runs a real denoising loop.
 READY_MS = 120_000
 GHOST_MS = 60_000
-# Budgets large enough that the tiny model finishes even on a loaded CPU; few steps and tokens keep it quick.
+# Budgets large enough that the tiny model finishes even on a loaded CPU; few steps and tokens keep it quick. The
+# fallback is off: the tests read the tiny model's own ghost text (in prose, which its random words pass the
+# watchdog in), and loading the offline default behind it was most of each server start and restart.
 SETTINGS = {
+    "fallback": False,
     "inlineBudgetMs": 20000,
     "invokedBudgetMs": 20000,
     "codeActionBudgetMs": 30000,

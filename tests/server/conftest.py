@@ -1,5 +1,5 @@
 """Shared fixtures of the server tests: the real infill-ls over raw JSON-RPC (tests/fuzz/rpc.py) with the tiny
-random-weight DiffusionGemma, one per module, and a factory for tests that need a server of their own."""
+random-weight DiffusionGemma, one for the whole run, and a factory for tests that need a server of their own."""
 
 from __future__ import annotations
 
@@ -12,6 +12,11 @@ from fuzz.rpc import RawServer
 
 RawServerFactory = Callable[..., RawServer]
 
+# Plain text and Markdown, which the tiny engine's random text passes the watchdog in; the fallback off: these
+# servers are about the protocol and the tiny engine's own fills, and loading the offline default behind it was
+# most of each start (tests/server/test_server_fallback.py tests the fallback itself).
+TINY_ONLY = {"enabledLanguages": ["plaintext", "markdown"], "fallback": False}
+
 
 @pytest.fixture
 def raw_server(tiny_checkpoint: Path, tmp_path: Path) -> Iterator[RawServerFactory]:
@@ -21,7 +26,7 @@ def raw_server(tiny_checkpoint: Path, tmp_path: Path) -> Iterator[RawServerFacto
     def start(*args: str, configuration: dict[str, Any] | None = None, capabilities: dict | None = None) -> RawServer:
         server = RawServer(
             ["--model", str(tiny_checkpoint), "--denoising-steps", "2", *args],
-            configuration=configuration or {"enabledLanguages": ["plaintext", "markdown"], "codeActionBudgetMs": 60000},
+            configuration=configuration or {**TINY_ONLY, "codeActionBudgetMs": 60000},
             stderr_path=str(tmp_path / f"server-{len(started)}.log"),
         )
         started.append(server)
@@ -34,13 +39,14 @@ def raw_server(tiny_checkpoint: Path, tmp_path: Path) -> Iterator[RawServerFacto
         server.kill()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def edge_server(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RawServer]:
-    """One server for a module's edge cases (its stderr at `server.stderr_path`)."""
+    """One server for the edge cases of every module that asks for it (its stderr at `server.stderr_path`): none
+    of them needs a fresh one, and each leaves it serving (a test that changes how it answers puts that back)."""
     stderr = tmp_path_factory.mktemp("edge") / "server.log"
     server = RawServer(
         ["--model", str(tiny_checkpoint), "--denoising-steps", "2"],
-        configuration={"enabledLanguages": ["plaintext", "markdown"], "codeActionBudgetMs": 30000},
+        configuration={**TINY_ONLY, "codeActionBudgetMs": 30000},
         stderr_path=str(stderr),
     )
     assert "result" in (server.initialize() or {})

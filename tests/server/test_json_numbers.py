@@ -28,7 +28,7 @@ def raw_server(tiny_checkpoint, tmp_path_factory):
     # The workspace/configuration reply carries NaN: the server must still load its model.
     server = RawServer(
         ["--model", str(tiny_checkpoint), "--denoising-steps", "4"],
-        configuration={"debounceMs": math.nan, "codeActionBudgetMs": 30000},
+        configuration={"debounceMs": math.nan, "codeActionBudgetMs": 30000, "fallback": False},  # the tiny engine alone
         stderr_path=str(tmp_path_factory.mktemp("stderr") / "server.log"),
     )
     reply = server.initialize(raw_init_options='{"debounceMs": 1e400, "inlineBudgetMs": -1e400, "maxMiddleTokens": 16}')

@@ -8,6 +8,7 @@ import io
 import json
 import sys
 import time
+from collections.abc import Iterator
 
 import pytest
 from fuzz.rpc import RawServer
@@ -17,14 +18,25 @@ WHOLE = {"start": {"line": 1, "character": 13}, "end": {"line": 1, "character": 
 
 
 def _server(checkpoint, tmp_path, *args: str) -> RawServer:
+    # The fallback is off: these are the protocol's rules, met by the tiny engine's requests alone (the offline
+    # default behind it would only add its load to each start).
     server = RawServer(
         ["--model", str(checkpoint), *args],
-        configuration={"codeActionBudgetMs": 60000, "invokedBudgetMs": 60000},
+        configuration={"codeActionBudgetMs": 60000, "invokedBudgetMs": 60000, "fallback": False},
         stderr_path=str(tmp_path / "stderr.log"),
     )
     assert "result" in server.initialize()
     assert server.wait_ready(240)["state"] == "ready"
     return server
+
+
+@pytest.fixture(scope="module")
+def serving(tiny_checkpoint, tmp_path_factory) -> Iterator[RawServer]:
+    """One server for the tests that leave it serving (each on its own document); the tests of exit and shutdown
+    start their own."""
+    server = _server(tiny_checkpoint, tmp_path_factory.mktemp("serving"))
+    yield server
+    server.kill()
 
 
 def _open(server: RawServer, uri: str, text: str = TEXT, version: int = 1) -> None:
@@ -150,15 +162,12 @@ INVALID = [
 ]
 
 
-def test_invalid_params_get_32602_and_the_server_keeps_serving(tiny_checkpoint, tmp_path):
-    server = _server(tiny_checkpoint, tmp_path)
-    try:
-        _open(server, "file:///a.txt")
-        ids = [server.request(method, params) for method, params in INVALID]
-        replies = [server.wait(msg_id, 15) for msg_id in ids]
-        status = server.status()
-    finally:
-        server.kill()
+def test_invalid_params_get_32602_and_the_server_keeps_serving(serving):
+    server = serving
+    _open(server, "file:///a.txt")
+    ids = [server.request(method, params) for method, params in INVALID]
+    replies = [server.wait(msg_id, 15) for msg_id in ids]
+    status = server.status()
     for (method, params), reply in zip(INVALID, replies):
         assert reply is not None, f"no answer to {method} {params}"
         assert reply["error"]["code"] == -32602, reply
@@ -166,49 +175,46 @@ def test_invalid_params_get_32602_and_the_server_keeps_serving(tiny_checkpoint, 
     assert status["state"] == "ready"
 
 
-def test_an_unknown_method_is_method_not_found_with_or_without_params(tiny_checkpoint, tmp_path):
+def test_an_unknown_method_is_method_not_found_with_or_without_params(serving):
     """Without params, an unknown method was answered -32602 (pygls could not structure the generic request)."""
-    server = _server(tiny_checkpoint, tmp_path)
-    try:
-        bare, with_params = server.new_id(), server.new_id()
-        server.send(f'{{"jsonrpc": "2.0", "id": {bare}, "method": "no/such/method"}}')
-        server.send(f'{{"jsonrpc": "2.0", "id": {with_params}, "method": "no/such/method", "params": {{"a": 1}}}}')
-        replies = [server.wait(bare, 15), server.wait(with_params, 15)]
-    finally:
-        server.kill()
+    server = serving
+    bare, with_params = server.new_id(), server.new_id()
+    server.send(f'{{"jsonrpc": "2.0", "id": {bare}, "method": "no/such/method"}}')
+    server.send(f'{{"jsonrpc": "2.0", "id": {with_params}, "method": "no/such/method", "params": {{"a": 1}}}}')
+    replies = [server.wait(bare, 15), server.wait(with_params, 15)]
     assert [r["error"]["code"] for r in replies] == [-32601, -32601], replies
 
 
 @pytest.mark.parametrize("version", ["1.5", '"2"', "true"])
-def test_a_did_change_whose_version_is_not_an_integer_is_ignored(tiny_checkpoint, tmp_path, version):
+def test_a_did_change_whose_version_is_not_an_integer_is_ignored(serving, version):
     """Before, pygls applied a didChange with version 1.5 as version 1 and "2" as 2: the server's text changed
     under a version the client never had."""
-    server = _server(tiny_checkpoint, tmp_path)
+    server = serving
+    uri = f"file:///version-{json.loads(version)}.txt"  # a document of this case's own on the shared server
 
     def fill_gap_data() -> dict:
         listing = server.call(
             "textDocument/codeAction",
-            {"textDocument": {"uri": "file:///a.txt"}, "range": WHOLE, "context": {"diagnostics": []}},
+            {"textDocument": {"uri": uri}, "range": WHOLE, "context": {"diagnostics": []}},
             30,
         )
         assert listing is not None and "result" in listing, listing
         (data,) = [a["data"] for a in listing["result"] if a["data"]["infill"] == "gap"]
         return data
 
-    try:
-        _open(server, "file:///a.txt")
-        before = fill_gap_data()
-        server.notify(
-            "textDocument/didChange",
-            raw_params='{"textDocument": {"uri": "file:///a.txt", "version": '
-            + version
-            + '}, "contentChanges": [{"range": {"start": {"line": 0, "character": 0}, '
-            '"end": {"line": 0, "character": 3}}, "text": "Its"}]}',
-        )
-        after = fill_gap_data()
-        assert server.status()["state"] == "ready"
-    finally:
-        server.kill()
+    _open(server, uri)
+    before = fill_gap_data()
+    server.notify(
+        "textDocument/didChange",
+        raw_params='{"textDocument": {"uri": "'
+        + uri
+        + '", "version": '
+        + version
+        + '}, "contentChanges": [{"range": {"start": {"line": 0, "character": 0}, '
+        '"end": {"line": 0, "character": 3}}, "text": "Its"}]}',
+    )
+    after = fill_gap_data()
+    assert server.status()["state"] == "ready"
     assert (after["version"], after["text"]) == (before["version"], before["text"]) == (1, before["text"])
 
 

@@ -100,20 +100,24 @@ def fill_gap(server: RawServer, uri: str) -> dict:
     return reply["result"]
 
 
-def test_positional_fill_gap_reports_applied_only_when_the_client_applied_the_edit(raw_server):
-    server = raw_server()
+def test_positional_fill_gap_reports_applied_only_when_the_client_applied_the_edit(edge_server):
+    server = edge_server
     open_text(server, "file:///pos.txt", TEXT)
-    before = len(server.applied_edits)
-    accepted = fill_gap(server, "file:///pos.txt")
-    assert accepted == {"applied": True, "reason": ""}
-    assert len(server.applied_edits) == before + 1 and server.accepted_edits == 1  # the edit went out, accepted
-    server.apply_reply = {"applied": False, "failureReason": "the buffer is read-only"}
-    assert fill_gap(server, "file:///pos.txt") == {"applied": False, "reason": "the buffer is read-only"}
-    for unreadable in ({"applied": "false"}, {"applied": 1}, "yes", None):
-        server.apply_reply = unreadable  # a reply that does not say applied: true is not an application
-        result = fill_gap(server, "file:///pos.txt")
-        assert result["applied"] is False and result["reason"], (unreadable, result)
-    assert len(server.applied_edits) == before + 6 and server.accepted_edits == 1
+    before, accepted_before = len(server.applied_edits), server.accepted_edits  # (other tests' edits on it)
+    try:
+        accepted = fill_gap(server, "file:///pos.txt")
+        assert accepted == {"applied": True, "reason": ""}
+        assert len(server.applied_edits) == before + 1  # the edit went out ...
+        assert server.accepted_edits == accepted_before + 1  # ... and was accepted
+        server.apply_reply = {"applied": False, "failureReason": "the buffer is read-only"}
+        assert fill_gap(server, "file:///pos.txt") == {"applied": False, "reason": "the buffer is read-only"}
+        for unreadable in ({"applied": "false"}, {"applied": 1}, "yes", None):
+            server.apply_reply = unreadable  # a reply that does not say applied: true is not an application
+            result = fill_gap(server, "file:///pos.txt")
+            assert result["applied"] is False and result["reason"], (unreadable, result)
+    finally:
+        server.apply_reply = {"applied": True}  # the shared server's client accepts edits again
+    assert len(server.applied_edits) == before + 6 and server.accepted_edits == accepted_before + 1
 
 
 def test_a_client_without_apply_edit_is_sent_no_edit_and_told_why(raw_server):

@@ -18,7 +18,7 @@ async def plain(tiny_checkpoint):
         ["--model", str(tiny_checkpoint), "--denoising-steps", "8"],
         resolve_edit=False,
         progress=False,
-        init_options={"codeActionBudgetMs": 30000},
+        init_options={"codeActionBudgetMs": 30000, "fallback": False},  # the tiny engine alone
     )
     client.feature("infill/statusChanged")(lambda params: None)
     yield client

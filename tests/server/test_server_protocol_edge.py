@@ -173,7 +173,7 @@ def test_a_client_with_literals_but_no_resolve_gets_actions_that_fill_by_command
     """Issue 26: listing runs no model for such a client either; the action's command fills when executed."""
     server = RawServer(
         ["--model", str(tiny_checkpoint), "--denoising-steps", "2"],
-        configuration={"enabledLanguages": ["plaintext"], "codeActionBudgetMs": 30000},
+        configuration={"enabledLanguages": ["plaintext"], "codeActionBudgetMs": 30000, "fallback": False},
     )
     try:
         literals = {"codeActionLiteralSupport": {"codeActionKind": {"valueSet": ["refactor"]}}, "dataSupport": True}

@@ -29,6 +29,7 @@ async def lsp(tiny_checkpoint):
             "codeActionBudgetMs": 120000,
             "inlineBudgetMs": 120000,
             "debounceMs": 40,
+            "fallback": False,  # the races are the tiny engine's own runs
         },
     )
     client.feature("infill/statusChanged")(lambda params: None)

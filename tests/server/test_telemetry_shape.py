@@ -25,7 +25,7 @@ from lsprotocol import types
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 RETAIN_SECONDS = 1.5
-CONFIG = {"invokedBudgetMs": 30000, "enabledLanguages": ["plaintext"], "maxMiddleTokens": 16}
+CONFIG = {"invokedBudgetMs": 30000, "enabledLanguages": ["plaintext"], "maxMiddleTokens": 16, "fallback": False}
 ACCEPT = "infill.didAcceptCompletion"
 
 

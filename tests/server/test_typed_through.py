@@ -27,6 +27,7 @@ async def lsp(tiny_checkpoint):
             "debounceMs": 40,
             "invokedBudgetMs": 60000,
             "inlineBudgetMs": 60000,
+            "fallback": False,  # the tiny engine's own runs
         },
     )
     client.feature("infill/statusChanged")(lambda params: None)
