@@ -27,6 +27,7 @@ from infill.engine.layout import choose_lengths
 from infill.engine.loading import LoadedModel
 from infill.engine.model import model_limits
 from infill.engine.runner import CaptureReport, ModelRunner
+
 if TYPE_CHECKING:
     from transformers import DiffusionGemmaForBlockDiffusion
 

@@ -197,7 +197,8 @@ def test_an_fp8_model_equals_its_float_emulation(small_window, tmp_path, monkeyp
                 param.copy_(q.float() * s[..., None])
     fp8 = engine_weights(grid.model, quantize=True)
     assert torch.equal(
-        fp8.decoder[0].q.weight.float() * fp8.decoder[0].q.scale[:, None], grid.model.model.decoder.layers[0].self_attn.q_proj.weight
+        fp8.decoder[0].q.weight.float() * fp8.decoder[0].q.scale[:, None],
+        grid.model.model.decoder.layers[0].self_attn.q_proj.weight,
     )
     gen = torch.Generator().manual_seed(6)
     prompt, tokens = torch.randint(3, 512, (30,), generator=gen), torch.randint(3, 512, (2, 24), generator=gen)
