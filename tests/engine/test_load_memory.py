@@ -12,8 +12,10 @@ counts, torch's or not.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -43,10 +45,13 @@ print(json.dumps({"grown": grown, "weights": loaded.weights.weight_bytes(), "for
 
 
 @pytest.fixture(scope="module")
-def full_size_checkpoint(tmp_path_factory) -> Path:
+def full_size_checkpoint(tmp_path_factory) -> Iterator[Path]:
+    """4.5 GiB on disk, removed afterwards (pytest keeps its temporary directories for three runs)."""
     from infill.testing.full_size import write_full_size_checkpoint
 
-    return write_full_size_checkpoint(tmp_path_factory.mktemp("full-size-bf16"), LAYERS)
+    directory = tmp_path_factory.mktemp("full-size-bf16")
+    yield write_full_size_checkpoint(directory, LAYERS)
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def peak_growth(model: Path, load_format: str, quantization: str) -> dict:
