@@ -46,13 +46,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 # the sibling benchmark modules, with benchmarks/ on the path only while they are imported (its server.py would
 # shadow the `server` package for everything imported after)
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+_BENCHMARKS = str(Path(__file__).resolve().parent)
+sys.path.insert(0, _BENCHMARKS)
 try:
     import gpu_floor
     import gpu_sections
     from engine_pipeline import measure_keystrokes
 finally:
-    sys.path.pop(0)
+    sys.path.remove(_BENCHMARKS)
 
 from infill.engine import forward  # noqa: E402
 from infill.engine.canvas import build_canvas  # noqa: E402
@@ -109,8 +110,15 @@ class Bench:
 
     def before(self) -> dict:
         options = ["--model", self.args.model, "--load-format", self.args.load_format, "--device", self.args.device]
-        options += ["--dtype", self.args.dtype, "--keystrokes", str(self.args.keystrokes), "--steps", str(self.args.steps)]
-        options += ["--context", str(PIPELINE_CONTEXT)]
+        options += [
+            "--dtype",
+            self.args.dtype,
+            "--keystrokes",
+            str(self.args.keystrokes),
+            "--steps",
+            str(self.args.steps),
+        ]
+        options += ["--context", str(self.args.context)]
         log = Path(self.args.out).with_name("before.log") if self.args.out else None
         limit = section_limit(self.args, "before") - 5  # inside the section's own limit
         return gpu_sections.baseline_pipeline(Path(self.args.baseline), options, limit, log)
@@ -233,7 +241,7 @@ class Bench:
                 touched = gpu_floor.experts_touched(gpu_floor.canvas_forward(w, engine.runner.kv, rows, width, context))
                 nbytes = gpu_floor.floor_bytes(parts, touched, gpu_floor.visible_kv_bytes(w, context), head=True)
                 out[f"{rows}x{width}@{context}"] = floor(touched, nbytes)
-        context = PIPELINE_CONTEXT
+        context = self.args.context
         engine._encode_prompt("floors", self.ids(context, 1))
         for new in (1, 2, 8):
             extra = self.ids(new, 100 + new).to(self.device)
@@ -288,8 +296,9 @@ class Bench:
         """A keystroke that adds exactly `new` tokens to a 2,048-token prompt: the label is the tokens encoded."""
         engine = engine or self.engine
         out = {}
-        for new, count in ((2, 50), (1, 20), (8, 20)):
-            ids = self.ids(PIPELINE_CONTEXT, 3)
+        many = self.args.encodes
+        for new, count in ((2, many), (1, max(1, many * 2 // 5)), (8, max(1, many * 2 // 5))):
+            ids = self.ids(self.args.context, 3)
             engine._encode_prompt("keys", ids)
             times, reused, encoded = [], [], []
             for i in range(count):
@@ -301,7 +310,7 @@ class Bench:
                 reused.append(kept)
                 encoded.append(done - kept)
                 ids = typed
-            floor = self.floor_table.get(f"encode {new} after {PIPELINE_CONTEXT}", {}).get("floor_ms")
+            floor = self.floor_table.get(f"encode {new} after {self.args.context}", {}).get("floor_ms")
             p50 = statistics.median(times)
             out[f"{new} tokens"] = {
                 "p50_ms": round(p50, 2),
@@ -315,7 +324,7 @@ class Bench:
         return out
 
     def pipeline(self, engine: DiffusionEngine | None = None) -> dict:
-        return measure_keystrokes(engine or self.engine, keystrokes=self.args.keystrokes, context=PIPELINE_CONTEXT)
+        return measure_keystrokes(engine or self.engine, keystrokes=self.args.keystrokes, context=self.args.context)
 
     def experts(self) -> dict:
         w = self.engine.weights
@@ -352,16 +361,16 @@ class Bench:
         from torch.profiler import ProfilerActivity, profile
 
         engine = self.engine
-        ids = self.ids(PIPELINE_CONTEXT, 5)
+        ids = self.ids(self.args.context, 5)
         engine._encode_prompt("profile", ids)
-        canvas = build_canvas([32] * 3, [[]], PIPELINE_CONTEXT, engine.pad_id, engine.device)
+        canvas = build_canvas([32] * 3, [[]], self.args.context, engine.pad_id, engine.device)
         fill = CanvasFill(canvas, ids, engine.runner)
         config = replace(engine.config, max_denoising_steps=1)
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
         out = {}
         for name, run in (
             ("replayed step", lambda: denoise(fill, config, torch.Generator(engine.device))),
-            ("eager forward", gpu_floor.canvas_forward(engine.weights, engine.runner.kv, 3, 32, PIPELINE_CONTEXT)),
+            ("eager forward", gpu_floor.canvas_forward(engine.weights, engine.runner.kv, 3, 32, self.args.context)),
         ):
             with torch.inference_mode():
                 run()
@@ -423,7 +432,6 @@ def section_limit(args, name: str) -> int:
     return max(1, round(LIMIT_S[name] * args.time_scale))
 
 
-PIPELINE_CONTEXT = 2048
 # Each section's limit on a GPU, seconds (--time-scale multiplies them): the default sections add up to at most
 # 300 s, gpu.sh's limit for the whole run; most take a fraction of theirs. `compile` runs only when asked for.
 LIMIT_S = {
@@ -453,7 +461,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keystrokes", type=int, default=30, help="pipeline keystrokes, before and after alike")
-    parser.add_argument("--contexts", default="2048,8192")
+    parser.add_argument("--contexts", default="2048,8192", help="prompt lengths of the steps section")
+    parser.add_argument("--context", type=int, default=2048, help="prompt of the keystroke and pipeline sections")
+    parser.add_argument("--encodes", type=int, default=50, help="2-token keystrokes timed (1 and 8: 2/5 of it)")
     parser.add_argument("--sections", default=",".join(SECTIONS))
     parser.add_argument("--time-scale", type=float, default=1.0, help="multiplies every section's limit (LIMIT_S)")
     parser.add_argument("--baseline", default=".baseline", help="tree of the engine before the static forward")

@@ -85,7 +85,9 @@ def bucket_report(runner, expect_captured: bool) -> dict:
     buckets = {p.name: "captured" if p.captured else "eager" for p in programs}
     eager = [name for name, how in buckets.items() if how == "eager"]
     if expect_captured and (eager or not buckets):
-        raise SectionFailed(f"programs that should be captured ran eagerly: {eager or 'no programs built'}", {"buckets": buckets})
+        raise SectionFailed(
+            f"programs that should be captured ran eagerly: {eager or 'no programs built'}", {"buckets": buckets}
+        )
     return buckets
 
 

@@ -117,7 +117,9 @@ class SafetensorsFiles:
             try:
                 self.stored.update(_header(file))
             except (OSError, ValueError, KeyError, TypeError, struct.error) as exc:
-                raise InfillError(f"cannot load DiffusionGemma weights from {file}: not a safetensors file ({exc})") from exc
+                raise InfillError(
+                    f"cannot load DiffusionGemma weights from {file}: not a safetensors file ({exc})"
+                ) from exc
 
     def has(self, name: str) -> bool:
         return name in self.stored
@@ -137,7 +139,8 @@ class SafetensorsFiles:
         stop = rows if stop is None else stop
         out = torch.empty((stop - start, *shape[1:]) if shape else (), dtype=entry.dtype)
         row_bytes = out.element_size() * math.prod(shape[1:])
-        buffer = out.view(-1).view(torch.uint8).numpy()
+        # the tensor's own bytes, read into in place (numpy's stubs here do not declare its buffer protocol)
+        buffer = memoryview(out.view(-1).view(torch.uint8).numpy())  # type: ignore[arg-type]
         with entry.path.open("rb") as f:
             f.seek(entry.offset + start * row_bytes)
             if f.readinto(buffer) != buffer.nbytes:
@@ -198,7 +201,9 @@ class _Builder:
 
     def linear(self, name: str, quantize: bool = True) -> Linear:
         if self.source.has(f"{name}.bias"):
-            raise InfillError("this DiffusionGemma checkpoint has attention or MLP biases, which the engine does not read")
+            raise InfillError(
+                "this DiffusionGemma checkpoint has attention or MLP biases, which the engine does not read"
+            )
         if self.source.has(f"{name}.weight_scale"):  # stored in FP8
             scale = self.source.read(f"{name}.weight_scale").to(device=self.device, dtype=torch.float32)
             return Linear(self.source.read(f"{name}.weight").to(self.device), scale.reshape(-1))
@@ -216,7 +221,9 @@ class _Builder:
         step = max(1, QUANTIZE_SLICE // math.prod(shape[1:]))
         for start in range(0, shape[0], step):
             stop = min(shape[0], start + step)
-            weight[start:stop], scale[start:stop] = quantize_rows_of(self.source.read(name, start, stop).to(self.device))
+            weight[start:stop], scale[start:stop] = quantize_rows_of(
+                self.source.read(name, start, stop).to(self.device)
+            )
         return Linear(weight, scale)
 
     def experts(self, prefix: str, count: int) -> Experts:
@@ -313,7 +320,9 @@ def read_weights(
         head=b.tensor(HEAD) if untied else embed,
         self_conditioning=(
             b.tensor(f"{SELF_CONDITIONING}.pre_norm.weight"),
-            *(b.linear(f"{SELF_CONDITIONING}.{p}", quantize=False) for p in ("gate_proj", "up_proj", "down_proj")),
+            b.linear(f"{SELF_CONDITIONING}.gate_proj", quantize=False),
+            b.linear(f"{SELF_CONDITIONING}.up_proj", quantize=False),
+            b.linear(f"{SELF_CONDITIONING}.down_proj", quantize=False),
         ),
         final_norm=b.tensor(FINAL_NORM),
         encoder=encoder,

@@ -25,9 +25,10 @@ if TYPE_CHECKING:
 
 def quantize_rows_of(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(E4M3 weight, float32 scale per output row) for weight (..., out, in): each row scaled to fill [-448, 448]."""
-    w = weight.float()
+    w = weight.to(torch.float32, copy=True)  # divided in place below: one float32 temporary (quantizing at load
+    # runs this slice by slice, and each temporary adds to the load's peak)
     scale = w.abs().amax(-1).clamp(min=1e-12) / FP8_MAX
-    return (w / scale[..., None]).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale
+    return w.div_(scale[..., None]).clamp_(-FP8_MAX, FP8_MAX).to(FP8), scale
 
 
 # ---- the compressed-tensors checkpoint format ------------------------------------------------------------------

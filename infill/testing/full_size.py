@@ -112,7 +112,7 @@ def full_size_model(layers: int, seed: int = 0, dtype: str = "float32") -> Diffu
             seen.add(param.data_ptr())
             bound = param.shape[-1] ** -0.5
             param.uniform_(-bound, bound, generator=generator)
-    model.eval()  # type: ignore[no-untyped-call]  # transformers leaves PreTrainedModel.eval unannotated
+    model.eval()
     return cast("DiffusionGemmaForBlockDiffusion", model)
 
 

@@ -29,6 +29,7 @@ from infill.types import InfillError, InfillRequest
 
 WINDOW = 16
 TOLERANCE = 2e-5  # float32, the same weights, other kernels and reduction orders
+FULL_SIZE_BF16_TOLERANCE = 0.06  # of the largest logit: about 2x the 0.028 measured (bf16 rounding, two forwards)
 
 
 @pytest.fixture(scope="module")
@@ -92,12 +93,16 @@ def test_experts_kernels_agree_and_route_as_transformers(small_window):
 
 def test_the_full_size_architecture_with_two_layers_equals_transformers():
     """Real dimensions and vocabulary (2,816 hidden, 128 experts top-8, 262,144 tokens, 16 query heads over 8 KV
-    heads of 256 in the sliding layer and 2 of 512 in the full one), random weights, float32 on CPU: a prompt past
-    the real 1,024-token window, two padded candidate rows."""
+    heads of 256 in the sliding layer and 2 of 512 in the full one), random weights, a prompt past the real
+    1,024-token window, two padded candidate rows. In bfloat16, the dtype the engine runs on a GPU: one copy of the
+    weights (4.5 GiB; float32 needed two, 10 GB of the suite's memory), the engine reading transformers' own
+    tensors. Measured: the largest difference is 2.8% of the largest logit (bf16 rounding in two differently
+    ordered forwards, seed 3); a wrong mask, rotary table or expert route moves logits by far more."""
     from infill.testing.full_size import full_size_model
 
-    model = full_size_model(layers=2)
+    model = full_size_model(layers=2, dtype="bfloat16")
     weights = engine_weights(model)
+    assert weights.dtype == torch.bfloat16 and weights.embed.data_ptr() == model.lm_head.weight.data_ptr()
     assert [layer.kind for layer in weights.decoder] == ["sliding_attention", "full_attention"]
     assert weights.kv_shapes() == [(8, 256), (2, 512)] and weights.sliding_window == 1024
     gen = torch.Generator().manual_seed(3)
@@ -106,14 +111,16 @@ def test_the_full_size_architecture_with_two_layers_equals_transformers():
     tokens = torch.randint(3, weights.vocab, (2, 12), generator=gen)
     valid = torch.ones(2, 12, dtype=torch.bool)
     valid[0, 9:] = False
-    soft = torch.zeros(2, 12, weights.hidden)
-    theirs = hf_canvas_logits(model, prompt, tokens, soft, valid)
+    soft = torch.zeros(2, 12, weights.hidden, dtype=torch.bfloat16)
+    theirs = hf_canvas_logits(model, prompt, tokens, soft, valid).float()
     with torch.inference_mode():
         ours = forward.decode(
             weights, kv, tokens, soft, 1030, valid, forward.exact_spans(weights, 1054, 1030), "grouped"
-        )
+        ).float()
     scale = theirs[valid].abs().max()
-    assert (ours - theirs)[valid].abs().max() <= 1e-4 * scale
+    error = (ours - theirs)[valid].abs().max() / scale
+    print(f"full size, bfloat16: largest difference {error:.5f} of the largest logit")
+    assert error <= FULL_SIZE_BF16_TOLERANCE
 
 
 @pytest.mark.parametrize(
@@ -197,7 +204,8 @@ def test_an_fp8_model_equals_its_float_emulation(small_window, tmp_path, monkeyp
                 param.copy_(q.float() * s[..., None])
     fp8 = engine_weights(grid.model, quantize=True)
     assert torch.equal(
-        fp8.decoder[0].q.weight.float() * fp8.decoder[0].q.scale[:, None], grid.model.model.decoder.layers[0].self_attn.q_proj.weight
+        fp8.decoder[0].q.weight.float() * fp8.decoder[0].q.scale[:, None],
+        grid.model.model.decoder.layers[0].self_attn.q_proj.weight,
     )
     gen = torch.Generator().manual_seed(6)
     prompt, tokens = torch.randint(3, 512, (30,), generator=gen), torch.randint(3, 512, (2, 24), generator=gen)

@@ -141,12 +141,13 @@ def test_a_cpu_run_of_the_sections_times_the_same_work_before_and_after(tiny_che
     engine_gpu = bench_module("engine_gpu")
     out = tmp_path / "sections.jsonl"
     argv = ["--model", str(tiny_checkpoint), "--device", "cpu", "--dtype", "float32", "--contexts", "256"]
-    argv += ["--keystrokes", "3", "--steps", "2", "--repeat", "1", "--time-scale", "20", "--out", str(out)]
-    argv += ["--baseline", str(BENCHMARKS.parent), "--sections", "before,load,floors,steps,keystroke,pipeline,fp8"]
-    assert engine_gpu.main(argv) == 0
+    argv += ["--context", "512", "--keystrokes", "3", "--encodes", "5", "--steps", "2", "--repeat", "1"]
+    argv += ["--time-scale", "20", "--out", str(out), "--baseline", str(BENCHMARKS.parent)]
+    names = ["before", "bandwidth", "load", "floors", "steps", "keystroke", "pipeline", "fp8"]
+    assert engine_gpu.main([*argv, "--sections", ",".join(names)]) == 0
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     figures = {line.pop("section"): line for line in lines}
-    assert list(figures) == ["before", "load", "floors", "steps", "keystroke", "pipeline", "fp8"]
+    assert list(figures) == names
     assert not any("error" in f for f in figures.values()), {k: f.get("error") for k, f in figures.items()}
     before, after = figures["before"], figures["pipeline"]
     assert before["keystrokes"] == after["keystrokes"] == 3 and before["steps"] == after["steps"] == 2

@@ -1,9 +1,9 @@
 """Loading builds the weights once: the full-size architecture (2,816 hidden, 128 experts, 262,144-token vocabulary)
 with 2 layers, loaded in a child process of its own, grows the process's peak resident memory by at most 1.10x the
 weights it ends with, for a bf16 checkpoint, the same checkpoint quantized to FP8 as it is read, and dummy weights.
-Before checkpoint.py the loader built a transformers model and took its tensors (dummy: 1.99x, FP8 at load:
-3.11x, a second copy each). On a GPU the same figure is benchmarks/engine_gpu.py's load section
-(`torch.cuda.max_memory_allocated`).
+A guard, not a reproduction: the transformers path before checkpoint.py made its second copy on the GPU (94 GiB
+for ~48 GiB of weights on an H200) but stays at 1.03-1.04x here by this measure (untouched pages are not resident),
+so the GPU figure is benchmarks/engine_gpu.py's load section (`torch.cuda.max_memory_allocated`).
 
 The peak is the kernel's (VmHWM, reset through /proc/self/clear_refs just before the load), so every allocation
 counts, torch's or not.
@@ -12,8 +12,10 @@ counts, torch's or not.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -43,10 +45,13 @@ print(json.dumps({"grown": grown, "weights": loaded.weights.weight_bytes(), "for
 
 
 @pytest.fixture(scope="module")
-def full_size_checkpoint(tmp_path_factory) -> Path:
+def full_size_checkpoint(tmp_path_factory) -> Iterator[Path]:
+    """4.5 GiB on disk, removed afterwards (pytest keeps its temporary directories for three runs)."""
     from infill.testing.full_size import write_full_size_checkpoint
 
-    return write_full_size_checkpoint(tmp_path_factory.mktemp("full-size-bf16"), LAYERS)
+    directory = tmp_path_factory.mktemp("full-size-bf16")
+    yield write_full_size_checkpoint(directory, LAYERS)
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def peak_growth(model: Path, load_format: str, quantization: str) -> dict:
