@@ -31,6 +31,10 @@ class CompletionRequest:
     related: tuple[OpenDocument, ...] = ()  # other open documents, most recently used first
     candidates: int = 1  # fills the backend may write and rank by their join with the suffix (InfillRequest)
     alternatives: int | None = None  # other fills to try where the first is refused (None: PipelineSettings')
+    # A person asked and waits for this fill (an invoked inline request, Fill gap, a gateway client's `best_of`):
+    # its `candidates` are written within PipelineSettings.explicit_budget_ms (the rank deadline), and the server
+    # keeps its time out of the keystroke guard (server/budget.py).
+    explicit: bool = False
 
 
 @dataclass(frozen=True)

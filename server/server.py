@@ -28,6 +28,7 @@ from .next_line import NextLine
 from .settings import Settings, clean_layer, parse_settings
 from .telemetry import LogThrottle, RefusalLog, Telemetry
 from .typed_through import TypedThrough
+from .warming import Warming
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,7 @@ class InfillServer(LanguageServer):
         self.typed_through: TypedThrough = TypedThrough()  # the rest of a suggestion the person types through
         # the next line's suggestion, computed ahead (server/next_line.py)
         self.next_line: NextLine = NextLine(self.host, self.typed_through, self.budget)
+        self.warming: Warming = Warming()  # a document's prompt encoded at open and where the cursor moves
         self.joined = 0  # inline requests that joined an identical run in flight
         self._progress_token: str | None = None
         self._progress_ready: asyncio.Future[bool] | None = None
@@ -165,6 +167,7 @@ class InfillServer(LanguageServer):
                 "joined": self.joined,
                 "nextLine": self.next_line.answered,
                 "nextLineStarted": self.next_line.started,
+                "warmsStarted": self.warming.started,
             },
         }
 
@@ -204,8 +207,11 @@ class InfillServer(LanguageServer):
                 settings = _with(settings, name, getattr(self.base_settings, name))
         self.settings = settings
         self.telemetry.log_path = settings.completion_log
-        if settings.max_middle_tokens != before.max_middle_tokens:
-            self.host.set_max_middle_tokens(settings.max_middle_tokens)
+        if (settings.max_middle_tokens, settings.explicit_budget_ms) != (
+            before.max_middle_tokens,
+            before.explicit_budget_ms,
+        ):
+            self.host.set_pipeline_settings(settings)
         if self.host.loaded_key is not None and settings.backend_key() != self.host.loaded_key:
             self.log(f"backend settings changed (from {source}); reloading in the background")
             self.start_loading()

@@ -15,6 +15,7 @@ export const SERVER_SETTING_KEYS = [
   'invokedBudgetMs',
   'codeActionBudgetMs',
   'fillCandidates',
+  'explicitBudgetMs',
   'debounceMs',
   'maxMiddleTokens',
   'denoisingSteps',
