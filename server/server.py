@@ -21,6 +21,7 @@ from infill.worker import Claims
 
 from .acceptance import AcceptanceTracker
 from .backend_host import BackendHost
+from .background_warm import BackgroundWarm
 from .budget import BudgetPolicy
 from .documents import DocumentStore
 from .jsonrpc import GuardedProtocol, public_message, strict_converter
@@ -28,7 +29,6 @@ from .next_line import NextLine
 from .settings import Settings, clean_layer, parse_settings
 from .telemetry import LogThrottle, RefusalLog, Telemetry
 from .typed_through import TypedThrough
-from .warming import Warming
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,8 @@ class InfillServer(LanguageServer):
         self.typed_through: TypedThrough = TypedThrough()  # the rest of a suggestion the person types through
         # the next line's suggestion, computed ahead (server/next_line.py)
         self.next_line: NextLine = NextLine(self.host, self.typed_through, self.budget)
-        self.warming: Warming = Warming()  # a document's prompt encoded at open and where the cursor moves
+        # the background warm of a document's prompt at open and where the cursor moves (server/warming.py)
+        self.warming: BackgroundWarm = BackgroundWarm()
         self.joined = 0  # inline requests that joined an identical run in flight
         self._progress_token: str | None = None
         self._progress_ready: asyncio.Future[bool] | None = None

@@ -4,11 +4,11 @@ typed since (the offline default keeps an encoded prompt per recently used docum
 prompt differs: infill/backends/offline/sequences.py).
 
 The warm runs in the background on the model thread, as a warm after a jump does (server/scheduling.py `warm_at`),
-one at a time: a newer warm, any keystroke in any document (didChange) and any inline request cancel it between
-two chunks, and what it encoded by then stays. Its ticket is not an inline one, so it never supersedes a request
-in flight. At open the cursor is not known yet: the prompt at the document's end is warmed (a document within the
-prompt window shares it, up to the cursor's line, with the prompt at any cursor); a client that sends the cursor
-moves the warm there at once.
+one at a time (server/background_warm.py holds it): a newer warm, any keystroke in any document (didChange) and any
+inline request cancel it between two chunks, and what it encoded by then stays. Its ticket is not an inline one, so
+it never supersedes a request in flight. At open the cursor is not known yet: the prompt at the document's end is
+warmed (a document within the prompt window shares it, up to the cursor's line, with the prompt at any cursor); a
+client that sends the cursor moves the warm there at once.
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
-
-from infill.worker import Ticket
 
 from .gate import refusal
 from .json_values import json_integer, plain_json
@@ -31,38 +29,24 @@ CURSOR_MOVED = "infill/didMoveCursor"  # client -> server: {textDocument: {uri},
 WARM_KIND = "warm"  # the claim kind of a warm: cancelled by an edit of its document, superseding nothing
 
 
-class Warming:
-    """The one background warm at a time. Event loop only."""
-
-    def __init__(self) -> None:
-        self._ticket: Ticket | None = None
-        self.started = 0  # warms started (status, tests)
-
-    def cancel(self) -> None:
-        """A keystroke or a request: the model thread is theirs (the work done so far is kept)."""
-        if self._ticket is not None:
-            self._ticket.token.cancel("a keystroke or a request came")
-            self._ticket = None
-
-    def start(self, ls: InfillServer, document: Document, offset: int) -> bool:
-        """Warm the prompt at `offset` in `document` (after cancelling the warm before); whether one started. Not
-        on the line of the document's last edit or warm: that prompt is held already (or its request runs)."""
-        self.cancel()
-        pipeline = ls.host.current_pipeline
-        if pipeline is None or not ls.host.ready or refusal(ls, document, document.uri) is not None:
-            return False
-        line = document.position_at(offset).line
-        if line == document.last_edit_line:
-            return False
-        document.last_edit_line = line  # a keystroke on this line next is no jump: its prompt is warming now
-        self._ticket = warm_at(ls, pipeline, document, offset, WARM_KIND)
-        self.started += 1
-        return True
+def warm_at_cursor(ls: InfillServer, document: Document, offset: int) -> bool:
+    """Warm the prompt at `offset` in `document` (after cancelling the warm before); whether one started. Not on the
+    line of the document's last edit or warm: that prompt is held already (or its request runs)."""
+    ls.warming.cancel()
+    pipeline = ls.host.current_pipeline
+    if pipeline is None or not ls.host.ready or refusal(ls, document, document.uri) is not None:
+        return False
+    line = document.position_at(offset).line
+    if line == document.last_edit_line:
+        return False
+    document.last_edit_line = line  # a keystroke on this line next is no jump: its prompt is warming now
+    ls.warming.hold(warm_at(ls, pipeline, document, offset, WARM_KIND))
+    return True
 
 
 def opened(ls: InfillServer, document: Document) -> None:
     """didOpen: warm the prompt at the document's end."""
-    ls.warming.start(ls, document, len(document.text))
+    warm_at_cursor(ls, document, len(document.text))
 
 
 def register(server: InfillServer) -> None:
@@ -77,4 +61,4 @@ def register(server: InfillServer) -> None:
         document = ls.documents.get(uri) if isinstance(uri, str) else None
         if document is None or line is None or character is None:
             return  # a notification that cannot be read, or for a document not open: nothing to warm
-        ls.warming.start(ls, document, document.offset_at(types.Position(line=line, character=character)))
+        warm_at_cursor(ls, document, document.offset_at(types.Position(line=line, character=character)))
