@@ -15,7 +15,9 @@ packages, in two disjoint sets:
 Each hole goes through `infill.pipeline.Pipeline.complete`, the watchdog, cleaning and fallback included:
 - lsp: as the server asks: the document's language given, the server's pipeline settings, the inline guard
   (server/scheduling.py's cap: automatic requests are stopped by the client, not by a deadline) and the other
-  fills an automatic request tries where its first is refused (`INLINE_ALTERNATIVES`);
+  fills an automatic request tries where its first is refused (`INLINE_ALTERNATIVES`); lsp-invoked (on request):
+  an explicitly invoked request at the same cursor, `fillCandidates` fills ranked within the explicit budget
+  (a tree from before explicit requests: one fill);
 - gateway: as a generic FIM client asks `infill-ls serve`: prompt + suffix, no `language`, through the gateway's
   own request parsing and `run_completion` (HTTP itself left out);
 - and on request (`--paths`) gateway-best-of: the same with `best_of` at the Fill gap default (`fillCandidates`):
@@ -135,18 +137,27 @@ def middle_of(text: str, start: int, end: int, fill: str, hole: Hole) -> str:
     return filled[len(hole.prefix) : len(filled) - len(hole.suffix)]
 
 
-def ask_lsp(pipeline: Pipeline, hole: Hole, deadline_ms: float) -> Attempt:
+# Whether this tree's requests can be marked explicit (ranked within the explicit budget); a tree from before:
+# its invoked inline requests were not ranked, its Fill gap ranked until the action's deadline.
+EXPLICIT = "explicit" in CompletionRequest.__dataclass_fields__
+
+
+def ask_lsp(pipeline: Pipeline, hole: Hole, deadline_ms: float, invoked: bool = False) -> Attempt:
+    """As the server asks at the hole's cursor: an automatic request (with its other fills where the first is
+    refused), or with `invoked` an explicitly invoked one (this tree's server ranks its fills: `fillCandidates`)."""
     text, start = hole.text_without_middle, len(hole.prefix)
     # An automatic request's other fills, as the server asks them (a tree from before they existed: none).
     other = {"alternatives": scheduling.INLINE_ALTERNATIVES} if hasattr(scheduling, "INLINE_ALTERNATIVES") else {}
+    if invoked:
+        other = {"candidates": Settings().fill_candidates, "explicit": True} if EXPLICIT else {}
     request = CompletionRequest(
         text=text,
         start=start,
         end=start,
         mode=hole.mode,
         language=hole.language,
-        document_id=f"bench-lsp:{hole.id}",
-        keystroke=True,  # an automatic request, as the server sends it (infill/backends/offline/routed.py)
+        document_id=f"bench-{'invoked' if invoked else 'lsp'}:{hole.id}",
+        keystroke=not invoked,  # an automatic request is a keystroke, as the server sends it (offline/routed.py)
         **other,
     )
     t0 = time.perf_counter()
@@ -164,7 +175,7 @@ def ask_lsp(pipeline: Pipeline, hole: Hole, deadline_ms: float) -> Attempt:
     )
 
 
-PATHS = ("lsp", "gateway", "gateway-best-of", "fill-gap", "fill-gap-greedy", "http")
+PATHS = ("lsp", "lsp-invoked", "gateway", "gateway-best-of", "fill-gap", "fill-gap-greedy", "http")
 
 
 def ask_fill_gap(pipeline: Pipeline, hole: Hole, candidates: int) -> Attempt:
@@ -179,6 +190,7 @@ def ask_fill_gap(pipeline: Pipeline, hole: Hole, candidates: int) -> Attempt:
         language=hole.language,
         document_id=f"bench-gap{candidates}:{hole.id}",
         candidates=candidates,
+        **({"explicit": True} if EXPLICIT else {}),  # as server/fills.py asks
     )
     t0 = time.perf_counter()
     outcome = pipeline.complete(
@@ -345,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--paths",
         default="lsp,gateway",
-        help="lsp, gateway, gateway-best-of, fill-gap and fill-gap-greedy (in-process), http (--url)",
+        help="lsp, lsp-invoked, gateway, gateway-best-of, fill-gap and fill-gap-greedy (in-process), http (--url)",
     )
     parser.add_argument(
         "--url", default=None, help="path http: a running `infill-ls serve`, e.g. http://127.0.0.1:8765"
@@ -388,6 +400,8 @@ def main(argv: list[str] | None = None) -> int:
             attempt = (
                 ask_lsp(lsp, hole, GUARD_CAP_MS)
                 if path == "lsp"
+                else ask_lsp(lsp, hole, GUARD_CAP_MS, invoked=True)
+                if path == "lsp-invoked"
                 else ask_http(args.url, hole, os.environ.get("INFILL_GATEWAY_TOKEN"))
                 if path == "http"
                 else ask_gateway(gateway, hole, gateway_settings, Settings().fill_candidates)

@@ -39,14 +39,19 @@ as above (exact: the rest of the line). Figures also come by the line's kind (`b
 
 Files: by default a file is opened once, before its first pause (and the server left idle), and its pauses follow
 in it (a file already open); `--fresh-files` opens a new document for every pause just before it (a file opened
-just before the line is written).
+just before the line is written). `--just-opened` (LSP only) opens a new document for every pause as the person
+finds it (the line already cut, or gone with --new-lines), puts the cursor on the line as the clients tell the
+server (`infill/didMoveCursor`: at the cut, or at the end of the line above before the Enter), waits `--look-ms`
+(1000: a person reading before typing), then types as above: the first pause in a file just opened. A server
+that does not know the notification ignores it (pair with --baseline).
 
 Each pause starts with the model idle (the benchmark waits for the server to finish what it gave up on).
 `--baseline DIR` runs a second server from another source tree (e.g. `git archive main | tar -x -C DIR`) on the
 same pauses, alternating with this tree's pause by pause, so machine load hits both alike: its figures come
 under "baseline" in the same JSON object.
 
-Usage: python benchmarks/ghost_typing.py [--gateway | --new-lines] [--fresh-files] [--pauses 24] [--per-file 3]
+Usage: python benchmarks/ghost_typing.py [--gateway | --new-lines] [--fresh-files | --just-opened [--look-ms 1000]]
+                                   [--pauses 24] [--per-file 3]
                                    [--keys 4] [--seed 12] [--settings '{"inlineBudgetMs": 8000}'] [--model DIR]
                                    [--baseline DIR]
 """
@@ -239,6 +244,13 @@ class Editor:
         at = types.Position(line, column)
         self._change(types.Range(at, at), char)
 
+    def move_cursor(self, line: int, column: int) -> None:
+        """The cursor put at (line, column), as the clients tell the server (server/warming.py)."""
+        self.client.protocol.notify(
+            "infill/didMoveCursor",
+            {"textDocument": {"uri": self.uri}, "position": {"line": line, "character": column}},
+        )
+
     def _change(self, rng: types.Range, new: str) -> None:
         self.version += 1
         self.client.text_document_did_change(
@@ -319,15 +331,27 @@ async def settle(client: LanguageClient, limit_s: float = 90.0) -> None:
         await asyncio.sleep(0.2)
 
 
+def as_found(original: str, pause: Pause, new_lines: bool) -> str:
+    """The file as the person finds it on opening it (--just-opened): the line already cut (or gone)."""
+    lines = original.split("\n")
+    if new_lines:
+        del lines[pause.line]
+    else:
+        lines[pause.line] = lines[pause.line][: pause.keep]
+    return "\n".join(lines)
+
+
 async def lsp_pause(args, client: LanguageClient, editors: dict, index: int, pause: Pause) -> dict:
     original = Path(pause.path).read_text(encoding="utf-8")
+    line = original.split("\n")[pause.line]
+    if args.just_opened:
+        return await just_opened_pause(args, client, index, pause, original, line)
     if args.fresh_files or pause.path not in editors:
         editors[pause.path] = Editor(client, f"file:///bench/{index}/{Path(pause.path).name}", original)
         if not args.fresh_files:
             await settle(client)  # a file already open: the server idle before its first pause
     editor = editors[pause.path]
-    line = original.split("\n")[pause.line]
-    column, future, last_key = pause.keep, None, 0.0
+    column, future = pause.keep, None
     if args.new_lines:
         editor.join_line(pause.line)  # the jump: the line gone, no request
         await asyncio.sleep(0.5)
@@ -338,6 +362,32 @@ async def lsp_pause(args, client: LanguageClient, editors: dict, index: int, pau
     else:
         editor.replace_line(pause.line, line[: pause.keep])  # the jump: no request
         await asyncio.sleep(0.5)
+    return await type_and_judge(args, client, editor, pause, original, line, future)
+
+
+async def just_opened_pause(args, client: LanguageClient, index: int, pause: Pause, original: str, line: str) -> dict:
+    """--just-opened: a new document, opened as the person finds it, the cursor put on the line (the clients'
+    infill/didMoveCursor; a server that does not know it ignores it), `--look-ms` of reading, then the typing."""
+    editor = Editor(client, f"file:///bench/{index}/{Path(pause.path).name}", as_found(original, pause, args.new_lines))
+    future = None
+    if args.new_lines:  # the cursor at the end of the line above, then Enter
+        above = original.split("\n")[pause.line - 1]
+        editor.move_cursor(pause.line - 1, len(above))
+        await asyncio.sleep(args.look_ms / 1000)
+        editor.break_line(pause.line - 1, len(above), line[: pause.keep])
+        future = editor.ask(types.Position(pause.line, pause.keep))
+        await asyncio.sleep(KEY_GAP_S)
+    else:
+        editor.move_cursor(pause.line, pause.keep)
+        await asyncio.sleep(args.look_ms / 1000)
+    return await type_and_judge(args, client, editor, pause, original, line, future)
+
+
+async def type_and_judge(
+    args, client: LanguageClient, editor: Editor, pause: Pause, original: str, line: str, future
+) -> dict:
+    """Type the pause's keys, each with a request, and judge the last one's answer; then restore the line."""
+    column, last_key = pause.keep, 0.0
     for char in pause.typed:
         editor.type_char(pause.line, column, char)
         column += 1
@@ -537,7 +587,13 @@ def summary(records: list[dict], extra: dict, args, settings: dict, seconds: flo
         "mode": f"gateway ({args.gateway_client})" if args.gateway else "lsp",
         "pauses": len(records),
         "lines": "new lines from their indentation" if args.new_lines else "simple statements cut mid-line",
-        "files": "a new document per pause" if args.fresh_files else "already open",
+        "files": (
+            f"just opened ({args.look_ms:g} ms before the first key)"
+            if args.just_opened
+            else "a new document per pause"
+            if args.fresh_files
+            else "already open"
+        ),
         "shown": share(shown, records),
         # Over every pause: an empty answer is a miss that took this long, not a pause left out.
         "reply_p50_ms": rounded(percentile(every_reply, 50)),
@@ -597,6 +653,13 @@ def main() -> None:
         help="a new document for every pause, opened just "
         "before it (default: each file opened once, before its first pause)",
     )
+    parser.add_argument(
+        "--just-opened",
+        action="store_true",
+        help="a new document for every pause, opened with the line already cut, the cursor put on it "
+        "(infill/didMoveCursor), --look-ms of reading, then the typing",
+    )
+    parser.add_argument("--look-ms", type=float, default=1000.0, help="--just-opened: from the open to the first key")
     parser.add_argument("--pauses", type=int, default=24)
     parser.add_argument("--per-file", type=int, default=3)
     parser.add_argument("--keys", type=int, default=4)
@@ -619,8 +682,8 @@ def main() -> None:
     args = parser.parse_args()
     settings = json.loads(args.settings)
     args.wait_s = args.wait_s or (90.0 if args.gateway else 30.0)
-    if args.new_lines and args.gateway:
-        parser.error("--new-lines drives the LSP server only")
+    if (args.new_lines or args.just_opened) and args.gateway:
+        parser.error("--new-lines and --just-opened drive the LSP server only")
     pauses = pick_pauses(args.pauses, args.per_file, args.keys, args.seed, args.new_lines)
     trees = [ROOT] + ([Path(args.baseline).resolve()] if args.baseline else [])
     started = time.perf_counter()

@@ -32,6 +32,10 @@ class CompletionRequest:
     candidates: int = 1  # fills the backend may write and rank by their join with the suffix (InfillRequest)
     alternatives: int | None = None  # other fills to try where the first is refused (None: PipelineSettings')
     keystroke: bool = False  # an automatic suggestion while the person types (InfillRequest.keystroke)
+    # A person asked and waits for this fill (an invoked inline request, Fill gap, a gateway client's `best_of`):
+    # its `candidates` are written within PipelineSettings.explicit_budget_ms (the rank deadline), and the server
+    # keeps its time out of the keystroke guard (server/budget.py).
+    explicit: bool = False
 
 
 @dataclass(frozen=True)

@@ -80,13 +80,20 @@ class PipelineSettings:
     # Other fills a backend that can branch (`alternatives`) writes for a one-line gap whose fill was refused, or
     # any one gap whose fill was empty, within the request's budget; the first its checks accept is shown (0: none).
     alternatives: int = 4
+    # An explicit request's candidates other than the greedy fill stop this long after it starts (the greedy fill
+    # always stands): p95 within ~3 s on 2 cores where `best_of` 4 took 3.8 s unbounded (docs/offline-default.md).
+    explicit_budget_ms: int = 2000
     watchdog: WatchdogSettings = field(default_factory=WatchdogSettings)
 
     def __post_init__(self) -> None:
         if not isinstance(self.alternatives, int) or not 0 <= self.alternatives <= MAX_CANDIDATES:
             raise InfillError(f"alternatives must be an integer from 0 to {MAX_CANDIDATES}, got {self.alternatives!r}")
         sizes = ("max_middle_tokens", "prefix_chars", "suffix_chars", "prefix_tokens", "suffix_tokens")
-        require_integers(self, dict.fromkeys((*sizes, "single_line_tokens", "max_gap_tokens"), 1), "pipeline setting ")
+        require_integers(
+            self,
+            dict.fromkeys((*sizes, "single_line_tokens", "max_gap_tokens", "explicit_budget_ms"), 1),
+            "pipeline setting ",
+        )
         if not 0 < self.primary_share <= 1:
             raise InfillError(f"primary_share must be in (0, 1], got {self.primary_share}")
         if self.min_fallback_ms < 0 or not self.chars_per_token > 0:
@@ -194,6 +201,9 @@ class Pipeline:
         t0 = time.perf_counter()
         if prepared is not None and prepared.source is not req:
             raise InfillError("the prepared context belongs to another request")
+        if req.explicit and req.candidates > 1:
+            rank_end = time.monotonic() + self.settings.explicit_budget_ms / 1000
+            control = replace(control, rank_deadline=min(rank_end, control.rank_deadline or rank_end))
         prep = prepared or self.prepare(req)
         ctx = prep.ctx
         out = PipelineResult(

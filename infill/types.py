@@ -210,6 +210,10 @@ class FillControl:
     cancel: CancelToken | None = None
     deadline: float | None = None
     on_draft: DraftCallback | None = None
+    # When a backend stops writing further candidates of a request that asks for several (the explicit-request
+    # budget: infill/pipeline.py sets it); the fills written by then are ranked, the first (greedy) one always
+    # stands. None: only `deadline` bounds them.
+    rank_deadline: float | None = None
 
     @property
     def cancelled(self) -> bool:

@@ -21,7 +21,7 @@ from typing import TypeVar
 
 from infill.backends.choose import BackendSpec, open_backend
 from infill.loader import FallbackChoice, Opened, close_quietly, describe_spec, open_pipeline
-from infill.pipeline import CompletionRequest, Pipeline, PipelineResult, Prepared
+from infill.pipeline import CompletionRequest, Pipeline, PipelineResult, PipelineSettings, Prepared
 from infill.types import BackendInfo, CancelToken, FillControl, InfillBackend
 from infill.worker import Claims, ModelWorker
 
@@ -37,6 +37,13 @@ LoadListener = Callable[[str, str, "float | None"], None]
 def spec_for(settings: Settings) -> BackendSpec:
     chosen = {field: getattr(settings, name) for name, field in SPEC_FIELDS.items()}
     return BackendSpec.from_env(denoising_steps=settings.denoising_steps, kv_store_mib=settings.kv_store_mib, **chosen)
+
+
+def with_server_settings(pipeline: PipelineSettings, settings: Settings) -> PipelineSettings:
+    """`pipeline` with the server settings that are the pipeline's own, applied without a reload."""
+    return replace(
+        pipeline, max_middle_tokens=settings.max_middle_tokens, explicit_budget_ms=settings.explicit_budget_ms
+    )
 
 
 def fallback_for(settings: Settings) -> FallbackChoice:
@@ -59,7 +66,7 @@ class BackendHost:
         # Contexts built ahead (during an automatic request's debounce) get their own thread: the model thread
         # may still be finishing a cancelled run, and parsing must not wait for it. (No model work runs there.)
         self.context_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="infill-context")
-        self._max_middle_tokens = Settings().max_middle_tokens
+        self._settings = Settings()  # the server settings the pipeline reads (with_server_settings)
 
     # -- the threads model and context work run on -----------------------------------------------------------------
     @property
@@ -155,7 +162,7 @@ class BackendHost:
             self._generation += 1
             generation = self._generation
             self.state, self.error = "loading", None
-            self._max_middle_tokens = settings.max_middle_tokens
+            self._settings = settings
         self.loaded_key = settings.backend_key()
         thread = threading.Thread(target=self._load, args=(settings, generation), name="infill-load", daemon=True)
         thread.start()
@@ -184,8 +191,8 @@ class BackendHost:
         with self._lock:
             current = generation == self._generation
             if current:
-                # (a maxMiddleTokens change made while this was loading is in self._max_middle_tokens)
-                pipeline.settings = replace(pipeline.settings, max_middle_tokens=self._max_middle_tokens)
+                # (a maxMiddleTokens change made while this was loading is in self._settings)
+                pipeline.settings = with_server_settings(pipeline.settings, self._settings)
                 replaced = self._loaded.backends if self._loaded else ()
                 if self._loaded is not None:
                     pipeline.carry_counters_from(self._loaded.pipeline)
@@ -208,13 +215,14 @@ class BackendHost:
             1.0,
         )
 
-    def set_max_middle_tokens(self, tokens: int) -> None:
-        """Applies to the loaded pipeline and to one still loading."""
+    def set_pipeline_settings(self, settings: Settings) -> None:
+        """The server settings the pipeline reads (with_server_settings); applies to the loaded pipeline and to one
+        still loading."""
         with self._lock:
-            self._max_middle_tokens = tokens
+            self._settings = settings
             loaded = self._loaded
         if loaded is not None:
-            loaded.pipeline.settings = replace(loaded.pipeline.settings, max_middle_tokens=tokens)
+            loaded.pipeline.settings = with_server_settings(loaded.pipeline.settings, settings)
 
     def close(self) -> None:
         """Shut down: the backends are closed on the model thread after what it is running (requests were

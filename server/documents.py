@@ -93,7 +93,7 @@ class Document:
         self._set_text(text)
         self.last_change_ms = 0.0  # server time spent applying the latest didChange (benchmarks/server.py)
         self.last_change_cpu_ms = 0.0  # the same in CPU time of the event-loop thread
-        self.last_edit_line: int | None = None  # where the latest edit was (server/scheduling.after_edit)
+        self.last_edit_line: int | None = None  # the line of the latest edit or warm (scheduling.after_edit, warming)
         # The placeholders a listing found (text, start, end, spans): its "Fill all gaps" fill reuses them for
         # the same text and selection instead of scanning again (server/fills.py)
         self.placeholders: tuple[str, int, int, tuple[tuple[int, int], ...]] | None = None

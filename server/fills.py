@@ -132,6 +132,7 @@ async def compute_fill(
         version=version,
         spans=tuple(spans) if mode == "gaps" else (),
         candidates=ls.settings.fill_candidates,
+        explicit=True,
         **related(ls, uri),
     )
     pipeline = ls.host.pipeline

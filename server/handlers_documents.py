@@ -3,8 +3,9 @@ DocumentStore keeps the text (server/server.py routes these notifications here i
 each handler then tells everyone else that keeps state about the document, in this order: the worker's claims
 (an edit or a close supersedes the document's running requests), the pipeline (each edit noted so the next
 context re-parses incrementally; a closed document's tree dropped), the scheduler (warming the prompt after a
-jump) and the acceptance tracker (what became of a suggestion shown in it). A close cancels the next line's
-speculation right after the claims, before the document and what the pipeline keeps for it go."""
+jump) and the acceptance tracker (what became of a suggestion shown in it). didOpen warms the document's prompt
+and every didChange cancels a warm in progress (server/warming.py). A close cancels the next line's speculation
+right after the claims, before the document and what the pipeline keeps for it go."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from infill import timing
 
 from .documents import DocumentDistrusted
 from .scheduling import after_edit
+from .warming import opened
 
 if TYPE_CHECKING:
     from .server import InfillServer
@@ -35,12 +37,14 @@ def register(server: InfillServer) -> None:
                 f"{document.max_chars}: it will get no completions (reopen it when smaller)",
                 types.MessageType.Warning,
             )
+        opened(ls, document)  # its prompt warmed in the background (server/warming.py)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: InfillServer, params: types.DidChangeTextDocumentParams) -> None:
         timed = timing.enabled()  # measured only when a benchmark asks (infill/timing.py): off the request path
         started, cpu_started = (time.perf_counter(), time.thread_time()) if timed else (0.0, 0.0)
         uri = params.text_document.uri
+        ls.warming.cancel()  # any keystroke: the model thread is the typing's
         if ls.claims.document_changed(uri):
             log.debug("edit to %s cancelled running requests", uri)
         pipeline, version = ls.host.current_pipeline, params.text_document.version

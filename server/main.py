@@ -29,7 +29,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def create_server(base: Settings) -> InfillServer:
-    from . import handlers_actions, handlers_documents, handlers_inline, handlers_lifecycle, handlers_telemetry
+    from . import (
+        handlers_actions,
+        handlers_documents,
+        handlers_inline,
+        handlers_lifecycle,
+        handlers_telemetry,
+        warming,
+    )
     from .server import InfillServer
 
     server = InfillServer(base)
@@ -39,6 +46,7 @@ def create_server(base: Settings) -> InfillServer:
     handlers_inline.register(server)
     handlers_actions.register(server)
     handlers_telemetry.register(server)
+    warming.register(server)
     return server
 
 

@@ -9,6 +9,9 @@
   context thread and the prompt encoded on the model thread, so when it ends the model only decodes.
 - A refused fill of an automatic request gives way to `INLINE_ALTERNATIVES` other fills (the pipeline's; fewer
   than an invoked one's: the person types on meanwhile).
+- An invoked request is explicit (the person asked and waits): `fillCandidates` fills ranked by their join with
+  the suffix within `explicitBudgetMs` (infill/pipeline.py), and its time stays out of the keystroke guard
+  (server/budget.py), which it would otherwise stretch.
 - Budget: the deadline bounds the backend, not the queue (docs/concurrency.md); how long it is, server/budget.py.
 - After an edit (`after_edit`): a new line started (an Enter, a suggestion accepted to its line's end) gets its
   suggestion computed ahead (server/next_line.py); else a jump (an edit on another line than the document's last
@@ -59,6 +62,7 @@ class InlineRun:
 async def run_inline(ls: InfillServer, document: Document, cursor: int, invoked: bool) -> InlineRun | None:
     """The answer for an inline request at `cursor`, or None: superseded, the document changed, taken over by a
     newer identical request, or the backend failed (logged)."""
+    ls.warming.cancel()  # the model thread is this request's (a warm's work so far is kept)
     claim = ls.claims.join_or_open(document.uri, (document.version, cursor, invoked))
     ticket = claim.ticket
     if claim.joined:
@@ -117,7 +121,8 @@ async def _debounce_and_run(
     )
     if run.result is None:
         return None  # never ran (an edit, a newer request came first), or failed (logged)
-    _time_fill(ls, run.result, started)
+    if not invoked:  # an invoked request ranks candidates within its own budget: not a keystroke's time
+        _time_fill(ls, run.result, started)
     return InlineRun(run.result, request.version, run.stopped, started, cursor, phases)
 
 
@@ -180,6 +185,8 @@ def inline_request(ls: InfillServer, document: Document, cursor: int, invoked: b
         version=document.version,
         alternatives=None if invoked else INLINE_ALTERNATIVES,
         keystroke=not invoked,
+        candidates=ls.settings.fill_candidates if invoked else 1,
+        explicit=invoked,
         **related(ls, document.uri),
     )
 
@@ -200,7 +207,14 @@ def after_edit(ls: InfillServer, document: Document, offset: int) -> None:
     pipeline = ls.host.current_pipeline
     if not jumped or pipeline is None or not allowed():
         return
-    ticket = ls.claims.open(document.uri, "inline")
+    warm_at(ls, pipeline, document, offset, "inline")  # an inline ticket: the next request supersedes it
+
+
+def warm_at(ls: InfillServer, pipeline: Pipeline, document: Document, offset: int, kind: str) -> Ticket:
+    """The prompt of an automatic request at `offset` built and encoded now, in the background, under a ticket of
+    `kind` on the document (closed when the encode ends): after a jump, and server/warming.py's warms."""
+    ticket = ls.claims.open(document.uri, kind)
     request = inline_request(ls, document, offset, invoked=False)
     warmed = _warm_ahead(ls, pipeline, ls.host.prepare(pipeline, request, ticket.token), ticket.token)
     warmed.add_done_callback(lambda _: ls.claims.close(ticket))
+    return ticket

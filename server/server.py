@@ -21,6 +21,7 @@ from infill.worker import Claims
 
 from .acceptance import AcceptanceTracker
 from .backend_host import BackendHost
+from .background_warm import BackgroundWarm
 from .budget import BudgetPolicy
 from .documents import DocumentStore
 from .jsonrpc import GuardedProtocol, public_message, strict_converter
@@ -100,6 +101,8 @@ class InfillServer(LanguageServer):
         self.typed_through: TypedThrough = TypedThrough()  # the rest of a suggestion the person types through
         # the next line's suggestion, computed ahead (server/next_line.py)
         self.next_line: NextLine = NextLine(self.host, self.typed_through, self.budget)
+        # the background warm of a document's prompt at open and where the cursor moves (server/warming.py)
+        self.warming: BackgroundWarm = BackgroundWarm()
         self.joined = 0  # inline requests that joined an identical run in flight
         self._progress_token: str | None = None
         self._progress_ready: asyncio.Future[bool] | None = None
@@ -166,6 +169,7 @@ class InfillServer(LanguageServer):
                 "joined": self.joined,
                 "nextLine": self.next_line.answered,
                 "nextLineStarted": self.next_line.started,
+                "warmsStarted": self.warming.started,
             },
         }
 
@@ -205,8 +209,11 @@ class InfillServer(LanguageServer):
                 settings = _with(settings, name, getattr(self.base_settings, name))
         self.settings = settings
         self.telemetry.log_path = settings.completion_log
-        if settings.max_middle_tokens != before.max_middle_tokens:
-            self.host.set_max_middle_tokens(settings.max_middle_tokens)
+        if (settings.max_middle_tokens, settings.explicit_budget_ms) != (
+            before.max_middle_tokens,
+            before.explicit_budget_ms,
+        ):
+            self.host.set_pipeline_settings(settings)
         if self.host.loaded_key is not None and settings.backend_key() != self.host.loaded_key:
             self.log(f"backend settings changed (from {source}); reloading in the background")
             self.start_loading()

@@ -37,9 +37,12 @@ class Settings:
     inline_budget_ms: int | None = None  # automatic trigger
     invoked_budget_ms: int | None = None  # explicitly invoked (no debounce)
     code_action_budget_ms: int = 10000
-    # Fill gap on the offline default: fills written and ranked by their join with the text after the gap (1: the
-    # greedy fill only). infill/backends/offline/ranking.py has the measurement behind 4.
+    # Fill gap and invoked inline requests on the offline default: fills written and ranked by their join with the
+    # text after the gap (1: the greedy fill only). infill/backends/offline/ranking.py has the measurement behind 4.
     fill_candidates: int = 4
+    # How long an explicit request (an invoked inline request, Fill gap) writes candidates other than the greedy
+    # fill (infill/pipeline.py PipelineSettings.explicit_budget_ms).
+    explicit_budget_ms: int = 2000
     debounce_ms: int = 50  # short: the prompt is encoded meanwhile and kept; a superseded run stops in one forward
     max_middle_tokens: int = 64
     enabled_languages: tuple[str, ...] = ()  # empty: every language
@@ -72,6 +75,7 @@ class Settings:
                 f"{_CAMEL[name]} must be in 1..600000 ms" + (" (or null: measured)" if name in _MEASURED else ""),
             )
         need(0 <= self.debounce_ms <= 10_000, "debounceMs must be in 0..10000")
+        need(1 <= self.explicit_budget_ms <= 600_000, "explicitBudgetMs must be in 1..600000 ms")
         need(1 <= self.fill_candidates <= MAX_CANDIDATES, f"fillCandidates must be in 1..{MAX_CANDIDATES}")
         need(1 <= self.max_middle_tokens <= 4096, "maxMiddleTokens must be in 1..4096")
         need(self.load_format in ("auto", "dummy"), "loadFormat must be 'auto' or 'dummy'")

@@ -300,8 +300,8 @@ def check_python_line_finished(
     through while the line is still being typed (the file does not compile before the fill either): a fill that
     opens a block and stops (`if override:` with nothing indented after it), opens a string or a bracket, or
     leaves the line half written; where the lines below are a body, arguments or a definition (the gap's shape),
-    one that is not their header, their opening line or a decorator. Where no stand-in makes the code around
-    compile (a statement spanning lines, a file being restructured), it stands aside."""
+    one that is not their header, their opening line or a decorator; inside brackets, an element (`_,`). Where no
+    stand-in makes the code around compile (a file being restructured), it stands aside."""
     if len(spans) != 1 or spans[0][0] != spans[0][1]:
         return None  # gap fills replace whole selections: the relative checks judge them
     cursor = spans[0][0]
@@ -334,7 +334,14 @@ def _stand_ins(shape: GapShape, body_below: bool) -> list[str]:
         return opening
     if body_below:
         return ["if 1:", "try:", "else:", "finally:", "except Exception:"]
-    return ["pass", "@_"] if shape.before_definition else ["pass"]
+    statements = ["pass", "@_"] if shape.before_definition else ["pass"]
+    return statements + _ELEMENTS
+
+
+# Lines that finish an element of a statement spanning lines (a list's item, a dict's entry, a call's keyword
+# argument): inside brackets no statement stands in for the cursor's line, and a fill there must leave the
+# statement compiling all the same (a dict value `2 3` parses for tree-sitter as no worse than the empty one).
+_ELEMENTS = ["_,", "_: _,", "_=_,"]
 
 
 def check_fence_syntax(middles: list[str], spans: list[tuple[int, int]], text: str, ctx: GapContext) -> Verdict | None:

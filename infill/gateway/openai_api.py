@@ -179,6 +179,7 @@ def run_completion(
         max_middle_tokens=params.max_tokens,
         document_id=f"remote:{params.document}" if params.document else None,
         candidates=params.best_of,
+        explicit=params.best_of > 1,  # a client that asks for ranked fills waits for them
     )
     budget_s = settings.request_timeout_s
     if params.budget_ms is not None:

@@ -18,6 +18,9 @@ TYPING = "class A:\n    def f(self, override):\n        x = comp§\n        retu
         (FUNCTION, "x = 1\n    for item in os.listdir():"),
         (TYPING, "ute(1) and"),  # half a line
         ("def f(a):\n    if a§\n        return 1\n", " and"),
+        # inside brackets, where the line is an element (a fill seen on the client-cut dev mirror): `andtype(x)`
+        # parses for tree-sitter no worse than the line without it
+        ("if (\n    isinstance(x, int) and§\n):\n    pass\n", "type(x)"),
     ],
 )
 def test_a_fill_that_leaves_its_statement_unfinished_is_rejected(source, middle):
@@ -32,7 +35,10 @@ def test_a_fill_that_leaves_its_statement_unfinished_is_rejected(source, middle)
         (FUNCTION, "return os.getcwd()"),
         (TYPING, "ute(1)"),
         ("def f(a):\n    if a§\n        return 1\n", " > 1:"),  # a block header whose body follows
-        ("x = [\n    1,\n    2§\n]\n", ", 3"),  # inside a statement spanning lines: judged by the other checks
+        ("x = [\n    1,\n    2§\n]\n", ", 3"),  # inside a statement spanning lines
+        ('D = {\n    "a": 1,\n    "b": §,\n}\n', "2"),
+        ("call(\n    1,\n    key=§,\n)\n", "os.path"),
+        ("if (\n    isinstance(x, int) and§\n):\n    pass\n", " type(x)"),
     ],
 )
 def test_a_fill_that_finishes_its_statement_passes(source, middle):

@@ -477,3 +477,18 @@ def test_toggle_stops_automatic_requests_and_tells_the_server(nvim, tmp_path):
     finally:
         nvim.lua("require('infill').toggle(true)")
     nvim.wait("local s = T.server_status(); return s and s.enabled == true", timeout_ms=5000)
+
+
+def test_moving_the_cursor_to_another_line_tells_the_server_which_warms_the_prompt_there(nvim, tmp_path):
+    """infill/didMoveCursor: the cursor on another line in Normal mode (or a buffer entered) is sent once per line,
+    and the server starts a background warm there (server/warming.py, counted in its status)."""
+    prose_buffer(nvim, tmp_path, "moves.txt")
+    nvim.wait("local s = T.server_status(); return s and s.cheapAnswers.warmsStarted > 0", timeout_ms=10000)
+    nvim.lua("vim.wait(300)")  # the moves of opening it sent and counted
+    before = nvim.lua(SERVER_STATUS)["cheapAnswers"]["warmsStarted"]
+    nvim.input("<Esc>gg")  # Normal mode, to the first line: a line no edit or warm was on
+    nvim.wait(f"local s = T.server_status(); return s and s.cheapAnswers.warmsStarted > {before}", timeout_ms=10000)
+    moved = nvim.lua(SERVER_STATUS)["cheapAnswers"]["warmsStarted"]
+    nvim.input("l")  # the same line: nothing sent
+    nvim.lua("vim.wait(300)")
+    assert nvim.lua(SERVER_STATUS)["cheapAnswers"]["warmsStarted"] == moved

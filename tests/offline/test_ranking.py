@@ -3,6 +3,9 @@ the two ways to ask for them: the Fill gap setting `fillCandidates` and a gatewa
 
 from __future__ import annotations
 
+import time
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -10,8 +13,8 @@ from infill.backends.offline.fill import Tally
 from infill.backends.offline.ranking import SUFFIX_CHARS, SUFFIX_TOKENS, Followed, branch_points, follow, log_softmax
 from infill.context.gap_facts import read_gap
 from infill.gateway.openai_api import GatewaySettings, HttpError, parse_completion_params, run_completion
-from infill.pipeline import Pipeline
-from infill.types import CancelToken, InfillError, InfillRequest
+from infill.pipeline import CompletionRequest, Pipeline, PipelineSettings
+from infill.types import CancelToken, FillControl, InfillError, InfillRequest
 from server.settings import Settings, parse_settings
 
 # `total = 0` right before `return total / len(values)` is what the prefix alone suggests; the suffix says the
@@ -97,7 +100,8 @@ def test_candidates_are_validated():
 def test_gateway_best_of_ranks_and_is_bounded(ar_backend):
     settings = GatewaySettings()
     params = parse_completion_params({"prompt": MEAN_PREFIX, "suffix": MEAN_SUFFIX, "best_of": 4}, settings)
-    extension, text, _ = run_completion(Pipeline(ar_backend), params, settings)
+    unhurried = Pipeline(ar_backend, settings=PipelineSettings(explicit_budget_ms=600_000))  # (any machine's speed)
+    extension, text, _ = run_completion(unhurried, params, settings)
     assert extension["versions"]["ranked_candidates"] >= 2
     assert text.strip() == ar_backend.infill(mean_request(4)).middles[0].strip()  # the backend's ranked fill
     plain = parse_completion_params({"prompt": MEAN_PREFIX, "suffix": MEAN_SUFFIX}, settings)
@@ -107,3 +111,31 @@ def test_gateway_best_of_ranks_and_is_bounded(ar_backend):
     for body in ({"best_of": 9}, {"best_of": 0}, {"n": 2}):
         with pytest.raises(HttpError):
             parse_completion_params({"prompt": "x", **body}, settings)
+
+
+def test_a_passed_rank_deadline_keeps_the_greedy_fill_and_writes_no_branch(ar_backend):
+    """The explicit-request budget (FillControl.rank_deadline) bounds the other candidates only: past it, the greedy
+    fill stands alone, while the request's own deadline is far away."""
+    far = time.monotonic() + 600
+    greedy = ar_backend.infill(mean_request(1))
+    bounded = ar_backend.infill(mean_request(4), FillControl(deadline=far, rank_deadline=time.monotonic() - 1))
+    free = ar_backend.infill(mean_request(4), FillControl(deadline=far, rank_deadline=far))
+    assert bounded.outcome == "ok" and bounded.versions["ranked_candidates"] == 1
+    assert bounded.middles == greedy.middles
+    assert free.versions["ranked_candidates"] >= 2
+
+
+def test_an_explicit_request_ranks_within_the_pipelines_explicit_budget(ar_backend):
+    """A CompletionRequest marked explicit gets its rank deadline from PipelineSettings.explicit_budget_ms; a request
+    not marked explicit ranks until its own deadline."""
+    text = MEAN_PREFIX + MEAN_SUFFIX
+    request = CompletionRequest(text=text, start=len(MEAN_PREFIX), language="python", candidates=4)
+    tight = Pipeline(ar_backend, settings=PipelineSettings(explicit_budget_ms=1))
+    explicit = tight.complete(replace(request, explicit=True))
+    unmarked = tight.complete(request)
+    assert explicit.result is not None and explicit.result.versions["ranked_candidates"] == 1
+    assert unmarked.result is not None and unmarked.result.versions["ranked_candidates"] >= 2
+    with pytest.raises(InfillError, match="explicit_budget_ms"):
+        PipelineSettings(explicit_budget_ms=0)
+    settings, problems = parse_settings({"explicitBudgetMs": 0}, Settings())
+    assert settings.explicit_budget_ms == 2000 and "explicitBudgetMs" in problems[0]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from lsp_helpers import apply_edits, code_actions, log_text, open_doc, start, utf16_offset, wait_ready
+from lsp_helpers import apply_edits, code_actions, log_text, open_doc, start, status, utf16_offset, wait_ready
 from lsprotocol import types
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
@@ -118,6 +118,91 @@ async def test_a_jump_to_another_line_encodes_its_prompt_before_the_first_reques
     record = await _completion_of(default, 2, patience_s=10 * cold_s + 10)
     assert record["prompt_tokens"] > 100, record
     assert record["reused_tokens"] >= record["prompt_tokens"] - 2, record
+
+
+def _move_cursor(client, uri: str, line: int) -> None:
+    client.protocol.notify(
+        "infill/didMoveCursor", {"textDocument": {"uri": uri}, "position": {"line": line, "character": 0}}
+    )
+
+
+async def _cold_fill_s(client, name: str) -> float:
+    """How long a cold prompt's fill takes on this machine now (a document of its own, asked at once, far from its
+    end where its open warms), to size the waits below."""
+    uri = f"file:///cold-{name}.py"
+    open_doc(client, uri, (Path(__file__).resolve().parents[2] / "infill" / "pipeline.py").read_text())
+    started = time.monotonic()
+    await _invoke(client, uri, types.Position(line=40, character=0))
+    return time.monotonic() - started
+
+
+async def test_a_cursor_moved_to_another_line_encodes_its_prompt_before_anyone_types(default):
+    """infill/didMoveCursor warms the prompt at the cursor in the background: a request there, with no edit in
+    between, finds it encoded. (Without it, the prompt at a line far from the document's end, where its open warmed,
+    shares nothing but BOS with what the document's sequence holds.)"""
+    await wait_ready(default, timeout=240)
+    cold_s = await _cold_fill_s(default, "moved")
+    uri = "file:///moved.py"
+    text = (Path(__file__).resolve().parents[2] / "infill" / "types.py").read_text()
+    open_doc(default, uri, text)
+    await asyncio.sleep(2 * cold_s + 0.5)  # the open's warm at the end of the document
+    far = 40
+    _move_cursor(default, uri, far)
+    await asyncio.sleep(2 * cold_s + 0.5)  # no request meanwhile: only the cursor's warm can have encoded line 40
+    await _invoke(default, uri, types.Position(line=far, character=0))
+    record = await _completion_of(default, 1, patience_s=10 * cold_s + 10, uri=uri)
+    assert record["prompt_tokens"] > 100, record
+    assert record["reused_tokens"] >= record["prompt_tokens"] - 2, record
+
+
+SMALL_MODULE = """import os
+import sys
+
+
+def read_settings(path):
+    with open(path) as source:
+        lines = source.read().splitlines()
+    settings = {}
+    for line in lines:
+        key, _, value = line.partition("=")
+        settings[key.strip()] = value.strip()
+    return settings
+
+
+def main(argv):
+    return read_settings(argv[1] if len(argv) > 1 else os.path.expanduser("~/.settings"))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
+"""
+
+
+async def test_a_document_just_opened_has_its_prompt_encoded_before_the_first_request(default):
+    """didOpen warms the prompt at the document's end; a document within the prompt window shares it, up to the
+    cursor's line, with the prompt at any cursor: the first request pays only its last tokens."""
+    await wait_ready(default, timeout=240)
+    cold_s = await _cold_fill_s(default, "opened")
+    uri = "file:///opened.py"
+    open_doc(default, uri, SMALL_MODULE)  # (~150 tokens: within the window a slow CPU encodes from scratch, 192)
+    await asyncio.sleep(2 * cold_s + 0.5)  # no request, no edit: only the open can have encoded anything
+    await _invoke(default, uri, types.Position(line=10, character=4))
+    record = await _completion_of(default, 1, patience_s=10 * cold_s + 10, uri=uri)
+    assert record["prompt_tokens"] > 50, record
+    assert record["reused_tokens"] >= record["prompt_tokens"] - 2, record
+
+
+async def test_an_invoked_request_does_not_feed_the_keystroke_guard(default):
+    """An invoked request ranks candidates within the explicit budget: its time is not a keystroke's, so the
+    runaway guard of automatic requests (server/budget.py) does not count it."""
+    await wait_ready(default, timeout=240)
+    uri = "file:///guard.py"
+    text = "def add(a, b):\n    return \n"
+    open_doc(default, uri, text)
+    before = (await status(default))["budget"]["samples"]
+    reply = await _invoke(default, uri, types.Position(line=1, character=11))
+    assert reply is not None and reply.items, log_text(default)
+    assert (await status(default))["budget"]["samples"] == before
 
 
 STATE_PY = """class ConnectionState:

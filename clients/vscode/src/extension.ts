@@ -3,6 +3,7 @@ import * as vscode from 'vscode';
 import { DidChangeConfigurationNotification, LanguageClient, State, WorkDoneProgress } from 'vscode-languageclient/node';
 import { STATUS_CHANGED, createClient } from './client';
 import { Host, registerCommands } from './commands';
+import { followCursor } from './cursor';
 import { isExecutable, needsRestart, serverCommand, serverSettings } from './settings';
 import { ServerStatus, StatusItem } from './status';
 
@@ -82,7 +83,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       await start(output, status);
     },
   };
-  context.subscriptions.push(output, status, ...registerCommands(host));
+  context.subscriptions.push(output, status, ...registerCommands(host), followCursor(() => client));
   context.subscriptions.push(
     vscode.workspace.onDidChangeConfiguration(async (event) => {
       if (needsRestart(event)) {

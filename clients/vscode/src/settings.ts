@@ -17,6 +17,7 @@ export const SERVER_SETTING_KEYS = [
   'invokedBudgetMs',
   'codeActionBudgetMs',
   'fillCandidates',
+  'explicitBudgetMs',
   'debounceMs',
   'maxMiddleTokens',
   'denoisingSteps',

@@ -208,7 +208,7 @@ class LlamaCppBackend:
             return self._result(request, tally, "empty", started, "empty prefix: nothing to continue")
         if self._closed:
             raise InfillError("the offline backend is closed")
-        outcome, error = self._fill_gaps(request, token, control.deadline, control.on_draft, tally)
+        outcome, error = self._fill_gaps(request, token, control, tally)
         return self._result(request, tally, outcome, started, error)
 
     def warm(self, request: InfillRequest, *, cancel: CancelToken | None = None) -> int:
@@ -268,8 +268,7 @@ class LlamaCppBackend:
         self,
         request: InfillRequest,
         token: CancelToken,
-        deadline: float | None,
-        on_draft: DraftCallback | None,
+        control: FillControl,
         tally: Tally,
     ) -> tuple[Outcome, str | None]:
         """Fill each gap left to right; each later gap sees the earlier fills and the fixed text between."""
@@ -278,7 +277,8 @@ class LlamaCppBackend:
         for i, after in enumerate(afters):
             gap = request.gap if i == 0 and request.gap is not None else read_gap(before, after, request.language)
             try:
-                fill = self._fill_gap(before, FillOrder(request, gap, after, token, deadline, tally), on_draft)
+                order = FillOrder(request, gap, after, token, control.deadline, tally, control.rank_deadline)
+                fill = self._fill_gap(before, order, control.on_draft)
             except Cancelled as exc:
                 return "cancelled", str(exc) or "cancelled"
             except DeadlineReached as exc:

@@ -12,6 +12,8 @@ Both run on the document's sequence right after the prompt was encoded, and leav
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from infill.backends.offline.decoding import GreedyDecoder
@@ -60,17 +62,19 @@ def _suffix_ids(decoder: GreedyDecoder, fill: FillState) -> list[int]:
 
 def best_branch(decoder: GreedyDecoder, fill: FillState, greedy: str) -> str:
     """The fill among greedy and `request.candidates - 1` branches of it that best joins the suffix. Branches stop
-    at the deadline, greedy always stands."""
+    at the deadline or the rank deadline (the explicit-request budget), whichever comes first; greedy always
+    stands."""
     suffix, first_lp = _suffix_ids(decoder, fill), log_softmax(np.atleast_2d(fill.first)[-1])
     tally = fill.order.tally
+    branching = replace(fill, order=fill.order.for_candidates())
     try:
         best, ids, seen = _judged(decoder, fill, greedy, first_lp, suffix, None)
         tally.candidates = 1
         for position, choice in branch_points(ids, seen, fill.order.request.candidates - 1):
-            if fill.order.out_of_time():
+            if branching.order.out_of_time():
                 break
             try:
-                text = _decode_from(decoder, fill, choice, ids[:position])
+                text = _decode_from(decoder, branching, choice, ids[:position])
             except DeadlineReached:
                 break
             tally.candidates += 1

@@ -7,7 +7,7 @@ decoding continues from. Decoding (decoding.py) and the branches (branches.py) r
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -53,9 +53,15 @@ class FillOrder:
     token: CancelToken
     deadline: float | None
     tally: Tally
+    rank_deadline: float | None = None  # other candidates than the greedy fill stop here (FillControl's)
 
     def out_of_time(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def for_candidates(self) -> FillOrder:
+        """This order with the deadline other candidates stop at: the earlier of the two."""
+        ends = [end for end in (self.deadline, self.rank_deadline) if end is not None]
+        return replace(self, deadline=min(ends) if ends else None)
 
     def check(self) -> None:
         """Raise Cancelled, or DeadlineReached with no fill."""

@@ -139,8 +139,19 @@ local function set_autocmds()
   })
   api.nvim_create_autocmd({ 'BufLeave', 'BufUnload' }, {
     group = group,
-    callback = function()
+    callback = function(args)
       suggest.dismiss()
+      lsp.cursor_left(args.buf)
+    end,
+  })
+  -- The cursor on another line in Normal mode (or a buffer entered, or the client just attached): the server warms
+  -- the prompt there. Not in Insert mode, where the edit that moved the cursor warms it already.
+  api.nvim_create_autocmd({ 'CursorMoved', 'BufEnter', 'LspAttach' }, {
+    group = group,
+    callback = function(args)
+      if args.event ~= 'LspAttach' or args.buf == api.nvim_get_current_buf() then
+        lsp.cursor_moved(args.buf)
+      end
     end,
   })
   -- Leaving Insert mode by any key (<C-c> fires no InsertLeave); insert-completion modes (ic, ix) stay.

@@ -209,6 +209,30 @@ function M.telemetry(client, method, params)
   client:notify(method, params)
 end
 
+local cursor_lines = {} ---@type table<integer, integer>  buffer -> the line last sent in infill/didMoveCursor
+
+--- Tells the server the cursor of `bufnr` is on another line than last time (or the buffer was entered), so it
+--- warms the prompt there in the background before anyone types (the server cancels it at the first keystroke).
+---@param bufnr integer
+function M.cursor_moved(bufnr)
+  local client = M.get_client(bufnr)
+  if not client then
+    return
+  end
+  local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
+  if cursor_lines[bufnr] == params.position.line then
+    return
+  end
+  cursor_lines[bufnr] = params.position.line
+  client:notify('infill/didMoveCursor', params)
+end
+
+--- The buffer was left: the next time it is entered its cursor is sent again.
+---@param bufnr integer
+function M.cursor_left(bufnr)
+  cursor_lines[bufnr] = nil
+end
+
 local watched = {} ---@type table<integer, table>  buffer -> the token of its one live watcher
 
 --- Detaches the infill client from `bufnr` for good (until it is reopened) and says why, once.
