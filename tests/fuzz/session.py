@@ -386,7 +386,7 @@ class Session:
                 self.stats.note("protocol_errors", f"non-object params answered {text}, not -32602")
             elif pending.kind == "batch" and error.get("code") != -32600:
                 self.stats.note("protocol_errors", f"a request in a batch answered {text}, not -32600")
-            elif pending.kind not in ("invalid", "edge_params") and error.get("code") not in (-32800,):
+            elif pending.kind not in ("invalid", "edge_params", "batch") and error.get("code") not in (-32800,):
                 self.stats.note("protocol_errors", f"{pending.kind} answered {text}")
             return
         if pending.kind in ("edge_params", "batch"):
