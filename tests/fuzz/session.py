@@ -392,8 +392,12 @@ class Session:
         if pending.kind in ("edge_params", "batch"):
             self.stats.note("protocol_errors", f"{pending.kind} was accepted: {str(reply)[:200]}")
             return
-        if pending.kind == "fill_outside" and (reply.get("result") or {}).get("applied") is not False:
-            self.stats.note("bad_edits", f"seed {self.seed}: a selection outside the text answered {str(reply)[:200]}")
+        if pending.kind == "fill_outside":  # refused as outside, whatever the model would have written there
+            outcome = reply.get("result") or {}
+            if outcome.get("applied") is not False or "not inside" not in str(outcome.get("reason")):
+                self.stats.note(
+                    "bad_edits", f"seed {self.seed}: a selection outside the text answered {str(reply)[:200]}"
+                )
             return
         if pending.kind == "edge_resolve" and (reply.get("result") or {}).get("edit") is not None:
             self.stats.note("bad_edits", f"resolve data the server never produced got an edit: {str(reply)[:200]}")
