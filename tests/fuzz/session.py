@@ -37,6 +37,17 @@ from .rpc import RawServer
 from .stats import Stats, count_tracebacks
 from .texts import line_spans, offset_of, random_document, random_position, random_text, utf16_len
 
+# Reasons a Fill command gives only once it got past the check of its selection (a fill was tried or sent): a
+# selection outside the text must never get one (the refusals before it, disabled, NUL bytes, stale, may come).
+AFTER_CHECK = (
+    "no fill",
+    "the client",
+    "the backend failed",
+    "while the fill was computed",
+    "before the fill started",
+    "the selection is empty",
+    "covers the whole document",
+)
 HANG_S = 60.0
 EXIT_S = 10.0
 CONFIG = {
@@ -392,9 +403,9 @@ class Session:
         if pending.kind in ("edge_params", "batch"):
             self.stats.note("protocol_errors", f"{pending.kind} was accepted: {str(reply)[:200]}")
             return
-        if pending.kind == "fill_outside":  # refused as outside, whatever the model would have written there
+        if pending.kind == "fill_outside":  # refused before any fill, whatever the model would have written there
             outcome = reply.get("result") or {}
-            if outcome.get("applied") is not False or "not inside" not in str(outcome.get("reason")):
+            if outcome.get("applied") is not False or any(mark in str(outcome.get("reason")) for mark in AFTER_CHECK):
                 self.stats.note(
                     "bad_edits", f"seed {self.seed}: a selection outside the text answered {str(reply)[:200]}"
                 )
