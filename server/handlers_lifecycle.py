@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
@@ -12,6 +13,9 @@ if TYPE_CHECKING:
     from .server import InfillServer
 
 
+START_WAIT_S = 10.0  # how long start-up waits for the client's workspace/configuration answer
+
+
 def register(server: InfillServer) -> None:
     @server.feature(types.INITIALIZE)
     def initialize(ls: InfillServer, params: types.InitializeParams) -> None:
@@ -20,7 +24,15 @@ def register(server: InfillServer) -> None:
 
     @server.feature(types.INITIALIZED)
     async def initialized(ls: InfillServer, params: types.InitializedParams) -> None:
-        await fetch_configuration(ls)
+        # A client that never answers (or answers late, under load) must not keep the server loading forever: past
+        # START_WAIT_S it loads with the settings it has; a late answer is applied when it comes (a reload if it
+        # selects another backend).
+        pull = asyncio.ensure_future(fetch_configuration(ls))
+        await asyncio.wait({pull}, timeout=START_WAIT_S)
+        if not pull.done():
+            ls.log(
+                f"no workspace/configuration answer within {START_WAIT_S:g} s; loading with the settings given so far"
+            )
         ls.start_loading()
 
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)

@@ -9,9 +9,9 @@ closed here (server/jsonrpc.py keeps the rules about what a message may contain)
 - After pygls dispatches a request, the request is answered already (a handler that returned at once) or its
   future waits in `_request_futures` with the callback that answers it; a request left with neither is answered
   here with an internal error instead of never.
-- The server's own requests to the client (workspace/applyEdit, workspace/configuration, progress creation) fail
-  after CLIENT_REPLY_S with `ClientSilent`, so a client that never answers holds no handler (a Fill command, the
-  start-up that waits for the configuration) forever.
+- The server's own requests to the client (workspace/applyEdit, progress creation) fail after CLIENT_REPLY_S with
+  `ClientSilent` (workspace/configuration after CONFIGURATION_REPLY_S), so a client that never answers holds no
+  handler (a Fill command) forever.
   (At `shutdown` pygls cancels them, and the requests waiting on them are answered "cancelled".)
 - A notification's handler future (pygls files it under a fresh uuid and never removes it: every didChange kept
   its params alive) is removed when it is done; `shutdown` cancels what is pending from a copy of the table, since
@@ -35,6 +35,9 @@ from pygls.protocol.json_rpc import RPCRequest
 log = logging.getLogger(__name__)
 
 CLIENT_REPLY_S = 10.0  # how long the server waits for the client to answer one of its own requests
+# except the settings: a late answer still carries them (start-up waits for it only START_WAIT_S, then loads with
+# what it has and applies the answer when it comes: server/handlers_lifecycle.py)
+CONFIGURATION_REPLY_S = 300.0
 
 
 class ClientSilent(TimeoutError):
@@ -133,16 +136,15 @@ class AnsweringProtocol(LanguageServerProtocol):
             loop = asyncio.get_running_loop()
         except RuntimeError:  # not on the event loop: every request of this server is sent from it
             return future
-        loop.call_later(CLIENT_REPLY_S, self._client_silent, msg_id, method)
+        bound = CONFIGURATION_REPLY_S if method == types.WORKSPACE_CONFIGURATION else CLIENT_REPLY_S
+        loop.call_later(bound, self._client_silent, msg_id, method, bound)
         return future
 
-    def _client_silent(self, msg_id: Any, method: str) -> None:
+    def _client_silent(self, msg_id: Any, method: str, bound: float) -> None:
         future = self._request_futures.get(msg_id)
         if future is None or future.done():
             return  # answered (or cancelled at shutdown)
         self._request_futures.pop(msg_id, None)
         self._result_types.pop(msg_id, None)
-        log.warning(
-            "the client did not answer %s (id %r) within %g s; going on without it", method, msg_id, CLIENT_REPLY_S
-        )
-        future.set_exception(ClientSilent(f"the client did not answer {method} within {CLIENT_REPLY_S:g} s"))
+        log.warning("the client did not answer %s (id %r) within %g s; going on without it", method, msg_id, bound)
+        future.set_exception(ClientSilent(f"the client did not answer {method} within {bound:g} s"))

@@ -78,7 +78,8 @@ async def status(client: LanguageClient) -> dict:
     return await client.workspace_execute_command_async(types.ExecuteCommandParams(command="infill.status"))
 
 
-async def wait_ready(client: LanguageClient, timeout: float = 90.0, state: str = "ready") -> dict:
+async def wait_ready(client: LanguageClient, timeout: float = 240.0, state: str = "ready") -> dict:
+    """infill.status once the server reaches `state` (a wait, not a timed check: a loaded machine loads slowly)."""
     end = time.monotonic() + timeout
     while True:
         current = await status(client)

@@ -37,6 +37,17 @@ from .rpc import RawServer
 from .stats import Stats, count_tracebacks
 from .texts import line_spans, offset_of, random_document, random_position, random_text, utf16_len
 
+# Reasons a Fill command gives only once it got past the check of its selection (a fill was tried or sent): a
+# selection outside the text must never get one (the refusals before it, disabled, NUL bytes, stale, may come).
+AFTER_CHECK = (
+    "no fill",
+    "the client",
+    "the backend failed",
+    "while the fill was computed",
+    "before the fill started",
+    "the selection is empty",
+    "covers the whole document",
+)
 HANG_S = 60.0
 EXIT_S = 10.0
 CONFIG = {
@@ -386,14 +397,18 @@ class Session:
                 self.stats.note("protocol_errors", f"non-object params answered {text}, not -32602")
             elif pending.kind == "batch" and error.get("code") != -32600:
                 self.stats.note("protocol_errors", f"a request in a batch answered {text}, not -32600")
-            elif pending.kind not in ("invalid", "edge_params") and error.get("code") not in (-32800,):
+            elif pending.kind not in ("invalid", "edge_params", "batch") and error.get("code") not in (-32800,):
                 self.stats.note("protocol_errors", f"{pending.kind} answered {text}")
             return
         if pending.kind in ("edge_params", "batch"):
             self.stats.note("protocol_errors", f"{pending.kind} was accepted: {str(reply)[:200]}")
             return
-        if pending.kind == "fill_outside" and (reply.get("result") or {}).get("applied") is not False:
-            self.stats.note("bad_edits", f"seed {self.seed}: a selection outside the text answered {str(reply)[:200]}")
+        if pending.kind == "fill_outside":  # refused before any fill, whatever the model would have written there
+            outcome = reply.get("result") or {}
+            if outcome.get("applied") is not False or any(mark in str(outcome.get("reason")) for mark in AFTER_CHECK):
+                self.stats.note(
+                    "bad_edits", f"seed {self.seed}: a selection outside the text answered {str(reply)[:200]}"
+                )
             return
         if pending.kind == "edge_resolve" and (reply.get("result") or {}).get("edit") is not None:
             self.stats.note("bad_edits", f"resolve data the server never produced got an edit: {str(reply)[:200]}")
