@@ -8,6 +8,7 @@ import threading
 import time
 from dataclasses import replace
 
+from infill.backends.choose import BackendSpec
 from infill.engine.diffusion import DiffusionEngine
 from infill.loader import NO_FALLBACK, open_pipeline
 from infill.pipeline import CompletionRequest
@@ -87,7 +88,7 @@ def test_only_diffusion_backends_are_warmed_and_a_failed_warm_up_still_serves(ti
             raise RuntimeError("no CUDA graph today")
 
     pipeline = open_pipeline(
-        None, fallback=NO_FALLBACK, opener=lambda spec, progress: FailingWarmUp(tiny_engine.loaded)
+        BackendSpec(), fallback=NO_FALLBACK, opener=lambda spec, progress: FailingWarmUp(tiny_engine.loaded)
     ).pipeline
     assert log.names() == ["warm_up"] and "warming up" in caplog.text and "no CUDA graph today" in caplog.text
     assert pipeline.complete(CompletionRequest("x = ", 4)).result.outcome in ("ok", "empty")
@@ -101,7 +102,7 @@ def test_only_diffusion_backends_are_warmed_and_a_failed_warm_up_still_serves(ti
             log.note("warm_up")
             return 0.0
 
-    open_pipeline(None, fallback=NO_FALLBACK, opener=lambda spec, progress: NotDiffusion(tiny_engine.loaded))
+    open_pipeline(BackendSpec(), fallback=NO_FALLBACK, opener=lambda spec, progress: NotDiffusion(tiny_engine.loaded))
     assert log.names() == ["warm_up"]  # not asked: the offline default warms itself as it loads
 
 
