@@ -7,20 +7,23 @@ edit. Numbers in action data and command arguments are read by the one rule of s
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
 from .documents import text_fingerprint
-from .fills import LIST_LIMIT, compute_fill, gap_spans, is_markdown, off_loop, selection_outside
+from .fills import LIST_LIMIT, FillDeps, compute_fill, gap_spans, is_markdown, off_loop, selection_outside
 from .gate import refusal
 from .json_values import json_integer, plain_json
 from .jsonrpc import public_message
 from .replies import ClientSilent
 
-if TYPE_CHECKING:
-    from .server import InfillServer
+# The client's workspace/applyEdit request (pygls' workspace_apply_edit_async), and an edit sent with a label,
+# answered (applied, why not).
+ApplyEditRequest = Callable[[types.ApplyWorkspaceEditParams], Awaitable[types.ApplyWorkspaceEditResult]]
+EditSender = Callable[[types.WorkspaceEdit, str], Awaitable[tuple[bool, str]]]
 
 Target = tuple[str, "dict[str, Any]", types.Range]  # uri, the text identity it names, range
 
@@ -29,42 +32,44 @@ TITLES = {"gap": "Fill gap", "gaps": "Fill all gaps"}
 COMMANDS = {"gap": "infill.fillGap", "gaps": "infill.fillAllGaps"}
 
 
-async def code_actions(ls: InfillServer, params: types.CodeActionParams) -> list[types.CodeAction | types.Command]:
-    """The listing in the form this client takes: actions resolved later, actions carrying their command, or the
-    commands alone."""
-    actions = await list_actions(ls, params)
-    if actions and not _client_resolves_edit(ls):  # the fill runs when the client executes the command
-        if not _client_takes_literals(ls):
+async def code_actions(
+    deps: FillDeps, capabilities: types.ClientCapabilities, params: types.CodeActionParams
+) -> list[types.CodeAction | types.Command]:
+    """The listing in the form this client (`capabilities`) takes: actions resolved later, actions carrying their
+    command, or the commands alone."""
+    actions = await list_actions(deps, params)
+    if actions and not _client_resolves_edit(capabilities):  # the fill runs when the client executes the command
+        if not _client_takes_literals(capabilities):
             return [_fill_command(action) for action in actions]  # LSP: commands only, without literal support
         for action in actions:
             action.command = _fill_command(action)
     return list(actions)
 
 
-def _client_resolves_edit(ls: InfillServer) -> bool:
-    caps = ls.client_capabilities.text_document
+def _client_resolves_edit(capabilities: types.ClientCapabilities) -> bool:
+    caps = capabilities.text_document
     resolve_support = caps.code_action.resolve_support if caps and caps.code_action else None
     return bool(resolve_support and "edit" in resolve_support.properties)
 
 
-def _client_takes_literals(ls: InfillServer) -> bool:
-    caps = ls.client_capabilities.text_document
+def _client_takes_literals(capabilities: types.ClientCapabilities) -> bool:
+    caps = capabilities.text_document
     return bool(caps and caps.code_action and caps.code_action.code_action_literal_support)
 
 
-async def list_actions(ls: InfillServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+async def list_actions(deps: FillDeps, params: types.CodeActionParams) -> list[types.CodeAction]:
     """The actions that apply here; no model work (resolve does it), and a large text is scanned off the loop."""
     only = [getattr(kind, "value", kind) for kind in params.context.only or ()]
     if only and not any(KIND.value == kind or KIND.value.startswith(f"{kind}.") for kind in only):
         return []  # the client asked for other kinds (e.g. quickfix, source.organizeImports)
     uri = params.text_document.uri
-    document = ls.documents.get(uri)
-    if refusal(ls, document, uri) is not None or document is None:
+    document = deps.documents.get(uri)
+    if refusal(document, uri, deps.settings, deps.host) is not None or document is None:
         return []  # why is logged when a fill is asked for; listing stays quiet and instant
     text = document.text
     start, end = sorted((document.offset_at(params.range.start), document.offset_at(params.range.end)))
     gap, spans = await off_loop(len(text), _scan, text, start, end, is_markdown(uri, document.language_id))
-    if ls.documents.get(uri) is not document or document.text is not text:
+    if deps.documents.get(uri) is not document or document.text is not text:
         return []  # edited while scanning: the editor asks again for the new text
     # O(1): _scan hashed this text, and a str keeps its hash; "span" is the selection in offsets of this exact text,
     # so the fill converts no position again (the text fingerprint beside it is checked first)
@@ -153,54 +158,58 @@ def _parse_data(data: Any) -> tuple[str, str, dict[str, Any], types.Range] | Non
     return mode, uri, expected, rng
 
 
-async def resolve(ls: InfillServer, action: types.CodeAction) -> types.CodeAction:
+async def resolve(deps: FillDeps, action: types.CodeAction) -> types.CodeAction:
     parsed = _parse_data(plain_json(action.data))
     if parsed is None:  # not data this server listed: refused inside the result (no edit), with one log line
-        ls.log(
+        deps.log(
             f"codeAction/resolve: not an action this server listed (data {action.data!r:.200}); no edit",
             types.MessageType.Warning,
         )
         return action
     mode, uri, expected, rng = parsed
-    outcome = await compute_fill(ls, uri, rng, mode, expected)
+    outcome = await compute_fill(deps, uri, rng, mode, expected)
     if outcome.edit is None:
-        ls.log(f"{TITLES[mode]}: no edit: {outcome.reason}", types.MessageType.Warning)
+        deps.log(f"{TITLES[mode]}: no edit: {outcome.reason}", types.MessageType.Warning)
     action.edit = outcome.edit
     return action
 
 
-async def run_fill_command(ls: InfillServer, args: tuple[Any, ...], mode: str) -> dict[str, Any]:
+async def run_fill_command(deps: FillDeps, send: EditSender, args: tuple[Any, ...], mode: str) -> dict[str, Any]:
     """Arguments: (uri, range) or ({uri, range}); range may be omitted for infill.fillAllGaps (whole document).
     The object form may also name the text it means ("version", and "generation"/"text" as code-action data
-    carries them): the fill is refused for any other text."""
+    carries them): the fill is refused for any other text. The edit goes to the client with `send` (apply_edit)."""
     uri, rng, expected = _command_target(args)
     if uri is None:
         reason = "arguments must be (uri, range) or ({uri, range})"
-        ls.log(f"{TITLES[mode]} command: {reason}; got {args!r}", types.MessageType.Warning)
+        deps.log(f"{TITLES[mode]} command: {reason}; got {args!r}", types.MessageType.Warning)
         return {"applied": False, "reason": reason}
     if rng is None:
         if mode == "gap":
             return {"applied": False, "reason": "infill.fillGap needs a range"}
         rng = types.Range(types.Position(0, 0), types.Position(0, 0))
-    outcome = await compute_fill(ls, uri, rng, mode, expected)
+    outcome = await compute_fill(deps, uri, rng, mode, expected)
     if outcome.edit is None:
-        ls.log(f"{TITLES[mode]}: no edit: {outcome.reason}", types.MessageType.Warning)
+        deps.log(f"{TITLES[mode]}: no edit: {outcome.reason}", types.MessageType.Warning)
         return {"applied": False, "reason": outcome.reason}
-    applied, reason = await apply_edit(ls, outcome.edit, TITLES[mode])
+    applied, reason = await send(outcome.edit, TITLES[mode])
     if not applied:
-        ls.log(f"{TITLES[mode]}: the edit was not applied: {reason}", types.MessageType.Warning)
+        deps.log(f"{TITLES[mode]}: the edit was not applied: {reason}", types.MessageType.Warning)
     return {"applied": applied, "reason": reason}
 
 
-async def apply_edit(ls: InfillServer, edit: types.WorkspaceEdit, label: str) -> tuple[bool, str]:
-    """Send `edit` with workspace/applyEdit: (True, "") only when it was sent and the client answered applied: true;
-    else (False, why), also when the client did not answer in time (server/replies.py). A client without the
-    applyEdit capability is not sent one."""
-    workspace = ls.client_capabilities.workspace
+async def apply_edit(
+    workspace: types.WorkspaceClientCapabilities | None,
+    request: ApplyEditRequest,
+    edit: types.WorkspaceEdit,
+    label: str,
+) -> tuple[bool, str]:
+    """Send `edit` with workspace/applyEdit (`request`): (True, "") only when it was sent and the client answered
+    applied: true; else (False, why), also when the client did not answer in time (server/replies.py). A client
+    without the applyEdit capability (`workspace`: its workspace capabilities) is not sent one."""
     if not (workspace and workspace.apply_edit):
         return False, "the client cannot apply edits the server sends (no workspace.applyEdit capability)"
     try:
-        response = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=edit, label=label))
+        response = await request(types.ApplyWorkspaceEditParams(edit=edit, label=label))
     except JsonRpcException as exc:  # the client answered with an error, or with a reply that cannot be read
         return False, f"the client answered workspace/applyEdit with an error: {public_message(exc.message)}"
     except ClientSilent as exc:  # no answer in time: whatever the client did, it did not confirm the edit

@@ -1,6 +1,6 @@
 """The one background warm at a time (server/warming.py starts them): its ticket, so that any keystroke or request
 can cancel it, and how many were started (status). Held by the server object, which must not import warming.py:
-that module reaches back to the server through the scheduler."""
+its `register` names the server (an import cycle)."""
 
 from __future__ import annotations
 

@@ -7,23 +7,35 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from lsprotocol import types
 
 from infill.pipeline import MAX_GAPS, CompletionRequest, PipelineResult, find_placeholders, has_text, resolve_language
 
-from .documents import SESSION, Clamp, Document, text_fingerprint
-from .gate import offset_logged, refusal
+from .backend_host import BackendHost
+from .documents import SESSION, Clamp, Document, DocumentStore
+from .gate import ClientLog, offset_logged, refusal
 from .model_runs import run_on_model
 from .scheduling import related
-
-if TYPE_CHECKING:
-    from .server import InfillServer
+from .settings import Settings
+from .telemetry import Telemetry
+from .verdict import reply_verdict, still_current
 
 T = TypeVar("T")
 LOOP_SCAN_CHARS = 100_000  # texts longer than this are scanned on a worker thread, never on the event loop
 LIST_LIMIT = 500  # placeholders counted for an action's title ("500+" past it): listing stays bounded
+
+
+@dataclass(frozen=True)
+class FillDeps:
+    """What a gap fill uses, taken from the server for one request (`settings` as they are when it comes)."""
+
+    documents: DocumentStore
+    host: BackendHost  # the backend, its model thread and the per-document claims
+    telemetry: Telemetry
+    log: ClientLog
+    settings: Settings
 
 
 @dataclass
@@ -88,12 +100,13 @@ def stale_reason(document: Document | None, uri: str, expected: dict[str, Any] |
 
 
 async def compute_fill(
-    ls: InfillServer, uri: str, rng: types.Range, mode: str, expected: dict[str, Any] | None
+    deps: FillDeps, uri: str, rng: types.Range, mode: str, expected: dict[str, Any] | None
 ) -> FillOutcome:
     """The fill for `rng`, refused unless the document is exactly the text `expected` names (see stale_reason)."""
     started = time.perf_counter()
-    document = ls.documents.get(uri)
-    if (why := refusal(ls, document, uri)) is not None or document is None:
+    documents, host, settings = deps.documents, deps.host, deps.settings
+    document = documents.get(uri)
+    if (why := refusal(document, uri, settings, host)) is not None or document is None:
         return FillOutcome(None, why or "")
     if (stale := stale_reason(document, uri, expected)) is not None:
         return FillOutcome(None, stale)
@@ -105,7 +118,7 @@ async def compute_fill(
         if mode == "gap" and (outside := selection_outside(document, rng)):
             # Clamped, it would fill another span than the one selected, which the client never asked for.
             return FillOutcome(None, f"the selection is not inside {uri}@{version}: {outside}; no edit")
-        start, end = offset_logged(ls, document, rng.start), offset_logged(ls, document, rng.end)
+        start, end = offset_logged(document, rng.start, deps.log), offset_logged(document, rng.end, deps.log)
         start, end = min(start, end), max(start, end)
     # The first MAX_GAPS placeholders: a file of thousands of blanks once held the model thread for minutes.
     listed = document.placeholders
@@ -113,12 +126,12 @@ async def compute_fill(
         spans, no_spans = list(listed[3][:MAX_GAPS]), ""  # found by the listing of this text and selection
     else:
         spans, no_spans = await off_loop(len(text), gap_spans, text, start, end, mode, MAX_GAPS)
-    if ls.documents.get(uri) is not document or document.version != version:
+    if documents.get(uri) is not document or document.version != version:
         return FillOutcome(None, f"{uri} changed while its placeholders were found; no edit for the old version")
     if not spans:
         return FillOutcome(None, no_spans)
     if mode == "gaps" and len(spans) == MAX_GAPS:
-        ls.log(
+        deps.log(
             f"Fill all gaps in {uri}: filling the first {MAX_GAPS} placeholders; run it again for the rest",
             types.MessageType.Info,
         )
@@ -131,19 +144,20 @@ async def compute_fill(
         document_id=uri,
         version=version,
         spans=tuple(spans) if mode == "gaps" else (),
-        candidates=ls.settings.fill_candidates,
+        candidates=settings.fill_candidates,
         explicit=True,
-        **related(ls, uri),
+        **related(documents, settings, uri),
     )
-    pipeline = ls.host.pipeline
+    pipeline = host.pipeline
     if pipeline is None:
-        return FillOutcome(None, f"the backend is not ready (state {ls.host.state})")
+        return FillOutcome(None, f"the backend is not ready (state {host.state})")
     run = await run_on_model(
-        ls,
-        ls.claims.open(uri, "action"),
+        host,
+        deps.log,
+        host.claims.open(uri, "action"),
         pipeline,
         request,
-        budget_s=ls.settings.code_action_budget_ms / 1000,
+        budget_s=settings.code_action_budget_ms / 1000,
         what=f"fill for {uri}",
         queue_deadline=True,  # a fill still queued at its budget's end is answered then, not when the thread frees
     )
@@ -155,38 +169,35 @@ async def compute_fill(
         return FillOutcome(None, f"{uri} changed before the fill started; no edit for the old version")
     result = run.result
     server_ms = (time.perf_counter() - started) * 1000
-    changed = (
-        run.stopped
-        or ls.documents.get(uri) is not document
-        or document.version != version
-        or (document.text is not text and document.fingerprint != text_fingerprint(text))
-    )
-    outcome = "discarded" if changed else ("ok" if result.fills else "empty")
-    ls.telemetry.record_completion(
+    outcome, fills = reply_verdict(run.stopped, still_current(documents, document, version, text), result.fills)
+    deps.telemetry.record_completion(
         kind=mode,
         uri=uri,
         version=version,
-        position=[start, end],
+        span=(start, end),
         outcome=outcome,
         result=result,
         server_ms=server_ms,
-        fills=[f.text for f in result.fills],
+        fills=[f.text for f in fills],
     )
-    if changed:
+    if outcome == "discarded":
         return FillOutcome(
             None,
             f"{uri} changed while the fill was computed (was version {version}); no edit for the old version",
             result,
         )
-    if not result.fills:
+    if not fills:
+        backend = result.result
         why = "; ".join(reason for _, reason in result.rejections) or (
-            result.result.error
-            if result.result and result.result.error
-            else f"backend outcome {result.result.outcome if result.result else 'none'}"
+            "every fill was blank"
+            if result.fills
+            else backend.error
+            if backend and backend.error
+            else f"backend outcome {backend.outcome if backend else 'none'}"
         )
         return FillOutcome(None, f"no fill: {why}", result)
-    ls.telemetry.record_latency(server_ms)
-    edits = [types.TextEdit(range=document.range_of(f.start, f.end), new_text=f.text) for f in result.fills]
+    deps.telemetry.record_latency(server_ms)
+    edits = [types.TextEdit(range=document.range_of(f.start, f.end), new_text=f.text) for f in fills]
     edit = types.WorkspaceEdit(
         document_changes=[
             types.TextDocumentEdit(

@@ -5,23 +5,28 @@ and "not ready" not at all while the backend loads (its progress says so)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from lsprotocol import types
 
+from .backend_host import BackendHost
 from .documents import Clamp, Document
+from .settings import Settings
+from .telemetry import RefusalLog
 
-if TYPE_CHECKING:
-    from .server import InfillServer
+
+class ClientLog(Protocol):
+    """A line for the client's log (and the server's own): InfillServer.log."""
+
+    def __call__(self, message: str, kind: types.MessageType = ..., /) -> None: ...
 
 
-def refusal(ls: InfillServer, document: Document | None, uri: str) -> str | None:
+def refusal(document: Document | None, uri: str, settings: Settings, host: BackendHost) -> str | None:
     """Why no model work is done for `uri` right now, or None when it may proceed."""
     if document is None:
         return f"{uri} is not open (no didOpen, or closed)"
     if document.untrusted:
         return f"{uri} is out of sync with the editor ({document.untrusted}); waiting for its full text or a reopen"
-    settings = ls.settings
     if not settings.enabled:
         return "completions are disabled (infill.toggle or setting enabled=false)"
     if not settings.language_enabled(document.language_id, uri):
@@ -33,23 +38,24 @@ def refusal(ls: InfillServer, document: Document | None, uri: str) -> str | None
         )
     if document.has_nul:
         return f"{uri} contains NUL bytes (binary?); not sending it to the model"
-    host = ls.host
     if not host.ready:
         return f"the backend is not ready (state {host.state}{': ' + host.error if host.error else ''})"
     return None
 
 
-def log_refusal(ls: InfillServer, uri: str, version: int | None, reason: str) -> None:
+def log_refusal(
+    refusals: RefusalLog, host: BackendHost, log: ClientLog, uri: str, version: int | None, reason: str
+) -> None:
     """Log why `uri` gets no completion, once per version and reason; quiet while the backend loads (progress
     notifications already say so)."""
-    if ls.refusals.first(uri, version, reason) and not (ls.host.state == "loading" and "not ready" in reason):
-        ls.log(f"no completion for {uri}: {reason}", types.MessageType.Info)
+    if refusals.first(uri, version, reason) and not (host.state == "loading" and "not ready" in reason):
+        log(f"no completion for {uri}: {reason}", types.MessageType.Info)
 
 
-def offset_logged(ls: InfillServer, document: Document, position: types.Position) -> int:
+def offset_logged(document: Document, position: types.Position, log: ClientLog) -> int:
     """Offset of `position`, logging when the client sent a position outside the document."""
     clamp = Clamp()
     offset = document.offset_at(position, clamp)
     if clamp.note:
-        ls.log(f"{document.uri}@{document.version}: {clamp.note}; clamped", types.MessageType.Warning)
+        log(f"{document.uri}@{document.version}: {clamp.note}; clamped", types.MessageType.Warning)
     return offset

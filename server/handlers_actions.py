@@ -3,14 +3,26 @@ infill.toggle: each handler reads its request and asks server/actions.py (fills)
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 
-from .actions import KIND, code_actions, resolve, run_fill_command
+from .actions import KIND, EditSender, apply_edit, code_actions, resolve, run_fill_command
+from .fills import FillDeps
 
 if TYPE_CHECKING:
     from .server import InfillServer
+
+
+def fill_deps(ls: InfillServer) -> FillDeps:
+    """What a fill uses, unpacked from the server once per request (its settings as they are now)."""
+    return FillDeps(ls.documents, ls.host, ls.telemetry, ls.log, ls.settings)
+
+
+def edit_sender(ls: InfillServer) -> EditSender:
+    """workspace/applyEdit to this client, as far as its capabilities allow (actions.apply_edit)."""
+    return functools.partial(apply_edit, ls.client_capabilities.workspace, ls.workspace_apply_edit_async)
 
 
 def register(server: InfillServer) -> None:
@@ -20,11 +32,11 @@ def register(server: InfillServer) -> None:
     async def code_action(
         ls: InfillServer, params: types.CodeActionParams
     ) -> list[types.CodeAction | types.Command] | None:
-        return await code_actions(ls, params) or None
+        return await code_actions(fill_deps(ls), ls.client_capabilities, params) or None
 
     @server.feature(types.CODE_ACTION_RESOLVE)
     async def code_action_resolve(ls: InfillServer, action: types.CodeAction) -> types.CodeAction:
-        return await resolve(ls, action)
+        return await resolve(fill_deps(ls), action)
 
     @server.command("infill.status")
     def status_command(ls: InfillServer, *args: Any) -> dict[str, Any]:
@@ -37,8 +49,8 @@ def register(server: InfillServer) -> None:
 
     @server.command("infill.fillGap")
     async def fill_gap_command(ls: InfillServer, *args: Any) -> dict[str, Any]:
-        return await run_fill_command(ls, args, "gap")
+        return await run_fill_command(fill_deps(ls), edit_sender(ls), args, "gap")
 
     @server.command("infill.fillAllGaps")
     async def fill_all_gaps_command(ls: InfillServer, *args: Any) -> dict[str, Any]:
-        return await run_fill_command(ls, args, "gaps")
+        return await run_fill_command(fill_deps(ls), edit_sender(ls), args, "gaps")

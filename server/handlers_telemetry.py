@@ -14,7 +14,9 @@ from lsprotocol import types
 
 from .acceptance import ACCEPT_COMMAND, RETAIN_DELAY_S, Suggestion
 from .documents import Document
+from .gate import ClientLog
 from .json_values import plain_json
+from .telemetry import Telemetry
 
 if TYPE_CHECKING:
     from .server import InfillServer
@@ -48,12 +50,12 @@ def register(server: InfillServer) -> None:
 
     @server.feature(DID_SHOW)
     def did_show(ls: InfillServer, params: Any) -> None:
-        if (item := _item(ls, DID_SHOW, params)) is not None:
+        if (item := _item(ls.log, DID_SHOW, params)) is not None:
             tracker.shown(item)
 
     @server.feature(DID_PARTIALLY_ACCEPT)
     def did_partially_accept(ls: InfillServer, params: Any) -> None:
-        item = _item(ls, DID_PARTIALLY_ACCEPT, params)
+        item = _item(ls.log, DID_PARTIALLY_ACCEPT, params)
         length = plain_json(params).get("acceptedLength") if item is not None else None
         if item is None:
             return
@@ -72,21 +74,21 @@ def register(server: InfillServer) -> None:
 
 
 def offer(
-    ls: InfillServer, document: Document, items: list[types.InlineCompletionItem], spans: list[tuple[int, int]]
+    telemetry: Telemetry, document: Document, items: list[types.InlineCompletionItem], spans: list[tuple[int, int]]
 ) -> None:
     """Give each item of an inline reply the accept command, and remember the reply to infer what became of it
     (`spans`: each item's str range in the document, as the fills gave it)."""
     texts = [item.insert_text if isinstance(item.insert_text, str) else item.insert_text.value for item in items]
-    ids = ls.telemetry.offered(document, [(text, start, end) for text, (start, end) in zip(texts, spans)])
+    ids = telemetry.offered(document, [(text, start, end) for text, (start, end) in zip(texts, spans)])
     for item, suggestion_id in zip(items, ids):
         item.command = types.Command(title="infill: accepted", command=ACCEPT_COMMAND, arguments=[suggestion_id])
 
 
-def _item(ls: InfillServer, method: str, params: Any) -> dict[str, Any] | None:
+def _item(log: ClientLog, method: str, params: Any) -> dict[str, Any] | None:
     params = plain_json(params)
     item = params.get("item") if isinstance(params, dict) else None
     if not isinstance(item, dict) or not isinstance(item.get("insertText"), (str, dict)):
-        ls.log(
+        log(
             f"{method}: params must be {{item: InlineCompletionItem, ...}}, got {params!r}; ignored",
             types.MessageType.Warning,
         )

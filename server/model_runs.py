@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
@@ -15,8 +14,8 @@ from infill.pipeline import CompletionRequest, Pipeline, PipelineResult, Prepare
 from infill.types import FillControl, deadline_in
 from infill.worker import Ticket
 
-if TYPE_CHECKING:
-    from .server import InfillServer
+from .backend_host import BackendHost
+from .gate import ClientLog
 
 
 @dataclass
@@ -31,7 +30,8 @@ class ModelRun:
 
 
 async def run_on_model(
-    ls: InfillServer,
+    host: BackendHost,
+    log: ClientLog,
     ticket: Ticket,
     pipeline: Pipeline,
     request: CompletionRequest,
@@ -41,23 +41,23 @@ async def run_on_model(
     context: Future[Prepared] | None = None,
     queue_deadline: bool = False,
 ) -> ModelRun:
-    """Run `request` on the model thread under `ticket` (closed here, whatever happens); `what` names the request
-    in the log line of a failure. `queue_deadline`: the budget also bounds the wait in the queue
+    """Run `request` on `host`'s model thread under `ticket` (closed here, whatever happens); `what` names the
+    request in the line `log` gets for a failure. `queue_deadline`: the budget also bounds the wait in the queue
     (BackendHost.complete)."""
     failure = ""
     result: PipelineResult | None = None
     try:
         control = FillControl(cancel=ticket.token, deadline=deadline_in(budget_s))
-        future = ls.host.complete(pipeline, request, control, context, queue_deadline=queue_deadline)
+        future = host.complete(pipeline, request, control, context, queue_deadline=queue_deadline)
         result = await asyncio.wrap_future(future)
     except asyncio.CancelledError:
         ticket.token.cancel("request cancelled by the client")  # the backend stops within one step
         raise
     except Exception as exc:  # noqa: BLE001 - a failing backend (OOM, bug) costs this request only
         failure = f"{type(exc).__name__}: {exc}"
-        ls.log(f"{what} failed: {failure}", types.MessageType.Error)
+        log(f"{what} failed: {failure}", types.MessageType.Error)
     finally:
-        ls.claims.close(ticket)
+        host.claims.close(ticket)
         stopped = ticket.stopped  # (read before the cancel below, which would set it)
         ticket.token.cancel("request ended")  # nothing queued for it (context, warm) may run on after it
     if result is not None and result.route == "not_run":

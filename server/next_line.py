@@ -26,6 +26,7 @@ from .backend_host import BackendHost
 from .budget import BudgetPolicy
 from .documents import Document
 from .typed_through import TypedThrough
+from .verdict import usable_fills
 
 SETTLE_GRACE_S = 1.0  # a request waits for the speculation it would be answered from until its deadline and this
 
@@ -127,7 +128,7 @@ class NextLine:
         if self._ahead.get(ahead.uri) is not ahead or ahead.token.cancelled or done.exception() is not None:
             return
         completion: PipelineResult = done.result()
-        fills = [f for f in completion.fills if f.text.strip()]
+        fills = usable_fills(completion.fills)
         if fills:
             self._typed_through.remember(
                 ahead.uri, ahead.text, ahead.cursor, fills[0].start, fills[0].end, fills[0].text

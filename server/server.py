@@ -26,6 +26,7 @@ from .budget import BudgetPolicy
 from .documents import DocumentStore
 from .jsonrpc import GuardedProtocol, public_message, strict_converter
 from .next_line import NextLine
+from .scheduling import InlineScheduler
 from .settings import Settings, clean_layer, parse_settings
 from .telemetry import LogThrottle, RefusalLog, Telemetry
 from .typed_through import TypedThrough
@@ -103,7 +104,17 @@ class InfillServer(LanguageServer):
         self.next_line: NextLine = NextLine(self.host, self.typed_through, self.budget)
         # the background warm of a document's prompt at open and where the cursor moves (server/warming.py)
         self.warming: BackgroundWarm = BackgroundWarm()
-        self.joined = 0  # inline requests that joined an identical run in flight
+        # inline requests: debounce, supersession, joining, budget; the warm after a jump (server/scheduling.py)
+        self.inline: InlineScheduler = InlineScheduler(
+            self.host,
+            self.documents,
+            self.budget,
+            self.next_line,
+            self.warming,
+            lambda: self.settings,
+            self.log,
+            self.notify_status,
+        )
         self._progress_token: str | None = None
         self._progress_ready: asyncio.Future[bool] | None = None
         self._raw_layers: dict[str, dict[str, Any]] = {}  # "init" (initializationOptions), "config", "toggle"
@@ -166,7 +177,7 @@ class InfillServer(LanguageServer):
             "budget": self.budget.status(self.settings.inline_budget_ms, self.settings.invoked_budget_ms),
             "cheapAnswers": {
                 "typedThrough": self.typed_through.answered,
-                "joined": self.joined,
+                "joined": self.inline.joined,
                 "nextLine": self.next_line.answered,
                 "nextLineStarted": self.next_line.started,
                 "warmsStarted": self.warming.started,

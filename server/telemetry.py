@@ -18,6 +18,7 @@ from infill.stats import percentile
 
 from .acceptance import AcceptanceTracker, Suggestion
 from .documents import Document
+from .verdict import Verdict
 
 log = logging.getLogger(__name__)
 
@@ -130,14 +131,17 @@ class Telemetry:
         kind: str,
         uri: str,
         version: int | None,
-        position: Any,
-        outcome: str,
+        span: tuple[int, int],
+        outcome: Verdict,
         result: PipelineResult | None,
         server_ms: float,
         fills: list[str],
     ) -> None:
+        """Count a reply and log it (with `completionLog` set). `span`: where the request asked, in Python str
+        offsets of the document's text (not LSP's UTF-16 columns): an inline request's cursor (start == end), a
+        fill's selection; `outcome`: server/verdict.py's verdict."""
         self.counts["completions"] += 1
-        if outcome in ("empty", "none"):
+        if outcome == "empty":
             self.counts["empty"] += 1
         elif outcome == "discarded":
             self.counts["discarded"] += 1
@@ -151,7 +155,7 @@ class Telemetry:
                 "kind": kind,
                 "uri": uri,
                 "version": version,
-                "position": position,
+                "span": list(span),
                 "outcome": outcome,
                 "route": result.route if result else None,
                 "backend": infill.backend if infill else None,
