@@ -74,9 +74,12 @@ class InfillProtocol(GuardedProtocol):
 
 
 class InfillServer(LanguageServer):
-    """The server: pygls' LanguageServer with infill's state. Handlers (server/handlers_*.py) receive it typed and
-    ask one of its collaborators: `documents`, `host` (the backend and the threads it runs on), `claims`,
-    `telemetry` / `acceptance`, `budget`, `typed_through`, `next_line`, `refusals`."""
+    """The server: pygls' LanguageServer with infill's state. It builds the collaborators and wires them to each
+    other: `documents`, `host` (the backend and the threads it runs on; `claims` are its worker's), `telemetry` /
+    `acceptance`, `budget`, `typed_through`, `next_line`, `warming`, `inline` (the inline scheduler), `refusals`,
+    `discard_log`. A handler pygls calls (server/handlers_*.py, warming.py) receives the server typed and unpacks the
+    pieces its request uses at its top; the functions and objects below it receive those pieces, never the server.
+    `settings` is replaced on each configuration change: what holds on to it reads it through a getter."""
 
     protocol: InfillProtocol
 
