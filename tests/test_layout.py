@@ -260,7 +260,6 @@ def test_the_wheel_leaves_out_the_test_fixtures_and_nothing_shipped_needs_them()
     """infill/testing/ holds fixtures for tests and benchmarks: the wheel's package list (pyproject's find rule) and
     its package data leave it out, and no shipped module imports it, so an installed infill-ls starts without it."""
     import tomllib
-
     from setuptools import find_packages
 
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
