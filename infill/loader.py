@@ -1,6 +1,7 @@
 """Open what serves: the backend a spec names, the fallback behind it, and the pipeline over them. The one loader
-of the LSP server (server/backend_host.py, which runs it on its loading thread and swaps pipelines), the gateway
-(infill/gateway/server.py) and `infill-ls fill`; `fallback_spec` is the one decision of which fallback sits behind
+of the LSP server (server/backend_host.py runs its two steps on its loading thread: `open_primary`, served at once,
+then `open_fallback`, swapped in), the gateway (infill/gateway/server.py) and `infill-ls fill` (both load the two
+steps at once, `open_pipeline`, before they serve); `fallback_spec` is the one decision of which fallback sits behind
 which primary (the pilot asks it too, infill/pilot/targets.py)."""
 
 from __future__ import annotations
