@@ -262,6 +262,8 @@ class BackendHost:
             if generation == self._generation:  # (a superseded load's messages would mislead)
                 self._listener("fallback-loading", message, fraction)
 
+        if generation != self._generation:  # superseded already: a newer load or a shutdown owns the primary
+            return
         started = time.perf_counter()
         try:
             both = open_fallback(alone, behind, progress=progress, opener=self._opener)
