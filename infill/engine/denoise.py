@@ -206,7 +206,7 @@ class EagerStepper:
 
 
 class CanvasRunner(Protocol):
-    """What the loop asks of the runner (runner.ModelRunner, which holds the model, its weights and the prompt's
+    """What the loop asks of the runner (runner.ModelRunner, which holds the weights and the prompt's
     keys and values): the weights, a canvas's fixed inputs, and what steps it."""
 
     @property
