@@ -187,7 +187,8 @@ def warm_up(backend: InfillBackend, progress: ProgressCallback | None = None) ->
     graphs, and its layers compiled when `EngineConfig.compile` is on), while the caller is still loading, so that
     no request pays them and a cancel never waits on a capture. Only diffusion backends
     (`WarmsUp`): the offline default warms itself inside its own loader, and remote ones have nothing to warm. A
-    failed warm-up is logged; the backend still serves (its first fill then compiles)."""
+    failed warm-up is logged; the backend still serves (a program its requests meet is built then and runs its
+    body eagerly)."""
     if backend.info.kind != "diffusion" or not isinstance(backend, WarmsUp):
         return
     if progress:
