@@ -128,8 +128,8 @@ def load_diffusion_model(
     weights = read_weights(source, config, torch.device(device), torch_dtype, quantize)
     if device.startswith("cuda"):
         # cuDNN's attention builds an execution plan for every new key length (0.2-2.5 s a keystroke at the full
-        # size on an H200, benchmarks/results/engine-gpu-full-size-2219725-h200.json); PyTorch's flash and memory-efficient kernels
-        # need none. Process-wide: the engine is this process's CUDA user.
+        # size on an H200, benchmarks/results/engine-gpu-full-size-2219725-h200.json); PyTorch's flash and
+        # memory-efficient kernels need none. Process-wide: the engine is this process's CUDA user.
         torch.backends.cuda.enable_cudnn_sdp(False)
     try:
         tokenizer = AutoTokenizer.from_pretrained(model, revision=revision, trust_remote_code=False)
