@@ -28,7 +28,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # transformers' own step, for comparison
 
-from reference_sampler import reference_denoise  # noqa: E402
+from reference_sampler import reference_denoiser  # noqa: E402
 
 from infill.engine.canvas import build_canvas  # noqa: E402
 from infill.engine.config import EngineConfig  # noqa: E402
@@ -92,7 +92,7 @@ def step_over_forward(steps: int, repeat: int) -> dict:
         loaded = load_diffusion_model(tmp)
         model = loaded.model  # transformers' own, read while the checkpoint is still there
     figures = {}
-    for sampler, denoiser in (("fast", denoise), ("reference", reference_denoise)):
+    for sampler, denoiser in (("fast", denoise), ("reference", reference_denoiser(model))):
         engine = DiffusionEngine(
             loaded, EngineConfig(max_denoising_steps=steps, confidence_threshold=NEVER_CONFIDENT), denoiser=denoiser
         )

@@ -54,6 +54,12 @@ try:
     from engine_pipeline import measure_keystrokes
 finally:
     sys.path.remove(_BENCHMARKS)
+_TESTS = str(Path(__file__).resolve().parents[1] / "tests")  # the reference experts kernel, on the path only while
+sys.path.insert(0, _TESTS)  # it is imported (tests/server/ would shadow the `server` package too)
+try:
+    from reference_experts import loop as reference_experts
+finally:
+    sys.path.remove(_TESTS)
 
 from infill.engine import forward  # noqa: E402
 from infill.engine.canvas import build_canvas  # noqa: E402
@@ -337,7 +343,7 @@ class Bench:
             x = torch.randn(n, w.hidden, device=self.device, dtype=w.dtype)
             weights, ids = route(x, layer, w.top_k, w.eps)
             touched = int(torch.unique(ids).numel())
-            reference = KERNELS["loop"](x, ids, weights, layer.experts, act).float()
+            reference = reference_experts(x, ids, weights, layer.experts, act).float()
             row = {"experts_touched": touched}
             for name, kernel in list(KERNELS.items()) + [("fp8_grouped", None)]:
                 if name == "pairs" and n * w.top_k > 256:

@@ -74,6 +74,8 @@ def main() -> int:
                 )
             )
             return 0
+        if args.log_dir:
+            Path(args.log_dir).mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         busy = BusyCpu(args.busy_on, args.busy_off)
         try:

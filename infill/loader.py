@@ -1,6 +1,7 @@
 """Open what serves: the backend a spec names, the fallback behind it, and the pipeline over them. The one loader
-of the LSP server (server/backend_host.py, which runs it on its loading thread and swaps pipelines), the gateway
-(infill/gateway/server.py) and `infill-ls fill`; `fallback_spec` is the one decision of which fallback sits behind
+of the LSP server (server/backend_host.py runs its two steps on its loading thread: `open_primary`, served at once,
+then `open_fallback`, swapped in), the gateway (infill/gateway/server.py) and `infill-ls fill` (both load the two
+steps at once, `open_pipeline`, before they serve); `fallback_spec` is the one decision of which fallback sits behind
 which primary (the pilot asks it too, infill/pilot/targets.py)."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from infill.backends.choose import BackendSpec, open_backend
 from infill.pipeline import Pipeline, PipelineSettings
@@ -84,26 +85,57 @@ def open_pipeline(
     progress: ProgressCallback | None = None,
     opener: Callable[..., InfillBackend] = open_backend,
 ) -> Opened:
-    """The primary `spec` names, then the fallback `fallback_spec` chooses for it, and the pipeline over them.
-    Raises what opening the primary raised. A fallback that fails to open is logged and leaves the primary serving
-    alone (`Opened.fallback_error` says why); an interrupt while it opens closes the primary and propagates."""
-    primary, model_error = _open_primary(spec, opener, progress)
-    warm_up(primary, progress)
+    """The primary `spec` names, then the fallback `fallback_spec` chooses for it, and the pipeline over them, in
+    one step (the gateway and `infill-ls fill` serve only then; the LSP server takes the two steps apart:
+    `open_primary` serves at once, `open_fallback` joins it). Raises what opening the primary raised. A fallback
+    that fails to open is logged and leaves the primary serving alone (`Opened.fallback_error` says why); an
+    interrupt while it opens closes the primary and propagates."""
+    alone = open_primary(spec, settings=settings, progress=progress, opener=opener)
     behind = fallback_spec(spec, fallback)
     if behind is None:
-        return Opened(Pipeline(primary, settings=settings), (primary,), model_error=model_error)
+        return alone
+    try:
+        return open_fallback(alone, behind, progress=progress, opener=opener)
+    except BaseException:
+        close_quietly(alone.pipeline.backend)
+        raise
+
+
+def open_primary(
+    spec: BackendSpec,
+    *,
+    settings: PipelineSettings | None = None,
+    progress: ProgressCallback | None = None,
+    opener: Callable[..., InfillBackend] = open_backend,
+) -> Opened:
+    """The primary `spec` names, warmed up, and a pipeline over it alone. Raises what opening it raised."""
+    primary, model_error = _open_primary(spec, opener, progress)
+    warm_up(primary, progress)
+    return Opened(Pipeline(primary, settings=settings), (primary,), model_error=model_error)
+
+
+def open_fallback(
+    alone: Opened,
+    behind: BackendSpec,
+    *,
+    progress: ProgressCallback | None = None,
+    opener: Callable[..., InfillBackend] = open_backend,
+) -> Opened:
+    """The fallback `behind` (what `fallback_spec` chose) opened and warmed up, and a new pipeline over `alone`'s
+    primary with it behind, with `alone`'s settings (its counters are the caller's to carry when it swaps
+    pipelines: `Pipeline.carry_counters_from`). A fallback that fails to open is logged and `alone` comes back
+    with `fallback_error` saying why; an interrupt propagates (the primary stays open: the caller owns it)."""
+    primary = alone.pipeline.backend
     if progress:
         progress(f"loading the fallback: {describe_spec(behind)}", None)
     try:
         second = opener(behind, progress=progress)
     except Exception as exc:  # noqa: BLE001 - any failure of the fallback leaves the primary serving
-        log.exception("the fallback (%s) did not load; %s serves alone", describe_spec(behind), describe_spec(spec))
-        return Opened(Pipeline(primary, settings=settings), (primary,), f"{type(exc).__name__}: {exc}", model_error)
-    except BaseException:
-        close_quietly(primary)
-        raise
+        log.exception("the fallback (%s) did not load; %s serves alone", describe_spec(behind), primary.info.name)
+        return replace(alone, fallback_error=f"{type(exc).__name__}: {exc}")
     warm_up(second, progress)
-    return Opened(Pipeline(primary, fallback=second, settings=settings), (primary, second), model_error=model_error)
+    pipeline = Pipeline(primary, fallback=second, settings=alone.pipeline.settings)
+    return Opened(pipeline, (primary, second), model_error=alone.model_error)
 
 
 def _open_primary(
@@ -155,7 +187,8 @@ def warm_up(backend: InfillBackend, progress: ProgressCallback | None = None) ->
     graphs, and its layers compiled when `EngineConfig.compile` is on), while the caller is still loading, so that
     no request pays them and a cancel never waits on a capture. Only diffusion backends
     (`WarmsUp`): the offline default warms itself inside its own loader, and remote ones have nothing to warm. A
-    failed warm-up is logged; the backend still serves (its first fill then compiles)."""
+    failed warm-up is logged; the backend still serves (a program its requests meet is built then and runs its
+    body eagerly)."""
     if backend.info.kind != "diffusion" or not isinstance(backend, WarmsUp):
         return
     if progress:

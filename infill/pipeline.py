@@ -53,6 +53,7 @@ __all__ = [
     "MAX_GAPS",
     "CompletionRequest",
     "Fill",
+    "MAX_MIDDLE_TOKENS",
     "OpenDocument",
     "Pipeline",
     "PipelineResult",
@@ -64,9 +65,12 @@ __all__ = [
 ]
 
 
+MAX_MIDDLE_TOKENS = 4096  # the most a multi-line fill may be given (the LSP setting, the gateway's max_tokens)
+
+
 @dataclass(frozen=True)
 class PipelineSettings:
-    max_middle_tokens: int = 64  # middle budget of a multi-line fill
+    max_middle_tokens: int = 64  # middle budget of a multi-line fill, up to MAX_MIDDLE_TOKENS
     prefix_chars: int = 8000  # hard cap on the window before the gap (the token budget usually binds first)
     suffix_chars: int = 2000
     prefix_tokens: int = 2048  # approximate token budgets of the windows (chars / chars_per_token)
@@ -94,6 +98,8 @@ class PipelineSettings:
             dict.fromkeys((*sizes, "single_line_tokens", "max_gap_tokens", "explicit_budget_ms"), 1),
             "pipeline setting ",
         )
+        if self.max_middle_tokens > MAX_MIDDLE_TOKENS:
+            raise InfillError(f"max_middle_tokens must be at most {MAX_MIDDLE_TOKENS}, got {self.max_middle_tokens}")
         if not 0 < self.primary_share <= 1:
             raise InfillError(f"primary_share must be in (0, 1], got {self.primary_share}")
         if self.min_fallback_ms < 0 or not self.chars_per_token > 0:

@@ -3,10 +3,13 @@ holds the threads model and context work run on: the model worker (infill/worker
 blocks and the backend never runs two requests at once, and the context thread (server/scheduling.py uses both).
 
 State is "loading" | "ready" | "error". A load error keeps the server serving (requests return empty) with the
-message in `infill.status`. The fallback (infill/loader.py chooses it) loads after the primary on the same loading
-thread; one that fails to load leaves the primary serving alone, with its error in `infill.status`. Reloads (model,
-endpoint or fallback changed) swap the pipeline only when the new backends are up, and close the old ones; a load
-that finishes after a newer one was asked for is discarded.
+message in `infill.status`. The server is ready as soon as the primary is up and warmed: its pipeline serves alone
+while the fallback (infill/loader.py chooses it) loads on the same loading thread (`fallback_state` "loading"),
+then a pipeline over the same primary with the fallback behind it is swapped in, continuing the counters; a
+fallback that fails to load leaves the primary serving alone, with its error in `infill.status`. Reloads (model,
+endpoint or fallback changed) swap the pipeline only when the new primary is up, and close the old backends; a
+primary or fallback that finishes loading after a newer load (or a shutdown) was asked for is closed, never
+served.
 """
 
 from __future__ import annotations
@@ -20,7 +23,15 @@ from dataclasses import replace
 from typing import TypeVar
 
 from infill.backends.choose import BackendSpec, open_backend
-from infill.loader import FallbackChoice, Opened, close_quietly, describe_spec, open_pipeline
+from infill.loader import (
+    FallbackChoice,
+    Opened,
+    close_quietly,
+    describe_spec,
+    fallback_spec,
+    open_fallback,
+    open_primary,
+)
 from infill.pipeline import CompletionRequest, Pipeline, PipelineResult, PipelineSettings, Prepared
 from infill.types import BackendInfo, CancelToken, FillControl, InfillBackend
 from infill.worker import Claims, ModelWorker
@@ -30,7 +41,9 @@ from .settings import SPEC_FIELDS, Settings
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# (state, message, fraction or None) -> called on the loader thread; the server hops to the event loop.
+# (state, message, fraction or None) -> called on the loader thread; the server hops to the event loop. State is
+# "loading" | "ready" | "error" for the primary, then "fallback-loading" (progress) and "fallback" (it is in, or
+# failed) for the fallback that loads while the primary serves.
 LoadListener = Callable[[str, str, "float | None"], None]
 
 
@@ -58,6 +71,7 @@ class BackendHost:
         self._opener = opener
         self._lock = threading.Lock()
         self._loaded: Opened | None = None
+        self._fallback_loading = False  # the loaded primary serves alone while its fallback loads
         self._generation = 0
         self.state = "loading"
         self.error: str | None = None
@@ -140,6 +154,19 @@ class BackendHost:
         return fallback.info if fallback is not None else None
 
     @property
+    def fallback_state(self) -> str | None:
+        """ "loading" (the primary serves alone meanwhile), "ready", "error" (`fallback_error`), or None (no
+        fallback chosen, or nothing loaded)."""
+        loaded = self._loaded
+        if loaded is None:
+            return None
+        if self._fallback_loading:
+            return "loading"
+        if loaded.fallback_error:
+            return "error"
+        return "ready" if loaded.pipeline.fallback is not None else None
+
+    @property
     def fallback_error(self) -> str | None:
         loaded = self._loaded
         return loaded.fallback_error if loaded else None
@@ -168,6 +195,8 @@ class BackendHost:
         thread.start()
 
     def _load(self, settings: Settings, generation: int) -> None:
+        """The primary, published as soon as it is up (the server is ready then); then its fallback, swapped in
+        once it is up too. Either is discarded (closed) when a newer load or a shutdown came meanwhile."""
         spec = spec_for(settings)
         what = describe_spec(spec)
         self._listener("loading", f"loading {what}", 0.0)
@@ -177,7 +206,7 @@ class BackendHost:
 
         started = time.perf_counter()
         try:
-            opened = open_pipeline(spec, fallback=fallback_for(settings), progress=progress, opener=self._opener)
+            alone = open_primary(spec, progress=progress, opener=self._opener)
         except BaseException as exc:  # noqa: BLE001 - any load failure (incl. MemoryError) is a state, not a crash
             message = f"cannot load the backend ({what}): {type(exc).__name__}: {exc}"
             log.exception(message)
@@ -187,33 +216,80 @@ class BackendHost:
                 self.state, self.error = "error", message
             self._listener("error", message, None)
             return
-        pipeline = opened.pipeline
+        behind = fallback_spec(spec, fallback_for(settings))
+        if not self._publish(alone, generation, fallback_loading=behind is not None):
+            return
+        seconds = time.perf_counter() - started
+        self._listener(
+            "ready",
+            f"{_names(alone.pipeline)} ready in {seconds:.1f} s"
+            + (f"; {alone.model_error}" if alone.model_error else "")
+            + (f"; loading the fallback: {describe_spec(behind)}" if behind is not None else ""),
+            1.0,
+        )
+        if behind is not None:
+            self._load_fallback(alone, behind, generation)
+
+    def _publish(self, opened: Opened, generation: int, fallback_loading: bool) -> bool:
+        """Serve `opened` in place of what served (closed on the model thread, after what runs there now), its
+        counters continued; False (and `opened` closed) when a newer load or a shutdown came meanwhile."""
         with self._lock:
             current = generation == self._generation
             if current:
                 # (a maxMiddleTokens change made while this was loading is in self._settings)
-                pipeline.settings = with_server_settings(pipeline.settings, self._settings)
+                opened.pipeline.settings = with_server_settings(opened.pipeline.settings, self._settings)
                 replaced = self._loaded.backends if self._loaded else ()
                 if self._loaded is not None:
-                    pipeline.carry_counters_from(self._loaded.pipeline)
+                    opened.pipeline.carry_counters_from(self._loaded.pipeline)
                 self._loaded = opened
+                self._fallback_loading = fallback_loading
                 # (the user's GGUF that could not serve: Gemma 3 270M serves, and the status says why)
                 self.state, self.error = "ready", opened.model_error
-        if not current:  # a newer load (or shutdown) came meanwhile: these never served anything
+        if not current:  # these never served anything
             for backend in opened.backends:
                 close_quietly(backend)
-            return
-        # Close on the worker so a request still running on the old backend finishes first.
+            return False
         for backend in replaced:
             self.worker.submit(_closer(backend))
+        return True
+
+    def _load_fallback(self, alone: Opened, behind: BackendSpec, generation: int) -> None:
+        """The fallback `behind` loaded while `alone` (its primary) serves, then swapped in under the lock: a new
+        pipeline over the same primary continuing `alone`'s counters. A fallback that fails leaves `alone` serving
+        (its error in the status); one that ends after a newer load or a shutdown is closed, never swapped in."""
+
+        def progress(message: str, fraction: float | None) -> None:
+            if generation == self._generation:  # (a superseded load's messages would mislead)
+                self._listener("fallback-loading", message, fraction)
+
+        if generation != self._generation:  # superseded already: a newer load or a shutdown owns the primary
+            return
+        started = time.perf_counter()
+        try:
+            both = open_fallback(alone, behind, progress=progress, opener=self._opener)
+        except BaseException as exc:  # noqa: BLE001 - the primary serves on; the failure is the fallback's state
+            log.exception("the fallback (%s) did not load", describe_spec(behind))
+            both = replace(alone, fallback_error=f"{type(exc).__name__}: {exc}")
+        added = both.backends[len(alone.backends) :]  # the fallback's backend, where it opened
+        with self._lock:
+            current = generation == self._generation and self._loaded is alone
+            if current:
+                both.pipeline.settings = with_server_settings(both.pipeline.settings, self._settings)
+                if both.pipeline is not alone.pipeline:
+                    both.pipeline.carry_counters_from(alone.pipeline)
+                self._loaded = both
+                self._fallback_loading = False
+        if not current:
+            for backend in added:
+                close_quietly(backend)
+            log.info("the fallback (%s) was superseded while it loaded; closed", describe_spec(behind))
+            return
         seconds = time.perf_counter() - started
-        self._listener(
-            "ready",
-            f"{_names(pipeline)} ready in {seconds:.1f} s"
-            + (f"; {opened.model_error}" if opened.model_error else "")
-            + (f"; no fallback: {opened.fallback_error}" if opened.fallback_error else ""),
-            1.0,
-        )
+        if both.fallback_error:
+            message = f"no fallback: {both.fallback_error}; {_names(both.pipeline)} serves alone"
+        else:
+            message = f"fallback ready in {seconds:.1f} s: {_names(both.pipeline)}"
+        self._listener("fallback", message, None)
 
     def set_pipeline_settings(self, settings: Settings) -> None:
         """The server settings the pipeline reads (with_server_settings); applies to the loaded pipeline and to one

@@ -168,6 +168,7 @@ class InfillServer(LanguageServer):
             "error": self.host.error,
             "fallback": _describe(self.host.fallback_info),
             "fallbackError": self.host.fallback_error,
+            "fallbackState": self.host.fallback_state,  # "loading" while the primary serves alone, "ready", "error"
             "latencies": self.telemetry.latency_summary(),
             "telemetry": self.telemetry.summary(),
             "documents": len(self.documents),
@@ -291,6 +292,11 @@ class InfillServer(LanguageServer):
             self.loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._load_event(state, message, fraction)))
 
     async def _load_event(self, state: str, message: str, fraction: float | None) -> None:
+        if state.startswith("fallback"):  # the primary serves already: its progress has ended
+            self.log(message)
+            if state == "fallback":  # the fallback is in (or failed to load)
+                self.notify_status()
+            return
         token, ready = self._progress_token, self._progress_ready
         if token is not None and ready is not None:
             await ready  # begin must precede report/end

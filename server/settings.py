@@ -14,7 +14,10 @@ from typing import Any, Optional, get_type_hints
 
 from cattrs import Converter
 
+from infill.backends.remote.backend import PROTOCOLS
 from infill.context.syntax import resolve_language
+from infill.engine.config import LOAD_FORMATS, MAX_DENOISING_STEPS, QUANTIZATIONS
+from infill.pipeline import MAX_MIDDLE_TOKENS
 from infill.types import MAX_CANDIDATES, InfillError
 
 from .json_values import json_integer
@@ -77,19 +80,19 @@ class Settings:
         need(0 <= self.debounce_ms <= 10_000, "debounceMs must be in 0..10000")
         need(1 <= self.explicit_budget_ms <= 600_000, "explicitBudgetMs must be in 1..600000 ms")
         need(1 <= self.fill_candidates <= MAX_CANDIDATES, f"fillCandidates must be in 1..{MAX_CANDIDATES}")
-        need(1 <= self.max_middle_tokens <= 4096, "maxMiddleTokens must be in 1..4096")
-        need(self.load_format in ("auto", "dummy"), "loadFormat must be 'auto' or 'dummy'")
-        need(self.quantization in ("none", "fp8"), "quantization must be 'none' or 'fp8'")
+        need(1 <= self.max_middle_tokens <= MAX_MIDDLE_TOKENS, f"maxMiddleTokens must be in 1..{MAX_MIDDLE_TOKENS}")
+        need(self.load_format in LOAD_FORMATS, f"loadFormat must be one of {', '.join(LOAD_FORMATS)}")
+        need(self.quantization in QUANTIZATIONS, f"quantization must be one of {', '.join(QUANTIZATIONS)}")
         need(
             self.offline_model_keystrokes in ("auto", "yes", "no"),
             "offlineModelKeystrokes must be 'auto', 'yes' or 'no'",
         )
-        need(
-            self.remote_protocol in ("auto", "openai", "vllm-diffusion"),
-            "remoteProtocol must be 'auto', 'openai' or 'vllm-diffusion'",
-        )
+        need(self.remote_protocol in PROTOCOLS, f"remoteProtocol must be one of {', '.join(PROTOCOLS)}")
         need(1 <= self.max_document_chars <= 200_000_000, "maxDocumentChars must be in 1..200000000")
-        need(self.denoising_steps is None or 1 <= self.denoising_steps <= 1024, "denoisingSteps must be in 1..1024")
+        need(
+            self.denoising_steps is None or 1 <= self.denoising_steps <= MAX_DENOISING_STEPS,
+            f"denoisingSteps must be in 1..{MAX_DENOISING_STEPS}",
+        )
         need(self.kv_store_mib is None or 0 <= self.kv_store_mib <= 2**24, "kvStoreMib must be in 0..16777216 MiB")
 
     def language_enabled(self, language: str | None, document_id: str | None = None) -> bool:

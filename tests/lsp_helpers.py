@@ -58,10 +58,14 @@ async def start(
     configuration: dict | None = None,
     resolve_edit: bool = True,
     progress: bool = True,
+    launcher: list[str] | None = None,
+    env: dict[str, str] | None = None,
 ) -> tuple[LanguageClient, types.InitializeResult]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("INFILL_MODEL", None)
-    client = await ClientServerConfig(server_command=server_command(*args), server_env=env).start()
+    """The real server started with `args` (by `launcher` in place of `infill-ls`, with `env` added where given)."""
+    server_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    server_env.pop("INFILL_MODEL", None)
+    command = [*launcher, *args] if launcher else server_command(*args)
+    client = await ClientServerConfig(server_command=command, server_env=server_env).start()
     if configuration is not None:
         client.set_configuration(configuration, section="infill")
     result = await client.initialize_session(

@@ -7,7 +7,9 @@ deterministic. Test and benchmark code only."""
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -46,12 +48,25 @@ def one_hot_logits(logits: torch.Tensor, tokens: torch.Tensor, free: torch.Tenso
     return torch.where(free[..., None], logits, one_hot)
 
 
+def reference_denoiser(model) -> Callable[..., DenoiseOutput]:
+    """`reference_denoise` over transformers' `model` (`LoadedModel.model`: the engine's checkpoint), with the
+    engine's denoiser signature (a `DiffusionEngine(denoiser=...)`)."""
+    return functools.partial(reference_denoise, model=model)
+
+
 def reference_denoise(
-    fill: CanvasFill, config, generator: torch.Generator, *, cancel=None, deadline: float | None = None, on_step=None
+    fill: CanvasFill,
+    config,
+    generator: torch.Generator,
+    *,
+    model,
+    cancel=None,
+    deadline: float | None = None,
+    on_step=None,
 ) -> DenoiseOutput:
     """The engine's `denoise` with transformers' ops and transformers' own forward over its own prefill of the
-    prompt (same signature)."""
-    model, canvas = fill.runner.model, fill.canvas
+    prompt."""
+    canvas = fill.canvas
     text = model.config.text_config
     layer_types = text.layer_types[: text.num_hidden_layers]
     view = decoder_cache_view(
@@ -69,7 +84,6 @@ def reference_denoise(
     criteria = [
         StableAndConfidentStoppingCriteria(config.stability_threshold, config.confidence_threshold) for _ in range(rows)
     ]
-    row_steps = torch.zeros(rows, dtype=torch.int32, device=device)
     prev_logits = None
     steps, outcome, n = 0, "ok", config.max_denoising_steps
     attention = None if masks[next(iter(masks))] is None else masks
@@ -80,7 +94,6 @@ def reference_denoise(
         if deadline is not None and steps > 0 and time.monotonic() >= deadline:
             outcome = "cut_short"
             break
-        row_steps += ~finished
         sc = None if prev_logits is None else one_hot_logits(prev_logits, fixed, free)
         logits = model(
             decoder_input_ids=current,
@@ -110,7 +123,22 @@ def reference_denoise(
         current, argmax, score, prev_logits = nxt, new_argmax, new_score, out.processed_logits
         steps += 1
         if on_step is not None:
-            on_step(steps, argmax, out.max_prob, score)
+            on_step(steps, argmax, out.max_prob, score, finished)
         if bool(finished.all()):
             break
-    return DenoiseOutput(argmax, score, steps, outcome, row_steps)
+    return DenoiseOutput(argmax, score, steps, outcome)
+
+
+class RowForwards:
+    """An `on_step` counting each canvas row's decoder forwards until it stopped (transformers' count, its
+    `tokens_per_forward`): a row runs a step's forward unless it had finished before that step."""
+
+    def __init__(self) -> None:
+        self.counts: list[int] = []
+        self._finished_before: torch.Tensor | None = None
+
+    def __call__(self, step, argmax, max_prob, score, finished: torch.Tensor) -> None:
+        before = self._finished_before if self._finished_before is not None else torch.zeros_like(finished)
+        ran = (~before).tolist()
+        self.counts = [n + r for n, r in zip(self.counts, ran)] if self.counts else [int(r) for r in ran]
+        self._finished_before = finished.clone()

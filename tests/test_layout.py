@@ -254,3 +254,26 @@ def test_the_module_check_finds_a_module_that_is_gone():
 
 def test_every_module_the_architecture_map_names_exists():
     assert missing_modules(ARCHITECTURE.read_text(encoding="utf-8")) == []
+
+
+def test_the_wheel_leaves_out_the_test_fixtures_and_nothing_shipped_needs_them():
+    """infill/testing/ holds fixtures for tests and benchmarks: the wheel's package list (pyproject's find rule) and
+    its package data leave it out, and no shipped module imports it, so an installed infill-ls starts without it."""
+    import tomllib
+    from setuptools import find_packages
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    found = find_packages(
+        str(ROOT), include=config["packages"]["find"]["include"], exclude=config["packages"]["find"]["exclude"]
+    )
+    assert "infill" in found and "server" in found and "infill.engine" in found
+    assert not [name for name in found if name.startswith("infill.testing")]
+    assert "testing/*" in config["exclude-package-data"]["infill"]
+    shipped = [p for p in [*PACKAGE.rglob("*.py"), *SERVER.rglob("*.py")] if "testing" not in p.relative_to(ROOT).parts]
+    importers = []
+    for path in shipped:
+        name = module_name(path)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if any(n.startswith("infill.testing") for n in imported_names(tree, name, path.name == "__init__.py", False)):
+            importers.append(name)
+    assert importers == []

@@ -7,14 +7,11 @@ from __future__ import annotations
 import argparse
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from infill.device import set_threads, threads_from_env
-from infill.engine.config import EngineConfig, EngineOverrides
+from infill.engine.config import LOAD_FORMATS, QUANTIZATIONS, EngineConfig, EngineOverrides, LoadFormat, Quantization
 from infill.types import BackendKind, InfillBackend, InfillError, ProgressCallback
-
-if TYPE_CHECKING:  # (infill.engine.loading imports torch: only a DiffusionGemma checkpoint loads it)
-    from infill.engine.loading import LoadFormat, Quantization
 
 
 @dataclass(frozen=True)
@@ -138,7 +135,7 @@ def add_model_options(parser: argparse.ArgumentParser, *, choose_model: bool = T
         group.add_argument(
             "--load-format",
             default="auto",
-            choices=("auto", "dummy"),
+            choices=LOAD_FORMATS,
             help="dummy: the checkpoint's architecture with random weights",
         )
         group.add_argument("--endpoint", help="remote OpenAI-compatible engine URL instead of an in-process model")
@@ -147,7 +144,7 @@ def add_model_options(parser: argparse.ArgumentParser, *, choose_model: bool = T
     group.add_argument(
         "--quantization",
         default="none",
-        choices=("none", "fp8"),
+        choices=QUANTIZATIONS,
         help="fp8: DiffusionGemma's projections and experts in FP8 (E4M3, one scale per output channel, "
         "activations per token), quantized at load; a compressed-tensors FP8 checkpoint is FP8 "
         "whatever this says",
@@ -173,9 +170,7 @@ def add_model_options(parser: argparse.ArgumentParser, *, choose_model: bool = T
 
 def spec_from_args(args: argparse.Namespace) -> BackendSpec:
     """The BackendSpec the options of `add_model_options` describe (env INFILL_MODEL/INFILL_THREADS fill gaps)."""
-    steps, threads = args.denoising_steps, args.threads
-    if steps is not None and steps < 1:
-        raise InfillError(f"--denoising-steps must be a positive integer, got {steps}")
+    steps, threads = args.denoising_steps, args.threads  # (steps: EngineOverrides checks their range)
     if threads is not None and threads < 1:
         raise InfillError(f"--threads must be a positive integer, got {threads}")
     return BackendSpec.from_env(

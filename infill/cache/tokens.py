@@ -22,6 +22,11 @@ from infill.languages import encodable
 
 _CHUNK_BOUNDARY = re.compile(r"(?<=\n)(?=[^\n])")
 
+# The most tokens of other files' code (InfillRequest.extra_context) an in-process backend's prompt holds, its last
+# whole lines: the DiffusionGemma engine's and the offline default's (ARSettings.extra_context_tokens) budget.
+# infill/context/related.py selects about this much (its max_chars, ~250 tokens of code).
+EXTRA_CONTEXT_TOKENS = 256
+
 Chunk = tuple[str, tuple[int, ...]]  # a chunk's text and its token ids
 
 
@@ -42,7 +47,6 @@ class ChunkedTokenizer:
         self.tokenizer = tokenizer
         self.max_entries = max_entries
         self._memo: OrderedDict[str, tuple[int, ...]] = OrderedDict()
-        self.chunks_tokenised = 0  # counts real tokeniser calls (tests check keystrokes stay cheap)
 
     def _chunk_ids(self, chunk: str) -> tuple[int, ...]:
         ids = self._memo.get(chunk)
@@ -50,7 +54,6 @@ class ChunkedTokenizer:
             self._memo.move_to_end(chunk)
             return ids
         ids = tuple(self.tokenizer.encode(encodable(chunk), add_special_tokens=False))
-        self.chunks_tokenised += 1
         self._memo[chunk] = ids
         if len(self._memo) > self.max_entries:
             self._memo.popitem(last=False)

@@ -35,10 +35,6 @@ class Canvas:
         rows, width = self.free.shape
         return rows, width
 
-    @property
-    def padded(self) -> bool:
-        return not bool(self.valid.all())
-
 
 def build_canvas(
     lengths: list[int], fixed: list[list[int]], prompt_length: int, pad_id: int, device: torch.device

@@ -6,9 +6,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, Literal, get_args
 
 from infill.types import InfillError
+
+# Ranges and choices of the engine's settings, here so every place a user sets them (the command line, the LSP
+# settings, the loader) checks the one range: steps a request may denoise, how a checkpoint loads.
+MAX_DENOISING_STEPS = 1024
+LoadFormat = Literal["auto", "dummy"]  # "dummy": the checkpoint's architecture with random weights
+Quantization = Literal["none", "fp8"]  # "fp8": projections and experts quantized at load (engine/fp8.py)
+LOAD_FORMATS: tuple[str, ...] = get_args(LoadFormat)
+QUANTIZATIONS: tuple[str, ...] = get_args(Quantization)
+
+
+def valid_denoising_steps(steps: object) -> bool:
+    return isinstance(steps, int) and not isinstance(steps, bool) and 1 <= steps <= MAX_DENOISING_STEPS
 
 
 @dataclass(frozen=True)
@@ -39,6 +51,10 @@ class EngineConfig:
     seed: int | None = 0  # default seed per request (None: nondeterministic)
     # CUDA only: encodes and denoising steps replayed as CUDA graphs captured at load (runner.py, graphs.py).
     cuda_graphs: bool = True
+    # Run the bucketed programs (runner.py: canvases and encodes padded to fixed shapes). None: where they are
+    # captured, on CUDA with cuda_graphs. True on a CPU runs their arithmetic eagerly, which is how the CPU tests
+    # check it; False on CUDA runs every shape eagerly.
+    static_programs: bool | None = None
     # CUDA only: each layer's small operations fused by torch.compile before capture (runner.compile_layers). Off
     # until a GPU run shows what it costs at load and saves a step (benchmarks/engine_gpu.py, section "compile").
     compile: bool = False
@@ -52,8 +68,8 @@ class EngineConfig:
                 raise InfillError(f"invalid engine config: {message}")
 
         need(
-            isinstance(self.max_denoising_steps, int) and self.max_denoising_steps > 0,
-            f"max_denoising_steps must be a positive integer, got {self.max_denoising_steps!r}",
+            valid_denoising_steps(self.max_denoising_steps),
+            f"max_denoising_steps must be an integer in 1..{MAX_DENOISING_STEPS}, got {self.max_denoising_steps!r}",
         )
         need(0 <= self.t_min < self.t_max, f"need 0 <= t_min < t_max, got {self.t_min}, {self.t_max}")
         need(self.entropy_bound > 0, f"entropy_bound must be > 0, got {self.entropy_bound}")
@@ -87,8 +103,12 @@ class EngineConfig:
             "cuda_graphs and compile must be true or false",
         )
         need(
-            self.expert_kernel in ("auto", "grouped", "pairs", "loop"),
-            f"expert_kernel must be auto, grouped, pairs or loop, got {self.expert_kernel!r}",
+            self.static_programs is None or isinstance(self.static_programs, bool),
+            "static_programs must be true, false or None (on CUDA with cuda_graphs)",
+        )
+        need(
+            self.expert_kernel in ("auto", "grouped", "pairs"),
+            f"expert_kernel must be auto, grouped or pairs, got {self.expert_kernel!r}",
         )
         need(
             self.kv_store_bytes is None or (isinstance(self.kv_store_bytes, int) and self.kv_store_bytes >= 0),
@@ -106,6 +126,12 @@ class EngineConfig:
         if single_line:
             return self.single_line_lengths_for(device), self.single_line_anchor_tokens
         return tuple(self.candidate_lengths), self.suffix_anchor_tokens
+
+    def static_programs_on(self, device: str) -> bool:
+        """Whether the runner runs the bucketed programs on `device` (`static_programs`, or where it captures them)."""
+        if self.static_programs is not None:
+            return self.static_programs
+        return device.startswith("cuda") and self.cuda_graphs
 
     def max_rows(self, device: str) -> int:
         """The most canvas rows any request's plan asks on `device`."""
@@ -126,10 +152,10 @@ class EngineOverrides:
     kv_store_bytes: int | None = None
 
     def __post_init__(self) -> None:
-        if self.max_denoising_steps is not None and not (
-            isinstance(self.max_denoising_steps, int) and self.max_denoising_steps > 0
-        ):
-            raise InfillError(f"max_denoising_steps must be a positive integer, got {self.max_denoising_steps!r}")
+        if self.max_denoising_steps is not None and not valid_denoising_steps(self.max_denoising_steps):
+            raise InfillError(
+                f"denoising steps must be an integer in 1..{MAX_DENOISING_STEPS}, got {self.max_denoising_steps!r}"
+            )
         if self.kv_store_bytes is not None and not (isinstance(self.kv_store_bytes, int) and self.kv_store_bytes >= 0):
             raise InfillError(f"kv_store_bytes must be an integer >= 0, got {self.kv_store_bytes!r}")
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import torch
@@ -39,10 +39,10 @@ class DenoiseOutput:
     join_score: torch.Tensor  # (B,) mean log-prob of the clamped anchor tokens at the last step
     steps: int  # decoder forwards
     outcome: Literal["ok", "cut_short", "cancelled"]
-    row_steps: torch.Tensor | None = None  # (B,) forwards each row ran before it stopped (transformers' count)
 
 
-StepCallback = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], None]  # (step, argmax, max_prob, score)
+# (step, argmax, max_prob, score, finished): the draft after each step, and which rows have stopped
+StepCallback = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], None]
 Forward = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (canvas tokens, soft embeddings) -> raw logits
 
 
@@ -72,7 +72,6 @@ class StepState:
     finished: torch.Tensor  # (B,) bool
     history: torch.Tensor  # (S, B, W) the last S argmax canvases (stability)
     max_prob: torch.Tensor  # (B, W) draft confidence
-    row_steps: torch.Tensor  # (B,) int32 forwards each row ran before it stopped
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
         return tuple(getattr(self, f.name) for f in fields(self))
@@ -111,16 +110,7 @@ def sample_step(
     new_score = torch.where(finished, state.score, new_score)
     stopped, history = stable_and_confident(state.history, new_argmax, entropy, free, inputs.confidence)
     soft = soft_embeddings(out.probs, inputs.embed, inputs.embed_scale, inputs.clamp_embeddings, free)
-    return StepState(
-        nxt,
-        new_argmax,
-        new_score,
-        soft,
-        finished | stopped,
-        history,
-        out.max_prob,
-        state.row_steps + (~finished).to(state.row_steps.dtype),
-    )
+    return StepState(nxt, new_argmax, new_score, soft, finished | stopped, history, out.max_prob)
 
 
 # (logits, state, inputs, scale, uniform, noise) -> the next state: sample_step, or a compiled copy of it
@@ -158,16 +148,12 @@ def sample_step_for(device_type: str) -> SampleStep:
     return run
 
 
-def first_state(
-    inputs: StepInputs, config: EngineConfig, vocab: int, generator: torch.Generator, start: torch.Tensor | None = None
-) -> StepState:
-    """`start` (B, W): the free slots' first tokens (a seed canvas shared with another implementation); None: drawn
-    uniformly from `generator`."""
+def first_state(inputs: StepInputs, config: EngineConfig, vocab: int, generator: torch.Generator) -> StepState:
+    """The free slots' first tokens drawn uniformly from `generator` (its first draw), the fixed ones clamped."""
     rows, width = inputs.free.shape
     device = inputs.free.device
-    if start is None:
-        start = torch.randint(0, vocab, (rows, width), generator=generator, device=device)
-    current = torch.where(inputs.free, start.to(device), inputs.fixed)
+    start = torch.randint(0, vocab, (rows, width), generator=generator, device=device)
+    current = torch.where(inputs.free, start, inputs.fixed)
     history = torch.full((config.stability_threshold, rows, width), -1, dtype=current.dtype, device=device)
     return StepState(
         current=current,
@@ -177,7 +163,6 @@ def first_state(
         finished=torch.zeros(rows, dtype=torch.bool, device=device),
         history=history,
         max_prob=torch.zeros(rows, width, device=device),
-        row_steps=torch.zeros(rows, dtype=torch.int32, device=device),
     )
 
 
@@ -221,7 +206,7 @@ class EagerStepper:
 
 
 class CanvasRunner(Protocol):
-    """What the loop asks of the runner (runner.ModelRunner, which holds the model, its weights and the prompt's
+    """What the loop asks of the runner (runner.ModelRunner, which holds the weights and the prompt's
     keys and values): the weights, a canvas's fixed inputs, and what steps it."""
 
     @property
@@ -249,14 +234,13 @@ def denoise(
     cancel: CancelToken | None = None,
     deadline: float | None = None,
     on_step: StepCallback | None = None,
-    start: torch.Tensor | None = None,
 ) -> DenoiseOutput:
     canvas, runner = fill.canvas, fill.runner
     rows, width = canvas.shape
     device = canvas.free.device
     inputs = runner.step_inputs(canvas, config)
     stepper: Stepper = runner.stepper(canvas, inputs)
-    state = first_state(inputs, config, runner.weights.vocab, generator, start)
+    state = first_state(inputs, config, runner.weights.vocab, generator)
     stepper.start(state)
     scales = step_scales(config, runner.weights.softcap, device)
     finished_late = _FinishedFlag(device) if device.type == "cuda" and on_step is None else None
@@ -274,15 +258,14 @@ def denoise(
         state = stepper.step(scales[step], uniform, noise)
         steps += 1
         if on_step is not None:
-            on_step(steps, state.argmax, state.max_prob, state.score)
+            on_step(steps, state.argmax, state.max_prob, state.score, state.finished)
         if finished_late is not None:
             if finished_late.read():  # the previous step's flag: every row had finished by then
                 break
             finished_late.post(state.finished)
         elif bool(state.finished.all()):  # the step's one host sync
             break
-    state = replace(state, argmax=state.argmax.clone(), score=state.score.clone(), row_steps=state.row_steps.clone())
-    return DenoiseOutput(state.argmax, state.score, steps, outcome, state.row_steps)
+    return DenoiseOutput(state.argmax.clone(), state.score.clone(), steps, outcome)
 
 
 class _FinishedFlag:

@@ -13,13 +13,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import torch
 import transformers
 
 from infill import languages
-from infill.cache.tokens import ChunkedTokenizer
+from infill.cache.tokens import EXTRA_CONTEXT_TOKENS, ChunkedTokenizer, fit_prompt
 from infill.engine.canvas import Canvas, build_canvas
 from infill.engine.config import EngineSettings, ResolvedEngineConfig, resolve_engine_config
 from infill.engine.denoise import CanvasFill, DenoiseOutput, StepCallback, denoise
@@ -42,9 +42,6 @@ from infill.types import (
     Timings,
 )
 
-if TYPE_CHECKING:
-    from transformers import DiffusionGemmaForBlockDiffusion
-
 log = logging.getLogger(__name__)
 
 _ANONYMOUS = "\0anonymous"
@@ -61,11 +58,11 @@ class DiffusionEngine:
         config: EngineSettings | ResolvedEngineConfig = None,
         *,
         denoiser: Callable[..., DenoiseOutput] = denoise,
-        static: bool | None = None,
     ) -> None:
         """`config`: a ResolvedEngineConfig is used as it is; EngineOverrides' given fields, a mapping's fields, or
         an EngineConfig's non-default fields (None: none) override the checkpoint's own sampler settings
-        (config.resolve_engine_config). `static`: run the bucketed programs (None: on CUDA with cuda_graphs)."""
+        (config.resolve_engine_config). `denoiser`: the loop over one canvas (benchmarks/engine.py and the tests
+        run transformers' exact sampler, tests/reference_sampler.py, through it)."""
         self.loaded = loaded
         self.tokenizer = loaded.tokenizer
         resolved = (
@@ -75,7 +72,7 @@ class DiffusionEngine:
         )
         self.config, self.config_sources = resolved.config, resolved.sources
         log.info("DiffusionGemma engine settings for %s: %s", loaded.model_id, resolved.describe())
-        self.denoiser = denoiser  # tests swap in transformers' exact sampler (tests/reference_sampler.py)
+        self.denoiser = denoiser
         limits = model_limits(loaded.config)
         self.weights = loaded.weights
         self.width = self.config.canvas_length or limits.canvas_length
@@ -95,8 +92,6 @@ class DiffusionEngine:
             max_prompt=self.max_prompt,
             max_canvas_slots=rows * self.width,
             pad_id=self.pad_id,
-            reference=lambda: loaded.model,
-            static=static,
         )
         per_token = self.runner.kv.bytes_per_token()
         explicit_bytes = self.config.kv_store_bytes
@@ -122,12 +117,6 @@ class DiffusionEngine:
         )
 
     @property
-    def model(self) -> DiffusionGemmaForBlockDiffusion:
-        """transformers' model over the same checkpoint (loaded on first use; tests and references compare with
-        it, the engine never reads it)."""
-        return self.loaded.model
-
-    @property
     def info(self) -> BackendInfo:
         return self._info
 
@@ -148,9 +137,9 @@ class DiffusionEngine:
             "canvas_width": self.width,
             "weights": self.weights.weight_format,
             "experts_kernel": self.runner.kernel,
-            "static_programs": self.runner.static,
             "transformers": transformers.__version__,
             **self.config.describe(),
+            "static_programs": self.runner.static,  # (the setting's None resolved for this device)
             "settings_from": dict(self.config_sources),
             "kv_store_bytes": self.prompts.stash_bytes,
         }
@@ -178,9 +167,12 @@ class DiffusionEngine:
         if cancel.cancelled:
             return 0
         try:
-            ids = torch.tensor(self.prompt_ids(request.prefix, request.suffix, request.extra_context), dtype=torch.long)
+            key = request.document_id or _ANONYMOUS
+            ids = torch.tensor(
+                self.prompt_ids(request.prefix, request.suffix, request.extra_context, key), dtype=torch.long
+            )
             with torch.inference_mode():
-                _, done = self._encode_prompt(request.document_id or _ANONYMOUS, ids, cancel)
+                _, done = self._encode_prompt(key, ids, cancel)
             return done
         except Exception:  # noqa: BLE001 - the infill that follows will meet (and report) the same problem
             log.exception("warming the prompt cache failed")
@@ -220,18 +212,23 @@ class DiffusionEngine:
 
     # ---- one request ---------------------------------------------------------------------------------------------
 
-    def prompt_ids(self, prefix: str, suffix: str = "", extra: str = "") -> list[int]:
-        """BOS [+ other files' code, at most a quarter of the window] [+ framed suffix] + the near end of the
-        prefix (whole lines dropped from the far end beyond max_prompt_tokens). The most stable parts go first, so
-        the cached start of the prompt survives typing."""
+    def prompt_ids(self, prefix: str, suffix: str = "", extra: str = "", document_id: str | None = None) -> list[int]:
+        """BOS [+ other files' code, its last EXTRA_CONTEXT_TOKENS at most] [+ framed suffix] + the near end of the
+        prefix within max_prompt_tokens, whole lines dropped from its far end where `fit_prompt` cuts: for a
+        document, where its last prompt was cut while that still fits, else a new cut with headroom. The most stable
+        parts go first and the start stays put while the user types, so the cached prompt survives typing."""
         head = [self.bos_id] if self.bos_id is not None else []
         if extra:
-            head += self.tokens.encode_tail(extra, self.max_prompt // 4)
+            head += self.tokens.encode_tail(extra, min(EXTRA_CONTEXT_TOKENS, self.max_prompt // 4))
         budget = self.config.suffix_in_prompt_tokens
         if budget and suffix.strip():
             opening, closing = self.config.suffix_frame
             head += self.tokens.encode(opening) + self.tokens.encode_head(suffix, budget) + self.tokens.encode(closing)
-        return head + self.tokens.encode_tail(prefix, self.max_prompt - len(head))
+        anchor = self.prompts.anchor(document_id) if document_id is not None else ""
+        fitted = fit_prompt(self.tokens.chunks(prefix), head, self.max_prompt, anchor=anchor)
+        if document_id is not None:
+            self.prompts.set_anchor(document_id, fitted.anchor)
+        return fitted.ids
 
     def _fixed_segments(self, request: InfillRequest) -> list[list[int]]:
         between = [self.tokens.encode(text) for text in request.between]
@@ -274,9 +271,11 @@ class DiffusionEngine:
     ) -> InfillResult:
         if cancel.cancelled:
             return self._empty(request, "cancelled", started, cancel.reason)
-        ids = torch.tensor(self.prompt_ids(request.prefix, request.suffix, request.extra_context), dtype=torch.long)
-        lengths, fixed = self._candidate_lengths(request, self._fixed_segments(request))
         key = request.document_id or _ANONYMOUS
+        ids = torch.tensor(
+            self.prompt_ids(request.prefix, request.suffix, request.extra_context, key), dtype=torch.long
+        )
+        lengths, fixed = self._candidate_lengths(request, self._fixed_segments(request))
         with torch.inference_mode():
             reused, encoded_to = self._encode_prompt(key, ids, cancel, deadline)
             if encoded_to < ids.numel():
@@ -338,7 +337,9 @@ class DiffusionEngine:
         return middles, count
 
     def _draft_emitter(self, canvas: Canvas, on_draft: DraftCallback, request: InfillRequest) -> StepCallback:
-        def emit(step: int, tokens: torch.Tensor, max_prob: torch.Tensor, score: torch.Tensor) -> None:
+        def emit(
+            step: int, tokens: torch.Tensor, max_prob: torch.Tensor, score: torch.Tensor, finished: torch.Tensor
+        ) -> None:
             row = self._best_row(canvas, score)
             middles, _ = self._middles(canvas, tokens, row, request)
             confidence = tuple(round(float(p), 4) for p in max_prob[row][canvas.free[row]].tolist())

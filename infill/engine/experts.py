@@ -1,14 +1,13 @@
 """The routed experts: the router, and the kernels that apply each token's top-k experts.
 
 Which kernel is fastest depends on how many tokens a call carries (a 2-token keystroke encode touches ~16 of 128
-experts a layer; a 96-slot canvas nearly all of them), so several are kept, each exact to float tolerance against
-the others, and benchmarks/engine_gpu.py measures them at the real shapes. All but `loop` run without a host sync,
-so they can be captured in a CUDA graph:
+experts a layer; a 96-slot canvas nearly all of them), so two are kept, each exact to float tolerance against a
+reference (tests/reference_experts.py), and benchmarks/engine_gpu.py measures them at the real shapes. Both run
+without a host sync, so they can be captured in a CUDA graph:
 - `grouped`: pairs (token, expert) sorted by expert, one grouped matmul for gate/up and one for down
   (torch.nn.functional.grouped_mm; FP8: torch._scaled_grouped_mm on CUDA);
 - `pairs`: each pair's expert weights gathered and applied with a batched matmul (reads a weight once per pair:
-  only for calls with very few tokens);
-- `loop`: one matmul pair per expert that was hit (reads the hit counts on the host; the reference).
+  only for calls with very few tokens).
 The weighted sum over a token's experts is taken in float32, as transformers' grouped and batched kernels do.
 """
 
@@ -90,18 +89,4 @@ def pairs(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, experts: Ex
     return (out.float() * weights.reshape(-1, 1)).view(tokens, top_k, -1).sum(dim=1).to(x.dtype)
 
 
-def loop(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, experts: Experts, act: Activation) -> torch.Tensor:
-    tokens, top_k = ids.shape
-    total = torch.zeros(tokens, x.shape[-1], dtype=torch.float32, device=x.device)
-    for expert in torch.unique(ids).tolist():
-        token, slot = torch.nonzero(ids == expert, as_tuple=True)
-        gate_up = experts.gate_up.pick(expert).dequantized(x.dtype)
-        gate, up = F.linear(x[token], gate_up).chunk(2, dim=-1)
-        down = experts.down.pick(expert).dequantized(x.dtype)
-        out = F.linear(act(gate) * up, down)
-        total.index_add_(0, token, out.float() * weights[token, slot, None])
-    return total.to(x.dtype)
-
-
-KERNELS: dict[str, Kernel] = {"grouped": grouped, "pairs": pairs, "loop": loop}
-CAPTURABLE = ("grouped", "pairs")  # no host sync inside
+KERNELS: dict[str, Kernel] = {"grouped": grouped, "pairs": pairs}

@@ -1,7 +1,8 @@
 """Fixed-shape programs, replayed as CUDA graphs.
 
-Why: an eager forward of the full 26B-A4B model launches ~4,400 kernels (benchmarks/results/engine-gpu-h200.json:
-30 ms of GPU work in a 105 ms forward on an H200), so the host, not the GPU, sets the pace. A program is a call
+Why: an eager forward of the full 26B-A4B model launches ~4,400 kernels
+(benchmarks/results/engine-gpu-full-size-2219725-h200.json: 30 ms of GPU work in a 105 ms forward on an H200), so
+the host, not the GPU, sets the pace. A program is a call
 whose every input and output lives in tensors allocated once (its static buffers), so it can be captured once, at
 load, and replayed for every keystroke: the prompt's length is a device tensor, never a shape, and the KV buffers
 sit at fixed addresses (forward.py reads the whole buffer under a mask).

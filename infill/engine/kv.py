@@ -78,26 +78,24 @@ class PromptCache:
         self.ids = torch.empty(0, dtype=torch.long)  # what they hold (length == buffers.length)
         self._stash: OrderedDict[str, _Stashed] = OrderedDict()
         self._warned: set[str] = set()  # documents too large to stash (said once)
+        # document -> where its last prompt's text started (cache/tokens.py's anchor), so the next keystroke's
+        # prompt starts there too and shares these keys and values; kept for the documents held here
+        self._anchors: dict[str, str] = {}
 
     @property
     def stashed_bytes(self) -> int:
         return sum(entry.nbytes for entry in self._stash.values())
 
-    @property
-    def stashed_documents(self) -> int:
-        return len(self._stash)
-
     def __len__(self) -> int:
         """Documents whose prompt is kept (the live one included)."""
         return len(self._stash) + (self.owner is not None and self.buffers.length > 0)
 
-    def held(self, key: str, ids: torch.Tensor | Sequence[int]) -> int:
-        """How many leading tokens of `ids` are kept for `key`, without claiming anything."""
-        ids = as_ids(ids)
-        if key == self.owner:
-            return common_prefix_length(self.ids, ids)
-        entry = self._stash.get(key)
-        return common_prefix_length(entry.ids, ids) if entry is not None else 0
+    def anchor(self, key: str) -> str:
+        """Where `key`'s last prompt started (its first kept chunks; "" when it started at the text's start)."""
+        return self._anchors.get(key, "")
+
+    def set_anchor(self, key: str, anchor: str) -> None:
+        self._anchors[key] = anchor
 
     def claim(self, key: str, ids: torch.Tensor | Sequence[int]) -> int:
         """Make the buffers hold the longest prefix of `ids` kept for `key` (stashing the document they held) and
@@ -114,6 +112,8 @@ class PromptCache:
                 for buffer, part in zip(self.buffers.keys + self.buffers.values, entry.keys + entry.values):
                     buffer[:, :keep].copy_(part[:, :keep])
                 self._hold(ids, keep)
+            kept = set(self._stash) | {key}
+            self._anchors = {k: a for k, a in self._anchors.items() if k in kept}
         keep = common_prefix_length(self.ids, ids)
         self._hold(ids, keep)
         return keep
@@ -154,12 +154,14 @@ class PromptCache:
 
     def forget(self, key: str) -> None:
         self._stash.pop(key, None)
+        self._anchors.pop(key, None)
         if key == self.owner:
             self.owner = None
             self._hold(torch.empty(0, dtype=torch.long), 0)
 
     def clear(self) -> None:
         self._stash.clear()
+        self._anchors.clear()
         self.owner = None
         self._hold(torch.empty(0, dtype=torch.long), 0)
 

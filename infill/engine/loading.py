@@ -14,10 +14,11 @@ import logging
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, cast
+from typing import TYPE_CHECKING, cast
 
 from infill.device import resolve_device_dtype
 from infill.device import torch_dtype as to_torch_dtype
+from infill.engine.config import LOAD_FORMATS, QUANTIZATIONS, LoadFormat, Quantization
 from infill.engine.weights import EngineWeights
 from infill.types import InfillError
 
@@ -30,9 +31,6 @@ if TYPE_CHECKING:
     )
 
 log = logging.getLogger(__name__)
-
-LoadFormat = Literal["auto", "dummy"]
-Quantization = Literal["none", "fp8"]
 
 
 @dataclass(frozen=True)
@@ -104,8 +102,10 @@ def load_diffusion_model(
     from infill.engine.fp8 import compressed_fp8_scheme
     from infill.engine.model import architecture_shapes, checkpoint_revision, text_config
 
-    if quantization not in ("none", "fp8"):
-        raise InfillError(f"unknown quantization {quantization!r} (none or fp8)")
+    if load_format not in LOAD_FORMATS:
+        raise InfillError(f"unknown load format {load_format!r} ({' or '.join(LOAD_FORMATS)})")
+    if quantization not in QUANTIZATIONS:
+        raise InfillError(f"unknown quantization {quantization!r} ({' or '.join(QUANTIZATIONS)})")
     # DiffusionGemma on a CPU is the test and development path, checked in float32: bf16 only when asked for.
     device, dtype_name = resolve_device_dtype(
         device, dtype, supported=("float32", "bfloat16", "float16"), bf16_on_cpu=False
@@ -128,8 +128,8 @@ def load_diffusion_model(
     weights = read_weights(source, config, torch.device(device), torch_dtype, quantize)
     if device.startswith("cuda"):
         # cuDNN's attention builds an execution plan for every new key length (0.2-2.5 s a keystroke at the full
-        # size on an H200, benchmarks/results/engine-gpu-h200.json); PyTorch's flash and memory-efficient kernels
-        # need none. Process-wide: the engine is this process's CUDA user.
+        # size on an H200, benchmarks/results/engine-gpu-full-size-2219725-h200.json); PyTorch's flash and
+        # memory-efficient kernels need none. Process-wide: the engine is this process's CUDA user.
         torch.backends.cuda.enable_cudnn_sdp(False)
     try:
         tokenizer = AutoTokenizer.from_pretrained(model, revision=revision, trust_remote_code=False)

@@ -7,16 +7,17 @@
   (rows, width) bucket (CANVAS_ROWS x CANVAS_WIDTHS), and that bucket's graph replays a whole step: embedding,
   self-conditioning, every layer, the LM head and the sampling math, its state kept in the program's buffers.
   Eager: forward and sampling on the canvas's own shape, reading exact slices of the buffers.
-A shape no bucket holds runs eagerly. Programs are built and captured by `capture_all`, at load, never during a
-request. CPU runs eager; tests set `static=True` on CPU to check the bucketed arithmetic without a GPU.
+A shape no bucket holds runs eagerly. On CUDA the loader's warm-up builds and captures every program
+(`capture_all`) before any request; a program first met during a request (an engine whose warm-up never ran, or
+`EngineConfig.static_programs` on a CPU, where nothing is captured) is built then and runs its body eagerly. CPU runs
+eager by default; the CPU tests set `static_programs` to check the bucketed arithmetic without a GPU.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, TypedDict
+from typing import TypedDict
 
 import torch
 
@@ -36,9 +37,6 @@ from infill.engine.denoise import (
 from infill.engine.graphs import StaticProgram, bucket
 from infill.engine.kv import KVBuffers
 from infill.engine.weights import EngineWeights
-
-if TYPE_CHECKING:
-    from transformers import DiffusionGemmaForBlockDiffusion
 
 log = logging.getLogger(__name__)
 
@@ -77,15 +75,12 @@ class ModelRunner:
         max_prompt: int,
         max_canvas_slots: int,
         pad_id: int,
-        reference: Callable[[], DiffusionGemmaForBlockDiffusion] | None = None,
-        static: bool | None = None,
     ) -> None:
         self.weights = weights
         self.pad_id = pad_id
-        self._reference = reference  # transformers' model over the same checkpoint, for tests and references
         self.config = config
         self.device = weights.device
-        self.static = (self.device.type == "cuda" and config.cuda_graphs) if static is None else static
+        self.static = config.static_programs_on(str(self.device))
         self.kernel = expert_kernel(config, weights)
         slots = max(max_canvas_slots, max(CANVAS_ROWS) * max(CANVAS_WIDTHS), max(ENCODE_BUCKETS))
         capacity = -(-(max_prompt + slots) // ALIGN) * ALIGN
@@ -104,12 +99,6 @@ class ModelRunner:
         )
 
     # ---- prompt -------------------------------------------------------------------------------------------------
-
-    @property
-    def model(self) -> DiffusionGemmaForBlockDiffusion:
-        if self._reference is None:
-            raise RuntimeError("this runner was built without a reference model")
-        return self._reference()
 
     def encode(self, ids: torch.Tensor, start: int) -> None:
         """Write the keys and values of `ids` (on the device) at positions start.. into the buffers."""
@@ -249,7 +238,6 @@ class _StepProgram:
             finished=zeros(rows, dtype=torch.bool),
             history=zeros(config.stability_threshold, rows, width),
             max_prob=zeros(rows, width, dtype=torch.float32),
-            row_steps=zeros(rows, dtype=torch.int32),
         )
         self.scale = zeros(dtype=torch.float32)
         self.uniform = zeros(rows, width, dtype=torch.float32)
@@ -316,7 +304,6 @@ class _StepProgram:
             s.finished[:rows],
             s.history[:, :rows, :width],
             s.max_prob[:rows, :width],
-            s.row_steps[:rows],
         )
 
     def capture(self) -> bool:

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from infill.completion import Completer
 from infill.gateway.fim_prompts import split_fim_prompt
 from infill.gateway.language import detect_language
-from infill.pipeline import CompletionRequest, PipelineResult
+from infill.pipeline import MAX_MIDDLE_TOKENS, CompletionRequest, PipelineResult
 from infill.types import MAX_CANDIDATES, FillControl, InfillError
 
 MAX_STOP_SEQUENCES = 4
@@ -42,7 +42,7 @@ class HttpError(Exception):
 class GatewaySettings:
     token: str | None = None
     max_body_bytes: int = 1 << 20
-    max_tokens_limit: int = 4096  # max_tokens above this is refused as absurd
+    max_tokens_limit: int = MAX_MIDDLE_TOKENS  # max_tokens above this is refused as absurd
     request_timeout_s: float = 60.0  # every completion is cut short by then
     model_name: str | None = None  # the id /v1/models lists; default: the backend's model
 

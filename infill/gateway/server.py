@@ -65,11 +65,6 @@ class GatewayServer(ThreadingHTTPServer):
     quick_workers = 4
     limits = ConnectionLimits()  # docs/gateway.md, "Limits"
 
-    @property
-    def max_pending(self) -> int:
-        """The bound on connections open at once (limits.max_connections), under the name tests patch."""
-        return self.limits.max_connections
-
     def __init__(
         self,
         address: tuple[str, int],
@@ -84,7 +79,7 @@ class GatewayServer(ThreadingHTTPServer):
         self.worker = ModelWorker("infill-gateway-model")
         self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="infill-gateway-http")
         self._quick_pool = ThreadPoolExecutor(self.quick_workers, thread_name_prefix="infill-gateway-quick")
-        limits = limits or replace(self.limits, max_connections=self.max_pending)
+        limits = limits or self.limits
         self.limits = replace(
             limits,
             max_body_bytes=settings.max_body_bytes,

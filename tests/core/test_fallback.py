@@ -93,11 +93,11 @@ def test_the_server_reports_a_fallback_that_failed_and_still_serves(tiny_checkpo
     host = BackendHost(lambda state, message, fraction: events.append((state, message)))
     try:
         host.load(Settings(model=str(tiny_checkpoint), fallback_endpoint="ftp://not-http"))
-        _wait(lambda: host.ready)
+        _wait(lambda: host.ready and host.fallback_state != "loading")
         assert host.fallback_info is None and "http(s) URL" in host.fallback_error
-        assert host.info.kind == "diffusion"
+        assert host.fallback_state == "error" and host.info.kind == "diffusion"
         assert any("loading the fallback: ftp://not-http" in message for state, message in events)
-        assert "no fallback" in events[-1][1] and events[-1][0] == "ready"
+        assert "no fallback" in events[-1][1] and events[-1][0] == "fallback"
     finally:
         host.close()
 
@@ -115,7 +115,7 @@ def test_reload_and_shutdown_close_the_primary_and_the_fallback():
     host = BackendHost(lambda *event: None, opener=opener)
     try:
         host.load(Settings(remote_endpoint="http://127.0.0.1:9/v1"))
-        _wait(lambda: host.ready)
+        _wait(lambda: host.ready and host.fallback_state == "ready")
         assert [kind for kind, _ in opened] == ["remote", "autoregressive"]  # the primary, then the fallback
         first = [backend for _, backend in opened]
         assert host.pipeline.fallback is first[1]
@@ -127,6 +127,65 @@ def test_reload_and_shutdown_close_the_primary_and_the_fallback():
     finally:
         host.close()
     _wait(lambda: opened[2][1]._closed)
+
+
+class GatedOpener:
+    """Real RemoteBackends (aimed at a port nothing listens on); the fallback's (the offline default's spec) opens
+    only once `gate` is set, as the offline default took minutes to load beside a CPU-heavy process (issue 51)."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.opened: list[tuple[str, object]] = []
+
+    def __call__(self, spec, progress=None):
+        if spec.kind == "autoregressive":
+            assert self.gate.wait(60), "the test never opened the gate"
+        backend = refused_remote()
+        self.opened.append((spec.kind, backend))
+        return backend
+
+
+def test_the_primary_serves_while_its_fallback_loads_then_the_fallback_is_swapped_in():
+    gated = GatedOpener()
+    events = []
+    host = BackendHost(lambda state, message, fraction: events.append(state), opener=gated)
+    try:
+        host.load(Settings(remote_endpoint="http://127.0.0.1:9/v1"))
+        _wait(lambda: host.ready)  # the fallback's opening is held: the primary serves alone
+        alone = host.pipeline
+        assert host.fallback_state == "loading" and alone.fallback is None and host.fallback_info is None
+        alone.routes["none"] += 2  # what it served meanwhile (the counters a swap continues)
+        gated.gate.set()
+        _wait(lambda: host.fallback_state == "ready")
+        assert host.pipeline is not alone and host.pipeline.backend is alone.backend  # the same primary ...
+        assert host.pipeline.fallback is gated.opened[1][1] and host.pipeline.routes["none"] == 2  # ... continued
+        assert events[-1] == "fallback" and "ready" in events
+    finally:
+        host.close()
+
+
+@pytest.mark.parametrize("then", ["reload", "shutdown"])
+def test_a_fallback_still_loading_at_a_reload_or_shutdown_is_closed_and_never_swapped_in(then):
+    gated = GatedOpener()
+    host = BackendHost(lambda *event: None, opener=gated)
+    try:
+        host.load(Settings(remote_endpoint="http://127.0.0.1:9/v1"))
+        _wait(lambda: host.ready and host.fallback_state == "loading")
+        if then == "reload":
+            host.load(Settings(remote_endpoint="http://127.0.0.1:9/v1", fallback=False))
+            _wait(lambda: host.ready and len(gated.opened) == 2)  # the new primary serves
+        else:
+            host.close()
+        gated.gate.set()
+        _wait(lambda: gated.opened[-1][0] == "autoregressive")  # the superseded fallback opens at last ...
+        _wait(lambda: gated.opened[-1][1]._closed)  # ... and is closed
+        if then == "reload":
+            assert host.pipeline.backend is gated.opened[1][1] and host.pipeline.fallback is None
+            assert host.fallback_state is None
+            _wait(lambda: gated.opened[0][1]._closed)  # the old primary too
+            assert not gated.opened[1][1]._closed
+    finally:
+        host.close()
 
 
 @pytest.mark.slow

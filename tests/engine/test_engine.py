@@ -6,16 +6,16 @@ import time
 
 import pytest
 import torch
-from reference_sampler import reference_denoise
+from counting_tokenizer import CountingTokenizer
+from reference_sampler import reference_denoiser
 
+from infill.cache.tokens import ChunkedTokenizer
 from infill.engine.canvas import build_canvas
 from infill.engine.config import EngineConfig
 from infill.engine.denoise import CanvasFill, denoise, sample_step, sample_step_for
 from infill.engine.diffusion import DiffusionEngine
 from infill.engine.runner import PREFILL_CHUNK_TOKENS
 from infill.types import CancelToken, FillControl, InfillRequest
-
-DENOISERS = {"fast": denoise, "reference": reference_denoise}
 
 PREFIX = "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = "
 SUFFIX = "\n\n    def norm(self):\n        return (self.x ** 2 + self.y ** 2) ** 0.5\n"
@@ -27,7 +27,8 @@ def loaded(tiny_engine):
 
 
 def engine_with(loaded, sampler: str = "fast", **config) -> DiffusionEngine:
-    return DiffusionEngine(loaded, EngineConfig(**{"max_denoising_steps": 8, **config}), denoiser=DENOISERS[sampler])
+    denoiser = denoise if sampler == "fast" else reference_denoiser(loaded.model)
+    return DiffusionEngine(loaded, EngineConfig(**{"max_denoising_steps": 8, **config}), denoiser=denoiser)
 
 
 def until_stop(ids: list[int], stop: set[int]) -> list[int]:
@@ -97,14 +98,14 @@ def test_suffix_and_fixed_text_stay_clamped_every_step(loaded, sampler):
         "x = {'a': ",
         [between, anchor],
         [3, 6],
-        on_step=lambda step, argmax, conf, score: seen.append(argmax.clone()),
+        on_step=lambda step, argmax, conf, score, finished: seen.append(argmax.clone()),
     )
     assert seen, "no step ran"
     clamped = canvas.anchor
     for argmax in seen + [out.tokens]:
         assert torch.equal(argmax[clamped], canvas.fixed_tokens[clamped])
     # row 0 (length 3) is padded to row 1's width; its pad slots hold pad, its free slots sit before the anchors
-    assert canvas.padded and not bool(canvas.valid[0, -3:].any())
+    assert not bool(canvas.valid.all()) and not bool(canvas.valid[0, -3:].any())
     assert canvas.gap_of[0].tolist()[:3] == [0, 0, 0] and canvas.gap_of[1].tolist()[:6] == [0] * 6
 
 
@@ -115,7 +116,7 @@ def test_padded_row_computes_what_it_would_alone(loaded):
     captured = {}
 
     def grab(name):
-        return lambda step, argmax, conf, score: captured.setdefault(name, (argmax.clone(), score.clone()))
+        return lambda step, argmax, conf, score, finished: captured.setdefault(name, (argmax.clone(), score.clone()))
 
     run_denoise(engine, PREFIX, [anchor], [4, 12], on_step=grab("batched"))
     run_denoise(engine, PREFIX, [anchor], [4], on_step=grab("alone"))
@@ -171,11 +172,14 @@ def test_kv_reuse_matches_fresh_prefill_and_encodes_only_the_tail(loaded):
     engine = engine_with(loaded)
     fresh = engine_with(loaded)
     text = PREFIX * 20
+    counting = CountingTokenizer(engine.tokenizer)
+    engine.tokens = ChunkedTokenizer(counting)
     engine.infill(InfillRequest(prefix=text, suffix=SUFFIX, document_id="doc"))
-    before = engine.tokens.chunks_tokenised
+    before = len(counting.texts)
     edited = text + "x"
     reused_result = engine.infill(InfillRequest(prefix=edited, suffix=SUFFIX, document_id="doc", seed=7))
-    assert engine.tokens.chunks_tokenised - before == 1  # only the edited line was tokenised again
+    of_the_prefix = [t for t in counting.texts[before:] if t in edited]  # (the suffix anchor is tokenised anew)
+    assert of_the_prefix == [edited.rsplit("\n", 1)[1]]  # only the edited line was tokenised again
     assert reused_result.prompt_tokens - reused_result.reused_tokens <= 6
     assert reused_result.reused_tokens > 200
 
@@ -239,7 +243,7 @@ def test_other_documents_are_kept_within_the_kv_store_bound(loaded):
     for doc in range(6):
         engine.infill(InfillRequest(prefix=PREFIX * 10 + str(doc), document_id=f"doc{doc}"))
     assert engine.prompts.stashed_bytes <= one_entry * 2.5
-    assert engine.prompts.stashed_documents == 2  # the two most recent before the live one; older ones evicted
+    assert len(engine.prompts) == 3  # the live one and the two most recent before it; older ones evicted
     back = engine.infill(InfillRequest(prefix=PREFIX * 10 + "4", document_id="doc4"))
     assert back.reused_tokens == back.prompt_tokens  # copied back whole
     evicted = engine.infill(InfillRequest(prefix=PREFIX * 10 + "0", document_id="doc0"))
@@ -255,7 +259,7 @@ def test_a_closed_document_is_forgotten_live_or_stashed(loaded):
     assert len(engine.prompts) == 3
     engine.forget("stashed")
     engine.forget("live")
-    assert len(engine.prompts) == 1 and engine.prompts.stashed_documents == 1
+    assert len(engine.prompts) == 1 and engine.prompts.owner is None  # "kept", stashed
     kept = engine.infill(InfillRequest(prefix=PREFIX * 4 + "kept", document_id="kept"))
     assert kept.reused_tokens == kept.prompt_tokens
     again = engine.infill(InfillRequest(prefix=PREFIX * 4 + "live", document_id="live"))
@@ -270,7 +274,7 @@ def test_a_prompt_too_large_for_the_kv_store_is_said_once(loaded, caplog):
     with caplog.at_level("WARNING", logger="infill.engine.kv"):
         for key in ("big", "small", "big", "small", "big"):
             engine.infill(InfillRequest(prefix=PREFIX * 10 if key == "big" else "x", document_id=key))
-    assert engine.prompts.stashed_documents == 1  # "small" only
+    assert len(engine.prompts) == 2  # the live "big" and the stashed "small" only
     assert [r.getMessage().startswith("prompt cache for big not kept") for r in caplog.records] == [True]
 
 

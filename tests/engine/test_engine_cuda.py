@@ -5,6 +5,8 @@ The same programs' arithmetic is checked on CPU by tests/engine/test_engine_forw
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -31,10 +33,12 @@ def test_loading_turns_cudnn_attention_off(loaded):
 @pytest.mark.parametrize("compiled", [False, True])
 def test_every_program_captures_and_replays_the_eager_tokens(loaded, compiled):
     config = EngineConfig(max_denoising_steps=12, confidence_threshold=1e-9, compile=compiled)
-    captured = DiffusionEngine(loaded, config, static=True)
+    captured = DiffusionEngine(loaded, replace(config, static_programs=True))
     captured.warm_up()
     assert captured.programs["captured"] == captured.programs["programs"] > 0, captured.programs
-    uncaptured = DiffusionEngine(loaded, config, static=True)  # the same programs, their bodies run eagerly
+    uncaptured = DiffusionEngine(
+        loaded, replace(config, static_programs=True)
+    )  # the same programs, their bodies run eagerly
     if compiled:
         uncaptured.runner.layer_fn, uncaptured.runner.sample = captured.runner.layer_fn, captured.runner.sample
     for single_line in (True, False):

@@ -11,13 +11,16 @@ transformers' DiffusionGemma forward (the arbiter, infill/testing/hf_reference.p
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
+from reference_experts import loop
 
 from infill.engine import forward
 from infill.engine.config import EngineConfig
 from infill.engine.diffusion import DiffusionEngine
-from infill.engine.experts import KERNELS, grouped, loop, route
+from infill.engine.experts import KERNELS, grouped, route
 from infill.engine.fp8 import quantize_rows_of
 from infill.engine.kv import KVBuffers
 from infill.engine.loading import load_diffusion_model
@@ -141,8 +144,8 @@ def test_bucketed_programs_give_the_unpadded_tokens(small_window, request_):
     """The CUDA path's programs (canvas padded to its bucket, prompt chunks to theirs, attention over the whole
     buffers under masks) run eagerly on CPU: the same tokens, steps and scores as the eager path."""
     config = EngineConfig(max_denoising_steps=6, single_line_lengths=(6, 12, 18))
-    static = DiffusionEngine(small_window, config, static=True)
-    eager = DiffusionEngine(small_window, config, static=False)
+    static = DiffusionEngine(small_window, replace(config, static_programs=True))
+    eager = DiffusionEngine(small_window, replace(config, static_programs=False))
     ours, theirs = static.infill(request_), eager.infill(request_)
     assert ours.outcome == theirs.outcome == "ok", (ours.error, theirs.error)
     assert ours.middles == theirs.middles and ours.steps == theirs.steps

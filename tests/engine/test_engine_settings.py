@@ -133,3 +133,26 @@ def test_the_step_cap_help_says_where_the_default_comes_from():
     add_model_options(parser)
     steps = next(a for a in parser._actions if a.dest == "denoising_steps")
     assert "generation_config.json" in steps.help and str(EngineConfig().max_denoising_steps) in steps.help
+
+
+@pytest.mark.parametrize("steps,accepted", [(0, False), (1, True), (1024, True), (2000, False)])
+def test_every_way_of_setting_the_step_cap_accepts_the_same_range(steps, accepted):
+    """The command line (`--steps`), the LSP setting `denoisingSteps` and the engine take one range (the command
+    line accepted 2000 steps where the setting refused them)."""
+    from server.settings import Settings
+
+    parser = argparse.ArgumentParser()
+    add_model_options(parser)
+    ways = {
+        "command line": lambda: spec_from_args(parser.parse_args(["--steps", str(steps)])),
+        "LSP setting": lambda: Settings(denoising_steps=steps),
+        "engine config": lambda: EngineConfig(max_denoising_steps=steps),
+    }
+    verdicts = {}
+    for way, make in ways.items():
+        try:
+            make()
+            verdicts[way] = True
+        except InfillError:
+            verdicts[way] = False
+    assert verdicts == dict.fromkeys(ways, accepted)

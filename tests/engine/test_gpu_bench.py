@@ -97,7 +97,7 @@ def test_each_section_is_written_the_moment_it_ends(sections, tmp_path):
 
 
 def test_programs_are_reported_and_an_eager_one_fails_its_section_not_the_run(tiny_engine, sections):
-    engine = DiffusionEngine(tiny_engine.loaded, EngineConfig(max_denoising_steps=2), static=True)
+    engine = DiffusionEngine(tiny_engine.loaded, EngineConfig(max_denoising_steps=2, static_programs=True))
     assert engine.infill(REQUEST).outcome == "ok"  # builds an encode and a step program (eager: no CUDA here)
     buckets = sections.bucket_report(engine.runner, expect_captured=False)
     assert buckets and set(buckets.values()) == {"eager"} and any(name.startswith("step ") for name in buckets)

@@ -66,13 +66,13 @@ def test_an_8k_prompt_of_the_real_config_stays_held_across_200_keystrokes_and_a_
         assert cache.claim("doc", typed) == ids.numel() - 1  # only the edited token and the new one are encoded
         cache.extend(typed, typed.numel())
         ids = typed
-    assert buffers.length == PROMPT + 200 and cache.held("doc", ids) == ids.numel()
+    assert buffers.length == PROMPT + 200 and cache.owner == "doc" and torch.equal(cache.ids, ids)
     other = torch.arange(3, 1003)
     assert cache.claim("other", other) == 0
     cache.extend(other, other.numel())
-    assert cache.stashed_bytes == (PROMPT + 200) * per_token and cache.stashed_documents == 1
+    assert cache.stashed_bytes == (PROMPT + 200) * per_token and len(cache) == 2
     assert cache.claim("doc", ids) == ids.numel()  # copied back, nothing to encode
-    assert cache.held("other", other) == other.numel()  # and the other one now waits beside it
+    assert torch.equal(cache._stash["other"].ids, other)  # and the other one now waits beside it
 
 
 def test_cuda_takes_a_share_of_free_memory(monkeypatch):

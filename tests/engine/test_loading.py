@@ -12,6 +12,7 @@ import sys
 
 import pytest
 import torch
+from counting_tokenizer import CountingTokenizer
 
 from infill.backends.choose import BackendSpec, open_backend
 from infill.cache.tokens import ChunkedTokenizer, split_chunks
@@ -144,13 +145,15 @@ def test_open_backend_serves_a_configured_checkpoint(tiny_checkpoint):
 def test_chunked_tokenisation_round_trips_and_memoises(tiny_checkpoint):
     from transformers import AutoTokenizer
 
-    tokens = ChunkedTokenizer(AutoTokenizer.from_pretrained(str(tiny_checkpoint)))
+    hf = AutoTokenizer.from_pretrained(str(tiny_checkpoint))
+    counting = CountingTokenizer(hf)
+    tokens = ChunkedTokenizer(counting)
     text = "def f(x):\n    return x\n\n\nclass A:\n    pass\n"
     assert "".join(split_chunks(text)) == text
-    assert tokens.tokenizer.decode(tokens.encode(text)) == text
-    before = tokens.chunks_tokenised
+    assert hf.decode(tokens.encode(text)) == text
+    before = len(counting.texts)
     tokens.encode(text + "y = 1")
-    assert tokens.chunks_tokenised - before == 1
+    assert counting.texts[before:] == ["y = 1"]
 
 
 def test_fill_cli_prints_json(tiny_checkpoint, tmp_path):

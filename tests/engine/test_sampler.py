@@ -64,7 +64,7 @@ def test_acceptance_equals_transformers_sampler():
 def test_fast_decoder_forward_equals_stock_forward(tiny_engine):
     """Our decoder forward (self-conditioning passed as embeddings) equals the model's forward given logits."""
     engine = tiny_engine
-    model = engine.model
+    model = engine.loaded.model
     ids = torch.tensor(engine.prompt_ids("def add(a, b):\n    return a + b\n" * 4))
     view, ours_forward = both_forwards(engine, ids)
     gen = torch.Generator().manual_seed(4)
@@ -91,8 +91,8 @@ def test_fast_decoder_forward_equals_stock_forward(tiny_engine):
 
 def both_forwards(engine, ids: torch.Tensor):
     """transformers' decoder view of its own prefill of `ids`, and the engine's forward over its own buffers."""
-    text = engine.model.config.text_config
-    view = decoder_cache_view(hf_prefill(engine.model, ids), text.layer_types, text.sliding_window, 1)
+    text = engine.loaded.model.config.text_config
+    view = decoder_cache_view(hf_prefill(engine.loaded.model, ids), text.layer_types, text.sliding_window, 1)
     with torch.inference_mode():
         engine._encode_prompt("sampler-test", ids)
     return view, engine.runner.forward_for(build_canvas([24], [[]], ids.numel(), engine.pad_id, engine.device))
@@ -104,7 +104,7 @@ def test_clamped_slots_self_conditioning_equals_one_hot_logits_through_the_stock
     from reference_sampler import one_hot_logits
 
     engine = tiny_engine
-    model = engine.model
+    model = engine.loaded.model
     ids = torch.tensor(engine.prompt_ids("x = {'a': 1, 'b': 2}\n" * 3))
     view, ours_forward = both_forwards(engine, ids)
     gen = torch.Generator().manual_seed(5)

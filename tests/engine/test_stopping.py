@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from reference_sampler import reference_denoise
+from reference_sampler import RowForwards, reference_denoiser
 
 from infill.engine.canvas import build_canvas
 from infill.engine.config import EngineConfig
@@ -61,14 +61,18 @@ def generate_rows(loaded, prompt: list[int], rows: int, seed: int, **settings) -
 def denoise_rows(
     loaded, denoiser, config: EngineConfig, prompt: list[int], lengths: list[int], fixed: list[list[int]], seed: int
 ):
-    """One of the engine's denoisers on a canvas built as the engine builds it (rows = candidate lengths)."""
+    """One of the engine's denoisers on a canvas built as the engine builds it (rows = candidate lengths): the
+    canvas, the denoiser's output and each row's forwards."""
     engine = DiffusionEngine(loaded, config)
     ids = torch.tensor(prompt)
     with torch.inference_mode():
         engine._encode_prompt("stopping-test", ids)
         canvas = build_canvas(lengths, fixed, ids.numel(), engine.pad_id, engine.device)
-        out = denoiser(CanvasFill(canvas, ids, engine.runner), config, torch.Generator().manual_seed(seed))
-    return canvas, out
+        forwards = RowForwards()
+        out = denoiser(
+            CanvasFill(canvas, ids, engine.runner), config, torch.Generator().manual_seed(seed), on_step=forwards
+        )
+    return canvas, out, forwards.counts
 
 
 def after_eos_as_pad(tokens: torch.Tensor, loaded) -> torch.Tensor:
@@ -93,9 +97,10 @@ def test_confident_model_stops_early_at_generates_step_in_every_row(confident, s
     prompt = prompt_of(confident)
     theirs, their_forwards = generate_rows(confident, prompt, 3, seed, stability_threshold=stability)
     config = EngineConfig(stability_threshold=stability)
-    _, fast = denoise_rows(confident, denoise, config, prompt, [width] * 3, [[]], seed)
-    _, ref = denoise_rows(confident, reference_denoise, config, prompt, [width] * 3, [[]], seed)
-    assert fast.row_steps.tolist() == their_forwards == ref.row_steps.tolist()
+    _, fast, fast_forwards = denoise_rows(confident, denoise, config, prompt, [width] * 3, [[]], seed)
+    reference = reference_denoiser(confident.model)
+    _, ref, ref_forwards = denoise_rows(confident, reference, config, prompt, [width] * 3, [[]], seed)
+    assert fast_forwards == their_forwards == ref_forwards
     assert max(their_forwards) < config.max_denoising_steps  # it stopped early, for real
     assert min(their_forwards) >= stability + 1  # stability needs repeats: never sooner
     assert torch.equal(fast.tokens, theirs) and torch.equal(ref.tokens, theirs)  # 3 x 64 tokens
@@ -112,8 +117,8 @@ def test_random_model_near_zero_temperature_matches_generate(random_model, seed)
     steps = 12
     theirs, their_forwards = generate_rows(random_model, prompt, 2, seed, max_denoising_steps=steps, **NEAR_ZERO)
     config = EngineConfig(max_denoising_steps=steps, **NEAR_ZERO)
-    _, fast = denoise_rows(random_model, denoise, config, prompt, [width] * 2, [[]], seed)
-    assert fast.row_steps.tolist() == their_forwards
+    _, fast, fast_forwards = denoise_rows(random_model, denoise, config, prompt, [width] * 2, [[]], seed)
+    assert fast_forwards == their_forwards
     assert torch.equal(after_eos_as_pad(fast.tokens, random_model), theirs)
 
 
@@ -126,11 +131,12 @@ def test_pinned_suffix_rows_stop_where_transformers_criteria_say(confident):
     prompt = engine.prompt_ids(PREFIX)
     anchor = engine.tokens.encode_head(SUFFIX, 16)
     config = EngineConfig()
-    canvas, fast = denoise_rows(confident, denoise, config, prompt, [4, 8, 16], [anchor], seed=5)
-    _, ref = denoise_rows(confident, reference_denoise, config, prompt, [4, 8, 16], [anchor], seed=5)
-    assert canvas.padded
-    assert fast.row_steps.tolist() == ref.row_steps.tolist()
-    assert int(fast.row_steps.max()) < config.max_denoising_steps
+    canvas, fast, fast_forwards = denoise_rows(confident, denoise, config, prompt, [4, 8, 16], [anchor], seed=5)
+    reference = reference_denoiser(confident.model)
+    _, ref, ref_forwards = denoise_rows(confident, reference, config, prompt, [4, 8, 16], [anchor], seed=5)
+    assert not bool(canvas.valid.all())  # padded
+    assert fast_forwards == ref_forwards
+    assert max(fast_forwards) < config.max_denoising_steps
     assert torch.equal(fast.tokens, ref.tokens)
     assert torch.allclose(fast.join_score, ref.join_score, atol=1e-4)
     assert torch.equal(fast.tokens[canvas.anchor], canvas.fixed_tokens[canvas.anchor])
@@ -141,7 +147,7 @@ def test_engine_infill_agrees_with_the_reference_on_a_confident_model(confident)
     the cap (stopping fired), at the default settings."""
     request = InfillRequest(prefix=PREFIX, suffix=SUFFIX, seed=11)
     fast = DiffusionEngine(confident, EngineConfig()).infill(request)
-    ref = DiffusionEngine(confident, EngineConfig(), denoiser=reference_denoise).infill(request)
+    ref = DiffusionEngine(confident, EngineConfig(), denoiser=reference_denoiser(confident.model)).infill(request)
     assert fast.outcome == ref.outcome == "ok", (fast.error, ref.error)
     assert fast.middle == ref.middle and fast.steps == ref.steps
     assert fast.steps < EngineConfig().max_denoising_steps

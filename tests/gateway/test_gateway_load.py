@@ -39,12 +39,11 @@ def test_200_simultaneous_connections_all_get_an_answer(gateway_running):
     assert all(o.split()[1] == "503" for o in outcomes)  # loading: /health says 503 (or busy: 503 Retry-After)
 
 
-def test_over_capacity_is_refused_with_retry_after(monkeypatch, gateway_running):
-    """Past max_pending, a connection is answered 503 with Retry-After at once instead of waiting or a reset."""
-    from infill.gateway.server import GatewayServer
+def test_over_capacity_is_refused_with_retry_after(gateway_running):
+    """Past max_connections, a connection is answered 503 with Retry-After at once instead of waiting or a reset."""
+    from infill.gateway.server import ConnectionLimits
 
-    monkeypatch.setattr(GatewayServer, "max_pending", 1)
-    with gateway_running(None) as server:
+    with gateway_running(None, limits=ConnectionLimits(max_connections=1)) as server:
         hold = socket.create_connection(("127.0.0.1", server.server_port), timeout=10)  # occupies the one slot
         hold.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # headers not finished: its worker waits on it
         with socket.create_connection(("127.0.0.1", server.server_port), timeout=10) as sock:

@@ -510,16 +510,17 @@ def test_a_cancelled_prefill_stops_early_and_keeps_what_it_encoded(ar_backend):
 
 
 @pytest.mark.slow
-def test_a_request_fits_its_prompt_once_from_warm_to_its_other_fills(ar_backend):
+def test_a_request_fits_its_prompt_once_from_warm_to_its_other_fills(ar_backend, monkeypatch):
     """warm() fits and heals the prompt; the infill and the other fills that follow for the same text take that
     fit (the window a refit would choose), and a keystroke fits again."""
     prefix = "import os\n\n\ndef config_path(name):\n    base = os.path.expanduser('~')\n    path = os.path."
     request = InfillRequest(prefix=prefix, suffix="\n    return path\n", single_line=True, document_id="fit-once")
-    fits = ar_backend.prompts.fits
+    fits, fit = [], ar_backend.prompts.fit
+    monkeypatch.setattr(ar_backend.prompts, "fit", lambda *args, **kwargs: fits.append(1) or fit(*args, **kwargs))
     ar_backend.warm(request)
     result = ar_backend.infill(request)
     ar_backend.alternatives(request, 2)
-    assert ar_backend.prompts.fits == fits + 1
+    assert len(fits) == 1
     assert result.prompt_tokens == len(ar_backend.prompts.fit(request.prefix, request).ids)  # what a refit gives
     ar_backend.infill(replace(request, prefix=prefix + "j"))
-    assert ar_backend.prompts.fits == fits + 3  # (the refit above, and the keystroke's)
+    assert len(fits) == 3  # (the refit above, and the keystroke's)

@@ -12,7 +12,17 @@ import time
 
 import pytest
 import pytest_asyncio
-from lsp_helpers import apply_edits, log_records, log_text, open_doc, start, status, utf16_offset, wait_ready
+from lsp_helpers import (
+    apply_edits,
+    log_records,
+    log_text,
+    open_doc,
+    start,
+    status,
+    utf16_offset,
+    wait_ready,
+    wait_status,
+)
 from lsprotocol import types
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
@@ -53,8 +63,9 @@ async def _record(client, uri: str) -> dict:
 
 
 async def test_a_rejected_fill_is_answered_by_the_offline_default_behind_the_checkpoint(server, stutter_checkpoint):
-    ready = await wait_ready(server, timeout=240)
-    assert ready["state"] == "ready", ready
+    await wait_ready(server, timeout=240)  # the checkpoint serves first; the offline default loads behind it
+    ready = await wait_status(server, lambda s: s["fallbackState"] != "loading", timeout=240)
+    assert ready["state"] == "ready" and ready["fallbackState"] == "ready", ready
     assert ready["kind"] == "diffusion" and ready["isFallback"] is False  # the checkpoint serves first ...
     fallback = ready["fallback"]  # ... and the offline default stands behind it, loaded without any setting
     assert fallback is not None and fallback["kind"] == "autoregressive", ready

@@ -27,12 +27,13 @@ import json
 import sys
 import tempfile
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from infill.engine.canvas import build_canvas
-from infill.engine.denoise import CanvasFill, EagerStepper, denoise
+from infill.engine.denoise import CanvasFill, EagerStepper, StepState, denoise
 from infill.engine.diffusion import DiffusionEngine
 from infill.engine.loading import load_diffusion_model
 from infill.testing.hf_reference import decoder_cache_view, hf_decoder_logits, hf_prefill
@@ -73,7 +74,7 @@ def in_process(
     """The engine's own denoising loop from `seed`, one row of `width` slots (free, then the anchor), keeping the
     last step's logits for the log-probabilities. The forward is the engine's own, or with `vllm_window`
     transformers' decoder under vLLM's per-slot window as masks."""
-    model = engine.model
+    model = engine.loaded.model
     ids = torch.tensor(prompt)
     with torch.inference_mode():
         engine._encode_prompt("cross-check", ids)
@@ -97,10 +98,9 @@ def in_process(
 
     with torch.inference_mode():
         out = denoise(
-            CanvasFill(canvas, ids, _WithForward(engine.runner, keep_logits)),
+            CanvasFill(canvas, ids, _WithForward(engine.runner, keep_logits, torch.tensor([seed[:width]]))),
             engine.config,
             torch.Generator().manual_seed(0),
-            start=torch.tensor([seed[:width]]),
         )
     cap = model.config.text_config.final_logit_softcapping
     logp = torch.log_softmax(torch.tanh(last["logits"][0] / cap) * cap, -1)
@@ -110,16 +110,31 @@ def in_process(
 
 
 class _WithForward:
-    """The engine's runner with another forward under its denoising loop (this script only)."""
+    """The engine's runner with another forward under its denoising loop, started from a seed canvas (this script
+    only)."""
 
-    def __init__(self, runner, forward) -> None:
-        self.runner, self.forward, self.weights = runner, forward, runner.weights
+    def __init__(self, runner, forward, seed: torch.Tensor) -> None:
+        self.runner, self.forward, self.weights, self.seed = runner, forward, runner.weights, seed
 
     def step_inputs(self, canvas, config):
         return self.runner.step_inputs(canvas, config)
 
     def stepper(self, canvas, inputs):
-        return EagerStepper(self.forward, inputs)
+        return _SeededStepper(self.forward, inputs, self.seed)
+
+
+class _SeededStepper(EagerStepper):
+    """Starts from `seed` (vLLM's `diffusion_seed_canvas`) at the free slots instead of the loop's random draw. The
+    generator's later draws then differ from vLLM's, which changes nothing here: at temperatures near zero every
+    sample is the argmax and every slot is accepted, so no draw is ever read."""
+
+    def __init__(self, forward, inputs, seed: torch.Tensor) -> None:
+        super().__init__(forward, inputs)
+        self.seed = seed
+
+    def start(self, state: StepState) -> None:
+        current = torch.where(self.inputs.free, self.seed.to(state.current.device), self.inputs.fixed)
+        super().start(replace(state, current=current, argmax=current))
 
 
 def scored_slots(tokens: list[int], anchor: list[int], width: int) -> list[tuple[int, int]]:
@@ -245,7 +260,7 @@ def main() -> int:
         for name, prefix, suffix, width in CASES:
             prompt = engine.prompt_ids(prefix)
             anchor = engine.tokens.encode_head(suffix, 8) if suffix else []
-            seed = torch.randint(3, engine.model.config.text_config.vocab_size, (WIDTH,), generator=gen).tolist()
+            seed = torch.randint(3, engine.loaded.model.config.text_config.vocab_size, (WIDTH,), generator=gen).tolist()
             case, mismatches = run_case(server, engine, prompt, anchor, width, seed)
             case = {"case": name, **case}
             report["cases"].append(case)

