@@ -16,6 +16,7 @@ from infill.backends.remote import RemoteBackend
 from infill.loader import Opened
 from infill.pipeline import Fill, Pipeline
 from server.fills import FillDeps, compute_fill
+from server.handlers_inline import complete_inline
 from server.main import create_server
 from server.settings import Settings
 from server.verdict import reply_verdict
@@ -88,3 +89,37 @@ def test_the_verdict_is_one_rule_for_every_reply():
     assert reply_verdict(False, True, []) == ("empty", [])
     assert reply_verdict(True, True, [text]) == ("discarded", [text])  # superseded or edited while computing
     assert reply_verdict(False, False, [text]) == ("discarded", [text])  # the document is another text now
+
+
+async def test_the_completion_log_gives_every_span_in_str_offsets(middles_server, tmp_path):
+    """An inline request after a character that takes two UTF-16 units: its logged span is the cursor's str offset
+    (start == end), not LSP's [line, UTF-16 column]; a fill's span is its selection in the same unit."""
+    url, middles = middles_server
+    middles.extend(["the parser", "the parser"])
+    server = create_server(Settings(debounce_ms=0))
+    backend = RemoteBackend(url, model="scripted", timeout_s=10.0, connect_timeout_s=2.0)
+    server.host._loaded = Opened(Pipeline(backend), (backend,))
+    server.host.state = "ready"
+    server.telemetry.log_path = str(tmp_path / "completions.jsonl")
+    uri, text = "file:///smile.txt", "Notes\n\U0001f642 We ship \n"
+    server.documents.open(types.TextDocumentItem(uri=uri, language_id="plaintext", version=1, text=text))
+    cursor = text.index(" \n") + 1  # after "We ship "
+    line_start = text.index("\U0001f642")
+    position = types.Position(1, cursor - line_start + 1)  # the emoji is two UTF-16 units, one str character
+    invoked = types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)
+    deps = FillDeps(server.documents, server.host, server.telemetry, server.log, server.settings)
+    selection = types.Range(types.Position(1, 3), types.Position(1, 5))  # "We"
+    try:
+        await complete_inline(
+            server,
+            types.InlineCompletionParams(
+                text_document=types.TextDocumentIdentifier(uri=uri), position=position, context=invoked
+            ),
+        )
+        await compute_fill(deps, uri, selection, "gap", None)
+    finally:
+        server.telemetry.flush(timeout=5.0)
+        server.host.close()
+    records = [json.loads(line) for line in (tmp_path / "completions.jsonl").read_text().splitlines()]
+    spans = {r["kind"]: r["span"] for r in records if r["type"] == "completion"}
+    assert spans == {"inline": [cursor, cursor], "gap": [line_start + 2, line_start + 4]}
