@@ -75,15 +75,10 @@ async def slow_lsp(tiny_checkpoint):
     client.feature("infill/statusChanged")(lambda params: client.status_changes.append(params))
     ready = await wait_ready(client)
     assert ready["state"] == "ready", ready
-    # One invoked fill (explicit budget) first: the first run's one-time costs are not what the tests are about.
+    # One automatic fill first, under the cap: the first run's one-time costs are not what the tests are about, and
+    # it is timed as a keystroke's fill is (an invoked fill waits for ranked candidates and is not: issue 49).
     open_doc(client, "file:///warm.txt", "Warm up ", language="plaintext")
-    await client.text_document_inline_completion_async(
-        types.InlineCompletionParams(
-            text_document=types.TextDocumentIdentifier(uri="file:///warm.txt"),
-            position=types.Position(0, 8),
-            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
-        )
-    )
+    await _automatic(client, "file:///warm.txt", types.Position(0, 8))
     yield client
     await client.shutdown_session()
     await client.stop()
