@@ -81,19 +81,31 @@ async def test_automatic_request_builds_its_context_and_encodes_its_prompt_durin
         ("file:///invoked.txt", types.InlineCompletionTriggerKind.Invoked),
     ):
         open_doc(lsp, uri, "Dear team,\n    thanks for the notes on the plan; we will\n", language="plaintext")
+        # a word typed after the prompt warmed at didOpen (server/warming.py): its tail is new to the engine
+        lsp.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+                content_changes=[
+                    types.TextDocumentContentChangePartial(
+                        range=types.Range(start=types.Position(1, 47), end=types.Position(1, 47)), text=" send"
+                    )
+                ],
+            )
+        )
         await lsp.text_document_inline_completion_async(
             types.InlineCompletionParams(
                 text_document=types.TextDocumentIdentifier(uri=uri),
-                position=types.Position(1, 47),
+                position=types.Position(1, 52),
                 context=types.InlineCompletionContext(trigger_kind=kind),
             )
         )
     logged = await log_records(log_path, lambda rs: sum(r["type"] == "completion" for r in rs) >= 2)
     records = {r["uri"]: r["pipeline"] for r in logged if r["type"] == "completion"}
     ahead, invoked = records["file:///ahead.txt"], records["file:///invoked.txt"]
-    # Both documents are new to the engine: only the automatic one had its prompt encoded before its model run.
+    # Only the automatic request had its context built and its whole prompt encoded before its model run; the
+    # invoked one encodes at least its new tail in its run.
     assert ahead["context_ahead"] and ahead["prompt_tokens"] > 0 and ahead["reused_tokens"] == ahead["prompt_tokens"]
-    assert not invoked["context_ahead"] and invoked["prompt_tokens"] > 0 and invoked["reused_tokens"] == 0
+    assert not invoked["context_ahead"] and 0 <= invoked["reused_tokens"] < invoked["prompt_tokens"]
 
 
 async def test_typing_in_a_large_file_parses_a_region_and_answers_every_request(lsp, tmp_path):
@@ -138,8 +150,11 @@ async def test_typing_in_a_large_file_parses_a_region_and_answers_every_request(
     assert [r["version"] for r in records] == list(range(2, 8))
     assert all(r["outcome"] != "discarded" for r in records)
     size = len("\n".join(lines)) + 1
-    assert records[0]["pipeline"]["syntax_region"] is None  # the first parse is whole (it finds the cuts)
-    assert all(0 < b - a < size / 2 for a, b in (r["pipeline"]["syntax_region"] for r in records[1:]))
+    # the first parse is whole (it finds the cuts): for the warm of the prompt when the document opened
+    # (server/warming.py), or for the first key where that warm was cancelled first; then each key parses a region
+    regions = [r["pipeline"]["syntax_region"] for r in records]
+    assert regions[0] is None or 0 < regions[0][1] - regions[0][0] < size / 2
+    assert all(0 < b - a < size / 2 for a, b in regions[1:])
     assert all(r["pipeline"]["context_ahead"] for r in records)
     assert all(r["pipeline"]["prompt_tokens"] == r["pipeline"]["reused_tokens"] > 1000 for r in records)
     assert "failed" not in log_text(lsp)
