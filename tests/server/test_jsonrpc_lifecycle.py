@@ -237,6 +237,7 @@ def test_internal_error_replies_carry_a_message_only():
         open("/nonexistent/dir/secret-file.txt")
     except OSError:
         error = JsonRpcInternalError.of(sys.exc_info()).to_response_error()
+    server.protocol.owed.add(7)  # as if the client's request 7 were dispatched (server/replies.py answers owed ids)
     server.protocol._send_response(7, error=error)
     body = json.loads(written.getvalue().split(b"\r\n\r\n", 1)[1])
     assert body["id"] == 7 and body["error"]["code"] == -32603
