@@ -20,7 +20,6 @@ path, the holes exact in only one of the default and each model.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import subprocess
@@ -34,6 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from infill.backends.offline.model_file import _sha256 as sha256_of  # noqa: E402
 from infill.backends.offline.model_file import cache_root  # noqa: E402
 
 
@@ -72,14 +72,6 @@ MODELS = {
 
 def models_dir() -> Path:
     return cache_root() / "benchmark-models"
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def ensure_model(model: PartedModel) -> tuple[Path, str]:
