@@ -125,7 +125,9 @@ def main(argv: list[str]) -> int:
             request, FillControl(deadline=deadline_in(args.budget_ms / 1000 if args.budget_ms else None))
         )
     finally:
-        worker.shutdown()
+        # joined, not left: a daemon thread still dropping the fill's tensors while Python exits aborts the process
+        # ("terminate called without an active exception" from torch, seen on a loaded 2-core machine)
+        worker.shutdown(wait=True)
     latency_ms = (time.perf_counter() - t0) * 1000
     result = outcome.result
     middle = outcome.fills[0].text if outcome.fills else ""

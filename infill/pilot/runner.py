@@ -350,7 +350,9 @@ def run_pilot(
     except KeyboardInterrupt:  # while loading or warming up
         run.stopped_by = "interrupted"
     finally:
-        worker.shutdown()  # (its queue is empty: every attempt waits for its own job)
+        # its queue is empty (every attempt waits for its own job), so this returns at once; joined because a daemon
+        # thread still dropping tensors while Python exits aborts the process
+        worker.shutdown(wait=True)
         attempts.close()
         cells.close()
         if own_pool:
