@@ -4,12 +4,13 @@
 # under /usr/bin/time -v, and `scripts/demo.sh` once more (the wheel then cached, set-up already done). Prints ONE
 # JSON line: wall seconds and peak resident memory of each, the CPU (model, cores, SIMD flags) and the commit.
 #
-# Usage: benchmarks/first_run.sh [--avx2] [--demo-only] [--commit C] [--out FILE]
+# Usage: benchmarks/first_run.sh [--avx2] [--demo-only] [--commit C] [--out FILE] [--logs DIR]
 #   --avx2       hold the build and torch to AVX2 (llama.cpp with GGML_NATIVE=OFF and every AVX-512/AMX option
 #                off; torch with ATEN_CPU_CAPABILITY=avx2): how an AVX2-only laptop builds and runs, on a bigger CPU
 #   --demo-only  the demo (twice), not the test suite
 #   --commit C   the commit to clone (default: HEAD of this checkout)
 #   --out FILE   also write the JSON object to FILE (e.g. benchmarks/results/first-run-<cpu>.json)
+#   --logs DIR   keep each command's output and time report in DIR (the suite's slowest tests are in test.out)
 # It compiles llama.cpp from source (minutes of every core): run it on a quiet machine.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -17,19 +18,25 @@ avx2=0
 demo_only=0
 commit=""
 out=""
+logs=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --avx2) avx2=1 ;;
     --demo-only) demo_only=1 ;;
     --commit) commit="$2"; shift ;;
     --out) out="$2"; shift ;;
-    *) echo "usage: $0 [--avx2] [--demo-only] [--commit C] [--out FILE]" >&2; exit 2 ;;
+    --logs) logs="$2"; shift ;;
+    *) echo "usage: $0 [--avx2] [--demo-only] [--commit C] [--out FILE] [--logs DIR]" >&2; exit 2 ;;
   esac
   shift
 done
 commit="$(git -C "$here" rev-parse "${commit:-HEAD}")"
 work="$(mktemp -d "${TMPDIR:-/tmp}/infill-first-run.XXXXXX")"
-trap 'rm -rf "$work"' EXIT
+keep_logs() {
+  [ -z "$logs" ] || { mkdir -p "$logs" && cp "$work"/*.out "$work"/*.err "$work"/*.time "$logs"/ 2>/dev/null || true; }
+  rm -rf "$work"
+}
+trap keep_logs EXIT
 
 git clone --quiet --no-hardlinks "$here" "$work/repo"
 git -C "$work/repo" checkout --quiet "$commit"

@@ -11,7 +11,7 @@
 #   2. The device tool, with no kind:
 #        run(command="bash benchmarks/gpu.sh", carry=[".baseline", ".whl"], timeout_s=330)
 #      An H100 (80 GB) must do, and does: the loader builds each weight once (load peak <= 1.10x the ~48 GiB of
-#      bf16 weights; tests/engine/test_load_memory.py), so the first card a plain call starts is enough; an H200
+#      bf16 weights; tests/engine/test_full_size.py), so the first card a plain call starts is enough; an H200
 #      runs it the same. The sections stop by 300 s (RUN_LIMIT_S); 330 s with the machine's start leaves a second
 #      try inside a 15-minute device budget.
 #   3. Copy $OUT/gpu-run.json (and sections.jsonl) to benchmarks/results/engine-gpu-<card>.json.

@@ -14,6 +14,11 @@ import pytest
 import pytest_asyncio
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked `longest` first (stable otherwise): scripts/test.sh hands files to two workers in this order."""
+    items.sort(key=lambda item: item.get_closest_marker("longest") is None)
+
+
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory):
     """Directory of a complete tiny DiffusionGemma checkpoint (config, safetensors, tokenizer, generation config)."""

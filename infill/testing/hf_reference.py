@@ -10,6 +10,8 @@ code: the engine never calls it.
 - `hf_decoder_logits`: the decoder with self-conditioning given as embeddings, raw LM-head logits.
 - `engine_weights`: a transformers model's own tensors as the engine's weights (through the loader's one name map,
   checkpoint.py), nothing copied unless quantized.
+- `engine_prefill`: the other side of `hf_prefill`: the engine's own encode of a prompt, in chunks, into new KV
+  buffers.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from infill.engine import forward
 from infill.engine.checkpoint import StateDict, read_weights
+from infill.engine.kv import KVBuffers
 from infill.engine.model import text_config
 from infill.engine.weights import EngineWeights
 
@@ -35,6 +39,17 @@ def engine_weights(model: DiffusionGemmaForBlockDiffusion, *, quantize: bool = F
     """`model`'s tensors as the engine reads them (views of the very tensors; `quantize`: projections in FP8)."""
     first = model.model.decoder.embed_tokens.weight
     return read_weights(StateDict(model.state_dict()), model.config, first.device, first.dtype, quantize)
+
+
+def engine_prefill(weights: EngineWeights, prompt: torch.Tensor, chunk: int, capacity: int = 256) -> KVBuffers:
+    """The engine's encode of `prompt` (1-D ids), `chunk` tokens at a time, into KV buffers of `capacity` tokens."""
+    kv = KVBuffers(weights.kv_shapes(), capacity, weights.dtype, "cpu")
+    with torch.inference_mode():
+        for start in range(0, prompt.numel(), chunk):
+            ids = prompt[start : start + chunk]
+            forward.encode(weights, kv, ids, start, forward.exact_spans(weights, start + ids.numel(), start), "grouped")
+    kv.set_length(prompt.numel())
+    return kv
 
 
 def hf_encode(model: DiffusionGemmaForBlockDiffusion, ids: torch.Tensor, cache: DynamicCache, start: int) -> None:

@@ -2,7 +2,7 @@
 transformers' DiffusionGemma forward (the arbiter, infill/testing/hf_reference.py), on CPU:
 - a prompt encoded in chunks writes the keys and values transformers' prefill holds, past the sliding window too;
 - canvas logits equal transformers' for padded rows, on exact slices of the buffers and on the whole buffer under
-  the masks the CUDA graphs use, with every experts kernel, on a tiny model and on the full-size architecture;
+  the masks the CUDA graphs use, with every experts kernel, on a tiny model (the full size: test_full_size.py);
 - the bucketed programs (padded canvas and encode buckets, the CUDA path's arithmetic run eagerly) give the tokens
   of the unpadded eager path;
 - FP8: the scaled matmuls equal their float emulation; an FP8 model's logits stay close to its dequantized
@@ -22,17 +22,17 @@ from infill.engine.config import EngineConfig
 from infill.engine.diffusion import DiffusionEngine
 from infill.engine.experts import KERNELS, grouped, route
 from infill.engine.fp8 import quantize_rows_of
-from infill.engine.kv import KVBuffers
 from infill.engine.loading import load_diffusion_model
 from infill.engine.ops import activation, linear, quantize_rows
 from infill.engine.weights import Linear
-from infill.testing.hf_reference import engine_weights, hf_canvas_logits, hf_prefill
+from infill.testing.hf_reference import engine_prefill, engine_weights, hf_canvas_logits, hf_prefill
 from infill.testing.tiny_checkpoint import write_compressed_fp8_checkpoint, write_tiny_checkpoint
 from infill.types import InfillError, InfillRequest
 
 WINDOW = 16
-TOLERANCE = 2e-5  # float32, the same weights, other kernels and reduction orders
-FULL_SIZE_BF16_TOLERANCE = 0.06  # of the largest logit: about 2x the 0.028 measured (bf16 rounding, two forwards)
+# float32, the same weights, other kernels and reduction orders: up to 2.0e-5 seen (a 1-token chunked encode on an
+# AVX2 Zen 3); a wrong mask, rotary table or expert route moves these values by 1e-2 and more
+TOLERANCE = 1e-4
 
 
 @pytest.fixture(scope="module")
@@ -43,21 +43,11 @@ def small_window(tmp_path_factory):
     )
 
 
-def encoded(weights, prompt: torch.Tensor, chunk: int, capacity: int = 256) -> KVBuffers:
-    kv = KVBuffers(weights.kv_shapes(), capacity, weights.dtype, "cpu")
-    with torch.inference_mode():
-        for start in range(0, prompt.numel(), chunk):
-            ids = prompt[start : start + chunk]
-            forward.encode(weights, kv, ids, start, forward.exact_spans(weights, start + ids.numel(), start), "grouped")
-    kv.set_length(prompt.numel())
-    return kv
-
-
 @pytest.mark.parametrize("length,chunk", [(10, 10), (40, 40), (40, 7), (40, 1)])
 def test_chunked_encode_writes_transformers_prefill(small_window, length, chunk):
     model = small_window.model
     prompt = torch.randint(3, 512, (length,), generator=torch.Generator().manual_seed(length))
-    kv = encoded(small_window.weights, prompt, chunk)
+    kv = engine_prefill(small_window.weights, prompt, chunk)
     cache = hf_prefill(model, prompt)
     for i, layer in enumerate(cache.layers):
         assert (layer.keys[0] - kv.keys[i][:, :length]).abs().max() <= TOLERANCE
@@ -69,7 +59,7 @@ def test_padded_canvas_logits_equal_transformers_on_exact_and_whole_buffers(smal
     weights, model = small_window.weights, small_window.model
     gen = torch.Generator().manual_seed(1)
     prompt = torch.randint(3, 512, (40,), generator=gen)  # past the window: sliding layers see its last W - 1
-    kv = encoded(weights, prompt, 40)
+    kv = engine_prefill(weights, prompt, 40)
     tokens = torch.randint(3, 512, (3, 24), generator=gen)
     valid = torch.ones(3, 24, dtype=torch.bool)
     valid[0, 10:], valid[1, 20:] = False, False
@@ -92,38 +82,6 @@ def test_experts_kernels_agree_and_route_as_transformers(small_window):
     reference = loop(x, ids, weights, layer.experts, act)
     for name, kernel in KERNELS.items():
         assert (kernel(x, ids, weights, layer.experts, act) - reference).abs().max() <= TOLERANCE, name
-
-
-def test_the_full_size_architecture_with_two_layers_equals_transformers():
-    """Real dimensions and vocabulary (2,816 hidden, 128 experts top-8, 262,144 tokens, 16 query heads over 8 KV
-    heads of 256 in the sliding layer and 2 of 512 in the full one), random weights, a prompt past the real
-    1,024-token window, two padded candidate rows. In bfloat16, the dtype the engine runs on a GPU: one copy of the
-    weights (4.5 GiB; float32 needed two, 10 GB of the suite's memory), the engine reading transformers' own
-    tensors. Measured: the largest difference is 2.8% of the largest logit (bf16 rounding in two differently
-    ordered forwards, seed 3); a wrong mask, rotary table or expert route moves logits by far more."""
-    from infill.testing.full_size import full_size_model
-
-    model = full_size_model(layers=2, dtype="bfloat16")
-    weights = engine_weights(model)
-    assert weights.dtype == torch.bfloat16 and weights.embed.data_ptr() == model.lm_head.weight.data_ptr()
-    assert [layer.kind for layer in weights.decoder] == ["sliding_attention", "full_attention"]
-    assert weights.kv_shapes() == [(8, 256), (2, 512)] and weights.sliding_window == 1024
-    gen = torch.Generator().manual_seed(3)
-    prompt = torch.randint(3, weights.vocab, (1030,), generator=gen)
-    kv = encoded(weights, prompt, 512, capacity=1030 + 64)
-    tokens = torch.randint(3, weights.vocab, (2, 12), generator=gen)
-    valid = torch.ones(2, 12, dtype=torch.bool)
-    valid[0, 9:] = False
-    soft = torch.zeros(2, 12, weights.hidden, dtype=torch.bfloat16)
-    theirs = hf_canvas_logits(model, prompt, tokens, soft, valid).float()
-    with torch.inference_mode():
-        ours = forward.decode(
-            weights, kv, tokens, soft, 1030, valid, forward.exact_spans(weights, 1054, 1030), "grouped"
-        ).float()
-    scale = theirs[valid].abs().max()
-    error = (ours - theirs)[valid].abs().max() / scale
-    print(f"full size, bfloat16: largest difference {error:.5f} of the largest logit")
-    assert error <= FULL_SIZE_BF16_TOLERANCE
 
 
 @pytest.mark.parametrize(
@@ -215,7 +173,7 @@ def test_an_fp8_model_equals_its_float_emulation(small_window, tmp_path, monkeyp
     valid, soft = torch.ones(2, 24, dtype=torch.bool), torch.zeros(2, 24, fp8.hidden)
 
     def logits():
-        kv = encoded(fp8, prompt, 30)
+        kv = engine_prefill(fp8, prompt, 30)
         with torch.inference_mode():
             return forward.decode(fp8, kv, tokens, soft, 30, valid, forward.exact_spans(fp8, 78, 30), "grouped")
 
