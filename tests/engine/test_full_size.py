@@ -34,7 +34,7 @@ pytestmark = pytest.mark.longest
 PEAK_OVER_WEIGHTS_GOAL = 1.10
 LAYERS = 2
 PROMPT_TOKENS = 200
-FULL_SIZE_BF16_TOLERANCE = 0.06  # of the largest logit: about 2x the 0.028 measured (bf16 rounding, two forwards)
+FULL_SIZE_BF16_TOLERANCE = 0.06  # of the largest logit: about 2x the 0.029 measured (bf16 rounding, two forwards)
 
 CHILD = r"""
 import json, sys
@@ -64,8 +64,8 @@ def test_the_full_size_architecture_with_two_layers_equals_transformers():
     (4.5 GiB; float32 needed two, 10 GB of the suite's memory), the engine reading transformers' own tensors.
     The prompt stays inside the 1,024-token window: the window itself is tested at W = 16 on a tiny model
     (test_engine_forward.py, test_engine_sliding_window.py), and 1,030 tokens here cost 30 s more on two AVX2 cores.
-    Measured: the largest difference is 2.8% of the largest logit (bf16 rounding in two differently ordered
-    forwards, seed 3, 1,030 tokens); a wrong mask, rotary table or expert route moves logits by far more."""
+    Measured: the largest difference is 2.9% of the largest logit (bf16 rounding in two differently ordered
+    forwards, seed 3; 2.8% with 1,030 tokens); a wrong mask, rotary table or expert route moves logits by far more."""
     from infill.testing.full_size import full_size_model
 
     model = full_size_model(layers=LAYERS, dtype="bfloat16")
