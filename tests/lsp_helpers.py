@@ -125,6 +125,20 @@ def open_doc(client: LanguageClient, uri: str, text: str, language: str = "pytho
     )
 
 
+def change_doc(
+    client: LanguageClient, uri: str, version: int, start: types.Position, end: types.Position, text: str
+) -> None:
+    """One didChange replacing start..end (LSP positions) with `text`, the document now at `version`."""
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+            content_changes=[
+                types.TextDocumentContentChangePartial(range=types.Range(start=start, end=end), text=text)
+            ],
+        )
+    )
+
+
 async def code_actions(client: LanguageClient, uri: str, selection: types.Range) -> list:
     """textDocument/codeAction for `selection`, with no diagnostics in the context."""
     return await client.text_document_code_action_async(

@@ -10,7 +10,7 @@ import time
 
 import pytest
 import pytest_asyncio
-from lsp_helpers import log_text, open_doc, start, status, wait_ready
+from lsp_helpers import change_doc, log_text, open_doc, start, status, wait_ready
 from lsprotocol import types
 
 from server.next_line import Ahead
@@ -49,16 +49,7 @@ class Editor:
         b = sum(len(x) + 1 for x in lines[:end_line]) + end
         self.text = self.text[:a] + new + self.text[b:]
         self.version += 1
-        self.client.text_document_did_change(
-            types.DidChangeTextDocumentParams(
-                text_document=types.VersionedTextDocumentIdentifier(uri=self.uri, version=self.version),
-                content_changes=[
-                    types.TextDocumentContentChangePartial(
-                        range=types.Range(types.Position(line, start), types.Position(end_line, end)), text=new
-                    )
-                ],
-            )
-        )
+        change_doc(self.client, self.uri, self.version, types.Position(line, start), types.Position(end_line, end), new)
 
     async def ask(self, line: int, character: int):
         return await self.client.text_document_inline_completion_async(

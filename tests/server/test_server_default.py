@@ -10,7 +10,17 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from lsp_helpers import apply_edits, code_actions, log_text, open_doc, start, status, utf16_offset, wait_ready
+from lsp_helpers import (
+    apply_edits,
+    change_doc,
+    code_actions,
+    log_text,
+    open_doc,
+    start,
+    status,
+    utf16_offset,
+    wait_ready,
+)
 from lsprotocol import types
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
@@ -100,19 +110,7 @@ async def test_a_jump_to_another_line_encodes_its_prompt_before_the_first_reques
     await _invoke(default, uri, types.Position(line=len(lines) - 2, character=0))
     cold_s = time.monotonic() - started  # a whole cold prompt encoded and filled, on this machine now
     far = 40
-    default.text_document_did_change(
-        types.DidChangeTextDocumentParams(
-            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
-            content_changes=[
-                types.TextDocumentContentChangePartial(
-                    range=types.Range(
-                        start=types.Position(line=far, character=0), end=types.Position(line=far, character=0)
-                    ),
-                    text="x",
-                )
-            ],
-        )
-    )
+    change_doc(default, uri, 2, types.Position(line=far, character=0), types.Position(line=far, character=0), "x")
     await asyncio.sleep(2 * cold_s + 0.5)  # no request meanwhile: only the jump itself can have encoded anything
     await _invoke(default, uri, types.Position(line=far, character=1))
     record = await _completion_of(default, 2, patience_s=10 * cold_s + 10)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from lsp_helpers import CONFIG, apply_edits, log_records, log_text, open_doc, status, utf16_offset
+from lsp_helpers import CONFIG, apply_edits, change_doc, log_records, log_text, open_doc, status, utf16_offset
 from lsprotocol import types
 
 from infill.types import UNSTEERED
@@ -82,16 +82,7 @@ async def test_automatic_request_builds_its_context_and_encodes_its_prompt_durin
     ):
         open_doc(lsp, uri, "Dear team,\n    thanks for the notes on the plan; we will\n", language="plaintext")
         # a word typed after the prompt warmed at didOpen (server/warming.py): its tail is new to the engine
-        lsp.text_document_did_change(
-            types.DidChangeTextDocumentParams(
-                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
-                content_changes=[
-                    types.TextDocumentContentChangePartial(
-                        range=types.Range(start=types.Position(1, 47), end=types.Position(1, 47)), text=" send"
-                    )
-                ],
-            )
-        )
+        change_doc(lsp, uri, 2, types.Position(1, 47), types.Position(1, 47), " send")
         await lsp.text_document_inline_completion_async(
             types.InlineCompletionParams(
                 text_document=types.TextDocumentIdentifier(uri=uri),
@@ -124,16 +115,7 @@ async def test_typing_in_a_large_file_parses_a_region_and_answers_every_request(
     row, column = 2501, len(lines[2501])
     automatic = types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic)
     for version in range(2, 8):
-        lsp.text_document_did_change(
-            types.DidChangeTextDocumentParams(
-                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
-                content_changes=[
-                    types.TextDocumentContentChangePartial(
-                        range=types.Range(start=types.Position(row, column), end=types.Position(row, column)), text="x"
-                    )
-                ],
-            )
-        )
+        change_doc(lsp, uri, version, types.Position(row, column), types.Position(row, column), "x")
         column += 1
         await lsp.text_document_inline_completion_async(
             types.InlineCompletionParams(

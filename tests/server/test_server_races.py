@@ -13,7 +13,7 @@ import time
 
 import pytest
 import pytest_asyncio
-from lsp_helpers import code_actions, log_text, open_doc, start, status, wait_ready
+from lsp_helpers import change_doc, code_actions, log_text, open_doc, start, status, wait_ready
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
@@ -106,16 +106,7 @@ async def test_edit_while_resolving_yields_no_edit(lsp, full_run_s):
     await engine_idle(lsp)
     pending = asyncio.ensure_future(lsp.code_action_resolve_async(fill))
     await engine_busy(lsp)
-    lsp.text_document_did_change(
-        types.DidChangeTextDocumentParams(
-            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
-            content_changes=[
-                types.TextDocumentContentChangePartial(
-                    range=types.Range(start=types.Position(0, 0), end=types.Position(0, 0)), text="# edited\n"
-                )
-            ],
-        )
-    )
+    change_doc(lsp, uri, 2, types.Position(0, 0), types.Position(0, 0), "# edited\n")
     changed_at = time.monotonic()
     resolved = await asyncio.wait_for(pending, patience(full_run_s))
     assert resolved.edit is None
@@ -174,16 +165,7 @@ async def test_newer_request_stops_a_running_one_within_a_step(lsp, full_run_s):
     waited_s = time.monotonic() - newer_sent  # the engine stopped at its next step, not after 512 steps
     assert waited_s < stopped_bound(full_run_s), f"superseded after {waited_s:.2f} s (a run: {full_run_s:.2f})"
     # An edit stops the newer one too (its result would be for version 1).
-    lsp.text_document_did_change(
-        types.DidChangeTextDocumentParams(
-            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
-            content_changes=[
-                types.TextDocumentContentChangePartial(
-                    range=types.Range(start=types.Position(1, 30), end=types.Position(1, 30)), text=" we"
-                )
-            ],
-        )
-    )
+    change_doc(lsp, uri, 2, types.Position(1, 30), types.Position(1, 30), " we")
     edited = time.monotonic()
     assert await asyncio.wait_for(newer, patience(full_run_s)) is None
     waited_s = time.monotonic() - edited

@@ -11,6 +11,7 @@ import pytest
 import pytest_asyncio
 from lsp_helpers import (
     apply_edits,
+    change_doc,
     log_records,
     log_text,
     open_doc,
@@ -55,12 +56,7 @@ class Doc:
     def edit(self, range_: types.Range, new_text: str) -> None:
         self.text = apply_edits(self.text, [types.TextEdit(range=range_, new_text=new_text)])
         self.version += 1
-        self.lsp.text_document_did_change(
-            types.DidChangeTextDocumentParams(
-                text_document=types.VersionedTextDocumentIdentifier(uri=self.uri, version=self.version),
-                content_changes=[types.TextDocumentContentChangePartial(range=range_, text=new_text)],
-            )
-        )
+        change_doc(self.lsp, self.uri, self.version, range_.start, range_.end, new_text)
 
     def insert(self, position: types.Position, new_text: str) -> None:
         self.edit(types.Range(start=position, end=position), new_text)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 import pytest_asyncio
-from lsp_helpers import log_text, open_doc, start, status, wait_ready
+from lsp_helpers import change_doc, log_text, open_doc, start, status, wait_ready
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
@@ -52,12 +52,7 @@ def _ask(client, uri: str, position: types.Position, invoked: bool = False):
 
 
 def _type(client, uri: str, version: int, position: types.Position, char: str) -> None:
-    client.text_document_did_change(
-        types.DidChangeTextDocumentParams(
-            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
-            content_changes=[types.TextDocumentContentChangePartial(range=types.Range(position, position), text=char)],
-        )
-    )
+    change_doc(client, uri, version, position, position, char)
 
 
 IDLE_TIMEOUT_S = 120.0  # only how long to wait before failing: a run here ends far sooner, even on a loaded CPU
