@@ -54,8 +54,7 @@ class LoadedModel:
         if self.checkpoint is None:
             raise InfillError("dummy weights have no transformers model to compare against")
         dtype = to_torch_dtype(self.dtype.removesuffix("(dummy weights)"))
-        # transformers' wrapper of `to` hides its signature
-        net = DiffusionGemmaForBlockDiffusion.from_pretrained(self.checkpoint, dtype=dtype).to(self.device)  # type: ignore[arg-type]
+        net = DiffusionGemmaForBlockDiffusion.from_pretrained(self.checkpoint, dtype=dtype).to(self.device)
         net.eval()
         return cast("DiffusionGemmaForBlockDiffusion", net)
 
@@ -162,8 +161,7 @@ def _generation_config(model: str, revision: str | None) -> DiffusionGemmaGenera
     from transformers import DiffusionGemmaGenerationConfig
 
     try:
-        # typed to return a plain GenerationConfig, and `revision` as `str` (None: the hub's default branch)
-        found = DiffusionGemmaGenerationConfig.from_pretrained(model, revision=revision)  # type: ignore[arg-type]
+        found = DiffusionGemmaGenerationConfig.from_pretrained(model, revision=revision)
         return cast("DiffusionGemmaGenerationConfig", found)
     except OSError:
         log.info("%s has no generation_config.json: transformers' sampler defaults apply", model)
@@ -179,7 +177,7 @@ def _fill_special_ids(
     if gen is None:
         from transformers import DiffusionGemmaGenerationConfig
 
-        gen = DiffusionGemmaGenerationConfig()  # type: ignore[no-untyped-call]  # transformers leaves it unannotated
+        gen = DiffusionGemmaGenerationConfig()
     for name in ("eos_token_id", "pad_token_id", "bos_token_id"):
         if getattr(gen, name, None) is None:
             setattr(

@@ -58,8 +58,7 @@ def architecture_shapes(config: DiffusionGemmaConfig) -> dict[str, tuple[int, ..
     from transformers import DiffusionGemmaForBlockDiffusion
 
     with torch.device("meta"):
-        # transformers leaves `_from_config` unannotated
-        model = DiffusionGemmaForBlockDiffusion._from_config(config)  # type: ignore[no-untyped-call]
+        model = DiffusionGemmaForBlockDiffusion._from_config(config)
     return {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
 
 

@@ -98,10 +98,7 @@ def full_size_model(layers: int, seed: int = 0, dtype: str = "float32") -> Diffu
     from transformers.initialization import no_init_weights
 
     with no_init_weights():
-        # transformers leaves `_from_config` unannotated
-        model = DiffusionGemmaForBlockDiffusion._from_config(  # type: ignore[no-untyped-call]
-            full_size_config(layers), dtype=getattr(torch, dtype)
-        )
+        model = DiffusionGemmaForBlockDiffusion._from_config(full_size_config(layers), dtype=getattr(torch, dtype))
     model.tie_weights()
     generator = torch.Generator().manual_seed(seed)
     seen: set[int] = set()

@@ -95,7 +95,7 @@ def decoder_cache_view(cache: DynamicCache, layer_types: Sequence[str], sliding_
             keys, values = keys[..., -keep:, :], values[..., -keep:, :]
         if rows != keys.shape[0]:
             keys, values = keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1)
-        clone = DynamicLayer()  # type: ignore[no-untyped-call]  # transformers leaves it unannotated
+        clone = DynamicLayer()
         clone.lazy_initialization(keys, values)
         clone.keys, clone.values = keys, values
         view.layers.append(clone)

@@ -112,10 +112,7 @@ def tiny_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
         show_progress=False,
     )
     tok.train_from_iterator([_CORPUS] * 4, trainer=trainer)
-    # transformers leaves the fast tokenizer's constructor unannotated
-    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
-        tokenizer_object=tok, pad_token=PAD, eos_token=EOS, bos_token=BOS
-    )
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS, bos_token=BOS)
 
 
 def make_confident(model: DiffusionGemmaForBlockDiffusion, winners: tuple[int, int], gain: float = 1e4) -> None:
