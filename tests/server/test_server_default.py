@@ -20,6 +20,7 @@ from lsp_helpers import (
     status,
     utf16_offset,
     wait_ready,
+    wait_status,
 )
 from lsprotocol import types
 
@@ -100,22 +101,30 @@ async def _completion_of(client, version: int, patience_s: float, uri: str | Non
 
 async def test_a_jump_to_another_line_encodes_its_prompt_before_the_first_request(default):
     """A didChange on another line starts encoding the prompt there: the request that follows finds it encoded.
-    (Without that, the prompt of a line far from the last request shares nothing but BOS with the cached one.)"""
+    (Without that, the prompt of a line far from the document's end, where its open warmed, shares nothing but BOS
+    with what the document's sequence holds.)"""
     await wait_ready(default, timeout=240)
     uri = "file:///jump.py"
-    text = (Path(__file__).resolve().parents[2] / "infill" / "types.py").read_text()
-    lines = text.split("\n")
-    open_doc(default, uri, text)
-    started = time.monotonic()
-    await _invoke(default, uri, types.Position(line=len(lines) - 2, character=0))
-    cold_s = time.monotonic() - started  # a whole cold prompt encoded and filled, on this machine now
+    open_doc(default, uri, (Path(__file__).resolve().parents[2] / "infill" / "types.py").read_text())
+    await _until_idle(default)  # the open's warm at the document's end
     far = 40
     change_doc(default, uri, 2, types.Position(line=far, character=0), types.Position(line=far, character=0), "x")
-    await asyncio.sleep(2 * cold_s + 0.5)  # no request meanwhile: only the jump itself can have encoded anything
+    await _until_idle(default)  # no request meanwhile: only the jump itself can have encoded anything
     await _invoke(default, uri, types.Position(line=far, character=1))
-    record = await _completion_of(default, 2, patience_s=10 * cold_s + 10)
+    record = await _completion_of(default, 2, patience_s=120, uri=uri)
     assert record["prompt_tokens"] > 100, record
     assert record["reused_tokens"] >= record["prompt_tokens"] - 2, record
+
+
+async def _until_idle(client, warms_started: int = 0) -> None:
+    """Once `warms_started` background warms have started and nothing runs: no request, no warm, the model thread
+    free. (A notification is handled before the status request sent after it, so a warm it starts is counted.)"""
+
+    def idle(current: dict) -> bool:
+        started = current["cheapAnswers"]["warmsStarted"] >= warms_started
+        return started and current["running"] == 0 and not current["modelBusy"]
+
+    assert idle(await wait_status(client, idle, timeout=120))
 
 
 def _move_cursor(client, uri: str, line: int) -> None:
@@ -124,31 +133,20 @@ def _move_cursor(client, uri: str, line: int) -> None:
     )
 
 
-async def _cold_fill_s(client, name: str) -> float:
-    """How long a cold prompt's fill takes on this machine now (a document of its own, asked at once, far from its
-    end where its open warms), to size the waits below."""
-    uri = f"file:///cold-{name}.py"
-    open_doc(client, uri, (Path(__file__).resolve().parents[2] / "infill" / "pipeline.py").read_text())
-    started = time.monotonic()
-    await _invoke(client, uri, types.Position(line=40, character=0))
-    return time.monotonic() - started
-
-
 async def test_a_cursor_moved_to_another_line_encodes_its_prompt_before_anyone_types(default):
     """infill/didMoveCursor warms the prompt at the cursor in the background: a request there, with no edit in
     between, finds it encoded. (Without it, the prompt at a line far from the document's end, where its open warmed,
     shares nothing but BOS with what the document's sequence holds.)"""
     await wait_ready(default, timeout=240)
-    cold_s = await _cold_fill_s(default, "moved")
     uri = "file:///moved.py"
-    text = (Path(__file__).resolve().parents[2] / "infill" / "types.py").read_text()
-    open_doc(default, uri, text)
-    await asyncio.sleep(2 * cold_s + 0.5)  # the open's warm at the end of the document
+    warms = (await status(default))["cheapAnswers"]["warmsStarted"]
+    open_doc(default, uri, (Path(__file__).resolve().parents[2] / "infill" / "types.py").read_text())
+    await _until_idle(default, warms + 1)  # the open's warm at the end of the document
     far = 40
     _move_cursor(default, uri, far)
-    await asyncio.sleep(2 * cold_s + 0.5)  # no request meanwhile: only the cursor's warm can have encoded line 40
+    await _until_idle(default, warms + 2)  # no request meanwhile: only the cursor's warm can have encoded line 40
     await _invoke(default, uri, types.Position(line=far, character=0))
-    record = await _completion_of(default, 1, patience_s=10 * cold_s + 10, uri=uri)
+    record = await _completion_of(default, 1, patience_s=120, uri=uri)
     assert record["prompt_tokens"] > 100, record
     assert record["reused_tokens"] >= record["prompt_tokens"] - 2, record
 
@@ -180,12 +178,12 @@ async def test_a_document_just_opened_has_its_prompt_encoded_before_the_first_re
     """didOpen warms the prompt at the document's end; a document within the prompt window shares it, up to the
     cursor's line, with the prompt at any cursor: the first request pays only its last tokens."""
     await wait_ready(default, timeout=240)
-    cold_s = await _cold_fill_s(default, "opened")
     uri = "file:///opened.py"
+    warms = (await status(default))["cheapAnswers"]["warmsStarted"]
     open_doc(default, uri, SMALL_MODULE)  # (~150 tokens: within the window a slow CPU encodes from scratch, 192)
-    await asyncio.sleep(2 * cold_s + 0.5)  # no request, no edit: only the open can have encoded anything
+    await _until_idle(default, warms + 1)  # no request, no edit: only the open can have encoded anything
     await _invoke(default, uri, types.Position(line=10, character=4))
-    record = await _completion_of(default, 1, patience_s=10 * cold_s + 10, uri=uri)
+    record = await _completion_of(default, 1, patience_s=120, uri=uri)
     assert record["prompt_tokens"] > 50, record
     assert record["reused_tokens"] >= record["prompt_tokens"] - 2, record
 
