@@ -1,6 +1,6 @@
 """Races against the real server: edits, $/cancelRequest and newer requests arriving while the engine runs.
 
-The server runs the tiny DiffusionGemma checkpoint with 512 denoising steps (random weights never converge, so
+The server runs the tiny DiffusionGemma checkpoint with 256 denoising steps (random weights never converge, so
 every request runs all of them: seconds even on a quiet machine), so each race reliably finds the engine busy;
 the assertions are that it stops within about one step, not after the full run. The bounds are fractions of a
 full run timed in this module (`full_run_s`), so they hold on a slow or loaded CPU as on a fast one.
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def lsp(tiny_checkpoint):
     client, _ = await start(
-        ["--model", str(tiny_checkpoint), "--denoising-steps", "512"],
+        ["--model", str(tiny_checkpoint), "--denoising-steps", "256"],
         init_options={
             "invokedBudgetMs": 120000,
             "codeActionBudgetMs": 120000,
@@ -62,7 +62,7 @@ async def full_run_s(lsp):
 
 
 def stopped_bound(full_run_s: float) -> float:
-    """Stopping "within a step" takes a step or so (1/512 of a run) plus a few messages; not stopping takes
+    """Stopping "within a step" takes a step or so (1/256 of a run) plus a few messages; not stopping takes
     about a whole run."""
     return full_run_s / 4
 
@@ -137,7 +137,7 @@ async def test_cancel_request_is_answered_promptly(lsp, full_run_s):
     assert caught.value.code == types.LSPErrorCodes.RequestCancelled.value  # -32800
     answered_s = time.monotonic() - cancelled_at
     assert answered_s < stopped_bound(full_run_s), f"answered after {answered_s:.2f} s (a run: {full_run_s:.2f})"
-    # ... and the engine itself stops at its next step, not after the run's 512.
+    # ... and the engine itself stops at its next step, not after the run's 256.
     stopped_s = await until_idle(lsp, cancelled_at, patience(full_run_s))
     assert stopped_s < stopped_bound(full_run_s), f"the engine ran {stopped_s:.2f} s on (a run: {full_run_s:.2f})"
 
@@ -162,7 +162,7 @@ async def test_newer_request_stops_a_running_one_within_a_step(lsp, full_run_s):
     newer_sent = time.monotonic()
     newer = ask()
     assert await asyncio.wait_for(older, patience(full_run_s)) is None  # superseded: nothing computed is shown
-    waited_s = time.monotonic() - newer_sent  # the engine stopped at its next step, not after 512 steps
+    waited_s = time.monotonic() - newer_sent  # the engine stopped at its next step, not after 256 steps
     assert waited_s < stopped_bound(full_run_s), f"superseded after {waited_s:.2f} s (a run: {full_run_s:.2f})"
     # An edit stops the newer one too (its result would be for version 1).
     change_doc(lsp, uri, 2, types.Position(1, 30), types.Position(1, 30), " we")
