@@ -18,21 +18,39 @@ RawServerFactory = Callable[..., RawServer]
 TINY_ONLY = {"enabledLanguages": ["plaintext", "markdown"], "fallback": False}
 
 
+def start_raw_server(
+    checkpoint: Path,
+    stderr_path: Path,
+    *args: str,
+    configuration: dict[str, Any] | None = None,
+    capabilities: dict | None = None,
+) -> RawServer:
+    """A server on the tiny checkpoint, initialized and its backend ready (the caller kills it)."""
+    server = RawServer(
+        ["--model", str(checkpoint), "--denoising-steps", "2", *args],
+        configuration=configuration or {**TINY_ONLY, "codeActionBudgetMs": 60000},
+        stderr_path=str(stderr_path),
+    )
+    try:
+        assert "result" in (server.initialize(capabilities=capabilities) or {})
+        assert (server.wait_ready(240) or {}).get("state") == "ready"
+    except BaseException:
+        server.kill()
+        raise
+    return server
+
+
 @pytest.fixture
 def raw_server(tiny_checkpoint: Path, tmp_path: Path) -> Iterator[RawServerFactory]:
     """Start servers (initialized, backend ready) that this test alone uses; each is killed at its end."""
     started: list[RawServer] = []
 
     def start(*args: str, configuration: dict[str, Any] | None = None, capabilities: dict | None = None) -> RawServer:
-        server = RawServer(
-            ["--model", str(tiny_checkpoint), "--denoising-steps", "2", *args],
-            configuration=configuration or {**TINY_ONLY, "codeActionBudgetMs": 60000},
-            stderr_path=str(tmp_path / f"server-{len(started)}.log"),
+        log = tmp_path / f"server-{len(started)}.log"
+        started.append(
+            start_raw_server(tiny_checkpoint, log, *args, configuration=configuration, capabilities=capabilities)
         )
-        started.append(server)
-        assert "result" in (server.initialize(capabilities=capabilities) or {})
-        assert (server.wait_ready(240) or {}).get("state") == "ready"
-        return server
+        return started[-1]
 
     yield start
     for server in started:
@@ -44,13 +62,16 @@ def edge_server(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory)
     """One server for the edge cases of every module that asks for it (its stderr at `server.stderr_path`): none
     of them needs a fresh one, and each leaves it serving (a test that changes how it answers puts that back)."""
     stderr = tmp_path_factory.mktemp("edge") / "server.log"
-    server = RawServer(
-        ["--model", str(tiny_checkpoint), "--denoising-steps", "2"],
-        configuration={**TINY_ONLY, "codeActionBudgetMs": 30000},
-        stderr_path=str(stderr),
-    )
-    assert "result" in (server.initialize() or {})
-    assert (server.wait_ready(240) or {}).get("state") == "ready"
+    server = start_raw_server(tiny_checkpoint, stderr, configuration={**TINY_ONLY, "codeActionBudgetMs": 30000})
     server.stderr_path = stderr  # type: ignore[attr-defined]
+    yield server
+    server.kill()
+
+
+@pytest.fixture(scope="module")
+def module_server(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RawServer]:
+    """One server for the tests of a module that need no fresh one: each opens documents of its own, uses ids of
+    its own and leaves nothing in flight (a server's start is most of what such a test costs)."""
+    server = start_raw_server(tiny_checkpoint, tmp_path_factory.mktemp("module-server") / "server.log")
     yield server
     server.kill()

@@ -8,25 +8,26 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from fuzz.rpc import RawServer
 
-URI = "file:///every/answered.txt"
 TEXT = "def total(values):\n    result = 0\n    for value in values:\n        result += value\n    return result\n"
 REPLY_S = 60.0  # far above the server's own bound on a client's silence (replies.CLIENT_REPLY_S, 10 s)
 
 
-def open_document(server: RawServer, uri: str = URI, text: str = TEXT, version: int = 1) -> None:
+def open_document(server: RawServer, uri: str, text: str = TEXT, version: int = 1) -> None:
     server.notify(
         "textDocument/didOpen",
         {"textDocument": {"uri": uri, "languageId": "plaintext", "version": version, "text": text}},
     )
 
 
-def fill_gap(server: RawServer, selection: dict, msg_id: str | None = None) -> int | str:
-    params = {"command": "infill.fillGap", "arguments": [URI, selection]}
+def fill_gap(server: RawServer, uri: str, selection: dict, msg_id: str | None = None) -> int | str:
+    params = {"command": "infill.fillGap", "arguments": [uri, selection]}
     if msg_id is None:
         return server.request("workspace/executeCommand", params)
     server.send({"jsonrpc": "2.0", "id": msg_id, "method": "workspace/executeCommand", "params": params})
@@ -40,9 +41,21 @@ def replies_to(server: RawServer, msg_id: int | str) -> list[dict]:
 SELECTION = {"start": {"line": 1, "character": 13}, "end": {"line": 1, "character": 14}}  # the "0"
 
 
-def test_each_request_of_a_batch_is_refused_on_its_own(raw_server) -> None:
+@contextmanager
+def client_silent_to(server: RawServer, method: str) -> Iterator[None]:
+    """The client leaves the server's `method` requests unanswered (held) for the block, then answers again."""
+    server.held.clear()
+    server.silent_to.add(method)
+    try:
+        yield
+    finally:
+        server.silent_to.discard(method)
+        server.held.clear()
+
+
+def test_each_request_of_a_batch_is_refused_on_its_own(module_server) -> None:
     """pygls dropped a JSON array of messages whole: none of its requests was ever answered."""
-    server = raw_server()
+    server = module_server
     batch = [
         {
             "jsonrpc": "2.0",
@@ -50,8 +63,8 @@ def test_each_request_of_a_batch_is_refused_on_its_own(raw_server) -> None:
             "method": "workspace/executeCommand",
             "params": {"command": "infill.status"},
         },
-        {"jsonrpc": "2.0", "id": 9001, "method": "textDocument/inlineCompletion", "params": URI},
-        {"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": 1}},
+        {"jsonrpc": "2.0", "id": 9001, "method": "textDocument/inlineCompletion", "params": "file:///every/batch.txt"},
+        {"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": 9002}},
     ]
     server.send(json.dumps(batch))
     for msg_id in ("batch-status", 9001):
@@ -62,20 +75,25 @@ def test_each_request_of_a_batch_is_refused_on_its_own(raw_server) -> None:
 
 
 def test_a_reused_id_of_a_request_in_progress_is_refused_and_the_first_keeps_its_one_reply(
-    raw_server,
+    module_server,
 ) -> None:
-    server = raw_server()
-    server.silent_to.add("workspace/applyEdit")  # the fill stays in progress until this client answers
-    open_document(server)
-    fill_gap(server, SELECTION, msg_id="twice")
-    held = server.wait_held("workspace/applyEdit", REPLY_S)
-    assert held is not None, "the fill sent no workspace/applyEdit"
-    server.send(
-        {"jsonrpc": "2.0", "id": "twice", "method": "workspace/executeCommand", "params": {"command": "infill.status"}}
-    )
-    first = server.wait("twice", REPLY_S)
-    assert first is not None and first.get("error", {}).get("code") == -32600, first
-    server.answer(held, {"applied": True})
+    server, uri = module_server, "file:///every/reused-id.txt"
+    open_document(server, uri)
+    with client_silent_to(server, "workspace/applyEdit"):  # the fill stays in progress until this client answers
+        fill_gap(server, uri, SELECTION, msg_id="twice")
+        held = server.wait_held("workspace/applyEdit", REPLY_S)
+        assert held is not None, "the fill sent no workspace/applyEdit"
+        server.send(
+            {
+                "jsonrpc": "2.0",
+                "id": "twice",
+                "method": "workspace/executeCommand",
+                "params": {"command": "infill.status"},
+            }
+        )
+        first = server.wait("twice", REPLY_S)
+        assert first is not None and first.get("error", {}).get("code") == -32600, first
+        server.answer(held, {"applied": True})
     deadline = time.monotonic() + REPLY_S
     while len(replies_to(server, "twice")) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -85,52 +103,53 @@ def test_a_reused_id_of_a_request_in_progress_is_refused_and_the_first_keeps_its
 
 
 def test_a_fill_command_is_answered_when_the_client_never_answers_its_apply_edit(
-    raw_server,
+    module_server,
 ) -> None:
     """The handler awaited workspace/applyEdit forever, so infill.fillGap was never answered."""
-    server = raw_server()
-    server.silent_to.add("workspace/applyEdit")
-    open_document(server)
-    msg_id = fill_gap(server, SELECTION)
-    reply = server.wait(msg_id, REPLY_S)
-    assert server.held, "the fill sent no workspace/applyEdit"
+    server, uri = module_server, "file:///every/never-applied.txt"
+    open_document(server, uri)
+    with client_silent_to(server, "workspace/applyEdit"):
+        msg_id = fill_gap(server, uri, SELECTION)
+        reply = server.wait(msg_id, REPLY_S)
+        assert server.held, "the fill sent no workspace/applyEdit"
     assert reply is not None, "infill.fillGap was never answered while the client kept silent"
     assert reply["result"]["applied"] is False and "did not answer" in reply["result"]["reason"], reply
     assert len(replies_to(server, msg_id)) == 1
 
 
-def test_fill_gap_refuses_a_selection_outside_the_text(raw_server) -> None:
+def test_fill_gap_refuses_a_selection_outside_the_text(module_server) -> None:
     """A start past its line's end was clamped: the edit replaced another span than the one selected, and the
     command answered applied: true for it."""
-    server = raw_server()
-    open_document(server)
+    server, uri = module_server, "file:///every/outside.txt"
+    open_document(server, uri)
+    sent = len(server.applied_edits)
     outside = {"start": {"line": 0, "character": 1116}, "end": {"line": 2, "character": 5}}
-    reply = server.wait(fill_gap(server, outside), REPLY_S)
+    reply = server.wait(fill_gap(server, uri, outside), REPLY_S)
     assert reply is not None and reply["result"]["applied"] is False, reply
     assert "not inside" in reply["result"]["reason"], reply
-    assert server.applied_edits == []  # nothing was sent to apply
+    assert len(server.applied_edits) == sent  # nothing was sent to apply
     past_end = {"start": {"line": 1, "character": 4}, "end": {"line": 40, "character": 0}}
-    reply = server.wait(fill_gap(server, past_end), REPLY_S)
+    reply = server.wait(fill_gap(server, uri, past_end), REPLY_S)
     assert reply is not None and reply["result"]["applied"] is False, reply
     listing = server.call(
-        "textDocument/codeAction", {"textDocument": {"uri": URI}, "range": outside, "context": {"diagnostics": []}}
+        "textDocument/codeAction", {"textDocument": {"uri": uri}, "range": outside, "context": {"diagnostics": []}}
     )
     assert listing is not None and not [a for a in listing.get("result") or [] if a["title"] == "Fill gap"], listing
     inside = server.call(
-        "textDocument/codeAction", {"textDocument": {"uri": URI}, "range": SELECTION, "context": {"diagnostics": []}}
+        "textDocument/codeAction", {"textDocument": {"uri": uri}, "range": SELECTION, "context": {"diagnostics": []}}
     )
     assert inside is not None and [a["title"] for a in inside["result"]] == ["Fill gap"], inside  # the control
 
 
-def test_notification_handlers_leave_nothing_pending(raw_server) -> None:
+def test_notification_handlers_leave_nothing_pending(module_server) -> None:
     """pygls filed every notification's handler future under a fresh id and never removed it (every didChange)."""
-    server = raw_server()
-    open_document(server)
+    server, uri = module_server, "file:///every/notified.txt"
+    open_document(server, uri)
     for version in range(2, 62):
         server.notify(
             "textDocument/didChange",
             {
-                "textDocument": {"uri": URI, "version": version},
+                "textDocument": {"uri": uri, "version": version},
                 "contentChanges": [
                     {"range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 0}}, "text": "#"}
                 ],
@@ -146,26 +165,17 @@ def test_notification_handlers_leave_nothing_pending(raw_server) -> None:
     assert replies == {"owed": 1, "pendingFutures": 1}, replies  # the status request itself, nothing else
 
 
-def test_shutdown_answers_while_a_configuration_pull_is_pending(tiny_checkpoint: Path, tmp_path: Path) -> None:
+def test_shutdown_answers_while_a_configuration_pull_is_pending(raw_server) -> None:
     """Shutdown cancels what is pending; a cancelled notification future removes itself from pygls' table, which
     shutdown iterated (RuntimeError: the shutdown request failed)."""
-    server = RawServer(
-        ["--model", str(tiny_checkpoint), "--denoising-steps", "2"],
-        configuration={"enabledLanguages": ["plaintext"]},
-        stderr_path=str(tmp_path / "server.log"),
-    )
-    try:
-        assert "result" in (server.initialize() or {})
-        assert (server.wait_ready(240) or {}).get("state") == "ready"
-        server.silent_to.add("workspace/configuration")
-        server.notify("workspace/didChangeConfiguration", {"settings": {}})  # nothing for us: the server pulls
-        assert server.wait_held("workspace/configuration", REPLY_S) is not None
-        reply = server.call("shutdown", None, REPLY_S)
-        assert reply is not None and "error" not in reply, reply
-        server.notify("exit")
-        assert server.exit_code(30) == 0
-    finally:
-        server.kill()
+    server = raw_server()
+    server.silent_to.add("workspace/configuration")
+    server.notify("workspace/didChangeConfiguration", {"settings": {}})  # nothing for us: the server pulls
+    assert server.wait_held("workspace/configuration", REPLY_S) is not None
+    reply = server.call("shutdown", None, REPLY_S)
+    assert reply is not None and "error" not in reply, reply
+    server.notify("exit")
+    assert server.exit_code(30) == 0
 
 
 def test_the_server_gets_ready_beside_a_busy_cpu_when_the_client_never_answers_configuration(
@@ -179,7 +189,7 @@ def test_the_server_gets_ready_beside_a_busy_cpu_when_the_client_never_answers_c
     )
     server.silent_to.add("workspace/configuration")
     try:
-        assert "result" in (server.initialize() or {})
+        assert "result" in (server.initialize(init_options={"fallback": False}) or {})  # the tiny engine alone
         assert server.wait_held("workspace/configuration", REPLY_S) is not None
         ready = server.wait_ready(240)
         assert (ready or {}).get("state") == "ready", ready
@@ -190,13 +200,13 @@ def test_the_server_gets_ready_beside_a_busy_cpu_when_the_client_never_answers_c
 
 
 @pytest.mark.parametrize("round_", range(3))
-def test_bad_params_are_refused_at_once_amid_cancelled_resolves_and_a_change_storm(raw_server, round_: int) -> None:
+def test_bad_params_are_refused_at_once_amid_cancelled_resolves_and_a_change_storm(module_server, round_: int) -> None:
     """The issue's interleaving: a Fill gap resolve cancelled with $/cancelRequest and a didChange storm in flight
     around an inlineCompletion whose params are a bare string (owed -32602)."""
-    server = raw_server()
-    open_document(server)
+    server, uri = module_server, f"file:///every/storm-{round_}.txt"
+    open_document(server, uri)
     listing = server.call(
-        "textDocument/codeAction", {"textDocument": {"uri": URI}, "range": SELECTION, "context": {"diagnostics": []}}
+        "textDocument/codeAction", {"textDocument": {"uri": uri}, "range": SELECTION, "context": {"diagnostics": []}}
     )
     action = (listing or {}).get("result", [None])[0]
     assert action is not None, listing
@@ -205,11 +215,11 @@ def test_bad_params_are_refused_at_once_amid_cancelled_resolves_and_a_change_sto
     for version in range(2, 42):
         if version % 10 == 0:
             server.notify("$/cancelRequest", {"id": resolves[min(version // 10 - 1, 2)]})
-            bad_ids.append(server.request("textDocument/inlineCompletion", raw_params=json.dumps(URI)))
+            bad_ids.append(server.request("textDocument/inlineCompletion", raw_params=json.dumps(uri)))
         server.notify(
             "textDocument/didChange",
             {
-                "textDocument": {"uri": URI, "version": version},
+                "textDocument": {"uri": uri, "version": version},
                 "contentChanges": [
                     {"range": {"start": {"line": 4, "character": 0}, "end": {"line": 4, "character": 0}}, "text": " "}
                 ],
