@@ -59,19 +59,11 @@ def raw_server(tiny_checkpoint: Path, tmp_path: Path) -> Iterator[RawServerFacto
 
 @pytest.fixture(scope="session")
 def edge_server(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RawServer]:
-    """One server for the edge cases of every module that asks for it (its stderr at `server.stderr_path`): none
-    of them needs a fresh one, and each leaves it serving (a test that changes how it answers puts that back)."""
+    """One server for the tests of every module that asks for it (its stderr at `server.stderr_path`): none of them
+    needs a fresh one, each uses documents and ids of its own, leaves nothing in flight and leaves it serving (a test
+    that changes how it answers puts that back). A server's start is most of what such a test would cost."""
     stderr = tmp_path_factory.mktemp("edge") / "server.log"
     server = start_raw_server(tiny_checkpoint, stderr, configuration={**TINY_ONLY, "codeActionBudgetMs": 30000})
     server.stderr_path = stderr  # type: ignore[attr-defined]
-    yield server
-    server.kill()
-
-
-@pytest.fixture(scope="module")
-def module_server(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RawServer]:
-    """One server for the tests of a module that need no fresh one: each opens documents of its own, uses ids of
-    its own and leaves nothing in flight (a server's start is most of what such a test costs)."""
-    server = start_raw_server(tiny_checkpoint, tmp_path_factory.mktemp("module-server") / "server.log")
     yield server
     server.kill()

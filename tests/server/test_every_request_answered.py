@@ -53,9 +53,9 @@ def client_silent_to(server: RawServer, method: str) -> Iterator[None]:
         server.held.clear()
 
 
-def test_each_request_of_a_batch_is_refused_on_its_own(module_server) -> None:
+def test_each_request_of_a_batch_is_refused_on_its_own(edge_server) -> None:
     """pygls dropped a JSON array of messages whole: none of its requests was ever answered."""
-    server = module_server
+    server = edge_server
     batch = [
         {
             "jsonrpc": "2.0",
@@ -75,9 +75,9 @@ def test_each_request_of_a_batch_is_refused_on_its_own(module_server) -> None:
 
 
 def test_a_reused_id_of_a_request_in_progress_is_refused_and_the_first_keeps_its_one_reply(
-    module_server,
+    edge_server,
 ) -> None:
-    server, uri = module_server, "file:///every/reused-id.txt"
+    server, uri = edge_server, "file:///every/reused-id.txt"
     open_document(server, uri)
     with client_silent_to(server, "workspace/applyEdit"):  # the fill stays in progress until this client answers
         fill_gap(server, uri, SELECTION, msg_id="twice")
@@ -103,10 +103,10 @@ def test_a_reused_id_of_a_request_in_progress_is_refused_and_the_first_keeps_its
 
 
 def test_a_fill_command_is_answered_when_the_client_never_answers_its_apply_edit(
-    module_server,
+    edge_server,
 ) -> None:
     """The handler awaited workspace/applyEdit forever, so infill.fillGap was never answered."""
-    server, uri = module_server, "file:///every/never-applied.txt"
+    server, uri = edge_server, "file:///every/never-applied.txt"
     open_document(server, uri)
     with client_silent_to(server, "workspace/applyEdit"):
         msg_id = fill_gap(server, uri, SELECTION)
@@ -117,10 +117,10 @@ def test_a_fill_command_is_answered_when_the_client_never_answers_its_apply_edit
     assert len(replies_to(server, msg_id)) == 1
 
 
-def test_fill_gap_refuses_a_selection_outside_the_text(module_server) -> None:
+def test_fill_gap_refuses_a_selection_outside_the_text(edge_server) -> None:
     """A start past its line's end was clamped: the edit replaced another span than the one selected, and the
     command answered applied: true for it."""
-    server, uri = module_server, "file:///every/outside.txt"
+    server, uri = edge_server, "file:///every/outside.txt"
     open_document(server, uri)
     sent = len(server.applied_edits)
     outside = {"start": {"line": 0, "character": 1116}, "end": {"line": 2, "character": 5}}
@@ -141,9 +141,9 @@ def test_fill_gap_refuses_a_selection_outside_the_text(module_server) -> None:
     assert inside is not None and [a["title"] for a in inside["result"]] == ["Fill gap"], inside  # the control
 
 
-def test_notification_handlers_leave_nothing_pending(module_server) -> None:
+def test_notification_handlers_leave_nothing_pending(edge_server) -> None:
     """pygls filed every notification's handler future under a fresh id and never removed it (every didChange)."""
-    server, uri = module_server, "file:///every/notified.txt"
+    server, uri = edge_server, "file:///every/notified.txt"
     open_document(server, uri)
     for version in range(2, 62):
         server.notify(
@@ -200,10 +200,10 @@ def test_the_server_gets_ready_beside_a_busy_cpu_when_the_client_never_answers_c
 
 
 @pytest.mark.parametrize("round_", range(3))
-def test_bad_params_are_refused_at_once_amid_cancelled_resolves_and_a_change_storm(module_server, round_: int) -> None:
+def test_bad_params_are_refused_at_once_amid_cancelled_resolves_and_a_change_storm(edge_server, round_: int) -> None:
     """The issue's interleaving: a Fill gap resolve cancelled with $/cancelRequest and a didChange storm in flight
     around an inlineCompletion whose params are a bare string (owed -32602)."""
-    server, uri = module_server, f"file:///every/storm-{round_}.txt"
+    server, uri = edge_server, f"file:///every/storm-{round_}.txt"
     open_document(server, uri)
     listing = server.call(
         "textDocument/codeAction", {"textDocument": {"uri": uri}, "range": SELECTION, "context": {"diagnostics": []}}
