@@ -288,9 +288,10 @@ def test_line_tokens_round_trip_and_are_memoised(ar_backend):
     ]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def small_backend(ar_backend):
-    """A second real backend with a small prompt window (its own llama.cpp context over the same file)."""
+    """A second real backend with a small prompt window (its own llama.cpp context over the same file), shared by
+    the tests below: each uses a document of its own, and it holds two."""
     backend = load_default_backend(settings=ARSettings(max_prompt_tokens=160, fresh_prompt_tokens=64, documents=2))
     yield backend
     backend.close()
