@@ -80,8 +80,9 @@ async def test_automatic_request_builds_its_context_and_encodes_its_prompt_durin
         ("file:///ahead.txt", types.InlineCompletionTriggerKind.Automatic),
         ("file:///invoked.txt", types.InlineCompletionTriggerKind.Invoked),
     ):
-        open_doc(lsp, uri, "Dear team,\n    thanks for the notes on the plan; we will\n", language="plaintext")
-        # a word typed after the prompt warmed at didOpen (server/warming.py): its tail is new to the engine
+        open_doc(lsp, uri, "Dear team,\n    thanks for the notes on the plan; we will", language="plaintext")
+        # a word typed after the prompt warmed at didOpen (server/warming.py), on the line it warmed (a keystroke on
+        # another line would be a jump, which warms the prompt there at once): its tail is new to the engine
         change_doc(lsp, uri, 2, types.Position(1, 47), types.Position(1, 47), " send")
         await lsp.text_document_inline_completion_async(
             types.InlineCompletionParams(
