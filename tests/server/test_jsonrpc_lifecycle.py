@@ -8,7 +8,6 @@ import io
 import json
 import sys
 import time
-from collections.abc import Iterator
 
 import pytest
 from fuzz.rpc import RawServer
@@ -28,15 +27,6 @@ def _server(checkpoint, tmp_path, *args: str) -> RawServer:
     assert "result" in server.initialize()
     assert server.wait_ready(240)["state"] == "ready"
     return server
-
-
-@pytest.fixture(scope="module")
-def serving(tiny_checkpoint, tmp_path_factory) -> Iterator[RawServer]:
-    """One server for the tests that leave it serving (each on its own document); the tests of exit and shutdown
-    start their own."""
-    server = _server(tiny_checkpoint, tmp_path_factory.mktemp("serving"))
-    yield server
-    server.kill()
 
 
 def _open(server: RawServer, uri: str, text: str = TEXT, version: int = 1) -> None:
@@ -162,9 +152,9 @@ INVALID = [
 ]
 
 
-def test_invalid_params_get_32602_and_the_server_keeps_serving(serving):
-    server = serving
-    _open(server, "file:///a.txt")
+def test_invalid_params_get_32602_and_the_server_keeps_serving(edge_server):
+    server = edge_server
+    _open(server, "file:///lifecycle/a.txt")
     ids = [server.request(method, params) for method, params in INVALID]
     replies = [server.wait(msg_id, 15) for msg_id in ids]
     status = server.status()
@@ -175,9 +165,9 @@ def test_invalid_params_get_32602_and_the_server_keeps_serving(serving):
     assert status["state"] == "ready"
 
 
-def test_an_unknown_method_is_method_not_found_with_or_without_params(serving):
+def test_an_unknown_method_is_method_not_found_with_or_without_params(edge_server):
     """Without params, an unknown method was answered -32602 (pygls could not structure the generic request)."""
-    server = serving
+    server = edge_server
     bare, with_params = server.new_id(), server.new_id()
     server.send(f'{{"jsonrpc": "2.0", "id": {bare}, "method": "no/such/method"}}')
     server.send(f'{{"jsonrpc": "2.0", "id": {with_params}, "method": "no/such/method", "params": {{"a": 1}}}}')
@@ -186,10 +176,10 @@ def test_an_unknown_method_is_method_not_found_with_or_without_params(serving):
 
 
 @pytest.mark.parametrize("version", ["1.5", '"2"', "true"])
-def test_a_did_change_whose_version_is_not_an_integer_is_ignored(serving, version):
+def test_a_did_change_whose_version_is_not_an_integer_is_ignored(edge_server, version):
     """Before, pygls applied a didChange with version 1.5 as version 1 and "2" as 2: the server's text changed
     under a version the client never had."""
-    server = serving
+    server = edge_server
     uri = f"file:///version-{json.loads(version)}.txt"  # a document of this case's own on the shared server
 
     def fill_gap_data() -> dict:
