@@ -20,7 +20,6 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -106,11 +105,16 @@ def test_the_full_size_architecture_with_two_layers_equals_transformers():
     assert error <= FULL_SIZE_BF16_TOLERANCE
 
 
-FORMATS = {"bf16-checkpoint": ("auto", "none"), "fp8-at-load": ("auto", "fp8"), "dummy": ("dummy", "none")}
+# name: (load format, quantization, the weights' format as the loader names it)
+FORMATS = {
+    "bf16-checkpoint": ("auto", "none", "bfloat16"),
+    "fp8-at-load": ("auto", "fp8", "fp8 (E4M3"),
+    "dummy": ("dummy", "none", "bfloat16"),
+}
 
 
 @pytest.fixture(scope="module")
-def load_figures(tmp_path_factory) -> Iterator[dict[str, dict]]:
+def load_figures(tmp_path_factory) -> dict[str, dict]:
     """Each format's load measured in one child process, one after the other (the interpreter and its imports paid
     once): the checkpoint written for it (~2.9 GiB: the real embedding and one real layer, the full-attention one)
     is removed afterwards (pytest keeps its temporary directories for three runs)."""
@@ -120,7 +124,7 @@ def load_figures(tmp_path_factory) -> Iterator[dict[str, dict]]:
     try:
         checkpoint = write_full_size_checkpoint(directory, LOAD_LAYERS)
         done = subprocess.run(
-            [sys.executable, "-c", CHILD, str(checkpoint), json.dumps(list(FORMATS.values()))],
+            [sys.executable, "-c", CHILD, str(checkpoint), json.dumps([f[:2] for f in FORMATS.values()])],
             capture_output=True,
             text=True,
             timeout=900,
@@ -129,16 +133,14 @@ def load_figures(tmp_path_factory) -> Iterator[dict[str, dict]]:
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     assert done.returncode == 0, done.stderr[-3000:]
-    yield dict(zip(FORMATS, (json.loads(line) for line in done.stdout.strip().splitlines()[-len(FORMATS) :])))
+    return dict(zip(FORMATS, (json.loads(line) for line in done.stdout.strip().splitlines()[-len(FORMATS) :])))
 
 
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux's /proc peak-RSS reset")
-@pytest.mark.parametrize(
-    "name,weights", [("bf16-checkpoint", "bfloat16"), ("fp8-at-load", "fp8 (E4M3"), ("dummy", "bfloat16")]
-)
-def test_loading_holds_one_copy_of_the_weights(load_figures, name, weights):
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_loading_holds_one_copy_of_the_weights(load_figures, name):
     figures = load_figures[name]
-    assert figures["format"].startswith(weights)
+    assert figures["format"].startswith(FORMATS[name][2])
     assert figures["weights"] > 2 * 2**30  # the real embedding (1.4 GiB) and a real layer
     ratio = figures["grown"] / figures["weights"]
     print(f"{name}: peak growth {ratio:.3f}x of {figures['weights'] / 2**30:.2f} GiB")
