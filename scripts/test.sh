@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh test
 bash scripts/check.sh
 # OpenMP threads (torch's, llama.cpp's) spin after each parallel region by default, waiting for more work; with two
-# workers and the servers they start sharing the cores, the spinning took them from the work (on a 2-core AVX2 EPYC
-# Zen 3: CPU time 788 s -> 626 s, wall 6:57 -> 5:46 with passive waits). Results are the same either way.
+# workers and the servers they start sharing the cores, the spinning took them from the work (one tree on a 2-core
+# AVX2 EPYC Zen 3: pytest 7:17 -> 5:46, CPU time 808 s -> 626 s with passive waits). Results are the same either way.
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 exec .venv/bin/python -m pytest -q -n 2 --dist loadfile --durations=25 "$@"
