@@ -63,11 +63,16 @@ def test_each_request_of_a_batch_is_refused_on_its_own(edge_server) -> None:
             "method": "workspace/executeCommand",
             "params": {"command": "infill.status"},
         },
-        {"jsonrpc": "2.0", "id": 9001, "method": "textDocument/inlineCompletion", "params": "file:///every/batch.txt"},
+        {
+            "jsonrpc": "2.0",
+            "id": 900001,  # an integer id past what the shared server's counter reaches
+            "method": "textDocument/inlineCompletion",
+            "params": "file:///every/batch.txt",
+        },
         {"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": 9002}},
     ]
     server.send(json.dumps(batch))
-    for msg_id in ("batch-status", 9001):
+    for msg_id in ("batch-status", 900001):
         reply = server.wait(msg_id, REPLY_S)
         assert reply is not None, f"request {msg_id!r} of a batch was never answered"
         assert reply["error"]["code"] == -32600, reply
