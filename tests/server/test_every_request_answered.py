@@ -56,6 +56,7 @@ def client_silent_to(server: RawServer, method: str) -> Iterator[None]:
 def test_each_request_of_a_batch_is_refused_on_its_own(edge_server) -> None:
     """pygls dropped a JSON array of messages whole: none of its requests was ever answered."""
     server = edge_server
+    inline_id, never_sent = server.new_id(), server.new_id()  # the shared server's ids: no other request has them
     batch = [
         {
             "jsonrpc": "2.0",
@@ -63,16 +64,11 @@ def test_each_request_of_a_batch_is_refused_on_its_own(edge_server) -> None:
             "method": "workspace/executeCommand",
             "params": {"command": "infill.status"},
         },
-        {
-            "jsonrpc": "2.0",
-            "id": 900001,  # an integer id past what the shared server's counter reaches
-            "method": "textDocument/inlineCompletion",
-            "params": "file:///every/batch.txt",
-        },
-        {"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": 9002}},
+        {"jsonrpc": "2.0", "id": inline_id, "method": "textDocument/inlineCompletion", "params": "file:///b.txt"},
+        {"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": never_sent}},
     ]
     server.send(json.dumps(batch))
-    for msg_id in ("batch-status", 900001):
+    for msg_id in ("batch-status", inline_id):
         reply = server.wait(msg_id, REPLY_S)
         assert reply is not None, f"request {msg_id!r} of a batch was never answered"
         assert reply["error"]["code"] == -32600, reply
